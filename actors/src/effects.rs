@@ -1,0 +1,119 @@
+//! Staged KV effects: writes a handler asks for, applied atomically with its
+//! successful settlement and never otherwise.
+//!
+//! Clones share one accumulator: the accumulator is attempt-local (it lives for
+//! one delivery of one job and is sealed when the job returns), so it is the
+//! one `Arc<Mutex<…>>` of the engine. It holds no engine state; see
+//! ARCHITECTURE.md, "Shared state".
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{EngineError, Result};
+use crate::keys::RESERVED_KV_PREFIX;
+
+/// What one attempt staged: `Some(v)` puts, `None` deletes.
+pub type StagedEffects = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+#[derive(Debug, Default)]
+struct Inner {
+    staged: StagedEffects,
+    sealed: bool,
+}
+
+/// A handle to stage KV writes for the successful settlement of one attempt.
+#[derive(Debug, Clone, Default)]
+pub struct Effects {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Effects {
+    /// Stage a put of `value` at `key`.
+    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
+        let (key, value) = (key.into(), value.into());
+        if value.len() > taquba::MAX_KV_VALUE_SIZE {
+            return Err(EngineError::ValueTooLarge {
+                size: value.len(),
+                max: taquba::MAX_KV_VALUE_SIZE,
+            });
+        }
+        self.stage(key, Some(value))
+    }
+
+    /// Stage a delete of `key`.
+    pub fn delete(&self, key: impl Into<Vec<u8>>) -> Result<()> {
+        self.stage(key.into(), None)
+    }
+
+    fn stage(&self, key: Vec<u8>, value: Option<Vec<u8>>) -> Result<()> {
+        if key.starts_with(RESERVED_KV_PREFIX.as_bytes()) {
+            return Err(EngineError::ReservedKvKey(
+                String::from_utf8_lossy(&key).into_owned(),
+            ));
+        }
+        // A poisoned lock only means another clone panicked mid-stage; the map is
+        // still a valid map, so keep using it.
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.sealed {
+            return Err(EngineError::EffectsSealed);
+        }
+        if let Some(existing) = inner.staged.get(&key)
+            && existing.is_some() != value.is_some()
+        {
+            return Err(EngineError::ConflictingKvEffect(
+                String::from_utf8_lossy(&key).into_owned(),
+            ));
+        }
+        inner.staged.insert(key, value);
+        Ok(())
+    }
+
+    /// Seal the handle and take what was staged. Later staging fails with
+    /// [`EngineError::EffectsSealed`].
+    pub fn seal(&self) -> StagedEffects {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.sealed = true;
+        std::mem::take(&mut inner.staged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_validates_keys_values_and_conflicts() {
+        let e = Effects::default();
+        assert!(matches!(
+            e.put("gaffer/x", "v"),
+            Err(EngineError::ReservedKvKey(_))
+        ));
+        assert!(matches!(
+            e.put("k", vec![0; taquba::MAX_KV_VALUE_SIZE + 1]),
+            Err(EngineError::ValueTooLarge { .. })
+        ));
+        e.put("k", "v").unwrap();
+        e.put("k", "w").unwrap();
+        assert!(matches!(
+            e.delete("k"),
+            Err(EngineError::ConflictingKvEffect(_))
+        ));
+        e.delete("gone").unwrap();
+        let staged = e.seal();
+        assert_eq!(staged.get(b"k".as_slice()), Some(&Some(b"w".to_vec())));
+        assert_eq!(staged.get(b"gone".as_slice()), Some(&None));
+    }
+
+    #[test]
+    fn a_sealed_handle_rejects_staging_and_clones_share_one_accumulator() {
+        let e = Effects::default();
+        let clone = e.clone();
+        clone.put("a", "1").unwrap();
+        let staged = e.seal();
+        assert_eq!(staged.len(), 1);
+        assert!(matches!(
+            clone.put("b", "2"),
+            Err(EngineError::EffectsSealed)
+        ));
+    }
+}

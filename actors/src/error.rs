@@ -1,0 +1,126 @@
+//! The engine's error type. Every fallible engine operation returns
+//! [`EngineError`]; each variant says what went wrong and what to do about it.
+
+use crate::records::FailureKind;
+
+/// Errors of the untyped engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The durable queue (or the object store underneath it) failed.
+    #[error("queue error: {0}")]
+    Queue(#[from] taquba::Error),
+
+    /// An object-store operation outside the queue failed (memo entries, output blobs).
+    #[error("object store error: {0}")]
+    Store(#[from] taquba::object_store::Error),
+
+    /// The store was written with another durable layout version; gaffer refuses
+    /// to read it rather than misread it.
+    #[error(
+        "the store holds gaffer layout `{found}` but this build reads `{expected}`; \
+         open it with the gaffer version that wrote it, or point this engine at a new store path"
+    )]
+    LayoutMismatch {
+        /// The version marker found in the store.
+        found: String,
+        /// The version marker this build writes and reads.
+        expected: String,
+    },
+
+    /// A header key uses the engine's reserved prefix.
+    #[error("header `{0}` uses the reserved `gaffer.` prefix; choose another header name")]
+    ReservedHeader(String),
+
+    /// A KV key written through effects uses the engine's reserved prefix.
+    #[error(
+        "key `{0}` is under the reserved `gaffer/` prefix of the KV namespace; choose another key"
+    )]
+    ReservedKvKey(String),
+
+    /// The same key was both put and deleted by one handler's effects.
+    #[error("key `{0}` was both written and deleted by one job's effects")]
+    ConflictingKvEffect(String),
+
+    /// Effects were staged after the job returned.
+    #[error("effects can no longer be staged: the job already returned")]
+    EffectsSealed,
+
+    /// A value is larger than the KV value cap.
+    #[error(
+        "value of {size} bytes exceeds the {max}-byte KV value cap; store large values elsewhere and keep a pointer"
+    )]
+    ValueTooLarge {
+        /// The size that was rejected.
+        size: usize,
+        /// The cap.
+        max: usize,
+    },
+
+    /// A job id (run id) is not of the accepted form.
+    #[error("invalid job id `{0}`: a job id is 1-128 characters of [A-Za-z0-9_-]")]
+    InvalidJobId(String),
+
+    /// An idempotency key is already used by a job with a different payload.
+    #[error(
+        "job `{0}` already exists with a different payload (same idempotency key, different input)"
+    )]
+    InputMismatch(String),
+
+    /// No job with this id is known to the store (never submitted, or its record was
+    /// removed by retention).
+    #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]
+    JobNotFound(String),
+
+    /// A durable record could not be decoded.
+    #[error("corrupt record at `{key}`: {reason}")]
+    CorruptRecord {
+        /// The KV key or object path of the record.
+        key: String,
+        /// Why it failed to decode.
+        reason: String,
+    },
+
+    /// A job type was registered twice.
+    #[error("job type `{0}` is registered twice; every Job::NAME must be unique")]
+    DuplicateJobType(String),
+
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// The engine has shut down (or is shutting down) and accepts no more work.
+    #[error("the engine has shut down")]
+    ShutDown,
+
+    /// An actor of the engine did not answer.
+    #[error("engine actor unavailable: {0}")]
+    ActorUnavailable(String),
+
+    /// The engine failed to start.
+    #[error("engine failed to start: {0}")]
+    Startup(String),
+}
+
+impl EngineError {
+    /// True when retrying the same call cannot succeed.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::Queue(e) => e.is_permanent(),
+            Self::Store(_) | Self::ShutDown | Self::ActorUnavailable(_) | Self::Startup(_) => false,
+            _ => true,
+        }
+    }
+
+    /// The failure kind a job records when this error ends its attempt.
+    pub fn failure_kind(&self) -> FailureKind {
+        if self.is_permanent() {
+            FailureKind::Permanent
+        } else {
+            FailureKind::Transient
+        }
+    }
+}
+
+/// Result alias of the engine crate.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

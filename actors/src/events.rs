@@ -1,0 +1,79 @@
+//! Lifecycle events a service (or a test) can subscribe to.
+//!
+//! Events go out on a `tokio::sync::broadcast` channel: cheap when nobody
+//! listens, and a slow subscriber lags (and is told so) instead of slowing the
+//! engine. Events are observations, never the source of truth: the durable
+//! records are.
+
+use crate::records::FailureKind;
+
+/// Something that happened in the engine.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum EngineEvent {
+    /// A delivery of a job started in a handler.
+    JobStarted {
+        /// Run id.
+        run_id: String,
+        /// Job type.
+        job_type: String,
+        /// 1-based attempt.
+        attempt: u32,
+    },
+    /// A job succeeded and its outcome committed.
+    JobSucceeded {
+        /// Run id.
+        run_id: String,
+        /// Job type.
+        job_type: String,
+    },
+    /// An attempt failed. `retrying` says whether another attempt follows.
+    JobFailed {
+        /// Run id.
+        run_id: String,
+        /// Job type.
+        job_type: String,
+        /// Classification.
+        kind: FailureKind,
+        /// Reason.
+        message: String,
+        /// Whether the job was re-queued for another attempt.
+        retrying: bool,
+    },
+    /// A job was cancelled.
+    JobCancelled {
+        /// Run id.
+        run_id: String,
+    },
+    /// A handler worker crashed (panic or error) while running a job.
+    HandlerCrashed {
+        /// Job type of the pool.
+        job_type: String,
+        /// What the crash said.
+        reason: String,
+    },
+    /// A crashed handler worker was started again.
+    HandlerRestarted {
+        /// Job type of the pool.
+        job_type: String,
+    },
+    /// A job type crashed past its restart limit and is paused: its jobs stay queued.
+    JobTypePaused {
+        /// Job type.
+        job_type: String,
+    },
+    /// A run the reaper dead-lettered (lease lost on its last attempt, or found
+    /// claimed at open) got its failure record.
+    RunReconciled {
+        /// Run id.
+        run_id: String,
+    },
+    /// Expired outcome records were removed.
+    Swept {
+        /// Records removed in this pass.
+        removed: usize,
+    },
+}
+
+/// The sending side of the event channel.
+pub type EventSender = tokio::sync::broadcast::Sender<EngineEvent>;

@@ -1,0 +1,105 @@
+//! The seam between the engine and user code: a type-erased handler that
+//! takes a delivery (bytes) and returns a verdict (bytes or a failure).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use taquba::LeaseHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::effects::Effects;
+use crate::memo::Memo;
+use crate::records::FailureKind;
+
+/// One delivery of a job to its handler.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Run id: the id handles answer to.
+    pub run_id: String,
+    /// taquba job id of this delivery.
+    pub job_id: String,
+    /// Job type name.
+    pub job_type: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Attempt limit of the job.
+    pub max_attempts: u32,
+    /// Headers given at submission (reserved `gaffer.` headers removed).
+    pub headers: Arc<HashMap<String, String>>,
+    /// The encoded job.
+    pub payload: Arc<[u8]>,
+    /// Lease of the delivery: extend it for long work.
+    pub lease: LeaseHandle,
+    /// Fires when the job is cancelled (or the store closes).
+    pub cancel: CancellationToken,
+    /// The run's memo.
+    pub memo: Memo,
+    /// Effects applied with the successful settlement.
+    pub effects: Effects,
+    /// The engine running the job (KV reads, child submissions).
+    pub engine: crate::EngineRef,
+}
+
+/// What a delivery came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The job returned this encoded output.
+    Succeeded(Vec<u8>),
+    /// The job failed.
+    Failed {
+        /// Retry or not.
+        kind: FailureKind,
+        /// Why.
+        message: String,
+    },
+}
+
+impl Verdict {
+    /// A permanent failure.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::Failed {
+            kind: FailureKind::Permanent,
+            message: message.into(),
+        }
+    }
+
+    /// A transient failure.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::Failed {
+            kind: FailureKind::Transient,
+            message: message.into(),
+        }
+    }
+}
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// User code behind a job type, with its types erased.
+pub trait ErasedHandler: Send + Sync + 'static {
+    /// Run one delivery. May panic: the handler worker that runs it fails and
+    /// is restarted, and the job is nacked.
+    fn run(&self, delivery: Delivery) -> BoxFuture<Verdict>;
+}
+
+/// A registered job type.
+#[derive(Clone)]
+pub struct Registration {
+    /// Job type name (`Job::NAME`).
+    pub job_type: String,
+    /// The handler.
+    pub handler: Arc<dyn ErasedHandler>,
+    /// Workers of this type's pool; `None` = the engine's `max_concurrent_jobs`.
+    pub concurrency: Option<usize>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("job_type", &self.job_type)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,139 @@
+//! The durable key layout, in one place.
+//!
+//! Everything gaffer keeps lives either as a taquba job or under the reserved
+//! `gaffer/` prefix of the queue's caller KV namespace (or, for values over the
+//! KV cap, as an object under the engine's blob prefix with a pointer in KV).
+//! The layout is versioned by [`LAYOUT_VERSION`], stored at [`LAYOUT_KEY`]; a
+//! store holding another version is refused at start.
+
+use sha2::{Digest, Sha256};
+
+/// Marker of the layout this build writes and reads.
+pub const LAYOUT_VERSION: &str = "gaffer-layout-1";
+/// KV key holding the layout marker.
+pub const LAYOUT_KEY: &[u8] = b"gaffer/layout";
+/// Reserved prefix of the caller KV namespace: user effects may not write under it.
+pub const RESERVED_KV_PREFIX: &str = "gaffer/";
+/// Reserved header prefix: submissions may not set headers under it.
+pub const RESERVED_HEADER_PREFIX: &str = "gaffer.";
+/// Header carrying the job type name.
+pub const HEADER_TYPE: &str = "gaffer.type";
+/// Header carrying the run id (the id a handle answers to).
+pub const HEADER_RUN: &str = "gaffer.run";
+/// Prefix of the jobs retention index (a taquba `ExpiryIndex`).
+pub const JOBS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/jobs/";
+/// Default object-store prefix of memo entries and output blobs.
+pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
+
+/// `gaffer/v1/runs/{run_id}`: the active-run record, written with the enqueue and
+/// deleted by the terminal settlement.
+pub fn run_key(run_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/runs/{run_id}").into_bytes()
+}
+
+/// `gaffer/v1/outcomes/{run_id}`: the outcome record, written by the terminal settlement.
+pub fn outcome_key(run_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/outcomes/{run_id}").into_bytes()
+}
+
+/// Object path of a memo entry: `{blob}/v1/memo/{run_id}/{sha256(key)}`.
+pub fn memo_path(blob_prefix: &str, run_id: &str, key: &str) -> String {
+    format!(
+        "{blob_prefix}/v1/memo/{run_id}/{}",
+        hex_sha256(key.as_bytes())
+    )
+}
+
+/// Object prefix of all memo entries of a run (trailing slash included, so
+/// `run` never matches `run-suffix`).
+pub fn memo_dir(blob_prefix: &str, run_id: &str) -> String {
+    format!("{blob_prefix}/v1/memo/{run_id}/")
+}
+
+/// Object path of an output too large for KV: `{blob}/v1/outputs/{run_id}/{job_id}`.
+pub fn output_blob_path(blob_prefix: &str, run_id: &str, job_id: &str) -> String {
+    format!("{blob_prefix}/v1/outputs/{run_id}/{job_id}")
+}
+
+/// Object prefix of all output blobs of a run.
+pub fn output_blob_dir(blob_prefix: &str, run_id: &str) -> String {
+    format!("{blob_prefix}/v1/outputs/{run_id}/")
+}
+
+/// Lowercase hex SHA-256.
+pub fn hex_sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// SHA-256 of a job's identity: its type name and payload bytes. Two submissions
+/// under one id are "the same job" iff their input hashes are equal.
+pub fn input_hash(job_type: &str, payload: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update((job_type.len() as u64).to_be_bytes());
+    h.update(job_type.as_bytes());
+    h.update(payload);
+    h.finalize().into()
+}
+
+/// The run id of a keyed job: hex SHA-256 of the idempotency key.
+pub fn keyed_run_id(key: &str) -> String {
+    hex_sha256(key.as_bytes())
+}
+
+/// Whether `id` is an acceptable job id: 1–128 bytes of `[A-Za-z0-9_-]`.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_keys_are_under_the_reserved_prefix() {
+        for key in [
+            run_key("a"),
+            outcome_key("a"),
+            JOBS_EXPIRY_PREFIX.to_vec(),
+            LAYOUT_KEY.to_vec(),
+        ] {
+            assert!(key.starts_with(RESERVED_KV_PREFIX.as_bytes()), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn ids_are_validated() {
+        assert!(is_valid_id("ok-1_A"));
+        assert!(is_valid_id(&keyed_run_id("anything")));
+        for bad in ["", "a/b", "..", "a\0b", &"x".repeat(129), "é"] {
+            assert!(!is_valid_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn memo_dirs_do_not_match_a_run_id_as_prefix() {
+        let p = memo_path("b", "run-suffix", "k");
+        assert!(!p.starts_with(&memo_dir("b", "run")));
+        assert!(memo_path("b", "run", "k").starts_with(&memo_dir("b", "run")));
+    }
+
+    #[test]
+    fn input_hash_separates_type_from_payload() {
+        assert_ne!(input_hash("ab", b"c"), input_hash("a", b"bc"));
+        assert_eq!(input_hash("a", b"x"), input_hash("a", b"x"));
+    }
+}

@@ -1,0 +1,161 @@
+//! gaffer's engine: the actor tree, its messages and the durable layout.
+//!
+//! This crate is untyped: jobs are bytes in, bytes out. It is the internal
+//! engine of the `gaffer` crate and carries **no semver promise**; depend on
+//! `gaffer` instead. See ARCHITECTURE.md at the repository root for the tree,
+//! the messages, the key layout and the invariants.
+
+#![warn(missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
+
+pub mod claimer;
+pub mod effects;
+pub mod error;
+pub mod events;
+pub mod handler;
+pub mod keys;
+pub mod memo;
+pub mod pool;
+pub mod records;
+pub mod services;
+pub mod settings;
+mod settle;
+pub mod supervisor;
+pub mod sweeper;
+pub mod waiters;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorRef, DerivedActorRef};
+
+pub use error::{EngineError, Result};
+pub use events::EngineEvent;
+pub use handler::{BoxFuture, Delivery, ErasedHandler, Registration, Verdict};
+pub use pool::PoolStats;
+pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
+pub use services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
+pub use settings::Settings;
+pub use supervisor::{EngineConfig, EngineMessage, QueueSource, ShutdownReport};
+pub use sweeper::SweepReport;
+pub use waiters::{JobFinished, WaitError};
+
+/// A clonable handle on a running engine: the supervisor's `ActorRef` plus the
+/// engine's shared services.
+#[derive(Debug, Clone)]
+pub struct EngineRef {
+    actor: ActorRef<EngineMessage>,
+    services: Arc<Services>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> EngineError {
+    EngineError::ActorUnavailable(e.to_string())
+}
+
+impl EngineRef {
+    /// Start an engine: open the queue, check the layout, spawn the tree.
+    pub async fn start(config: EngineConfig) -> Result<Self> {
+        let (actor, _) = Actor::spawn(None, supervisor::Supervisor, config)
+            .await
+            .map_err(|e| match e {
+                ractor::SpawnErr::StartupFailed(inner) => match inner.downcast::<EngineError>() {
+                    Ok(engine) => *engine,
+                    Err(other) => EngineError::Startup(other.to_string()),
+                },
+                other => EngineError::Startup(other.to_string()),
+            })?;
+        let services = ractor::call!(actor, EngineMessage::GetServices).map_err(unavailable)?;
+        Ok(Self { actor, services })
+    }
+
+    pub(crate) fn from_parts(actor: ActorRef<EngineMessage>, services: Arc<Services>) -> Self {
+        Self { actor, services }
+    }
+
+    /// The supervisor's `ActorRef`: send it [`EngineMessage`]s.
+    pub fn actor(&self) -> &ActorRef<EngineMessage> {
+        &self.actor
+    }
+
+    /// The engine's shared services.
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    /// Submit a job (directly, without a hop through the supervisor).
+    pub async fn submit(&self, request: SubmitRequest) -> Result<Submitted> {
+        self.services.submit(request).await
+    }
+
+    /// Wait for a job to end and return its outcome record.
+    pub async fn await_job(&self, run_id: &str) -> Result<OutcomeRecord> {
+        if !keys::is_valid_id(run_id) {
+            return Err(EngineError::InvalidJobId(run_id.to_string()));
+        }
+        let answer = ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string());
+        match answer {
+            Ok(Ok(record)) => Ok(record),
+            Ok(Err(WaitError::NotFound(id))) => Err(EngineError::JobNotFound(id)),
+            Ok(Err(WaitError::ShutDown)) => Err(EngineError::ShutDown),
+            Ok(Err(WaitError::Read(e))) => Err(EngineError::ActorUnavailable(e)),
+            // The supervisor is gone: the engine shut down. A waiters restart
+            // drops the port too; the records still answer then.
+            Err(e) => match self.services.outcome(run_id).await {
+                Ok(Some(record)) => Ok(record),
+                Ok(None) if self.actor.get_status() == ractor::ActorStatus::Running => {
+                    Box::pin(self.await_job(run_id)).await
+                }
+                Ok(None) => Err(unavailable(e)),
+                Err(inner) => Err(inner),
+            },
+        }
+    }
+
+    /// Have `to` told (by a [`JobFinished`] message) when the job ends.
+    pub fn watch_job(&self, run_id: &str, to: DerivedActorRef<JobFinished>) -> Result<()> {
+        self.actor
+            .cast(EngineMessage::WatchJob(run_id.to_string(), to))
+            .map_err(|_| EngineError::ShutDown)
+    }
+
+    /// Where a job is now (durable; works after a restart).
+    pub async fn status(&self, run_id: &str) -> Result<Option<JobState>> {
+        self.services.state(run_id).await
+    }
+
+    /// Cancel a job.
+    pub async fn cancel(&self, run_id: &str) -> Result<CancelResult> {
+        if !keys::is_valid_id(run_id) {
+            return Err(EngineError::InvalidJobId(run_id.to_string()));
+        }
+        ractor::call!(self.actor, EngineMessage::CancelJob, run_id.to_string())
+            .map_err(|_| EngineError::ShutDown)?
+    }
+
+    /// Counters of each job type's handler pool.
+    pub async fn pool_stats(&self) -> Result<HashMap<String, PoolStats>> {
+        ractor::call!(self.actor, EngineMessage::GetPoolStats).map_err(unavailable)
+    }
+
+    /// Run one sweeper pass (reconciliation and retention) now.
+    pub async fn sweep_now(&self) -> Result<SweepReport> {
+        ractor::call!(self.actor, EngineMessage::SweepNow).map_err(unavailable)
+    }
+
+    /// Subscribe to lifecycle events.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.services.subscribe()
+    }
+
+    /// Shut down gracefully and wait for the supervisor to exit.
+    pub async fn shutdown(&self) -> Result<ShutdownReport> {
+        let report = ractor::call!(self.actor, EngineMessage::Shutdown)
+            .map_err(|_| EngineError::ShutDown)?;
+        // Wait for the supervisor itself to be gone.
+        let _ = self
+            .actor
+            .wait(Some(std::time::Duration::from_secs(30)))
+            .await;
+        Ok(report)
+    }
+}

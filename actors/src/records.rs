@@ -1,0 +1,136 @@
+//! Durable records and their encoding (MessagePack with field names).
+//!
+//! Records are self-contained so a reader (an inspector, another process with a
+//! `QueueReader`) can decode them without the actor tree.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+
+/// How a failure is classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureKind {
+    /// Worth retrying: retried with backoff while attempts remain.
+    Transient,
+    /// Retrying cannot help: the job is dead-lettered on this attempt.
+    Permanent,
+}
+
+/// The active-run record at `gaffer/v1/runs/{run_id}`. Exists exactly while the
+/// run's queue job is pending, scheduled or claimed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The taquba job id currently carrying this run.
+    pub job_id: String,
+    /// Job type name.
+    pub job_type: String,
+    /// SHA-256 of type name + payload: equal iff the same job was submitted.
+    #[serde(with = "serde_bytes_array")]
+    pub input_hash: [u8; 32],
+    /// Submission time, queue clock, epoch ms.
+    pub submitted_at_ms: u64,
+}
+
+/// Where a success output lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputRef {
+    /// The encoded output, inline.
+    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The encoded output was over the KV cap: it lives at this object path.
+    Blob(String),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The job returned an output.
+    Succeeded(OutputRef),
+    /// The job failed for good (permanent error, attempts exhausted, lease lost on
+    /// the last attempt, unknown type, malformed payload).
+    Failed {
+        /// Classification of the failure.
+        kind: FailureKind,
+        /// Human-readable reason.
+        message: String,
+    },
+    /// The job was cancelled before it finished.
+    Cancelled,
+}
+
+/// The outcome record at `gaffer/v1/outcomes/{run_id}`, committed in the same
+/// transaction as the settlement that ended the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// The job id of the run's last delivery.
+    pub job_id: String,
+    /// Job type name.
+    pub job_type: String,
+    /// Input hash of the run (see [`RunRecord::input_hash`]).
+    #[serde(with = "serde_bytes_array")]
+    pub input_hash: [u8; 32],
+    /// Attempts used.
+    pub attempts: u32,
+    /// When the run ended, queue clock, epoch ms.
+    pub finished_at_ms: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// Encode a record.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Records are plain structs of strings, integers and byte arrays: encoding
+    // into a Vec cannot fail for them.
+    rmp_serde::to_vec_named(value).unwrap_or_default()
+}
+
+/// Decode a record read at `key`.
+pub fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], bytes: &[u8]) -> Result<T> {
+    rmp_serde::from_slice(bytes).map_err(|e| EngineError::CorruptRecord {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
+mod serde_bytes_array {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        let v: serde_bytes::ByteBuf = Deserialize::deserialize(d)?;
+        v.as_ref()
+            .try_into()
+            .map_err(|_| serde::de::Error::invalid_length(v.len(), &"32 bytes"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_records_round_trip() {
+        let rec = OutcomeRecord {
+            job_id: "j".into(),
+            job_type: "t".into(),
+            input_hash: [7; 32],
+            attempts: 2,
+            finished_at_ms: 9,
+            outcome: Outcome::Failed {
+                kind: FailureKind::Permanent,
+                message: "no".into(),
+            },
+        };
+        let bytes = encode(&rec);
+        let back: OutcomeRecord = decode(b"k", &bytes).unwrap();
+        assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn a_corrupt_record_is_a_typed_error() {
+        let err = decode::<RunRecord>(b"gaffer/v1/runs/x", b"\xc1garbage").unwrap_err();
+        assert!(matches!(err, EngineError::CorruptRecord { .. }), "{err}");
+    }
+}

@@ -1,0 +1,398 @@
+//! Engine services: the shared resources (queue, object store, clock, event
+//! channel) and the bytes-level operations every part of the engine and the
+//! typed layer uses: submit, read an outcome, read a job's state, cancel.
+//!
+//! `Services` holds no engine state. It holds the queue weakly: the supervisor
+//! owns the queue, and once it closes the queue at shutdown every operation
+//! here fails with [`EngineError::ShutDown`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+use taquba::object_store::path::Path;
+use taquba::object_store::{ObjectStore, ObjectStoreExt};
+use taquba::{
+    CancelOutcome, Clock, EnqueueOptions, EnqueueRequest, ExpiryIndex, JobStatus, Queue,
+    SettlementEffects,
+};
+
+use crate::error::{EngineError, Result};
+use crate::events::{EngineEvent, EventSender};
+use crate::keys;
+use crate::records::{self, Outcome, OutcomeRecord, OutputRef, RunRecord};
+use crate::settings::Settings;
+
+/// A job to submit, as bytes.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitRequest {
+    /// Job type name; routes the job to its handler.
+    pub job_type: String,
+    /// The encoded job.
+    pub payload: Vec<u8>,
+    /// Idempotency key: submissions with one key are one job.
+    pub idempotency_key: Option<String>,
+    /// Headers stored on the job (no `gaffer.` prefix).
+    pub headers: HashMap<String, String>,
+    /// Priority (lower is claimed first); `None` = queue default.
+    pub priority: Option<u32>,
+    /// Attempt limit; `None` = queue default.
+    pub max_attempts: Option<u32>,
+    /// Earliest time to run; `None` = now.
+    pub run_at: Option<SystemTime>,
+}
+
+/// What a submission came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// Run id: the job's id from now on.
+    pub run_id: String,
+    /// True when this call created the job; false when it joined a live job or
+    /// found a recorded outcome.
+    pub newly_submitted: bool,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for its `run_at`, or for a retry's backoff.
+    Scheduled,
+    /// Waiting to be claimed.
+    Queued,
+    /// Claimed by a handler.
+    Running,
+    /// Finished with an output.
+    Succeeded,
+    /// Finished with a failure.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl JobState {
+    /// Whether the job has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    pub(crate) fn of(outcome: &Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded(_) => Self::Succeeded,
+            Outcome::Failed { .. } => Self::Failed,
+            Outcome::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+/// What a cancel request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelResult {
+    /// The job had not started; it is removed and recorded as cancelled.
+    Cancelled,
+    /// The job is running: its cancel token fired, and it is recorded as
+    /// cancelled when its handler returns.
+    Requested,
+    /// The job had already ended in this state.
+    AlreadyFinished(JobState),
+}
+
+/// Shared resources and bytes-level operations of one engine.
+pub struct Services {
+    queue: Weak<Queue>,
+    store: Arc<dyn ObjectStore>,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+    events: EventSender,
+    expiry: ExpiryIndex,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+const MAX_SUBMIT_ROUNDS: usize = 16;
+
+impl Services {
+    pub(crate) fn new(
+        queue: &Arc<Queue>,
+        store: Arc<dyn ObjectStore>,
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let (events, _) = tokio::sync::broadcast::channel(4096);
+        Self {
+            queue: Arc::downgrade(queue),
+            store,
+            settings,
+            clock,
+            events,
+            expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
+        }
+    }
+
+    /// The queue, while the engine runs.
+    pub fn queue(&self) -> Result<Arc<Queue>> {
+        self.queue.upgrade().ok_or(EngineError::ShutDown)
+    }
+
+    /// The object store of memo entries and large outputs.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The engine's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The clock of records and retention (taquba's clock).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Subscribe to lifecycle events.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn emit(&self, event: EngineEvent) {
+        // No subscriber is fine: events are observations.
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn expiry(&self) -> &ExpiryIndex {
+        &self.expiry
+    }
+
+    /// Submit a job. With an idempotency key, a live job with the same key is
+    /// joined and a recorded outcome answers, atomically: the run record is
+    /// created only if neither a run record nor an outcome record exists.
+    pub async fn submit(&self, req: SubmitRequest) -> Result<Submitted> {
+        if let Some(h) = req
+            .headers
+            .keys()
+            .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        let queue = self.queue()?;
+        let hash = keys::input_hash(&req.job_type, &req.payload);
+        let Some(key) = req.idempotency_key.as_deref() else {
+            let job_id = queue.next_job_id();
+            let effects = SettlementEffects::default().kv_put(
+                keys::run_key(&job_id),
+                self.run_record(&job_id, &req.job_type, hash),
+            );
+            let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
+            queue
+                .enqueue_with_effects(&self.settings.queue_name, payload, opts, effects)
+                .await?;
+            return Ok(Submitted {
+                run_id: job_id,
+                newly_submitted: true,
+            });
+        };
+        let run_id = keys::keyed_run_id(key);
+        let run_key = keys::run_key(&run_id);
+        let outcome_key = keys::outcome_key(&run_id);
+        for _ in 0..MAX_SUBMIT_ROUNDS {
+            let job_id = queue.next_job_id();
+            let (options, payload) = self.enqueue_options(&req, &run_id, &job_id);
+            let effects = SettlementEffects::default()
+                .kv_put(
+                    run_key.clone(),
+                    self.run_record(&job_id, &req.job_type, hash),
+                )
+                .enqueue(EnqueueRequest {
+                    queue: self.settings.queue_name.clone(),
+                    payload,
+                    options,
+                });
+            let compares: [(&[u8], Option<&[u8]>); 2] = [(&run_key, None), (&outcome_key, None)];
+            if queue.kv_compare_commit(&compares, effects).await?.is_some() {
+                return Ok(Submitted {
+                    run_id,
+                    newly_submitted: true,
+                });
+            }
+            // Someone holds the id: a live run or a recorded outcome. Read the run
+            // record first: a run that ends between the two reads has its outcome
+            // committed in the same transaction that deleted the run record.
+            if let Some(bytes) = queue.view().kv_get(&run_key).await? {
+                let run: RunRecord = records::decode(&run_key, &bytes)?;
+                return self.answer(run.input_hash, hash, run_id);
+            }
+            if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+                let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
+                return self.answer(rec.input_hash, hash, run_id);
+            }
+            // Both were removed in between (retention): try again.
+        }
+        Err(EngineError::ActorUnavailable(format!(
+            "submission of `{run_id}` kept racing concurrent changes; retry it"
+        )))
+    }
+
+    fn answer(&self, recorded: [u8; 32], hash: [u8; 32], run_id: String) -> Result<Submitted> {
+        if recorded == hash {
+            Ok(Submitted {
+                run_id,
+                newly_submitted: false,
+            })
+        } else {
+            Err(EngineError::InputMismatch(run_id))
+        }
+    }
+
+    fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Vec<u8> {
+        records::encode(&RunRecord {
+            job_id: job_id.to_string(),
+            job_type: job_type.to_string(),
+            input_hash,
+            submitted_at_ms: self.clock.now_ms(),
+        })
+    }
+
+    fn enqueue_options(
+        &self,
+        req: &SubmitRequest,
+        run_id: &str,
+        job_id: &str,
+    ) -> (EnqueueOptions, Vec<u8>) {
+        let mut headers = req.headers.clone();
+        headers.insert(keys::HEADER_TYPE.into(), req.job_type.clone());
+        headers.insert(keys::HEADER_RUN.into(), run_id.into());
+        let opts = EnqueueOptions::default()
+            .headers(headers)
+            .id_override(job_id.to_string())
+            .priority(req.priority)
+            .max_attempts(req.max_attempts)
+            .run_at(req.run_at);
+        (opts, req.payload.clone())
+    }
+
+    /// The outcome record of a run, if it has ended and the record is retained.
+    pub async fn outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
+        check_id(run_id)?;
+        let key = keys::outcome_key(run_id);
+        match self.queue()?.view().kv_get(&key).await? {
+            Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The active-run record of a run, if it is queued, scheduled or running.
+    pub async fn run_record_of(&self, run_id: &str) -> Result<Option<RunRecord>> {
+        check_id(run_id)?;
+        let key = keys::run_key(run_id);
+        match self.queue()?.view().kv_get(&key).await? {
+            Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of a success output, fetching a blob if the output was large.
+    pub async fn output_bytes(&self, output: &OutputRef) -> Result<Vec<u8>> {
+        match output {
+            OutputRef::Inline(bytes) => Ok(bytes.clone()),
+            OutputRef::Blob(path) => {
+                let found = self.store.get(&Path::from(path.as_str())).await?;
+                Ok(found.bytes().await?.to_vec())
+            }
+        }
+    }
+
+    /// Where a job is now; `None` if no job with this id is known (never
+    /// submitted, or its record was removed by retention). Durable: works across
+    /// restarts.
+    pub async fn state(&self, run_id: &str) -> Result<Option<JobState>> {
+        if let Some(run) = self.run_record_of(run_id).await? {
+            let record = self.queue()?.view().job_record(&run.job_id).await?;
+            return Ok(Some(match record.map(|r| r.status) {
+                Some(JobStatus::Scheduled) => JobState::Scheduled,
+                Some(JobStatus::Pending) | None => JobState::Queued,
+                // Done/Dead with the run record still present: the settlement or
+                // the reconciliation is in progress.
+                Some(JobStatus::Claimed | JobStatus::Done | JobStatus::Dead) => JobState::Running,
+            }));
+        }
+        Ok(self
+            .outcome(run_id)
+            .await?
+            .map(|r| JobState::of(&r.outcome)))
+    }
+
+    /// Cancel a job. A queued job is removed and recorded as cancelled in one
+    /// transaction; a running job's cancel token fires and its handler's return
+    /// is recorded as cancelled.
+    pub async fn cancel(&self, run_id: &str) -> Result<(CancelResult, Option<OutcomeRecord>)> {
+        let queue = self.queue()?;
+        for _ in 0..MAX_SUBMIT_ROUNDS {
+            let Some(run) = self.run_record_of(run_id).await? else {
+                return match self.outcome(run_id).await? {
+                    Some(rec) => Ok((
+                        CancelResult::AlreadyFinished(JobState::of(&rec.outcome)),
+                        None,
+                    )),
+                    None => Err(EngineError::JobNotFound(run_id.to_string())),
+                };
+            };
+            let record = OutcomeRecord {
+                job_id: run.job_id.clone(),
+                job_type: run.job_type.clone(),
+                input_hash: run.input_hash,
+                attempts: 0,
+                finished_at_ms: self.clock.now_ms(),
+                outcome: Outcome::Cancelled,
+            };
+            let effects = self.terminal_effects(run_id, &record);
+            match queue.cancel_with(&run.job_id, effects).await?.0 {
+                CancelOutcome::Removed => {
+                    self.emit(EngineEvent::JobCancelled {
+                        run_id: run_id.to_string(),
+                    });
+                    return Ok((CancelResult::Cancelled, Some(record)));
+                }
+                CancelOutcome::Requested => return Ok((CancelResult::Requested, None)),
+                // Ended between our read and the cancel: look again.
+                CancelOutcome::NotFound => continue,
+            }
+        }
+        Err(EngineError::ActorUnavailable(format!(
+            "cancel of `{run_id}` kept racing concurrent changes; retry it"
+        )))
+    }
+
+    /// Read a committed value from the caller KV namespace.
+    pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.queue()?.view().kv_get(key).await?.map(|b| b.to_vec()))
+    }
+
+    /// The effects that end a run: delete its run record, write its outcome
+    /// record and, under retention, its expiry entry.
+    pub(crate) fn terminal_effects(
+        &self,
+        run_id: &str,
+        record: &OutcomeRecord,
+    ) -> SettlementEffects {
+        let mut effects = SettlementEffects::default()
+            .kv_delete(keys::run_key(run_id))
+            .kv_put(keys::outcome_key(run_id), records::encode(record));
+        if self.settings.retention.is_some() {
+            effects = effects.expiry_entry(&self.expiry, record.finished_at_ms, run_id.as_bytes());
+        }
+        effects
+    }
+}
+
+fn check_id(run_id: &str) -> Result<()> {
+    if keys::is_valid_id(run_id) {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidJobId(run_id.to_string()))
+    }
+}

@@ -1,0 +1,92 @@
+//! Engine settings: a plain struct with defaults and `validate()`.
+
+use std::time::Duration;
+
+use crate::error::{EngineError, Result};
+
+/// Settings of one engine.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// taquba queue holding the jobs. Default `"jobs"`.
+    pub queue_name: String,
+    /// Jobs held by handlers at once across all job types (the claimer's
+    /// credits). Default 16.
+    pub max_concurrent_jobs: usize,
+    /// Longest idle wait of the claimer before it looks at the queue again, and
+    /// period of the sweeper (reconciliation and retention). In-process
+    /// submissions, retries and scheduled promotions wake the claimer at once.
+    /// Default 100 ms.
+    pub poll_interval: Duration,
+    /// Keep outcome records this long after a job ends; `None` keeps them
+    /// forever. Default `None`.
+    pub retention: Option<Duration>,
+    /// Object-store prefix for memo entries and large outputs. Must not overlap
+    /// the queue's path. Default `"gaffer-blobs"`.
+    pub blob_prefix: String,
+    /// Settlements (ack/nack commits) in flight per job type before the pool
+    /// stops asking for more jobs. Settlements commit together, so a handler
+    /// slot takes its next job while its last one's settlement waits for the
+    /// queue's flush. Default 1024.
+    pub settlement_window: usize,
+    /// First delay before a crashed handler worker restarts; doubles per
+    /// recent crash up to `restart_backoff_max`. Default 50 ms.
+    pub restart_backoff_base: Duration,
+    /// Longest restart delay. Default 5 s.
+    pub restart_backoff_max: Duration,
+    /// Crashes of one job type's workers tolerated within `restart_window`
+    /// before the type is paused. Default 100.
+    pub max_restarts: usize,
+    /// Window of `max_restarts`. Default 10 s.
+    pub restart_window: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            queue_name: "jobs".into(),
+            max_concurrent_jobs: 16,
+            poll_interval: Duration::from_millis(100),
+            retention: None,
+            blob_prefix: crate::keys::DEFAULT_BLOB_PREFIX.into(),
+            settlement_window: 1024,
+            restart_backoff_base: Duration::from_millis(50),
+            restart_backoff_max: Duration::from_secs(5),
+            max_restarts: 100,
+            restart_window: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Settings {
+    /// Check every field; the error says which and how to fix it.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::InvalidConfig(m));
+        if self.max_concurrent_jobs == 0 {
+            return bad("max_concurrent_jobs must be at least 1".into());
+        }
+        if self.settlement_window == 0 {
+            return bad("settlement_window must be at least 1".into());
+        }
+        if self.poll_interval.is_zero() {
+            return bad("poll_interval must be greater than zero".into());
+        }
+        if let Some(r) = self.retention
+            && r < Duration::from_millis(1)
+        {
+            return bad(format!("retention must be at least 1 ms (got {r:?})"));
+        }
+        if taquba::QueueName::new(&self.queue_name).is_err() {
+            return bad(format!(
+                "queue name `{}` must be 1-255 bytes of [A-Za-z0-9._-] starting with a letter or digit",
+                self.queue_name
+            ));
+        }
+        if self.blob_prefix.is_empty() || self.blob_prefix.contains("//") {
+            return bad(format!(
+                "blob prefix `{}` must be a non-empty object path",
+                self.blob_prefix
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,188 @@
+//! Waiters: the one actor that resolves callers waiting for a job to end.
+//!
+//! Owns the map run id → waiting callers. Completions are pushed to it by the
+//! settlement that ended the run (or by the sweeper's reconciliation, or a
+//! cancel); it never polls per handle. A new waiter triggers one read of the
+//! durable records, so a run that ended before the waiter arrived (or in an
+//! earlier process) answers from its outcome record.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort};
+
+use crate::records::OutcomeRecord;
+use crate::services::Services;
+
+/// Why a wait ended without an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WaitError {
+    /// No job with this id is known: never submitted, or retention removed its record.
+    #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]
+    NotFound(String),
+    /// The engine shut down before the job ended.
+    #[error("the engine shut down before the job ended")]
+    ShutDown,
+    /// Reading the records failed.
+    #[error("reading the job's records failed: {0}")]
+    Read(String),
+}
+
+/// The message an actor that watches a job receives when the job ends.
+#[derive(Debug, Clone)]
+pub struct JobFinished {
+    /// The run id watched.
+    pub run_id: String,
+    /// Its outcome record, or why there is none.
+    pub result: Result<OutcomeRecord, WaitError>,
+}
+
+/// Someone waiting for a job to end.
+#[derive(Debug)]
+pub enum Waiter {
+    /// A caller blocked in `call!`.
+    Reply(RpcReplyPort<Result<OutcomeRecord, WaitError>>),
+    /// An actor told by message.
+    Notify(DerivedActorRef<JobFinished>),
+}
+
+impl Waiter {
+    fn resolve(self, run_id: &str, result: Result<OutcomeRecord, WaitError>) {
+        match self {
+            Self::Reply(port) => {
+                let _ = port.send(result);
+            }
+            Self::Notify(to) => {
+                let _ = to.send_message(JobFinished {
+                    run_id: run_id.to_string(),
+                    result,
+                });
+            }
+        }
+    }
+}
+
+/// Messages of the waiters actor.
+#[derive(Debug)]
+pub enum WaitersMessage {
+    /// Wait for `run_id` to end.
+    Await {
+        /// Run id.
+        run_id: String,
+        /// Who to tell.
+        waiter: Waiter,
+    },
+    /// A settlement ended `run_id`.
+    Settled {
+        /// Run id.
+        run_id: String,
+        /// Its outcome record.
+        record: Box<OutcomeRecord>,
+    },
+    /// The durable check started by `Await` finished: `Ok(None)` = still running.
+    Checked {
+        /// Run id.
+        run_id: String,
+        /// What the records said.
+        result: Result<Option<OutcomeRecord>, WaitError>,
+    },
+    /// The engine is shutting down: fail every waiter.
+    FailAll,
+    /// How many runs have waiters.
+    GetWaiting(RpcReplyPort<usize>),
+}
+
+/// The waiters actor.
+#[derive(Debug)]
+pub struct Waiters;
+
+/// State of the waiters actor.
+#[derive(Debug)]
+pub struct WaitersState {
+    services: Arc<Services>,
+    waiting: HashMap<String, Vec<Waiter>>,
+}
+
+impl WaitersState {
+    fn add(&mut self, myself: &ActorRef<WaitersMessage>, run_id: String, waiter: Waiter) {
+        self.waiting.entry(run_id.clone()).or_default().push(waiter);
+        let services = self.services.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let result = check(&services, &run_id).await;
+            let _ = myself.cast(WaitersMessage::Checked { run_id, result });
+        });
+    }
+
+    fn resolve(&mut self, run_id: &str, result: Result<OutcomeRecord, WaitError>) {
+        for waiter in self.waiting.remove(run_id).unwrap_or_default() {
+            waiter.resolve(run_id, result.clone());
+        }
+    }
+}
+
+/// Read the run record first: if it exists the run has not ended, and its end
+/// will be pushed to us. Otherwise the outcome record (committed in the same
+/// transaction that deleted the run record) answers, or nothing is known.
+async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord>, WaitError> {
+    let read = |e: crate::EngineError| match e {
+        crate::EngineError::ShutDown => WaitError::ShutDown,
+        e => WaitError::Read(e.to_string()),
+    };
+    if services
+        .run_record_of(run_id)
+        .await
+        .map_err(read)?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    match services.outcome(run_id).await.map_err(read)? {
+        Some(rec) => Ok(Some(rec)),
+        None => Err(WaitError::NotFound(run_id.to_string())),
+    }
+}
+
+impl Actor for Waiters {
+    type Msg = WaitersMessage;
+    type State = WaitersState;
+    type Arguments = Arc<Services>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        services: Arc<Services>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(WaitersState {
+            services,
+            waiting: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            WaitersMessage::Await { run_id, waiter } => state.add(&myself, run_id, waiter),
+            WaitersMessage::Settled { run_id, record } => state.resolve(&run_id, Ok(*record)),
+            WaitersMessage::Checked { run_id, result } => match result {
+                Ok(None) => {}
+                Ok(Some(record)) => state.resolve(&run_id, Ok(record)),
+                Err(e) => state.resolve(&run_id, Err(e)),
+            },
+            WaitersMessage::FailAll => {
+                let ids: Vec<String> = state.waiting.keys().cloned().collect();
+                for id in ids {
+                    state.resolve(&id, Err(WaitError::ShutDown));
+                }
+            }
+            WaitersMessage::GetWaiting(reply) => {
+                let _ = reply.send(state.waiting.len());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! `JobContext`: what a running job can reach.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use taquba::LeaseHandle;
+use tokio_util::sync::CancellationToken;
+
+use gaffer_actors::Delivery;
+use gaffer_actors::effects::Effects;
+
+use crate::engine::{SubmitOptions, submit_typed};
+use crate::error::{Error, Result};
+use crate::handle::JobHandle;
+use crate::job::Job;
+
+/// Application state registered on the builder, by exact type.
+pub(crate) type StateMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
+
+/// The context of one delivery of a job: its id and attempt, the application
+/// state, the lease, the cancel token, the memo, the effects, KV reads and
+/// child submissions.
+#[derive(Debug)]
+pub struct JobContext {
+    delivery: Delivery,
+    state: Arc<StateMap>,
+}
+
+impl JobContext {
+    pub(crate) fn new(delivery: Delivery, state: Arc<StateMap>) -> Self {
+        Self { delivery, state }
+    }
+
+    /// Registered application state of type `T`.
+    ///
+    /// # Panics
+    /// If no state of exactly type `T` was registered on the builder: that is a
+    /// wiring mistake in the program, not bad input. Use
+    /// [`try_state`](Self::try_state) to handle absence.
+    pub fn state<T: Any + Send + Sync>(&self) -> &T {
+        match self.try_state::<T>() {
+            Some(v) => v,
+            None => panic!(
+                "no application state of type `{}` registered on the engine builder",
+                std::any::type_name::<T>()
+            ),
+        }
+    }
+
+    /// Registered application state of type `T`, if any.
+    pub fn try_state<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.state
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
+    }
+
+    /// The job's id (the same as its handle's).
+    pub fn id(&self) -> &str {
+        &self.delivery.run_id
+    }
+
+    /// This delivery's attempt, 1-based.
+    pub fn attempt(&self) -> u32 {
+        self.delivery.attempt
+    }
+
+    /// The job's attempt limit.
+    pub fn max_attempts(&self) -> u32 {
+        self.delivery.max_attempts
+    }
+
+    /// Whether a transient failure of this attempt ends the job.
+    pub fn is_last_attempt(&self) -> bool {
+        self.delivery.attempt >= self.delivery.max_attempts
+    }
+
+    /// Headers given at submission.
+    pub fn headers(&self) -> &HashMap<String, String> {
+        &self.delivery.headers
+    }
+
+    /// Fires when the job is cancelled (or the engine's store closes). Stop
+    /// early when it does: whatever the job then returns is recorded as
+    /// cancelled.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.delivery.cancel
+    }
+
+    /// The lease of this delivery: `lease().ensure_at_least(d)` keeps the job
+    /// from being redelivered while long work runs.
+    pub fn lease(&self) -> &LeaseHandle {
+        &self.delivery.lease
+    }
+
+    /// The job's memo: results kept across its retries.
+    pub fn memo(&self) -> Memo {
+        Memo {
+            inner: self.delivery.memo.clone(),
+        }
+    }
+
+    /// KV writes applied atomically with the job's successful settlement, and
+    /// never otherwise. Keys under `gaffer/` are reserved.
+    pub fn effects(&self) -> &Effects {
+        &self.delivery.effects
+    }
+
+    /// A committed value of the queue's KV namespace (this job's staged effects
+    /// are not visible).
+    pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.delivery.engine.services().kv_get(key).await?)
+    }
+
+    /// Submit another job now. It is independent of this one: it runs even if
+    /// this job fails, and a retry of this job submits it again unless it has an
+    /// idempotency key.
+    pub async fn submit<J: Job>(&self, job: J) -> Result<JobHandle<J>> {
+        self.submit_with(job, SubmitOptions::default()).await
+    }
+
+    /// [`submit`](Self::submit) with options.
+    pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
+        submit_typed(&self.delivery.engine, job, opts).await
+    }
+}
+
+/// A job's memo: values kept across its retries, by key (any string).
+#[derive(Debug, Clone)]
+pub struct Memo {
+    inner: gaffer_actors::memo::Memo,
+}
+
+impl Memo {
+    /// The raw entry at `key`.
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.inner.get(key).await?)
+    }
+
+    /// Write the raw entry at `key`.
+    pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<()> {
+        Ok(self.inner.put(key, value).await?)
+    }
+
+    /// The value memoized at `key`, or compute it with `f` and memoize it. A
+    /// failed computation stores nothing; an entry that no longer decodes is
+    /// recomputed and overwritten.
+    pub async fn memoized<T, E, F, Fut>(&self, key: &str, f: F) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        if let Some(bytes) = self.get(key).await?
+            && let Ok(value) = rmp_serde::from_slice::<T>(&bytes)
+        {
+            return Ok(value);
+        }
+        let value = f().await?;
+        let bytes = rmp_serde::to_vec_named(&value)
+            .map_err(|e| Error::encode(format!("memo `{key}`"), e))?;
+        self.put(key, bytes).await?;
+        Ok(value)
+    }
+
+    /// [`memoized`](Self::memoized) under [`content_key`](Self::content_key)`(input)`.
+    pub async fn memoized_by_content<I, T, E, F, Fut>(&self, input: &I, f: F) -> Result<T, E>
+    where
+        I: Serialize,
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let key = Self::content_key(input)?;
+        self.memoized(&key, f).await
+    }
+
+    /// `"content:" + hex sha256(msgpack(input))`.
+    pub fn content_key<I: Serialize>(input: &I) -> Result<String> {
+        let bytes =
+            rmp_serde::to_vec_named(input).map_err(|e| Error::encode("memo content key", e))?;
+        Ok(format!(
+            "content:{}",
+            gaffer_actors::keys::hex_sha256(&bytes)
+        ))
+    }
+}

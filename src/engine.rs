@@ -1,0 +1,419 @@
+//! `Engine` and its builder: start the actor tree, register job types,
+//! submit jobs.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ractor::ActorRef;
+use taquba::object_store::ObjectStore;
+use taquba::object_store::local::LocalFileSystem;
+use taquba::object_store::memory::InMemory;
+use taquba::{Clock, OpenOptions, Queue};
+
+use gaffer_actors::{
+    BoxFuture, CancelResult, Delivery, EngineConfig, EngineError, EngineEvent, EngineMessage,
+    EngineRef, ErasedHandler, JobState, OutcomeRecord, QueueSource, Registration, Settings,
+    ShutdownReport, SubmitRequest, Verdict,
+};
+
+use crate::context::{JobContext, StateMap};
+use crate::error::{Error, JobError, Result};
+use crate::handle::{JobHandle, decode_outcome};
+use crate::job::Job;
+
+/// Options of one submission. Only the payload decides whether two keyed
+/// submissions are the same job; options of a duplicate are ignored.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    /// Attempt limit; beats [`Job::max_attempts`], which beats the queue's.
+    pub max_attempts: Option<u32>,
+    /// Priority: lower is claimed first (taquba's `PRIORITY_HIGH` = 100,
+    /// `PRIORITY_NORMAL` = 1000, `PRIORITY_LOW` = 10000).
+    pub priority: Option<u32>,
+    /// Do not run before this time (queue clock).
+    pub run_at: Option<SystemTime>,
+    /// Headers stored with the job and readable by it; the `gaffer.` prefix is
+    /// reserved.
+    pub headers: HashMap<String, String>,
+}
+
+/// The bytes-level request for a typed job.
+pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequest> {
+    let payload = rmp_serde::to_vec_named(job).map_err(|e| Error::encode(J::NAME, e))?;
+    Ok(SubmitRequest {
+        job_type: J::NAME.to_string(),
+        payload,
+        idempotency_key: job.idempotency_key(),
+        headers: opts.headers,
+        priority: opts.priority,
+        max_attempts: opts.max_attempts.or(job.max_attempts()),
+        run_at: opts.run_at,
+    })
+}
+
+pub(crate) async fn submit_typed<J: Job>(
+    engine: &EngineRef,
+    job: J,
+    opts: SubmitOptions,
+) -> Result<JobHandle<J>> {
+    let request = submit_request(&job, opts)?;
+    let submitted = engine.submit(request).await?;
+    Ok(JobHandle::new(
+        submitted.run_id,
+        submitted.newly_submitted,
+        engine.clone(),
+    ))
+}
+
+/// A running engine. Cheap to clone; every clone talks to the same actor tree.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: EngineRef,
+}
+
+impl Engine {
+    /// Start configuring an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// Submit a job.
+    pub async fn submit<J: Job>(&self, job: J) -> Result<JobHandle<J>> {
+        submit_typed(&self.inner, job, SubmitOptions::default()).await
+    }
+
+    /// Submit a job with options.
+    pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
+        submit_typed(&self.inner, job, opts).await
+    }
+
+    /// A handle on the job with this id (from [`JobHandle::id`]), for example
+    /// after a restart. Checks the id's form, not that the job exists: `join`
+    /// reports an unknown job.
+    pub fn handle<J: Job>(&self, id: &str) -> Result<JobHandle<J>> {
+        if !gaffer_actors::keys::is_valid_id(id) {
+            return Err(EngineError::InvalidJobId(id.to_string()).into());
+        }
+        Ok(JobHandle::new(id.to_string(), false, self.inner.clone()))
+    }
+
+    /// Cancel the job with this id.
+    pub async fn cancel(&self, id: &str) -> Result<CancelResult> {
+        Ok(self.inner.cancel(id).await?)
+    }
+
+    /// Where the job with this id is now.
+    pub async fn status(&self, id: &str) -> Result<Option<JobState>> {
+        Ok(self.inner.status(id).await?)
+    }
+
+    /// Decode an outcome record (from [`EngineMessage::AwaitJob`] or a
+    /// [`JobFinished`](gaffer_actors::JobFinished) message) as job `J`'s result.
+    pub async fn read_outcome<J: Job>(
+        &self,
+        record: &OutcomeRecord,
+    ) -> Result<Result<J::Output, JobError>> {
+        decode_outcome::<J>(&self.inner, record).await
+    }
+
+    /// Lifecycle events.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.inner.subscribe()
+    }
+
+    /// The supervisor's `ActorRef`, for services that talk to the engine by
+    /// message (`call!(engine.actor(), EngineMessage::SubmitJob, request)`).
+    pub fn actor(&self) -> &ActorRef<EngineMessage> {
+        self.inner.actor()
+    }
+
+    /// The untyped engine handle.
+    pub fn engine_ref(&self) -> &EngineRef {
+        &self.inner
+    }
+
+    /// Shut down gracefully: stop claiming, let running jobs finish and
+    /// settle, close the queue.
+    pub async fn shutdown(&self) -> Result<ShutdownReport> {
+        Ok(self.inner.shutdown().await?)
+    }
+}
+
+enum Store {
+    None,
+    LocalDir(PathBuf),
+    InMemory,
+    Given(Arc<dyn ObjectStore>),
+}
+
+/// Configures and starts an [`Engine`]. Defaults follow the reference: queue
+/// `"jobs"`, 16 concurrent jobs, 100 ms poll interval, no retention.
+pub struct EngineBuilder {
+    store: Store,
+    queue_path: String,
+    queue: Option<Queue>,
+    options: Option<OpenOptions>,
+    flush_interval: Option<Duration>,
+    clock: Option<Arc<dyn Clock>>,
+    settings: Settings,
+    registrations: Vec<(
+        String,
+        Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>,
+        Option<usize>,
+    )>,
+    state: StateMap,
+}
+
+impl std::fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("queue_path", &self.queue_path)
+            .field("settings", &self.settings)
+            .field(
+                "job_types",
+                &self.registrations.iter().map(|r| &r.0).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        Self {
+            store: Store::None,
+            queue_path: "queue".into(),
+            queue: None,
+            options: None,
+            flush_interval: None,
+            clock: None,
+            settings: Settings::default(),
+            registrations: Vec::new(),
+            state: StateMap::new(),
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Keep everything in this local directory (created if missing): the
+    /// embedded default.
+    pub fn local_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.store = Store::LocalDir(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Keep everything in memory (tests; nothing survives the process).
+    pub fn in_memory(mut self) -> Self {
+        self.store = Store::InMemory;
+        self
+    }
+
+    /// Keep everything in this object store (S3, GCS, Azure, …).
+    pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.store = Store::Given(store);
+        self
+    }
+
+    /// The queue's path inside the store. Default `"queue"`.
+    pub fn queue_path(mut self, path: impl Into<String>) -> Self {
+        self.queue_path = path.into();
+        self
+    }
+
+    /// Use an already-open queue; the engine takes it over and closes it at
+    /// shutdown. `store` holds memo entries and large outputs.
+    pub fn queue(mut self, queue: Queue, store: Arc<dyn ObjectStore>) -> Self {
+        self.queue = Some(queue);
+        self.store = Store::Given(store);
+        self
+    }
+
+    /// taquba open options (queue configs, reaper and scheduler intervals …).
+    pub fn open_options(mut self, options: OpenOptions) -> Self {
+        self.options = Some(options);
+        self
+    }
+
+    /// taquba's WAL flush interval: every durable commit waits for the next
+    /// flush (taquba's default is 100 ms).
+    pub fn flush_interval(mut self, interval: Duration) -> Self {
+        self.flush_interval = Some(interval);
+        self
+    }
+
+    /// The clock of leases, schedules, records and retention (taquba's
+    /// `MockClock` in tests). Default: the system clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Register a job type.
+    pub fn register<J: Job>(self) -> Self {
+        self.register_inner::<J>(None)
+    }
+
+    /// Register a job type with its own worker count (default: `max_concurrent_jobs`).
+    pub fn register_with_concurrency<J: Job>(self, workers: usize) -> Self {
+        self.register_inner::<J>(Some(workers))
+    }
+
+    fn register_inner<J: Job>(mut self, concurrency: Option<usize>) -> Self {
+        self.registrations.push((
+            J::NAME.to_string(),
+            Box::new(|state| {
+                Arc::new(TypedHandler::<J> {
+                    state,
+                    _job: PhantomData,
+                }) as Arc<dyn ErasedHandler>
+            }),
+            concurrency,
+        ));
+        self
+    }
+
+    /// Application state reachable from jobs by type (`ctx.state::<T>()`). A
+    /// later value of the same type replaces the earlier one.
+    pub fn state<T: Any + Send + Sync>(mut self, value: T) -> Self {
+        self.state.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// The taquba queue holding the jobs. Default `"jobs"`.
+    pub fn queue_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.queue_name = name.into();
+        self
+    }
+
+    /// Jobs held by handlers at once, across job types. Default 16.
+    pub fn max_concurrent_jobs(mut self, n: usize) -> Self {
+        self.settings.max_concurrent_jobs = n;
+        self
+    }
+
+    /// Longest idle wait before the queue is looked at again (in-process
+    /// submissions wake the engine at once). Default 100 ms.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.poll_interval = interval;
+        self
+    }
+
+    /// Remove outcome records (and memo entries) this long after a job ends.
+    /// Default: keep forever.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.settings.retention = Some(retention);
+        self
+    }
+
+    /// Object-store prefix of memo entries and large outputs. Default `"gaffer-blobs"`.
+    pub fn blob_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.settings.blob_prefix = prefix.into();
+        self
+    }
+
+    /// All engine settings at once (advanced).
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Open the store and start the engine. Fails with a typed error on a
+    /// duplicate job type, an invalid setting, a store of another layout
+    /// version or a store error.
+    pub async fn start(self) -> Result<Engine> {
+        let mut names = std::collections::HashSet::new();
+        for (name, _, _) in &self.registrations {
+            if !names.insert(name.clone()) {
+                return Err(EngineError::DuplicateJobType(name.clone()).into());
+            }
+        }
+        self.settings.validate()?;
+        let state = Arc::new(self.state);
+        let registrations = self
+            .registrations
+            .into_iter()
+            .map(|(job_type, make, concurrency)| Registration {
+                job_type,
+                handler: make(state.clone()),
+                concurrency,
+            })
+            .collect();
+        let store: Arc<dyn ObjectStore> = match self.store {
+            Store::None => {
+                return Err(EngineError::InvalidConfig(
+                    "no store: call local_dir(..), in_memory() or object_store(..) on the builder"
+                        .into(),
+                )
+                .into());
+            }
+            Store::LocalDir(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::Store)?)
+            }
+            Store::InMemory => Arc::new(InMemory::new()),
+            Store::Given(store) => store,
+        };
+        let source = match self.queue {
+            Some(queue) => QueueSource::Given { queue, store },
+            None => {
+                let mut options = self.options.unwrap_or_default();
+                if let Some(interval) = self.flush_interval {
+                    options = options.flush_interval(interval);
+                }
+                if let Some(clock) = self.clock {
+                    options = options.clock(clock);
+                }
+                QueueSource::Open {
+                    store,
+                    path: self.queue_path,
+                    options,
+                }
+            }
+        };
+        let inner = EngineRef::start(EngineConfig {
+            source,
+            settings: self.settings,
+            registrations,
+        })
+        .await?;
+        Ok(Engine { inner })
+    }
+}
+
+struct TypedHandler<J> {
+    state: Arc<StateMap>,
+    _job: PhantomData<fn() -> J>,
+}
+
+impl<J: Job> ErasedHandler for TypedHandler<J> {
+    fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let job: J = match rmp_serde::from_slice(&delivery.payload) {
+                Ok(job) => job,
+                Err(e) => {
+                    return Verdict::permanent(format!("invalid input for `{}`: {e}", J::NAME));
+                }
+            };
+            let ctx = JobContext::new(delivery, state);
+            match job.run(ctx).await {
+                Ok(output) => match rmp_serde::to_vec_named(&output) {
+                    Ok(bytes) => Verdict::Succeeded(bytes),
+                    Err(e) => Verdict::permanent(format!(
+                        "`{}` produced an output that failed to serialize: {e}",
+                        J::NAME
+                    )),
+                },
+                Err(e) => Verdict::Failed {
+                    kind: job.classify(&e),
+                    message: e.to_string(),
+                },
+            }
+        })
+    }
+}

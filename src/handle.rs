@@ -1,0 +1,138 @@
+//! `JobHandle`: a typed reference to a submitted job.
+
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::time::Duration;
+
+use gaffer_actors::{CancelResult, EngineRef, JobState, Outcome, OutcomeRecord};
+
+use crate::error::{Error, JobError, JoinError, Result};
+use crate::job::Job;
+
+/// A typed reference to a job. Cheap to clone; works across restarts (build
+/// one from an id with [`Engine::handle`](crate::Engine::handle)).
+pub struct JobHandle<J: Job> {
+    id: String,
+    newly_submitted: bool,
+    engine: EngineRef,
+    _job: PhantomData<fn() -> J>,
+}
+
+impl<J: Job> Clone for JobHandle<J> {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.id.clone(),
+            newly_submitted: self.newly_submitted,
+            engine: self.engine.clone(),
+            _job: PhantomData,
+        }
+    }
+}
+
+impl<J: Job> std::fmt::Debug for JobHandle<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle")
+            .field("job_type", &J::NAME)
+            .field("id", &self.id)
+            .field("newly_submitted", &self.newly_submitted)
+            .finish()
+    }
+}
+
+/// Decode an outcome record as job `J`'s result.
+pub(crate) async fn decode_outcome<J: Job>(
+    engine: &EngineRef,
+    record: &OutcomeRecord,
+) -> Result<Result<J::Output, JobError>> {
+    if record.job_type != J::NAME {
+        return Err(Error::WrongJobType {
+            id: record.job_id.clone(),
+            expected: J::NAME.into(),
+            actual: record.job_type.clone(),
+        });
+    }
+    match &record.outcome {
+        Outcome::Succeeded(output) => {
+            let bytes = engine.services().output_bytes(output).await?;
+            let value = rmp_serde::from_slice(&bytes)
+                .map_err(|e| Error::decode(format!("output of `{}`", J::NAME), e))?;
+            Ok(Ok(value))
+        }
+        Outcome::Failed { kind, message } => Ok(Err(JobError::failed(*kind, message.clone()))),
+        Outcome::Cancelled => Ok(Err(JobError::cancelled())),
+    }
+}
+
+impl<J: Job> JobHandle<J> {
+    pub(crate) fn new(id: String, newly_submitted: bool, engine: EngineRef) -> Self {
+        Self {
+            id,
+            newly_submitted,
+            engine,
+            _job: PhantomData,
+        }
+    }
+
+    /// The job's id: a ULID, or the hex SHA-256 of its idempotency key.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the submission that made this handle created the job (false when
+    /// it joined a live job or was answered from a recorded outcome).
+    pub fn newly_submitted(&self) -> bool {
+        self.newly_submitted
+    }
+
+    /// Wait for the job to end.
+    pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
+        let record = self.engine.await_job(&self.id).await?;
+        decode_outcome::<J>(&self.engine, &record).await
+    }
+
+    /// Wait at most `timeout`; `Ok(None)` if the job has not ended by then.
+    pub async fn join_timeout(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<Result<J::Output, JobError>>> {
+        match tokio::time::timeout(timeout, self.join()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The recorded result, without waiting: `None` while the job runs (or if
+    /// retention removed its record).
+    pub async fn fetch_result(&self) -> Result<Option<Result<J::Output, JobError>>> {
+        match self.engine.services().outcome(&self.id).await? {
+            Some(record) => decode_outcome::<J>(&self.engine, &record).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Where the job is now; `None` if unknown (retention removed its record).
+    pub async fn status(&self) -> Result<Option<JobState>> {
+        Ok(self.engine.status(&self.id).await?)
+    }
+
+    /// Cancel the job.
+    pub async fn cancel(&self) -> Result<CancelResult> {
+        Ok(self.engine.cancel(&self.id).await?)
+    }
+}
+
+impl<J: Job> IntoFuture for JobHandle<J> {
+    type Output = std::result::Result<J::Output, JoinError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            match self.join().await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(JoinError::Job(e)),
+                Err(e) => Err(JoinError::Infra(e)),
+            }
+        })
+    }
+}

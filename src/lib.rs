@@ -1,0 +1,62 @@
+//! # gaffer
+//!
+//! An embedded, actor-based engine for durable background work.
+//!
+//! A service embeds gaffer, registers typed [`Job`]s and submits them; gaffer
+//! runs them on a supervision tree of `ractor` actors over the `taquba`
+//! durable queue, whose state lives in an object store (a local directory by
+//! default). Crash the process at any moment and start it again: pending jobs
+//! run, and recorded outcomes answer duplicates.
+//!
+//! ```no_run
+//! use gaffer::{Engine, Job, JobContext};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! impl Job for Add {
+//!     const NAME: &'static str = "add";
+//!     type Output = i64;
+//!     type Error = std::convert::Infallible;
+//!     async fn run(&self, _ctx: JobContext) -> Result<i64, Self::Error> {
+//!         Ok(self.a + self.b)
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Engine::builder().local_dir("gaffer-data").register::<Add>().start().await?;
+//! let sum = engine.submit(Add { a: 2, b: 3 }).await?.await?;
+//! assert_eq!(sum, 5);
+//! engine.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: this crate is the typed API; `gaffer-actors` is the untyped engine
+//! (actors, messages, durable layout). See ARCHITECTURE.md.
+
+#![warn(missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
+
+mod context;
+mod engine;
+mod error;
+mod handle;
+mod job;
+
+pub use context::{JobContext, Memo};
+pub use engine::{Engine, EngineBuilder, SubmitOptions, submit_request};
+pub use error::{Error, JobError, JoinError, Result};
+pub use handle::JobHandle;
+pub use job::{Job, payload_idempotency_key};
+
+pub use gaffer_actors::effects::Effects;
+pub use gaffer_actors::{
+    CancelResult, EngineError, EngineEvent, EngineMessage, EngineRef, FailureKind, JobFinished,
+    JobState, OutcomeRecord, PoolStats, Settings, ShutdownReport, SubmitRequest, Submitted,
+    SweepReport, WaitError,
+};
+/// The actor framework, for services that talk to the engine by message.
+pub use ractor;
+/// The durable queue gaffer runs on, and its object-store crate.
+pub use taquba;
