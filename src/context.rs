@@ -135,6 +135,10 @@ pub struct Memo {
 }
 
 impl Memo {
+    pub(crate) fn from_inner(inner: gaffer_actors::memo::Memo) -> Self {
+        Self { inner }
+    }
+
     /// The raw entry at `key`.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         Ok(self.inner.get(key).await?)

@@ -16,14 +16,16 @@ use taquba::{Clock, OpenOptions, Queue};
 
 use gaffer_actors::{
     BoxFuture, CancelResult, Delivery, EngineConfig, EngineError, EngineEvent, EngineMessage,
-    EngineRef, ErasedHandler, JobState, OutcomeRecord, QueueSource, Registration, Settings,
+    EngineRef, ErasedHandler, JobState, Kind, OutcomeRecord, QueueSource, Registration, Settings,
     ShutdownReport, SubmitRequest, Verdict,
 };
 
+use crate::batch::Batch;
 use crate::context::{JobContext, StateMap};
 use crate::error::{Error, JobError, Result};
 use crate::handle::{JobHandle, decode_outcome};
 use crate::job::Job;
+use crate::pipeline::{Pipeline, TypedPipeline};
 
 /// Options of one submission. Only the payload decides whether two keyed
 /// submissions are the same job; options of a duplicate are ignored.
@@ -101,6 +103,17 @@ impl Engine {
         Ok(JobHandle::new(id.to_string(), false, self.inner.clone()))
     }
 
+    /// The batch `id` of pipeline `P` (1-128 characters of `[A-Za-z0-9_-]`).
+    pub fn batch<P: Pipeline>(&self, id: &str) -> Result<Batch<P>> {
+        gaffer_actors::batch::check_batch_id(id)?;
+        Ok(Batch::new(self.inner.clone(), id.to_string()))
+    }
+
+    /// A new batch of pipeline `P` with a fresh ULID id.
+    pub fn new_batch<P: Pipeline>(&self) -> Batch<P> {
+        Batch::new(self.inner.clone(), ulid::Ulid::new().to_string())
+    }
+
     /// Cancel the job with this id.
     pub async fn cancel(&self, id: &str) -> Result<CancelResult> {
         Ok(self.inner.cancel(id).await?)
@@ -143,6 +156,15 @@ impl Engine {
     }
 }
 
+type MakeHandler = Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>;
+
+struct PendingRegistration {
+    name: String,
+    make: MakeHandler,
+    concurrency: Option<usize>,
+    kind: Kind,
+}
+
 enum Store {
     None,
     LocalDir(PathBuf),
@@ -160,11 +182,7 @@ pub struct EngineBuilder {
     flush_interval: Option<Duration>,
     clock: Option<Arc<dyn Clock>>,
     settings: Settings,
-    registrations: Vec<(
-        String,
-        Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>,
-        Option<usize>,
-    )>,
+    registrations: Vec<PendingRegistration>,
     state: StateMap,
 }
 
@@ -174,8 +192,12 @@ impl std::fmt::Debug for EngineBuilder {
             .field("queue_path", &self.queue_path)
             .field("settings", &self.settings)
             .field(
-                "job_types",
-                &self.registrations.iter().map(|r| &r.0).collect::<Vec<_>>(),
+                "registered",
+                &self
+                    .registrations
+                    .iter()
+                    .map(|r| &r.name)
+                    .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -262,16 +284,43 @@ impl EngineBuilder {
     }
 
     fn register_inner<J: Job>(mut self, concurrency: Option<usize>) -> Self {
-        self.registrations.push((
-            J::NAME.to_string(),
-            Box::new(|state| {
+        self.registrations.push(PendingRegistration {
+            name: J::NAME.to_string(),
+            make: Box::new(|state| {
                 Arc::new(TypedHandler::<J> {
                     state,
                     _job: PhantomData,
                 }) as Arc<dyn ErasedHandler>
             }),
             concurrency,
-        ));
+            kind: Kind::Job,
+        });
+        self
+    }
+
+    /// Register a bulk pipeline (its items run with 200 workers).
+    pub fn pipeline<P: Pipeline>(self, pipeline: P) -> Self {
+        self.pipeline_with_concurrency(
+            pipeline,
+            gaffer_actors::handler::DEFAULT_PIPELINE_CONCURRENCY,
+        )
+    }
+
+    /// Register a bulk pipeline with `workers` concurrent items (the
+    /// reference's `max_concurrent`).
+    pub fn pipeline_with_concurrency<P: Pipeline>(mut self, pipeline: P, workers: usize) -> Self {
+        let pipeline = Arc::new(pipeline);
+        self.registrations.push(PendingRegistration {
+            name: P::NAME.to_string(),
+            make: Box::new(move |_state| {
+                Arc::new(TypedPipeline::<P> {
+                    pipeline,
+                    _p: PhantomData,
+                }) as Arc<dyn ErasedHandler>
+            }),
+            concurrency: Some(workers),
+            kind: Kind::Pipeline,
+        });
         self
     }
 
@@ -325,9 +374,16 @@ impl EngineBuilder {
     /// version or a store error.
     pub async fn start(self) -> Result<Engine> {
         let mut names = std::collections::HashSet::new();
-        for (name, _, _) in &self.registrations {
-            if !names.insert(name.clone()) {
-                return Err(EngineError::DuplicateJobType(name.clone()).into());
+        for r in &self.registrations {
+            if !names.insert(r.name.clone()) {
+                return Err(EngineError::DuplicateJobType(r.name.clone()).into());
+            }
+            if r.concurrency == Some(0) {
+                return Err(EngineError::InvalidConfig(format!(
+                    "`{}` needs at least 1 worker",
+                    r.name
+                ))
+                .into());
             }
         }
         self.settings.validate()?;
@@ -335,10 +391,11 @@ impl EngineBuilder {
         let registrations = self
             .registrations
             .into_iter()
-            .map(|(job_type, make, concurrency)| Registration {
-                job_type,
-                handler: make(state.clone()),
-                concurrency,
+            .map(|r| Registration {
+                job_type: r.name,
+                handler: (r.make)(state.clone()),
+                concurrency: r.concurrency,
+                kind: r.kind,
             })
             .collect();
         let store: Arc<dyn ObjectStore> = match self.store {
@@ -359,7 +416,10 @@ impl EngineBuilder {
             Store::Given(store) => store,
         };
         let source = match self.queue {
-            Some(queue) => QueueSource::Given { queue, store },
+            Some(queue) => QueueSource::Given {
+                queue: Box::new(queue),
+                store,
+            },
             None => {
                 let mut options = self.options.unwrap_or_default();
                 if let Some(interval) = self.flush_interval {

@@ -26,6 +26,30 @@ pub enum Error {
         /// The decoder's message.
         reason: String,
     },
+    /// A line of JSON input failed to decode.
+    #[error("line {line}: invalid JSON: {reason}")]
+    Json {
+        /// 1-based line number.
+        line: usize,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// An I/O error (reading inputs, writing a sink).
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// More items failed than the batch's `fail_threshold` allows. The report
+    /// of the run is included.
+    #[error("{failed} of {total} items failed, over the {threshold}% threshold")]
+    FailureThresholdExceeded {
+        /// Items failed.
+        failed: u64,
+        /// Items in the batch.
+        total: u64,
+        /// The threshold, percent.
+        threshold: f64,
+        /// The run's report.
+        report: Box<crate::batch::BulkReport>,
+    },
     /// The job id belongs to a job of another type.
     #[error("job `{id}` is a `{actual}` job, not a `{expected}` job")]
     WrongJobType {
@@ -43,6 +67,7 @@ impl Error {
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::Engine(e) => e.is_permanent(),
+            Self::Io(_) => false,
             _ => true,
         }
     }

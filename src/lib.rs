@@ -38,17 +38,25 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+mod batch;
 mod context;
+mod cost;
 mod engine;
 mod error;
 mod handle;
 mod job;
+mod pipeline;
+mod sink;
 
+pub use batch::{Batch, BatchStatus, BulkReport, ProgressSnapshot};
 pub use context::{JobContext, Memo};
+pub use cost::CostReport;
 pub use engine::{Engine, EngineBuilder, SubmitOptions, submit_request};
 pub use error::{Error, JobError, JoinError, Result};
 pub use handle::JobHandle;
 pub use job::{Job, payload_idempotency_key};
+pub use pipeline::{BulkCtx, ItemError, Pipeline};
+pub use sink::{ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, read_jsonl};
 
 pub use gaffer_actors::effects::Effects;
 pub use gaffer_actors::{

@@ -15,7 +15,11 @@ impl Job for Inc {
 
 #[tokio::test(start_paused = true)]
 async fn a_job_runs_under_paused_time_on_the_in_memory_store() {
-    let engine = common::memory_builder(common::mock_clock()).register::<Inc>().start().await.unwrap();
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Inc>()
+        .start()
+        .await
+        .unwrap();
     let h = engine.submit(Inc(41)).await.unwrap();
     assert_eq!(h.await.unwrap(), 42);
     let report = engine.shutdown().await.unwrap();

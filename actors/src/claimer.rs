@@ -18,8 +18,7 @@ use tracing::warn;
 use crate::handler::Verdict;
 use crate::pool::PoolMessage;
 use crate::services::Services;
-use crate::settle::{identity, settle};
-use crate::waiters::WaitersMessage;
+use crate::settle::{Notify, identify, settle};
 
 /// Messages of the claimer.
 #[derive(Debug)]
@@ -43,8 +42,12 @@ pub enum ClaimerMessage {
 pub struct ClaimerArguments {
     /// Engine services.
     pub services: Arc<Services>,
-    /// Where completions go.
-    pub waiters: ActorRef<WaitersMessage>,
+    /// Who settlements tell.
+    pub(crate) notify: Notify,
+    /// The taquba queue this claimer claims from.
+    pub queue_name: String,
+    /// Handler capacity behind it.
+    pub credits: usize,
 }
 
 /// The claimer actor.
@@ -55,7 +58,8 @@ pub struct Claimer;
 #[derive(Debug)]
 pub struct ClaimerState {
     services: Arc<Services>,
-    waiters: ActorRef<WaitersMessage>,
+    notify: Notify,
+    queue_name: String,
     routes: Option<HashMap<String, ActorRef<PoolMessage>>>,
     credits: usize,
     claiming: bool,
@@ -76,7 +80,7 @@ impl ClaimerState {
             return;
         };
         self.claiming = true;
-        let name = self.services.settings().queue_name.clone();
+        let name = self.queue_name.clone();
         let poll = self.services.settings().poll_interval;
         let max = self.credits;
         let stop = self.stop.clone();
@@ -124,7 +128,7 @@ impl ClaimerState {
     }
 
     fn route(&mut self, claim: Claim) {
-        let (_, job_type) = identity(&claim);
+        let (_, job_type) = identify(&claim);
         let pool = self.routes.as_ref().and_then(|r| r.get(&job_type)).cloned();
         let verdict = match pool {
             Some(pool) => match pool.cast(PoolMessage::Dispatch(Box::new(claim))) {
@@ -153,9 +157,17 @@ impl ClaimerState {
 
     fn settle_here(&self, claim: Claim, verdict: Verdict) {
         let services = self.services.clone();
-        let waiters = self.waiters.clone();
+        let notify = self.notify.clone();
         tokio::spawn(async move {
-            settle(&services, &waiters, claim, verdict, Default::default()).await;
+            settle(
+                &services,
+                &notify,
+                claim,
+                verdict,
+                Default::default(),
+                Default::default(),
+            )
+            .await;
         });
     }
 }
@@ -170,12 +182,12 @@ impl Actor for Claimer {
         _myself: ActorRef<Self::Msg>,
         args: ClaimerArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let credits = args.services.settings().max_concurrent_jobs;
         Ok(ClaimerState {
             services: args.services,
-            waiters: args.waiters,
+            notify: args.notify,
+            queue_name: args.queue_name,
+            credits: args.credits,
             routes: None,
-            credits,
             claiming: false,
             stop: CancellationToken::new(),
             drains: Vec::new(),

@@ -117,3 +117,23 @@ mod tests {
         ));
     }
 }
+
+/// The cost meter of one attempt (`record_cost`): attempt-local like
+/// [`Effects`], read once when the attempt returns.
+#[derive(Debug, Clone, Default)]
+pub struct CostMeter {
+    inner: Arc<Mutex<crate::records::Cost>>,
+}
+
+impl CostMeter {
+    /// Add `amount` to `metric`.
+    pub fn record(&self, metric: &str, amount: f64) {
+        let mut cost = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        *cost.entry(metric.to_string()).or_insert(0.0) += amount;
+    }
+
+    /// What was recorded so far.
+    pub fn snapshot(&self) -> crate::records::Cost {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

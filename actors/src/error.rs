@@ -81,6 +81,59 @@ pub enum EngineError {
         reason: String,
     },
 
+    /// A batch id is not of the accepted form.
+    #[error("invalid batch id `{0}`: a batch id is 1-128 characters of [A-Za-z0-9_-]")]
+    InvalidBatchId(String),
+
+    /// An item key is not acceptable.
+    #[error("invalid item key `{key}`: {reason}")]
+    InvalidItemKey {
+        /// The key (cut to 64 characters).
+        key: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// Two items of one batch have the same key.
+    #[error("two items of the batch have the key `{0}`; item keys must be unique (check key_fn)")]
+    DuplicateItemKey(String),
+
+    /// A run of an existing batch was given a different item set.
+    #[error(
+        "batch `{0}` exists with a different item set (or pipeline); use a new batch id, or forget this one first"
+    )]
+    BatchMismatch(String),
+
+    /// No batch with this id exists.
+    #[error("no batch `{0}` exists here (never run, or forgotten)")]
+    BatchNotFound(String),
+
+    /// The batch's manifest was never completed (its first run stopped while
+    /// reading its inputs): it cannot be resumed without its inputs.
+    #[error(
+        "batch `{0}` was interrupted while its inputs were being read; run it again with the same inputs"
+    )]
+    BatchIncomplete(String),
+
+    /// The batch is already being run (or forgotten) in this process.
+    #[error("batch `{0}` is already running in this process; wait for that run, or drop it")]
+    BatchRunning(String),
+
+    /// The batch still has queued or running items.
+    #[error(
+        "batch `{batch_id}` still has {active} queued or running items; resume it to completion first"
+    )]
+    BatchActive {
+        /// The batch.
+        batch_id: String,
+        /// Items still queued or running.
+        active: usize,
+    },
+
+    /// No pipeline of this name is registered on the engine.
+    #[error("no pipeline `{0}` is registered on this engine")]
+    UnknownPipeline(String),
+
     /// A job type was registered twice.
     #[error("job type `{0}` is registered twice; every Job::NAME must be unique")]
     DuplicateJobType(String),
@@ -107,7 +160,12 @@ impl EngineError {
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::Queue(e) => e.is_permanent(),
-            Self::Store(_) | Self::ShutDown | Self::ActorUnavailable(_) | Self::Startup(_) => false,
+            Self::Store(_)
+            | Self::ShutDown
+            | Self::ActorUnavailable(_)
+            | Self::Startup(_)
+            | Self::BatchRunning(_)
+            | Self::BatchActive { .. } => false,
             _ => true,
         }
     }

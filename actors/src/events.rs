@@ -68,6 +68,15 @@ pub enum EngineEvent {
         /// Run id.
         run_id: String,
     },
+    /// A batch run completed.
+    BatchCompleted {
+        /// Batch id.
+        batch_id: String,
+        /// Items succeeded.
+        succeeded: u64,
+        /// Items failed.
+        failed: u64,
+    },
     /// Expired outcome records were removed.
     Swept {
         /// Records removed in this pass.

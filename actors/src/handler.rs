@@ -9,7 +9,7 @@ use std::sync::Arc;
 use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::effects::Effects;
+use crate::effects::{CostMeter, Effects};
 use crate::memo::Memo;
 use crate::records::FailureKind;
 
@@ -38,8 +38,21 @@ pub struct Delivery {
     pub memo: Memo,
     /// Effects applied with the successful settlement.
     pub effects: Effects,
+    /// Cost recorded by this attempt (kept in a bulk item's marker).
+    pub cost: CostMeter,
+    /// For a bulk item: its batch id and key.
+    pub item: Option<ItemInfo>,
     /// The engine running the job (KV reads, child submissions).
     pub engine: crate::EngineRef,
+}
+
+/// Where a bulk item belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemInfo {
+    /// Batch id.
+    pub batch_id: String,
+    /// Item key.
+    pub key: String,
 }
 
 /// What a delivery came to.
@@ -91,15 +104,31 @@ pub struct Registration {
     pub job_type: String,
     /// The handler.
     pub handler: Arc<dyn ErasedHandler>,
-    /// Workers of this type's pool; `None` = the engine's `max_concurrent_jobs`.
+    /// Workers of this type's pool; `None` = the engine's `max_concurrent_jobs`
+    /// for a job type, 200 for a pipeline.
     pub concurrency: Option<usize>,
+    /// Job type or pipeline.
+    pub kind: Kind,
 }
+
+/// What a registration is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A job type, on the jobs queue.
+    Job,
+    /// A bulk pipeline, on the bulk queue.
+    Pipeline,
+}
+
+/// Default workers of a pipeline (the reference's `max_concurrent`).
+pub const DEFAULT_PIPELINE_CONCURRENCY: usize = 200;
 
 impl std::fmt::Debug for Registration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registration")
             .field("job_type", &self.job_type)
             .field("concurrency", &self.concurrency)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }

@@ -22,6 +22,15 @@ pub const HEADER_TYPE: &str = "gaffer.type";
 pub const HEADER_RUN: &str = "gaffer.run";
 /// Prefix of the jobs retention index (a taquba `ExpiryIndex`).
 pub const JOBS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/jobs/";
+/// Prefix of the batch retention index (a taquba `ExpiryIndex`).
+pub const BATCHES_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/batches/";
+/// Header carrying the batch id of a bulk item.
+pub const HEADER_BATCH: &str = "gaffer.batch";
+/// Header carrying the item key of a bulk item.
+pub const HEADER_KEY: &str = "gaffer.key";
+/// Longest item key accepted, in bytes.
+pub const MAX_ITEM_KEY_LEN: usize = 1024;
+
 /// Default object-store prefix of memo entries and output blobs.
 pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
 
@@ -58,6 +67,61 @@ pub fn output_blob_path(blob_prefix: &str, run_id: &str, job_id: &str) -> String
 /// Object prefix of all output blobs of a run.
 pub fn output_blob_dir(blob_prefix: &str, run_id: &str) -> String {
     format!("{blob_prefix}/v1/outputs/{run_id}/")
+}
+
+/// `gaffer/v1/batches/{batch_id}/`: everything of one batch in KV.
+pub fn batch_prefix(batch_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/batches/{batch_id}/").into_bytes()
+}
+
+/// `gaffer/v1/batches/{batch_id}/head`.
+pub fn batch_head_key(batch_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/batches/{batch_id}/head").into_bytes()
+}
+
+/// `gaffer/v1/batches/{batch_id}/manifest/`.
+pub fn manifest_prefix(batch_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/batches/{batch_id}/manifest/").into_bytes()
+}
+
+/// `gaffer/v1/batches/{batch_id}/manifest/{index:08}`.
+pub fn manifest_chunk_key(batch_id: &str, index: u32) -> Vec<u8> {
+    format!("gaffer/v1/batches/{batch_id}/manifest/{index:08}").into_bytes()
+}
+
+/// `gaffer/v1/batches/{batch_id}/items/`.
+pub fn item_marker_prefix(batch_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/batches/{batch_id}/items/").into_bytes()
+}
+
+/// `gaffer/v1/batches/{batch_id}/items/{key}` (the raw key).
+pub fn item_marker_key(batch_id: &str, key: &str) -> Vec<u8> {
+    let mut k = item_marker_prefix(batch_id);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// `gaffer/v1/batches/{batch_id}/active/`.
+pub fn item_active_prefix(batch_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/batches/{batch_id}/active/").into_bytes()
+}
+
+/// `gaffer/v1/batches/{batch_id}/active/{key}`: the job id of the item's live
+/// delivery; exists while the item is queued or running.
+pub fn item_active_key(batch_id: &str, key: &str) -> Vec<u8> {
+    let mut k = item_active_prefix(batch_id);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// The run id of a bulk item: hex SHA-256 of `{batch_id}/{key}`.
+pub fn item_run_id(batch_id: &str, key: &str) -> String {
+    hex_sha256(format!("{batch_id}/{key}").as_bytes())
+}
+
+/// Object prefix of everything a batch stored in the object store.
+pub fn batch_blob_dir(blob_prefix: &str, batch_id: &str) -> String {
+    format!("{blob_prefix}/v1/batches/{batch_id}/")
 }
 
 /// Lowercase hex SHA-256.

@@ -8,7 +8,10 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+pub mod batch;
+pub mod batches;
 pub mod claimer;
+pub mod coordinator;
 pub mod effects;
 pub mod error;
 pub mod events;
@@ -29,10 +32,12 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef, DerivedActorRef};
 
+pub use batch::{BatchOutcome, BatchProgress, BatchSpec, BatchState, RecordSink};
 pub use error::{EngineError, Result};
 pub use events::EngineEvent;
-pub use handler::{BoxFuture, Delivery, ErasedHandler, Registration, Verdict};
+pub use handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use pool::PoolStats;
+pub use records::{Cost, ItemStatus};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
 pub use services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
 pub use settings::Settings;
@@ -92,23 +97,26 @@ impl EngineRef {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
-        let answer = ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string());
-        match answer {
-            Ok(Ok(record)) => Ok(record),
-            Ok(Err(WaitError::NotFound(id))) => Err(EngineError::JobNotFound(id)),
-            Ok(Err(WaitError::ShutDown)) => Err(EngineError::ShutDown),
-            Ok(Err(WaitError::Read(e))) => Err(EngineError::ActorUnavailable(e)),
-            // The supervisor is gone: the engine shut down. A waiters restart
-            // drops the port too; the records still answer then.
-            Err(e) => match self.services.outcome(run_id).await {
-                Ok(Some(record)) => Ok(record),
-                Ok(None) if self.actor.get_status() == ractor::ActorStatus::Running => {
-                    Box::pin(self.await_job(run_id)).await
+        let mut last = None;
+        // A waiters restart drops its reply ports: ask again (a few times).
+        for _ in 0..3 {
+            match ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string()) {
+                Ok(Ok(record)) => return Ok(record),
+                Ok(Err(WaitError::NotFound(id))) => return Err(EngineError::JobNotFound(id)),
+                Ok(Err(WaitError::ShutDown)) => return Err(EngineError::ShutDown),
+                Ok(Err(WaitError::Read(e))) => return Err(EngineError::ActorUnavailable(e)),
+                Err(e) => {
+                    if let Some(record) = self.services.outcome(run_id).await? {
+                        return Ok(record);
+                    }
+                    if self.actor.get_status() != ractor::ActorStatus::Running {
+                        return Err(EngineError::ShutDown);
+                    }
+                    last = Some(e.to_string());
                 }
-                Ok(None) => Err(unavailable(e)),
-                Err(inner) => Err(inner),
-            },
+            }
         }
+        Err(EngineError::ActorUnavailable(last.unwrap_or_default()))
     }
 
     /// Have `to` told (by a [`JobFinished`] message) when the job ends.

@@ -18,22 +18,38 @@ use crate::keys;
 #[derive(Debug, Clone)]
 pub struct Memo {
     store: Arc<dyn ObjectStore>,
-    blob_prefix: Arc<str>,
-    run_id: Arc<str>,
+    dir: Arc<str>,
 }
 
 impl Memo {
-    /// The memo of `run_id`.
+    /// The memo of job `run_id`: `{blob}/v1/memo/{run_id}/`.
     pub fn new(store: Arc<dyn ObjectStore>, blob_prefix: &str, run_id: &str) -> Self {
         Self {
             store,
-            blob_prefix: blob_prefix.into(),
-            run_id: run_id.into(),
+            dir: keys::memo_dir(blob_prefix, run_id).into(),
+        }
+    }
+
+    /// The memo of a bulk item: `{blob}/v1/batches/{batch_id}/memo/{item_run_id}/`,
+    /// so forgetting a batch removes one prefix.
+    pub fn for_item(
+        store: Arc<dyn ObjectStore>,
+        blob_prefix: &str,
+        batch_id: &str,
+        run_id: &str,
+    ) -> Self {
+        Self {
+            store,
+            dir: format!(
+                "{}memo/{run_id}/",
+                keys::batch_blob_dir(blob_prefix, batch_id)
+            )
+            .into(),
         }
     }
 
     fn path(&self, key: &str) -> Path {
-        Path::from(keys::memo_path(&self.blob_prefix, &self.run_id, key))
+        Path::from(format!("{}{}", self.dir, keys::hex_sha256(key.as_bytes())))
     }
 
     /// The entry at `key`, if any. Any string is a valid key (keys are hashed).

@@ -21,14 +21,14 @@ use tokio::time::Instant;
 use tracing::{error, warn};
 
 use crate::claimer::ClaimerMessage;
-use crate::effects::{Effects, StagedEffects};
+use crate::effects::{CostMeter, Effects, StagedEffects};
 use crate::events::EngineEvent;
-use crate::handler::{Delivery, ErasedHandler, Verdict};
+use crate::handler::{Delivery, ErasedHandler, ItemInfo, Verdict};
 use crate::keys;
 use crate::memo::Memo;
+use crate::records::Cost;
 use crate::services::Services;
-use crate::settle::{identity, settle};
-use crate::waiters::WaitersMessage;
+use crate::settle::{Notify, Target, identify, settle};
 
 /// Messages of a handler pool.
 #[derive(Debug)]
@@ -43,6 +43,8 @@ pub enum PoolMessage {
         verdict: Verdict,
         /// What it staged.
         effects: StagedEffects,
+        /// What it recorded as cost.
+        cost: Cost,
     },
     /// A settlement task finished.
     Settled,
@@ -80,8 +82,8 @@ pub struct PoolArguments {
     pub concurrency: usize,
     /// Engine services.
     pub services: Arc<Services>,
-    /// Where completions go.
-    pub waiters: ActorRef<WaitersMessage>,
+    /// Who settlements tell.
+    pub(crate) notify: Notify,
     /// Where credits go.
     pub claimer: ActorRef<ClaimerMessage>,
     /// The engine's supervisor (handed to jobs for child submissions).
@@ -160,8 +162,25 @@ impl PoolState {
             self.backlog.push_back(claim);
             return;
         };
-        let (run_id, job_type) = identity(&claim);
+        let (target, job_type) = identify(&claim);
         let services = &self.args.services;
+        let blob = &services.settings().blob_prefix;
+        let (run_id, memo, item) = match target {
+            Target::Job { run_id } => (
+                run_id.clone(),
+                Memo::new(services.store().clone(), blob, &run_id),
+                None,
+            ),
+            Target::Item {
+                batch_id,
+                key,
+                run_id,
+            } => (
+                run_id.clone(),
+                Memo::for_item(services.store().clone(), blob, &batch_id, &run_id),
+                Some(ItemInfo { batch_id, key }),
+            ),
+        };
         let lease = match services.queue() {
             Ok(queue) => queue.lease_handle(&claim),
             Err(_) => taquba::LeaseHandle::detached(),
@@ -169,11 +188,9 @@ impl PoolState {
         let mut headers = claim.headers.clone();
         headers.retain(|k, _| !k.starts_with(keys::RESERVED_HEADER_PREFIX));
         let delivery = Delivery {
-            memo: Memo::new(
-                services.store().clone(),
-                &services.settings().blob_prefix,
-                &run_id,
-            ),
+            memo,
+            item,
+            cost: CostMeter::default(),
             run_id,
             job_id: claim.id.clone(),
             job_type,
@@ -201,11 +218,12 @@ impl PoolState {
         slot: usize,
         verdict: Verdict,
         effects: StagedEffects,
+        cost: Cost,
     ) {
         let Some(claim) = self.slots.get_mut(slot).and_then(|s| s.job.take()) else {
             return;
         };
-        self.start_settlement(myself, claim, verdict, effects);
+        self.start_settlement(myself, claim, verdict, effects, cost);
         if self.slots[slot].worker.is_some() {
             self.idle.push_back(slot);
         }
@@ -220,6 +238,7 @@ impl PoolState {
         claim: Claim,
         verdict: Verdict,
         effects: StagedEffects,
+        cost: Cost,
     ) {
         self.settling += 1;
         // The job leaves the handlers: its credit goes back, unless too many
@@ -230,10 +249,10 @@ impl PoolState {
             self.owed_credits += 1;
         }
         let services = self.args.services.clone();
-        let waiters = self.args.waiters.clone();
+        let notify = self.args.notify.clone();
         let myself = myself.clone();
         tokio::spawn(async move {
-            settle(&services, &waiters, claim, verdict, effects).await;
+            settle(&services, &notify, claim, verdict, effects, cost).await;
             let _ = myself.cast(PoolMessage::Settled);
         });
     }
@@ -280,6 +299,7 @@ impl PoolState {
                 claim,
                 Verdict::transient(format!("handler crashed: {reason}")),
                 StagedEffects::default(),
+                Cost::default(),
             );
         }
         let now = Instant::now();
@@ -350,7 +370,8 @@ impl Actor for HandlerPool {
                 slot,
                 verdict,
                 effects,
-            } => state.finish(&myself, slot, verdict, effects),
+                cost,
+            } => state.finish(&myself, slot, verdict, effects, cost),
             PoolMessage::Settled => state.settled(),
             PoolMessage::RestartWorker(slot) => {
                 if state.slots.get(slot).is_some_and(|s| s.worker.is_none()) {
@@ -442,18 +463,22 @@ impl Actor for HandlerWorker {
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(delivery) = message;
-        self.services.emit(EngineEvent::JobStarted {
-            run_id: delivery.run_id.clone(),
-            job_type: delivery.job_type.clone(),
-            attempt: delivery.attempt,
-        });
+        if delivery.item.is_none() {
+            self.services.emit(EngineEvent::JobStarted {
+                run_id: delivery.run_id.clone(),
+                job_type: delivery.job_type.clone(),
+                attempt: delivery.attempt,
+            });
+        }
         let effects = delivery.effects.clone();
+        let cost = delivery.cost.clone();
         let verdict = self.handler.run(*delivery).await;
         let effects = effects.seal();
         let _ = self.pool.cast(PoolMessage::WorkerDone {
             slot: self.slot,
             verdict,
             effects,
+            cost: cost.snapshot(),
         });
         Ok(())
     }

@@ -134,3 +134,78 @@ mod tests {
         assert!(matches!(err, EngineError::CorruptRecord { .. }), "{err}");
     }
 }
+
+/// Cost counters by metric name (sums of `record_cost` amounts).
+pub type Cost = std::collections::BTreeMap<String, f64>;
+
+/// Add `other` into `into`.
+pub fn merge_cost(into: &mut Cost, other: &Cost) {
+    for (k, v) in other {
+        *into.entry(k.clone()).or_insert(0.0) += v;
+    }
+}
+
+/// The head of a batch at `gaffer/v1/batches/{batch_id}/head`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchHead {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Whether every manifest chunk is written (`total`, `chunks`, `digest` final).
+    pub complete: bool,
+    /// Items in the manifest.
+    pub total: u64,
+    /// Manifest chunks.
+    pub chunks: u32,
+    /// SHA-256 over every (key, input) of the manifest, in order.
+    #[serde(with = "serde_bytes_array")]
+    pub digest: [u8; 32],
+    /// Bumped by every run or resume: a retention entry of an earlier run
+    /// compares the head and so never removes a batch that ran again.
+    pub generation: u64,
+    /// Headers stored on every item.
+    pub headers: std::collections::HashMap<String, String>,
+}
+
+/// One manifest chunk at `gaffer/v1/batches/{batch_id}/manifest/{index:08}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestChunk {
+    /// `(key, encoded input)` in input order.
+    pub items: Vec<ManifestItem>,
+}
+
+/// One item of a manifest chunk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestItem {
+    /// Item key.
+    pub key: String,
+    /// Encoded input.
+    #[serde(with = "serde_bytes")]
+    pub input: Vec<u8>,
+}
+
+/// Status of a settled item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ItemStatus {
+    /// The pipeline returned an output.
+    Succeeded,
+    /// The item failed for good.
+    Failed,
+    /// The item's job was cancelled.
+    Cancelled,
+}
+
+/// The marker of a settled item at `gaffer/v1/batches/{batch_id}/items/{key}`,
+/// committed with the item's terminal settlement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemMarker {
+    /// How the item ended.
+    pub status: ItemStatus,
+    /// The failure message (failed items).
+    pub error: Option<String>,
+    /// Cost recorded by the attempt that settled the item.
+    pub cost: Cost,
+    /// The output (succeeded items).
+    pub output: Option<OutputRef>,
+    /// Job id of the delivery that settled it.
+    pub job_id: String,
+}

@@ -104,6 +104,7 @@ pub struct Services {
     clock: Arc<dyn Clock>,
     events: EventSender,
     expiry: ExpiryIndex,
+    batch_expiry: ExpiryIndex,
 }
 
 impl std::fmt::Debug for Services {
@@ -131,6 +132,7 @@ impl Services {
             clock,
             events,
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
+            batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
         }
     }
 
@@ -166,6 +168,10 @@ impl Services {
 
     pub(crate) fn expiry(&self) -> &ExpiryIndex {
         &self.expiry
+    }
+
+    pub(crate) fn batch_expiry(&self) -> &ExpiryIndex {
+        &self.batch_expiry
     }
 
     /// Submit a job. With an idempotency key, a live job with the same key is

@@ -9,6 +9,11 @@ use crate::error::{EngineError, Result};
 pub struct Settings {
     /// taquba queue holding the jobs. Default `"jobs"`.
     pub queue_name: String,
+    /// taquba queue holding bulk items, apart from jobs so a big batch never
+    /// starves single jobs. Default `"bulk-items"`.
+    pub bulk_queue_name: String,
+    /// Items of one batch enqueued and not yet settled, at most. Default 10 000.
+    pub batch_window: usize,
     /// Jobs held by handlers at once across all job types (the claimer's
     /// credits). Default 16.
     pub max_concurrent_jobs: usize,
@@ -44,6 +49,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             queue_name: "jobs".into(),
+            bulk_queue_name: "bulk-items".into(),
+            batch_window: 10_000,
             max_concurrent_jobs: 16,
             poll_interval: Duration::from_millis(100),
             retention: None,
@@ -75,11 +82,18 @@ impl Settings {
         {
             return bad(format!("retention must be at least 1 ms (got {r:?})"));
         }
-        if taquba::QueueName::new(&self.queue_name).is_err() {
-            return bad(format!(
-                "queue name `{}` must be 1-255 bytes of [A-Za-z0-9._-] starting with a letter or digit",
-                self.queue_name
-            ));
+        for name in [&self.queue_name, &self.bulk_queue_name] {
+            if taquba::QueueName::new(name.as_str()).is_err() {
+                return bad(format!(
+                    "queue name `{name}` must be 1-255 bytes of [A-Za-z0-9._-] starting with a letter or digit"
+                ));
+            }
+        }
+        if self.queue_name == self.bulk_queue_name {
+            return bad("the jobs queue and the bulk queue must differ".into());
+        }
+        if self.batch_window == 0 {
+            return bad("batch_window must be at least 1".into());
         }
         if self.blob_prefix.is_empty() || self.blob_prefix.contains("//") {
             return bad(format!(

@@ -1,6 +1,6 @@
 //! Settlement: turn a delivery's verdict into the one queue transition that
-//! ends (or retries) it, with the outcome record and the staged effects in the
-//! same transaction.
+//! ends (or retries) it, with the outcome record (jobs) or item marker (bulk
+//! items) and the staged effects in the same transaction.
 //!
 //! Runs in a short task owned by the handler pool (or the claimer, for
 //! deliveries no handler can take), so a handler slot takes its next job while
@@ -16,72 +16,183 @@ use taquba::object_store::path::Path;
 use taquba::{Claim, NackOutcome, SettlementEffects};
 use tracing::{debug, warn};
 
+use crate::batches::BatchesMessage;
 use crate::effects::StagedEffects;
 use crate::events::EngineEvent;
 use crate::handler::Verdict;
 use crate::keys;
-use crate::records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
+use crate::records::{
+    self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef,
+};
 use crate::services::Services;
 use crate::waiters::WaitersMessage;
 
-/// Largest output kept inline in the outcome record; larger ones go to a blob.
+/// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
 
-/// The run id and job type a claimed job carries in its headers (the job id
-/// and `"?"` when the headers are missing: such a job was not written by gaffer).
-pub(crate) fn identity(claim: &Claim) -> (String, String) {
-    let run_id = claim
-        .headers
+/// Who settlements tell.
+#[derive(Debug, Clone)]
+pub(crate) struct Notify {
+    pub(crate) waiters: ActorRef<WaitersMessage>,
+    pub(crate) batches: ActorRef<BatchesMessage>,
+}
+
+/// What a claimed job is, from its headers.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// A job: the run id handles answer to.
+    Job { run_id: String },
+    /// A bulk item.
+    Item {
+        batch_id: String,
+        key: String,
+        run_id: String,
+    },
+}
+
+impl Target {
+    pub(crate) fn run_id(&self) -> &str {
+        match self {
+            Self::Job { run_id } | Self::Item { run_id, .. } => run_id,
+        }
+    }
+}
+
+/// The target and type name a claimed job carries in its headers (a job
+/// without gaffer's headers is a job under its own id with no type).
+pub(crate) fn identify(claim: &Claim) -> (Target, String) {
+    let h = &claim.headers;
+    let run_id = h
         .get(keys::HEADER_RUN)
         .filter(|r| keys::is_valid_id(r))
         .cloned()
         .unwrap_or_else(|| claim.id.clone());
-    let job_type = claim
-        .headers
-        .get(keys::HEADER_TYPE)
-        .cloned()
-        .unwrap_or_default();
-    (run_id, job_type)
+    let job_type = h.get(keys::HEADER_TYPE).cloned().unwrap_or_default();
+    let target = match (h.get(keys::HEADER_BATCH), h.get(keys::HEADER_KEY)) {
+        (Some(batch_id), Some(key)) if keys::is_valid_id(batch_id) => Target::Item {
+            batch_id: batch_id.clone(),
+            key: key.clone(),
+            run_id,
+        },
+        _ => Target::Job { run_id },
+    };
+    (target, job_type)
 }
 
-/// Settle `claim` with `verdict`. Returns the outcome record when this
-/// settlement ended the run (and tells the waiters).
+/// How the run ended, before it is written as a record or marker.
+enum End {
+    Succeeded(OutputRef),
+    Failed { kind: FailureKind, message: String },
+    Cancelled,
+}
+
+/// The effects that end a target, and the notification to send once they commit.
+fn terminal(
+    services: &Services,
+    target: &Target,
+    job_type: &str,
+    claim: &Claim,
+    end: &End,
+    cost: &Cost,
+) -> (SettlementEffects, Told) {
+    match target {
+        Target::Job { run_id } => {
+            let record = OutcomeRecord {
+                job_id: claim.id.clone(),
+                job_type: job_type.to_string(),
+                input_hash: keys::input_hash(job_type, &claim.payload),
+                attempts: claim.attempts,
+                finished_at_ms: services.clock().now_ms(),
+                outcome: match end {
+                    End::Succeeded(out) => Outcome::Succeeded(out.clone()),
+                    End::Failed { kind, message } => Outcome::Failed {
+                        kind: *kind,
+                        message: message.clone(),
+                    },
+                    End::Cancelled => Outcome::Cancelled,
+                },
+            };
+            (
+                services.terminal_effects(run_id, &record),
+                Told::Job(Box::new(record)),
+            )
+        }
+        Target::Item { batch_id, key, .. } => {
+            let (status, error, output) = match end {
+                End::Succeeded(out) => (ItemStatus::Succeeded, None, Some(out.clone())),
+                End::Failed { message, .. } => (ItemStatus::Failed, Some(message.clone()), None),
+                End::Cancelled => (ItemStatus::Cancelled, None, None),
+            };
+            let marker = ItemMarker {
+                status,
+                error,
+                cost: cost.clone(),
+                output,
+                job_id: claim.id.clone(),
+            };
+            let fx = SettlementEffects::default()
+                .kv_delete(keys::item_active_key(batch_id, key))
+                .kv_put(
+                    keys::item_marker_key(batch_id, key),
+                    records::encode(&marker),
+                );
+            (fx, Told::Item(Box::new(marker)))
+        }
+    }
+}
+
+enum Told {
+    Job(Box<OutcomeRecord>),
+    Item(Box<ItemMarker>),
+}
+
+fn blob_path(services: &Services, target: &Target, claim: &Claim) -> String {
+    let blob = &services.settings().blob_prefix;
+    match target {
+        Target::Job { run_id } => keys::output_blob_path(blob, run_id, &claim.id),
+        Target::Item {
+            batch_id, run_id, ..
+        } => {
+            format!(
+                "{}outputs/{run_id}/{}",
+                keys::batch_blob_dir(blob, batch_id),
+                claim.id
+            )
+        }
+    }
+}
+
+/// Settle `claim` with `verdict`. Returns whether this settlement ended the run
+/// (and, if so, told the waiters or the batch's coordinator).
 pub(crate) async fn settle(
     services: &Arc<Services>,
-    waiters: &ActorRef<WaitersMessage>,
+    notify: &Notify,
     claim: Claim,
     verdict: Verdict,
     effects: StagedEffects,
-) -> Option<OutcomeRecord> {
-    let (run_id, job_type) = identity(&claim);
-    let queue = match services.queue() {
-        Ok(q) => q,
-        Err(_) => {
-            warn!(%run_id, "engine shut down before settlement; the job is redelivered on the next open");
-            return None;
-        }
-    };
-    let mut record = OutcomeRecord {
-        job_id: claim.id.clone(),
-        job_type: job_type.clone(),
-        input_hash: keys::input_hash(&job_type, &claim.payload),
-        attempts: claim.attempts,
-        finished_at_ms: services.clock().now_ms(),
-        outcome: Outcome::Cancelled,
+    cost: Cost,
+) -> bool {
+    let (target, job_type) = identify(&claim);
+    let run_id = target.run_id().to_string();
+    let Ok(queue) = services.queue() else {
+        warn!(%run_id, "engine shut down before settlement; the job is redelivered on the next open");
+        return false;
     };
     let cancelled = claim.cancel_token().is_cancelled();
-    let result = match verdict {
+    let (result, told) = match verdict {
         _ if cancelled => {
-            let fx = services.terminal_effects(&run_id, &record);
-            queue
-                .dead_letter_with(&claim, "cancelled", fx)
-                .await
-                .map(|_| true)
+            let (fx, told) = terminal(services, &target, &job_type, &claim, &End::Cancelled, &cost);
+            (
+                queue
+                    .dead_letter_with(&claim, "cancelled", fx)
+                    .await
+                    .map(|_| true),
+                told,
+            )
         }
         Verdict::Succeeded(output) => {
             let output = if output.len() > INLINE_OUTPUT_MAX {
-                let path =
-                    keys::output_blob_path(&services.settings().blob_prefix, &run_id, &claim.id);
+                let path = blob_path(services, &target, &claim);
                 if let Err(e) = services
                     .store()
                     .put(&Path::from(path.as_str()), PutPayload::from(output))
@@ -89,23 +200,36 @@ pub(crate) async fn settle(
                 {
                     // The job stays claimed; its lease expires and it runs again.
                     warn!(%run_id, error = %e, "writing a large output failed; the job will be retried");
-                    return None;
+                    return false;
                 }
                 OutputRef::Blob(path)
             } else {
                 OutputRef::Inline(output)
             };
-            record.outcome = Outcome::Succeeded(output);
-            let mut fx = services.terminal_effects(&run_id, &record);
-            apply_user_effects(&mut fx, effects);
-            queue.ack_with(&claim, fx).await.map(|_| true)
+            let (mut fx, told) = terminal(
+                services,
+                &target,
+                &job_type,
+                &claim,
+                &End::Succeeded(output),
+                &cost,
+            );
+            for (key, value) in effects {
+                match value {
+                    Some(v) => {
+                        fx.kv_writes.insert(key, v);
+                    }
+                    None => fx.kv_deletes.push(key),
+                }
+            }
+            (queue.ack_with(&claim, fx).await.map(|_| true), told)
         }
         Verdict::Failed { kind, message } => {
-            record.outcome = Outcome::Failed {
+            let end = End::Failed {
                 kind,
                 message: message.clone(),
             };
-            let fx = services.terminal_effects(&run_id, &record);
+            let (fx, told) = terminal(services, &target, &job_type, &claim, &end, &cost);
             let ended = match kind {
                 FailureKind::Permanent => queue
                     .dead_letter_with(&claim, &message, fx)
@@ -116,7 +240,7 @@ pub(crate) async fn settle(
                     .await
                     .map(|o| matches!(o, NackOutcome::DeadLettered(_))),
             };
-            if let Ok(ended) = &ended {
+            if let (Ok(ended), Target::Job { .. }) = (&ended, &target) {
                 services.emit(EngineEvent::JobFailed {
                     run_id: run_id.clone(),
                     job_type: job_type.clone(),
@@ -125,49 +249,50 @@ pub(crate) async fn settle(
                     retrying: !ended,
                 });
             }
-            ended
+            (ended, told)
         }
     };
     match result {
         Ok(true) => {
             debug!(%run_id, %job_type, "run ended");
-            match &record.outcome {
-                Outcome::Succeeded(_) => services.emit(EngineEvent::JobSucceeded {
-                    run_id: run_id.clone(),
-                    job_type,
-                }),
-                Outcome::Cancelled => services.emit(EngineEvent::JobCancelled {
-                    run_id: run_id.clone(),
-                }),
-                Outcome::Failed { .. } => {}
+            match (told, target) {
+                (Told::Job(record), Target::Job { .. }) => {
+                    match &record.outcome {
+                        Outcome::Succeeded(_) => services.emit(EngineEvent::JobSucceeded {
+                            run_id: run_id.clone(),
+                            job_type,
+                        }),
+                        Outcome::Cancelled => services.emit(EngineEvent::JobCancelled {
+                            run_id: run_id.clone(),
+                        }),
+                        Outcome::Failed { .. } => {}
+                    }
+                    let _ = notify
+                        .waiters
+                        .cast(WaitersMessage::Settled { run_id, record });
+                }
+                (Told::Item(marker), Target::Item { batch_id, key, .. }) => {
+                    let _ = notify.batches.cast(BatchesMessage::ItemSettled {
+                        batch_id,
+                        key,
+                        job_id: claim.id.clone(),
+                        marker,
+                    });
+                }
+                _ => {}
             }
-            let _ = waiters.cast(WaitersMessage::Settled {
-                run_id,
-                record: Box::new(record.clone()),
-            });
-            Some(record)
+            true
         }
-        Ok(false) => None,
+        Ok(false) => false,
         Err(taquba::Error::ClaimLost) => {
             // Another delivery owns the job now (our lease expired): its
             // settlement, not ours, records the outcome.
             warn!(%run_id, "settlement refused: the claim was lost (lease expired); the newer delivery decides");
-            None
+            false
         }
         Err(e) => {
             warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
-            None
-        }
-    }
-}
-
-fn apply_user_effects(fx: &mut SettlementEffects, staged: StagedEffects) {
-    for (key, value) in staged {
-        match value {
-            Some(v) => {
-                fx.kv_writes.insert(key, v);
-            }
-            None => fx.kv_deletes.push(key),
+            false
         }
     }
 }

@@ -13,20 +13,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{
-    Actor, ActorCell, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
+    Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
 };
 use taquba::object_store::ObjectStore;
 use taquba::{OpenOptions, Queue};
 use tracing::{info, warn};
 
+use crate::batch::{BatchOutcome, BatchProgress, BatchSpec, BatchState};
+use crate::batches::{Batches, BatchesMessage};
 use crate::claimer::{Claimer, ClaimerArguments, ClaimerMessage};
+use crate::coordinator::CoordinatorMessage;
 use crate::error::{EngineError, Result};
-use crate::handler::Registration;
+use crate::handler::{DEFAULT_PIPELINE_CONCURRENCY, Kind, Registration};
 use crate::keys;
 use crate::pool::{HandlerPool, PoolArguments, PoolMessage, PoolStats};
 use crate::records::OutcomeRecord;
 use crate::services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
 use crate::settings::Settings;
+use crate::settle::Notify;
 use crate::sweeper::{SweepReport, Sweeper, SweeperArguments, SweeperMessage};
 use crate::waiters::{JobFinished, WaitError, Waiter, Waiters, WaitersMessage};
 
@@ -51,6 +55,25 @@ pub enum EngineMessage {
     /// Shut down gracefully: stop claiming, let running jobs finish and settle,
     /// close the queue. Answers when done.
     Shutdown(RpcReplyPort<ShutdownReport>),
+    /// Start a coordinator for a run of a batch (used by the batch driver).
+    StartBatch(
+        Box<BatchSpec>,
+        RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>,
+    ),
+    /// Run a batch of encoded inputs (keys given) to completion.
+    RunBatch(
+        Box<BatchSpec>,
+        Vec<(String, Vec<u8>)>,
+        RpcReplyPort<Result<BatchOutcome>>,
+    ),
+    /// Resume a batch from its manifest to completion.
+    ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
+    /// Counters of a batch running in this process (`None` if not running).
+    BatchProgress(String, RpcReplyPort<Option<BatchProgress>>),
+    /// What a batch's records say.
+    BatchStatus(String, RpcReplyPort<Result<BatchState>>),
+    /// Remove everything a batch wrote (refused while it runs or has live items).
+    ForgetBatch(String, RpcReplyPort<Result<bool>>),
     /// The engine's shared services (for handles built over this engine).
     GetServices(RpcReplyPort<Arc<Services>>),
     /// Counters of each job type's pool.
@@ -69,6 +92,8 @@ pub struct ShutdownReport {
 }
 
 /// Where the supervisor gets its queue.
+// Built once per engine: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum QueueSource {
     /// Open the queue at `path` in `store`.
     Open {
@@ -82,7 +107,7 @@ pub enum QueueSource {
     /// Use this already-open queue (the engine takes ownership and closes it).
     Given {
         /// The queue.
-        queue: Queue,
+        queue: Box<Queue>,
         /// The object store for memo entries and large outputs.
         store: Arc<dyn ObjectStore>,
     },
@@ -115,10 +140,11 @@ pub struct EngineConfig {
 #[derive(Debug)]
 pub struct Supervisor;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Child {
     Waiters,
-    Claimer,
+    Batches,
+    Claimer(Kind),
     Sweeper,
     Pool(String),
 }
@@ -130,7 +156,9 @@ pub struct SupervisorState {
     services: Arc<Services>,
     registrations: HashMap<String, Registration>,
     waiters: ActorRef<WaitersMessage>,
+    batches: ActorRef<BatchesMessage>,
     claimer: ActorRef<ClaimerMessage>,
+    bulk_claimer: ActorRef<ClaimerMessage>,
     sweeper: ActorRef<SweeperMessage>,
     pools: HashMap<String, ActorRef<PoolMessage>>,
     children: HashMap<ractor::ActorId, Child>,
@@ -152,7 +180,7 @@ async fn open(source: QueueSource, settings: &Settings) -> Result<(Queue, Arc<dy
             let queue = Queue::open_with_options(store.clone(), &path, options).await?;
             Ok((queue, store))
         }
-        QueueSource::Given { queue, store } => Ok((queue, store)),
+        QueueSource::Given { queue, store } => Ok((*queue, store)),
     }
 }
 
@@ -181,120 +209,169 @@ impl std::fmt::Debug for SupervisorState {
     }
 }
 
+fn claimer_args(
+    services: &Arc<Services>,
+    notify: &Notify,
+    registrations: &HashMap<String, Registration>,
+    kind: Kind,
+) -> ClaimerArguments {
+    let settings = services.settings();
+    let (queue_name, credits) = match kind {
+        Kind::Job => (settings.queue_name.clone(), settings.max_concurrent_jobs),
+        Kind::Pipeline => (
+            settings.bulk_queue_name.clone(),
+            registrations
+                .values()
+                .filter(|r| r.kind == Kind::Pipeline)
+                .map(|r| r.concurrency.unwrap_or(DEFAULT_PIPELINE_CONCURRENCY))
+                .sum::<usize>()
+                .max(1),
+        ),
+    };
+    ClaimerArguments {
+        services: services.clone(),
+        notify: notify.clone(),
+        queue_name,
+        credits,
+    }
+}
+
 impl SupervisorState {
-    async fn spawn_waiters(&mut self, cell: &ActorCell) -> Result<(), ActorProcessingErr> {
-        let (waiters, _) =
-            Actor::spawn_linked(None, Waiters, self.services.clone(), cell.clone()).await?;
-        self.children.insert(waiters.get_id(), Child::Waiters);
-        self.waiters = waiters;
-        Ok(())
+    fn notify(&self) -> Notify {
+        Notify {
+            waiters: self.waiters.clone(),
+            batches: self.batches.clone(),
+        }
     }
 
-    async fn spawn_claimer(&mut self, cell: &ActorCell) -> Result<(), ActorProcessingErr> {
-        let args = ClaimerArguments {
-            services: self.services.clone(),
-            waiters: self.waiters.clone(),
-        };
-        let (claimer, _) = Actor::spawn_linked(None, Claimer, args, cell.clone()).await?;
-        self.children.insert(claimer.get_id(), Child::Claimer);
-        self.claimer = claimer;
-        Ok(())
+    fn engine_ref(&self) -> crate::EngineRef {
+        crate::EngineRef::from_parts(self.me.clone(), self.services.clone())
     }
 
-    async fn spawn_sweeper(&mut self, cell: &ActorCell) -> Result<(), ActorProcessingErr> {
-        let args = SweeperArguments {
-            services: self.services.clone(),
-            waiters: self.waiters.clone(),
+    async fn spawn_child(&mut self, child: Child) -> Result<(), ActorProcessingErr> {
+        let cell = self.me.get_cell();
+        let services = self.services.clone();
+        let id = match &child {
+            Child::Waiters => {
+                let (a, _) = Actor::spawn_linked(None, Waiters, services, cell).await?;
+                self.waiters = a.clone();
+                a.get_id()
+            }
+            Child::Batches => {
+                let (a, _) = Actor::spawn_linked(None, Batches, services, cell).await?;
+                self.batches = a.clone();
+                a.get_id()
+            }
+            Child::Claimer(kind) => {
+                let args = claimer_args(&services, &self.notify(), &self.registrations, *kind);
+                let (a, _) = Actor::spawn_linked(None, Claimer, args, cell).await?;
+                match kind {
+                    Kind::Job => self.claimer = a.clone(),
+                    Kind::Pipeline => self.bulk_claimer = a.clone(),
+                }
+                a.get_id()
+            }
+            Child::Sweeper => {
+                let args = SweeperArguments {
+                    services,
+                    notify: self.notify(),
+                };
+                let (a, _) = Actor::spawn_linked(None, Sweeper, args, cell).await?;
+                self.sweeper = a.clone();
+                a.get_id()
+            }
+            Child::Pool(job_type) => {
+                let Some(reg) = self.registrations.get(job_type).cloned() else {
+                    return Ok(());
+                };
+                let args = PoolArguments {
+                    job_type: reg.job_type.clone(),
+                    handler: reg.handler.clone(),
+                    concurrency: reg.concurrency.unwrap_or(match reg.kind {
+                        Kind::Job => services.settings().max_concurrent_jobs,
+                        Kind::Pipeline => DEFAULT_PIPELINE_CONCURRENCY,
+                    }),
+                    services,
+                    notify: self.notify(),
+                    claimer: match reg.kind {
+                        Kind::Job => self.claimer.clone(),
+                        Kind::Pipeline => self.bulk_claimer.clone(),
+                    },
+                    engine: self.me.clone(),
+                };
+                let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
+                self.pools.insert(reg.job_type.clone(), a.clone());
+                a.get_id()
+            }
         };
-        let (sweeper, _) = Actor::spawn_linked(None, Sweeper, args, cell.clone()).await?;
-        self.children.insert(sweeper.get_id(), Child::Sweeper);
-        self.sweeper = sweeper;
-        Ok(())
-    }
-
-    async fn spawn_pool(
-        &mut self,
-        cell: &ActorCell,
-        job_type: &str,
-    ) -> Result<(), ActorProcessingErr> {
-        let Some(reg) = self.registrations.get(job_type).cloned() else {
-            return Ok(());
-        };
-        let args = PoolArguments {
-            job_type: reg.job_type.clone(),
-            handler: reg.handler.clone(),
-            concurrency: reg
-                .concurrency
-                .unwrap_or(self.services.settings().max_concurrent_jobs),
-            services: self.services.clone(),
-            waiters: self.waiters.clone(),
-            claimer: self.claimer.clone(),
-            engine: self.me.clone(),
-        };
-        let (pool, _) = Actor::spawn_linked(None, HandlerPool, args, cell.clone()).await?;
-        self.children
-            .insert(pool.get_id(), Child::Pool(reg.job_type.clone()));
-        self.pools.insert(reg.job_type, pool);
+        self.children.insert(id, child);
         Ok(())
     }
 
     fn route(&self) {
-        let _ = self.claimer.cast(ClaimerMessage::Route(self.pools.clone()));
+        for (kind, claimer) in [
+            (Kind::Job, &self.claimer),
+            (Kind::Pipeline, &self.bulk_claimer),
+        ] {
+            let routes: HashMap<String, ActorRef<PoolMessage>> = self
+                .pools
+                .iter()
+                .filter(|(t, _)| self.registrations.get(*t).is_some_and(|r| r.kind == kind))
+                .map(|(t, p)| (t.clone(), p.clone()))
+                .collect();
+            let _ = claimer.cast(ClaimerMessage::Route(routes));
+        }
     }
 
-    async fn restart(
-        &mut self,
-        myself: &ActorRef<EngineMessage>,
-        child: Child,
-    ) -> Result<(), ActorProcessingErr> {
-        let cell = myself.get_cell();
-        match child {
-            Child::Waiters => {
-                self.spawn_waiters(&cell).await?;
-                // Children that tell the waiters hold the old reference: renew them.
-                self.stop_child_for_renewal(&[Child::Claimer, Child::Sweeper]);
-            }
-            Child::Claimer => {
-                self.spawn_claimer(&cell).await?;
-                // Pools hold the old claimer: restart them so credits flow to the
-                // new one (their running jobs finish first: stop is graceful).
-                let types: Vec<String> = self.pools.keys().cloned().collect();
-                for t in types {
-                    if let Some(pool) = self.pools.remove(&t) {
-                        self.children.remove(&pool.get_id());
-                        pool.stop(Some("claimer restarted".into()));
-                    }
-                    self.spawn_pool(&cell, &t).await?;
+    /// Stop children (they are restarted by their exit, with fresh references).
+    fn renew(&mut self, which: impl Fn(&Child) -> bool) {
+        for (id, child) in self.children.iter() {
+            if which(child) {
+                let cell = match child {
+                    Child::Claimer(Kind::Job) => self.claimer.get_cell(),
+                    Child::Claimer(Kind::Pipeline) => self.bulk_claimer.get_cell(),
+                    Child::Sweeper => self.sweeper.get_cell(),
+                    Child::Pool(t) => match self.pools.get(t) {
+                        Some(p) => p.get_cell(),
+                        None => continue,
+                    },
+                    _ => continue,
+                };
+                if cell.get_id() == *id {
+                    cell.stop(Some("renewing references".into()));
                 }
+            }
+        }
+    }
+
+    async fn restart(&mut self, child: Child) -> Result<(), ActorProcessingErr> {
+        self.spawn_child(child.clone()).await?;
+        match child {
+            // Everyone holding the old reference is renewed.
+            Child::Waiters | Child::Batches => {
+                self.renew(|c| matches!(c, Child::Claimer(_) | Child::Sweeper | Child::Pool(_)))
+            }
+            Child::Claimer(kind) => {
+                let regs = self.registrations.clone();
+                self.renew(
+                    |c| matches!(c, Child::Pool(t) if regs.get(t).is_some_and(|r| r.kind == kind)),
+                );
                 self.route();
             }
-            Child::Sweeper => self.spawn_sweeper(&cell).await?,
-            Child::Pool(t) => {
-                self.spawn_pool(&cell, &t).await?;
-                self.route();
-            }
+            Child::Pool(_) => self.route(),
+            Child::Sweeper => {}
         }
         Ok(())
-    }
-
-    fn stop_child_for_renewal(&mut self, which: &[Child]) {
-        for child in which {
-            let actor = match child {
-                Child::Claimer => self.claimer.get_cell(),
-                Child::Sweeper => self.sweeper.get_cell(),
-                _ => continue,
-            };
-            // Leaving it in `children` makes its exit restart it with fresh references.
-            actor.stop(Some("renewing references".into()));
-        }
     }
 
     async fn shutdown(&mut self, myself: &ActorRef<EngineMessage>) -> ShutdownReport {
         self.shutting_down = true;
         let mut report = ShutdownReport::default();
         // 1. Stop claiming.
-        if let Err(e) = ractor::call!(self.claimer, ClaimerMessage::Drain) {
-            report.problems.push(format!("claimer drain: {e}"));
+        for claimer in [&self.claimer, &self.bulk_claimer] {
+            if let Err(e) = ractor::call!(claimer, ClaimerMessage::Drain) {
+                report.problems.push(format!("claimer drain: {e}"));
+            }
         }
         // 2. Let running jobs finish and their settlements commit.
         for (t, pool) in &self.pools {
@@ -370,35 +447,48 @@ impl Actor for Supervisor {
         let cell = myself.get_cell();
         let (waiters, _) =
             Actor::spawn_linked(None, Waiters, services.clone(), cell.clone()).await?;
-        let claimer_args = ClaimerArguments {
-            services: services.clone(),
+        let (batches, _) =
+            Actor::spawn_linked(None, Batches, services.clone(), cell.clone()).await?;
+        let notify = Notify {
             waiters: waiters.clone(),
+            batches: batches.clone(),
         };
-        let (claimer, _) = Actor::spawn_linked(None, Claimer, claimer_args, cell.clone()).await?;
+        let mut children = HashMap::from([
+            (waiters.get_id(), Child::Waiters),
+            (batches.get_id(), Child::Batches),
+        ]);
+        let mut claimers = Vec::new();
+        for kind in [Kind::Job, Kind::Pipeline] {
+            let args = claimer_args(&services, &notify, &registrations, kind);
+            let (claimer, _) = Actor::spawn_linked(None, Claimer, args, cell.clone()).await?;
+            children.insert(claimer.get_id(), Child::Claimer(kind));
+            claimers.push(claimer);
+        }
         let sweeper_args = SweeperArguments {
             services: services.clone(),
-            waiters: waiters.clone(),
+            notify,
         };
-        let (sweeper, _) = Actor::spawn_linked(None, Sweeper, sweeper_args, cell.clone()).await?;
+        let (sweeper, _) = Actor::spawn_linked(None, Sweeper, sweeper_args, cell).await?;
+        children.insert(sweeper.get_id(), Child::Sweeper);
+        let bulk_claimer = claimers.pop().ok_or("claimer missing")?;
+        let claimer = claimers.pop().ok_or("claimer missing")?;
         let mut state = SupervisorState {
             me: myself.clone(),
             queue: Some(queue),
             services,
             registrations,
-            children: HashMap::from([
-                (waiters.get_id(), Child::Waiters),
-                (claimer.get_id(), Child::Claimer),
-                (sweeper.get_id(), Child::Sweeper),
-            ]),
-            waiters,
+            children,
             claimer,
+            bulk_claimer,
             sweeper,
+            waiters,
+            batches,
             pools: HashMap::new(),
             shutting_down: false,
         };
         let types: Vec<String> = state.registrations.keys().cloned().collect();
         for t in types {
-            state.spawn_pool(&cell, &t).await?;
+            state.spawn_child(Child::Pool(t)).await?;
         }
         state.route();
         Ok(state)
@@ -467,6 +557,51 @@ impl Actor for Supervisor {
                 let _ = reply.send(report);
                 myself.stop(Some("shutdown".into()));
             }
+            EngineMessage::StartBatch(spec, reply) => {
+                if state.shutting_down {
+                    let _ = reply.send(Err(EngineError::ShutDown));
+                } else if !state
+                    .registrations
+                    .get(&spec.pipeline)
+                    .is_some_and(|r| r.kind == Kind::Pipeline)
+                {
+                    let _ = reply.send(Err(EngineError::UnknownPipeline(spec.pipeline.clone())));
+                } else {
+                    let _ = state.batches.cast(BatchesMessage::Start(spec, reply));
+                }
+            }
+            EngineMessage::RunBatch(spec, items, reply) => {
+                let engine = state.engine_ref();
+                tokio::spawn(async move {
+                    let items = futures_util::stream::iter(items.into_iter().map(Ok));
+                    let _ =
+                        reply.send(crate::batch::drive_batch(&engine, *spec, Some(items)).await);
+                });
+            }
+            EngineMessage::ResumeBatch(spec, reply) => {
+                let engine = state.engine_ref();
+                tokio::spawn(async move {
+                    let _ = reply.send(crate::batch::resume_batch(&engine, *spec).await);
+                });
+            }
+            EngineMessage::BatchProgress(batch_id, reply) => {
+                let _ = state
+                    .batches
+                    .cast(BatchesMessage::GetProgress(batch_id, reply));
+            }
+            EngineMessage::BatchStatus(batch_id, reply) => {
+                let services = state.services.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(crate::batch::batch_state(&services, &batch_id).await);
+                });
+            }
+            EngineMessage::ForgetBatch(batch_id, reply) => {
+                let services = state.services.clone();
+                let batches = state.batches.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(forget(&services, &batches, &batch_id).await);
+                });
+            }
             EngineMessage::GetServices(reply) => {
                 let _ = reply.send(state.services.clone());
             }
@@ -509,7 +644,8 @@ impl Actor for Supervisor {
         }
         if let Some(child) = state.children.remove(&who.get_id()) {
             warn!(?child, reason = %why, "engine child exited; restarting it");
-            state.restart(&myself, child).await?;
+            let _ = &myself;
+            state.restart(child).await?;
         }
         Ok(())
     }
@@ -525,4 +661,21 @@ impl Actor for Supervisor {
             .await;
         Ok(())
     }
+}
+
+/// Forget a batch under its in-process lock (no run may start meanwhile).
+pub(crate) async fn forget(
+    services: &Services,
+    batches: &ActorRef<BatchesMessage>,
+    batch_id: &str,
+) -> Result<bool> {
+    crate::batch::check_batch_id(batch_id)?;
+    let locked = ractor::call!(batches, BatchesMessage::Lock, batch_id.to_string())
+        .map_err(|e| EngineError::ActorUnavailable(e.to_string()))?;
+    if !locked {
+        return Err(EngineError::BatchRunning(batch_id.to_string()));
+    }
+    let result = crate::batch::forget_batch_data(services, batch_id).await;
+    let _ = batches.cast(BatchesMessage::Unlock(batch_id.to_string()));
+    result
 }

@@ -8,6 +8,7 @@
 //! 2. under retention, removes expired outcome records (and the run's memo
 //!    entries and output blobs) through taquba's `ExpiryIndex`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::TryStreamExt;
@@ -15,12 +16,15 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use taquba::{Expired, JobRecord, JobStatus, Queue, SettlementEffects};
 use tracing::warn;
 
+use crate::batches::BatchesMessage;
 use crate::error::Result;
 use crate::events::EngineEvent;
 use crate::keys;
 use crate::memo::delete_prefix;
 use crate::records::{self, FailureKind, Outcome, OutcomeRecord, RunRecord};
+use crate::records::{BatchHead, ItemMarker, ItemStatus};
 use crate::services::Services;
+use crate::settle::Notify;
 use crate::waiters::WaitersMessage;
 
 /// Messages of the sweeper.
@@ -46,8 +50,8 @@ pub struct SweepReport {
 pub struct SweeperArguments {
     /// Engine services.
     pub services: Arc<Services>,
-    /// Where completions go.
-    pub waiters: ActorRef<WaitersMessage>,
+    /// Who reconciliations tell.
+    pub(crate) notify: Notify,
 }
 
 /// The sweeper actor.
@@ -58,8 +62,8 @@ pub struct Sweeper;
 #[derive(Debug)]
 pub struct SweeperState {
     services: Arc<Services>,
-    waiters: ActorRef<WaitersMessage>,
-    last_dead: Option<i64>,
+    notify: Notify,
+    last_dead: HashMap<String, i64>,
     ticks: u64,
 }
 
@@ -70,8 +74,14 @@ impl SweeperState {
     async fn pass(&mut self) -> Result<SweepReport> {
         let queue = self.services.queue()?;
         self.ticks += 1;
-        let reconciled = self.reconcile(&queue).await?;
-        let expired = self.expire(&queue).await?;
+        let mut reconciled = 0;
+        for name in [
+            self.services.settings().queue_name.clone(),
+            self.services.settings().bulk_queue_name.clone(),
+        ] {
+            reconciled += self.reconcile(&queue, &name).await?;
+        }
+        let expired = self.expire(&queue).await? + self.expire_batches(&queue).await?;
         if expired > 0 {
             self.services.emit(EngineEvent::Swept { removed: expired });
         }
@@ -81,15 +91,16 @@ impl SweeperState {
         })
     }
 
-    async fn reconcile(&mut self, queue: &Arc<Queue>) -> Result<usize> {
-        let name = self.services.settings().queue_name.clone();
-        let dead = queue.view().stats(&name).await?.dead;
-        if self.last_dead == Some(dead) && self.ticks % FULL_RECONCILE_EVERY != 0 {
+    async fn reconcile(&mut self, queue: &Arc<Queue>, name: &str) -> Result<usize> {
+        let dead = queue.view().stats(name).await?.dead;
+        if self.last_dead.get(name) == Some(&dead)
+            && !self.ticks.is_multiple_of(FULL_RECONCILE_EVERY)
+        {
             return Ok(0);
         }
         let jobs: Vec<JobRecord> = queue
             .view()
-            .jobs(&name, JobStatus::Dead, 256)
+            .jobs(name, JobStatus::Dead, 256)
             .try_collect()
             .await?;
         let mut done = 0;
@@ -98,11 +109,17 @@ impl SweeperState {
                 done += 1;
             }
         }
-        self.last_dead = Some(dead);
+        self.last_dead.insert(name.to_string(), dead);
         Ok(done)
     }
 
     async fn reconcile_one(&self, queue: &Arc<Queue>, job: &JobRecord) -> Result<bool> {
+        if let (Some(batch_id), Some(key)) = (
+            job.headers.get(keys::HEADER_BATCH),
+            job.headers.get(keys::HEADER_KEY),
+        ) {
+            return self.reconcile_item(queue, job, batch_id, key).await;
+        }
         let Some(run_id) = job.headers.get(keys::HEADER_RUN) else {
             return Ok(false);
         };
@@ -139,11 +156,70 @@ impl SweeperState {
         self.services.emit(EngineEvent::RunReconciled {
             run_id: run_id.clone(),
         });
-        let _ = self.waiters.cast(WaitersMessage::Settled {
+        let _ = self.notify.waiters.cast(WaitersMessage::Settled {
             run_id: run_id.clone(),
             record: Box::new(record),
         });
         Ok(true)
+    }
+
+    async fn reconcile_item(
+        &self,
+        queue: &Arc<Queue>,
+        job: &JobRecord,
+        batch_id: &str,
+        key: &str,
+    ) -> Result<bool> {
+        let active = keys::item_active_key(batch_id, key);
+        let compares: [(&[u8], Option<&[u8]>); 1] = [(&active, Some(job.id.as_bytes()))];
+        let marker = ItemMarker {
+            status: ItemStatus::Failed,
+            error: Some(job.last_error.clone().unwrap_or_else(|| {
+                "dead-lettered by the queue (lease lost on the last attempt)".into()
+            })),
+            cost: Default::default(),
+            output: None,
+            job_id: job.id.clone(),
+        };
+        let fx = SettlementEffects::default()
+            .kv_delete(active.clone())
+            .kv_put(
+                keys::item_marker_key(batch_id, key),
+                records::encode(&marker),
+            );
+        if queue.kv_compare_commit(&compares, fx).await?.is_none() {
+            return Ok(false);
+        }
+        let _ = self.notify.batches.cast(BatchesMessage::ItemSettled {
+            batch_id: batch_id.to_string(),
+            key: key.to_string(),
+            job_id: job.id.clone(),
+            marker: Box::new(marker),
+        });
+        Ok(true)
+    }
+
+    async fn expire_batches(&self, queue: &Arc<Queue>) -> Result<usize> {
+        // The retention of each batch is its run's; entries are only written
+        // for runs that asked for it, so the pass uses the smallest window: an
+        // entry's own deadline is checked in the callback.
+        let services = self.services.clone();
+        let batches = self.notify.batches.clone();
+        let index = services.batch_expiry().clone();
+        let now = services.clock().now_ms();
+        let removed = index
+            .pass(
+                queue,
+                now,
+                std::time::Duration::ZERO,
+                move |at_ms, suffix| {
+                    let services = services.clone();
+                    let batches = batches.clone();
+                    async move { expire_batch(&services, &batches, now, at_ms, suffix).await }
+                },
+            )
+            .await?;
+        Ok(removed)
     }
 
     async fn expire(&self, queue: &Arc<Queue>) -> Result<usize> {
@@ -206,6 +282,52 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
     }
 }
 
+/// A batch retention entry: `{due_ms}{generation:016x}{batch_id}` where the
+/// entry's time is the completion time plus the retention (so the pass runs
+/// with zero retention and the entry is due exactly then).
+async fn expire_batch(
+    services: &Services,
+    batches: &ActorRef<BatchesMessage>,
+    _now: u64,
+    _at_ms: u64,
+    suffix: Vec<u8>,
+) -> Expired {
+    let Ok(suffix) = String::from_utf8(suffix) else {
+        return Expired::Delete(SettlementEffects::default());
+    };
+    if suffix.len() < 17 {
+        return Expired::Delete(SettlementEffects::default());
+    }
+    let (generation, batch_id) = suffix.split_at(16);
+    let Ok(generation) = u64::from_str_radix(generation, 16) else {
+        return Expired::Delete(SettlementEffects::default());
+    };
+    let head_key = keys::batch_head_key(batch_id);
+    let head = match services.queue() {
+        Ok(q) => q.view().kv_get(&head_key).await,
+        Err(_) => return Expired::Keep,
+    };
+    let head: BatchHead = match head {
+        Ok(Some(raw)) => match records::decode(&head_key, &raw) {
+            Ok(h) => h,
+            Err(_) => return Expired::Keep,
+        },
+        Ok(None) => return Expired::Delete(SettlementEffects::default()),
+        Err(_) => return Expired::Keep,
+    };
+    // The batch ran again since this entry was written: that run decides.
+    if head.generation != generation {
+        return Expired::Delete(SettlementEffects::default());
+    }
+    match crate::supervisor::forget(services, batches, batch_id).await {
+        Ok(_) => Expired::Delete(SettlementEffects::default()),
+        Err(e) => {
+            tracing::debug!(%batch_id, error = %e, "retention: batch kept for now");
+            Expired::Keep
+        }
+    }
+}
+
 impl Actor for Sweeper {
     type Msg = SweeperMessage;
     type State = SweeperState;
@@ -220,8 +342,8 @@ impl Actor for Sweeper {
         let _ = myself.cast(SweeperMessage::Sweep);
         Ok(SweeperState {
             services: args.services,
-            waiters: args.waiters,
-            last_dead: None,
+            notify: args.notify,
+            last_dead: HashMap::new(),
             ticks: 0,
         })
     }

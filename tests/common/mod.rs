@@ -60,3 +60,61 @@ pub async fn wait_event(
     .await
     .expect("the expected event did not arrive in time")
 }
+
+/// A fresh in-memory object store that several engines (one after another)
+/// can open, to check what survives a shutdown.
+pub fn shared_store() -> Arc<gaffer::taquba::object_store::memory::InMemory> {
+    Arc::new(gaffer::taquba::object_store::memory::InMemory::new())
+}
+
+/// A builder on the given object store with [`test_options`].
+pub fn store_builder(
+    store: Arc<dyn gaffer::taquba::object_store::ObjectStore>,
+    clock: Arc<MockClock>,
+) -> EngineBuilder {
+    gaffer::Engine::builder()
+        .object_store(store)
+        .open_options(test_options(clock))
+        .poll_interval(Duration::from_millis(20))
+}
+
+/// Receive events (keeping them all) until `done` says the collection is
+/// complete; panics after `limit` of wall/virtual time.
+pub async fn collect_events_until(
+    rx: &mut tokio::sync::broadcast::Receiver<EngineEvent>,
+    limit: Duration,
+    mut done: impl FnMut(&[EngineEvent]) -> bool,
+) -> Vec<EngineEvent> {
+    let mut seen = Vec::new();
+    let outcome = tokio::time::timeout(limit, async {
+        loop {
+            if done(&seen) {
+                return;
+            }
+            match rx.recv().await {
+                Ok(ev) => seen.push(ev),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    panic!("event subscriber lagged by {n} events")
+                }
+                Err(e) => panic!("event channel closed: {e}"),
+            }
+        }
+    })
+    .await;
+    if outcome.is_err() {
+        panic!("the expected events did not arrive in time; saw {seen:#?}");
+    }
+    seen
+}
+
+/// A builder on the given in-memory store with [`test_options`]: engines
+/// started one after the other on the same store see each other's records.
+pub fn shared_memory_builder(
+    store: Arc<gaffer::taquba::object_store::memory::InMemory>,
+    clock: Arc<MockClock>,
+) -> EngineBuilder {
+    gaffer::Engine::builder()
+        .object_store(store)
+        .open_options(test_options(clock))
+        .poll_interval(Duration::from_millis(20))
+}

@@ -1,0 +1,366 @@
+//! Batches of a pipeline: run, resume, progress, status, forget.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use gaffer_actors::{BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemStatus, RecordSink};
+
+use crate::cost::CostReport;
+use crate::error::{Error, Result};
+use crate::pipeline::Pipeline;
+use crate::sink::{OutputRecord, OutputSink};
+
+/// What a completed run of a batch counted. Every manifest item is counted
+/// exactly once: from its settlement in this run, or from the marker an
+/// earlier run left (succeeded items are not run again).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkReport {
+    /// Batch id.
+    pub batch_id: String,
+    /// Items in the batch.
+    pub total: u64,
+    /// Items succeeded.
+    pub succeeded: u64,
+    /// Items failed.
+    pub failed: u64,
+    /// Items cancelled.
+    pub cancelled: u64,
+    /// Wall time of this run.
+    pub elapsed: Duration,
+    /// Cost rollup.
+    pub cost: CostReport,
+    /// Keys of failed items, in completion order.
+    pub failed_keys: Vec<String>,
+    /// Records the sink rejected, or outputs that failed JSON conversion.
+    pub sink_errors: u64,
+}
+
+/// A running batch's progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressSnapshot {
+    /// Items in the batch.
+    pub total: u64,
+    /// Items done (`succeeded + failed + cancelled`).
+    pub completed: u64,
+    /// Items succeeded.
+    pub succeeded: u64,
+    /// Items failed.
+    pub failed: u64,
+    /// Items cancelled.
+    pub cancelled: u64,
+    /// Since the run started.
+    pub elapsed: Duration,
+    /// `completed / elapsed` (0 before any time passed).
+    pub rate_per_sec: f64,
+    /// `remaining / rate` when both are positive.
+    pub time_remaining: Option<Duration>,
+    /// Cost rollup so far.
+    pub cost: CostReport,
+}
+
+impl ProgressSnapshot {
+    pub(crate) fn from_progress(p: gaffer_actors::BatchProgress) -> Self {
+        let completed = p.succeeded + p.failed + p.cancelled;
+        let secs = p.elapsed.as_secs_f64();
+        let rate = if secs > 0.0 {
+            completed as f64 / secs
+        } else {
+            0.0
+        };
+        let remaining = p.total.saturating_sub(completed);
+        Self {
+            total: p.total,
+            completed,
+            succeeded: p.succeeded,
+            failed: p.failed,
+            cancelled: p.cancelled,
+            elapsed: p.elapsed,
+            rate_per_sec: rate,
+            time_remaining: (rate > 0.0 && remaining > 0)
+                .then(|| Duration::from_secs_f64(remaining as f64 / rate)),
+            cost: p.cost.into(),
+        }
+    }
+}
+
+/// What a batch's durable records say (no run needed; works after a restart).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchStatus {
+    /// Batch id.
+    pub batch_id: String,
+    /// Items in the batch.
+    pub total: u64,
+    /// Items whose latest outcome is a success.
+    pub succeeded: u64,
+    /// Items whose latest outcome is a failure.
+    pub failed: u64,
+    /// Items whose latest outcome is a cancel.
+    pub cancelled: u64,
+    /// Items queued or running now.
+    pub pending: u64,
+    /// Cost rollup of the recorded outcomes.
+    pub cost: CostReport,
+    /// Failed keys, in key order.
+    pub failed_keys: Vec<String>,
+}
+
+type KeyFn<I> = Arc<dyn Fn(&I) -> String + Send + Sync>;
+
+/// A batch of pipeline `P`'s items, by id.
+pub struct Batch<P: Pipeline> {
+    engine: EngineRef,
+    id: String,
+    key_fn: Option<KeyFn<P::Input>>,
+    headers: HashMap<String, String>,
+    sink: Option<Arc<dyn OutputSink>>,
+    fail_threshold: Option<f64>,
+    retention: Option<Duration>,
+    _p: PhantomData<fn() -> P>,
+}
+
+impl<P: Pipeline> std::fmt::Debug for Batch<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("pipeline", &P::NAME)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Pipeline> Batch<P> {
+    pub(crate) fn new(engine: EngineRef, id: String) -> Self {
+        Self {
+            engine,
+            id,
+            key_fn: None,
+            headers: HashMap::new(),
+            sink: None,
+            fail_threshold: None,
+            retention: None,
+            _p: PhantomData,
+        }
+    }
+
+    /// The batch id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Derive item keys from inputs (default: positional `item-{i}`). Keys must
+    /// be unique within a batch, 1-1024 bytes, without NUL.
+    pub fn key_fn(mut self, f: impl Fn(&P::Input) -> String + Send + Sync + 'static) -> Self {
+        self.key_fn = Some(Arc::new(f));
+        self
+    }
+
+    /// Headers on every item (visible as `BulkCtx::headers`; `gaffer.` reserved).
+    /// Fixed by the batch's first run.
+    pub fn headers(mut self, headers: HashMap<String, String>) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Where item records go (default: nowhere).
+    pub fn sink(mut self, sink: Arc<dyn OutputSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Fail the run (with its report) when more than `percent` of the items
+    /// failed (strictly more; cancelled items do not count).
+    pub fn fail_threshold(mut self, percent: f64) -> Self {
+        self.fail_threshold = Some(percent);
+        self
+    }
+
+    /// Remove the batch (manifest, markers, memo entries) this long after a run
+    /// completes, unless it runs again meanwhile.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    fn spec(&self) -> BatchSpec {
+        BatchSpec {
+            batch_id: self.id.clone(),
+            pipeline: P::NAME.to_string(),
+            headers: self.headers.clone(),
+            sink: self.sink.clone().map(|s| {
+                Arc::new(SinkAdapter::<P> {
+                    sink: s,
+                    _p: PhantomData,
+                }) as Arc<dyn RecordSink>
+            }),
+            retention: self.retention,
+            window: self.engine.services().settings().batch_window,
+        }
+    }
+
+    /// Run the batch over `inputs` (consumed as an iterator, a chunk at a time).
+    /// A batch that ran before skips its succeeded items and re-runs the
+    /// failed ones; other inputs than the first run's are `BatchMismatch`.
+    pub async fn run<I>(&self, inputs: I) -> Result<BulkReport>
+    where
+        I: IntoIterator<Item = P::Input>,
+    {
+        self.run_stream(futures_util::stream::iter(inputs)).await
+    }
+
+    /// [`run`](Self::run) over a stream of inputs.
+    pub async fn run_stream<S>(&self, inputs: S) -> Result<BulkReport>
+    where
+        S: Stream<Item = P::Input>,
+    {
+        let key_fn = self.key_fn.clone();
+        let items = inputs.enumerate().map(move |(i, input)| {
+            let key = match &key_fn {
+                Some(f) => f(&input),
+                None => format!("item-{i}"),
+            };
+            rmp_serde::to_vec_named(&input)
+                .map(|bytes| (key, bytes))
+                .map_err(|e| {
+                    gaffer_actors::EngineError::InvalidConfig(format!(
+                        "an input of `{}` failed to encode: {e}",
+                        P::NAME
+                    ))
+                })
+        });
+        let items = Box::pin(items);
+        let outcome =
+            gaffer_actors::batch::drive_batch(&self.engine, self.spec(), Some(items)).await?;
+        self.report(outcome)
+    }
+
+    /// Drive the batch from its manifest to completion (after a crash, or a
+    /// dropped run): items still queued continue, succeeded ones are answered
+    /// from their markers, failed ones run again.
+    pub async fn resume(&self) -> Result<BulkReport> {
+        let outcome = gaffer_actors::batch::resume_batch(&self.engine, self.spec()).await?;
+        self.report(outcome)
+    }
+
+    fn report(&self, o: BatchOutcome) -> Result<BulkReport> {
+        let report = BulkReport {
+            batch_id: self.id.clone(),
+            total: o.total,
+            succeeded: o.succeeded,
+            failed: o.failed,
+            cancelled: o.cancelled,
+            elapsed: o.elapsed,
+            cost: o.cost.into(),
+            failed_keys: o.failed_keys,
+            sink_errors: o.sink_errors,
+        };
+        if let Some(threshold) = self.fail_threshold
+            && report.total > 0
+            && (report.failed as f64 / report.total as f64) * 100.0 > threshold
+        {
+            return Err(Error::FailureThresholdExceeded {
+                failed: report.failed,
+                total: report.total,
+                threshold,
+                report: Box::new(report),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Progress of a run of this batch active in this process.
+    pub async fn progress(&self) -> Option<ProgressSnapshot> {
+        let p = ractor::call!(
+            self.engine.actor(),
+            EngineMessage::BatchProgress,
+            self.id.clone()
+        )
+        .ok()??;
+        Some(ProgressSnapshot::from_progress(p))
+    }
+
+    /// What the batch's records say.
+    pub async fn status(&self) -> Result<BatchStatus> {
+        let s = gaffer_actors::batch::batch_state(self.engine.services(), &self.id).await?;
+        Ok(BatchStatus {
+            batch_id: self.id.clone(),
+            total: s.total,
+            succeeded: s.succeeded,
+            failed: s.failed,
+            cancelled: s.cancelled,
+            pending: s.active,
+            cost: s.cost.into(),
+            failed_keys: s.failed_keys,
+        })
+    }
+
+    /// Remove everything the batch wrote. Refused (`BatchRunning`) while a run
+    /// of it is active here, and (`BatchActive`) while items are queued or
+    /// running: resume it to completion first.
+    pub async fn forget(&self) -> Result<()> {
+        ractor::call!(
+            self.engine.actor(),
+            EngineMessage::ForgetBatch,
+            self.id.clone()
+        )
+        .map_err(|_| Error::Engine(gaffer_actors::EngineError::ShutDown))??;
+        Ok(())
+    }
+}
+
+struct SinkAdapter<P> {
+    sink: Arc<dyn OutputSink>,
+    _p: PhantomData<fn() -> P>,
+}
+
+impl<P: Pipeline> RecordSink for SinkAdapter<P> {
+    fn write(
+        &self,
+        key: &str,
+        status: ItemStatus,
+        output: Option<&[u8]>,
+        error: Option<&str>,
+    ) -> std::result::Result<(), String> {
+        let mut conversion_error = None;
+        let output = match output {
+            Some(bytes) => match rmp_serde::from_slice::<P::Output>(bytes) {
+                Ok(value) => match serde_json::to_value(&value) {
+                    Ok(json) => Some(json),
+                    Err(e) => {
+                        conversion_error = Some(format!("output failed JSON conversion: {e}"));
+                        None
+                    }
+                },
+                Err(e) => {
+                    conversion_error = Some(format!(
+                        "recorded output no longer decodes as `{}`'s output: {e}",
+                        P::NAME
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let record = OutputRecord {
+            key: key.to_string(),
+            status: match status {
+                ItemStatus::Succeeded => "succeeded",
+                ItemStatus::Failed => "failed",
+                ItemStatus::Cancelled => "cancelled",
+            }
+            .to_string(),
+            output,
+            error: error.map(str::to_string).or(conversion_error.clone()),
+        };
+        self.sink.write(&record).map_err(|e| e.to_string())?;
+        match conversion_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&self) -> std::result::Result<(), String> {
+        self.sink.flush().map_err(|e| e.to_string())
+    }
+}
