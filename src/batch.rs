@@ -183,7 +183,9 @@ impl<P: Pipeline> Batch<P> {
         self
     }
 
-    fn spec(&self) -> BatchSpec {
+    /// The bytes-level spec of this batch (its sink wrapped to decode outputs
+    /// as `P::Output`), for the `RunBatch` messages of the actor protocol.
+    pub fn spec(&self) -> BatchSpec {
         BatchSpec {
             batch_id: self.id.clone(),
             pipeline: P::NAME.to_string(),
@@ -197,6 +199,27 @@ impl<P: Pipeline> Batch<P> {
             retention: self.retention,
             window: self.engine.services().settings().batch_window,
         }
+    }
+
+    /// Encode `inputs` as `(key, bytes)` items (keys from the key function),
+    /// for the `RunBatch` messages of the actor protocol.
+    pub fn encode_items<I>(&self, inputs: I) -> Result<Vec<(String, Vec<u8>)>>
+    where
+        I: IntoIterator<Item = P::Input>,
+    {
+        inputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, input)| {
+                let key = match &self.key_fn {
+                    Some(f) => f(&input),
+                    None => format!("item-{i}"),
+                };
+                let bytes =
+                    rmp_serde::to_vec_named(&input).map_err(|e| Error::encode(P::NAME, e))?;
+                Ok((key, bytes))
+            })
+            .collect()
     }
 
     /// Run the batch over `inputs` (consumed as an iterator, a chunk at a time).

@@ -60,9 +60,9 @@ pub use sink::{ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, read_js
 
 pub use gaffer_actors::effects::Effects;
 pub use gaffer_actors::{
-    CancelResult, EngineError, EngineEvent, EngineMessage, EngineRef, FailureKind, JobFinished,
-    JobState, OutcomeRecord, PoolStats, Settings, ShutdownReport, SubmitRequest, Submitted,
-    SweepReport, WaitError,
+    BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent, EngineMessage,
+    EngineRef, FailureKind, JobFinished, JobState, OutcomeRecord, PoolStats, Settings,
+    ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
 };
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;

@@ -103,6 +103,15 @@ pub struct BatchOutcome {
     pub sink_errors: u64,
 }
 
+/// The message an actor that ran a batch by `RunBatchAndTell` receives.
+#[derive(Debug, Clone)]
+pub struct BatchFinished {
+    /// The batch.
+    pub batch_id: String,
+    /// Its outcome, or why the run failed.
+    pub result: std::result::Result<BatchOutcome, String>,
+}
+
 /// A running batch's counters.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchProgress {

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef, DerivedActorRef};
 
-pub use batch::{BatchOutcome, BatchProgress, BatchSpec, BatchState, RecordSink};
+pub use batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, RecordSink};
 pub use error::{EngineError, Result};
 pub use events::EngineEvent;
 pub use handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};

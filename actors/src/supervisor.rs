@@ -19,7 +19,7 @@ use taquba::object_store::ObjectStore;
 use taquba::{OpenOptions, Queue};
 use tracing::{info, warn};
 
-use crate::batch::{BatchOutcome, BatchProgress, BatchSpec, BatchState};
+use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
 use crate::batches::{Batches, BatchesMessage};
 use crate::claimer::{Claimer, ClaimerArguments, ClaimerMessage};
 use crate::coordinator::CoordinatorMessage;
@@ -65,6 +65,13 @@ pub enum EngineMessage {
         Box<BatchSpec>,
         Vec<(String, Vec<u8>)>,
         RpcReplyPort<Result<BatchOutcome>>,
+    ),
+    /// Run a batch like `RunBatch`, and tell this actor (a [`BatchFinished`]
+    /// message) when it completes.
+    RunBatchAndTell(
+        Box<BatchSpec>,
+        Vec<(String, Vec<u8>)>,
+        DerivedActorRef<BatchFinished>,
     ),
     /// Resume a batch from its manifest to completion.
     ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
@@ -576,6 +583,17 @@ impl Actor for Supervisor {
                     let items = futures_util::stream::iter(items.into_iter().map(Ok));
                     let _ =
                         reply.send(crate::batch::drive_batch(&engine, *spec, Some(items)).await);
+                });
+            }
+            EngineMessage::RunBatchAndTell(spec, items, to) => {
+                let engine = state.engine_ref();
+                tokio::spawn(async move {
+                    let batch_id = spec.batch_id.clone();
+                    let items = futures_util::stream::iter(items.into_iter().map(Ok));
+                    let result = crate::batch::drive_batch(&engine, *spec, Some(items))
+                        .await
+                        .map_err(|e| e.to_string());
+                    let _ = to.send_message(BatchFinished { batch_id, result });
                 });
             }
             EngineMessage::ResumeBatch(spec, reply) => {
