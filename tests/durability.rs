@@ -1,0 +1,537 @@
+//! Durability: what a real local-disk store keeps across a clean shutdown and
+//! a reopen of the same directory, and what the engine refuses to open.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gaffer::taquba::object_store::local::LocalFileSystem;
+use gaffer::taquba::{Clock, MockClock, Queue};
+use gaffer::{
+    Engine, EngineError, EngineEvent, Error, FailureKind, Job, JobContext, JobState, SubmitOptions,
+};
+use serde::{Deserialize, Serialize};
+
+/// Wall-clock limit for anything a test waits on (real time: local disk).
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Counts handler runs, shared between the test and every engine it starts.
+#[derive(Debug, Default)]
+struct Runs(AtomicUsize);
+
+impl Runs {
+    fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Holds gated jobs until the test adds permits to `release`; each gated job
+/// adds one permit to `entered` once it is inside its handler.
+#[derive(Debug)]
+struct Gate {
+    release: tokio::sync::Semaphore,
+    entered: tokio::sync::Semaphore,
+}
+
+impl Gate {
+    fn closed() -> Arc<Self> {
+        Arc::new(Self {
+            release: tokio::sync::Semaphore::new(0),
+            entered: tokio::sync::Semaphore::new(0),
+        })
+    }
+
+    /// Wait until `n` gated jobs are inside their handlers.
+    async fn wait_entered(&self, n: u32) {
+        tokio::time::timeout(LIMIT, self.entered.acquire_many(n))
+            .await
+            .expect("the gated jobs start")
+            .expect("the semaphore is never closed")
+            .forget();
+    }
+}
+
+/// Doubles its value; optionally keyed; counts its runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Double {
+    key: Option<String>,
+    value: u64,
+}
+
+impl Job for Double {
+    const NAME: &'static str = "durability-double";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+
+    async fn run(&self, ctx: JobContext) -> Result<u64, Self::Error> {
+        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        Ok(self.value * 2)
+    }
+
+    fn idempotency_key(&self) -> Option<String> {
+        self.key.clone()
+    }
+}
+
+/// Waits for a permit of the registered [`Gate`], then returns its number.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Gated {
+    n: u32,
+}
+
+impl Job for Gated {
+    const NAME: &'static str = "durability-gated";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        let gate = ctx.state::<Arc<Gate>>();
+        gate.entered.add_permits(1);
+        if let Ok(permit) = gate.release.acquire().await {
+            permit.forget();
+        }
+        Ok(self.n)
+    }
+}
+
+/// Never returns on its own: only its cancel token or the gate end it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Hang;
+
+impl Job for Hang {
+    const NAME: &'static str = "durability-hang";
+    type Output = ();
+    type Error = std::convert::Infallible;
+
+    async fn run(&self, ctx: JobContext) -> Result<(), Self::Error> {
+        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        let gate = ctx.state::<Arc<Gate>>();
+        gate.entered.add_permits(1);
+        tokio::select! {
+            _ = ctx.cancel_token().cancelled() => {}
+            permit = gate.release.acquire() => {
+                if let Ok(permit) = permit {
+                    permit.forget();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A `run_at` this far after the mock clock's now.
+fn after(clock: &MockClock, delay: Duration) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(clock.now_ms()) + delay
+}
+
+/// An engine on `dir` with [`Double`] registered.
+async fn start_double(dir: &Path, clock: &Arc<MockClock>, runs: &Arc<Runs>) -> Engine {
+    common::disk_builder(dir, clock.clone())
+        .register::<Double>()
+        .state(runs.clone())
+        .start()
+        .await
+        .expect("the engine starts on the directory")
+}
+
+async fn shut_down_cleanly(engine: &Engine) {
+    let report = engine.shutdown().await.expect("shutdown answers");
+    assert!(report.queue_closed, "{report:?}");
+    assert!(report.problems.is_empty(), "{report:?}");
+}
+
+/// A plain taquba queue on the engine's directory and queue path.
+async fn open_plain_queue(dir: &Path, clock: &Arc<MockClock>) -> Queue {
+    let store = Arc::new(LocalFileSystem::new_with_prefix(dir).expect("local store"));
+    Queue::open_with_options(store, "queue", common::test_options(clock.clone()))
+        .await
+        .expect("the queue opens")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_mismatch_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+    let key = Some("order-17".to_string());
+
+    let first = start_double(dir.path(), &clock, &runs).await;
+    let original = first
+        .submit_with(
+            Double {
+                key: key.clone(),
+                value: 1,
+            },
+            SubmitOptions {
+                run_at: Some(after(&clock, Duration::from_secs(3600))),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(original.newly_submitted());
+    assert_eq!(original.status().await.unwrap(), Some(JobState::Scheduled));
+    let id = original.id().to_string();
+    shut_down_cleanly(&first).await;
+
+    let second = start_double(dir.path(), &clock, &runs).await;
+    let err = second
+        .submit(Double {
+            key: key.clone(),
+            value: 2,
+        })
+        .await
+        .expect_err("another payload under the same key must be refused");
+    assert!(
+        matches!(&err, Error::Engine(EngineError::InputMismatch(run)) if *run == id),
+        "{err:?}"
+    );
+    // The same payload still joins the job pending since before the restart.
+    let same = second.submit(Double { key, value: 1 }).await.unwrap();
+    assert!(!same.newly_submitted());
+    assert_eq!(same.id(), id);
+    assert_eq!(same.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(runs.get(), 0, "the scheduled job must not have run");
+    shut_down_cleanly(&second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_short_circuits_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+    let job = Double {
+        key: Some("invoice-9".into()),
+        value: 21,
+    };
+
+    let first = start_double(dir.path(), &clock, &runs).await;
+    let done = first.submit(job.clone()).await.unwrap();
+    assert!(done.newly_submitted());
+    assert_eq!(done.clone().await.unwrap(), 42);
+    assert_eq!(runs.get(), 1);
+    let id = done.id().to_string();
+    shut_down_cleanly(&first).await;
+
+    let second = start_double(dir.path(), &clock, &runs).await;
+    let again = second.submit(job.clone()).await.unwrap();
+    assert!(!again.newly_submitted(), "answered from the outcome record");
+    assert_eq!(again.id(), id);
+    assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(42)));
+    assert_eq!(again.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(again.clone().await.unwrap(), 42);
+    // A different payload under the key is refused from the record too.
+    let err = second
+        .submit(Double {
+            value: 22,
+            ..job.clone()
+        })
+        .await
+        .expect_err("another payload under a finished key must be refused");
+    assert!(
+        matches!(&err, Error::Engine(EngineError::InputMismatch(run)) if *run == id),
+        "{err:?}"
+    );
+    // The handler did not run again: nothing is left to run under the key.
+    assert_eq!(
+        second
+            .engine_ref()
+            .services()
+            .run_record_of(&id)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(runs.get(), 1, "the finished job must not run again");
+    shut_down_cleanly(&second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_pending_at_shutdown_runs_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+
+    let first = start_double(dir.path(), &clock, &runs).await;
+    let pending = first
+        .submit_with(
+            Double {
+                key: None,
+                value: 5,
+            },
+            SubmitOptions {
+                run_at: Some(after(&clock, Duration::from_secs(3600))),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(pending.status().await.unwrap(), Some(JobState::Scheduled));
+    let id = pending.id().to_string();
+    shut_down_cleanly(&first).await;
+    assert_eq!(runs.get(), 0);
+
+    let second = start_double(dir.path(), &clock, &runs).await;
+    let handle = second.handle::<Double>(&id).unwrap();
+    assert_eq!(handle.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(handle.fetch_result().await.unwrap(), None);
+    assert_eq!(runs.get(), 0, "not due yet");
+
+    clock.advance(Duration::from_secs(2 * 3600));
+    second
+        .engine_ref()
+        .services()
+        .queue()
+        .unwrap()
+        .promote_scheduled_now()
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(LIMIT, handle.join())
+        .await
+        .expect("the job ends after its run_at")
+        .unwrap();
+    assert_eq!(out, Ok(10));
+    assert_eq!(runs.get(), 1);
+    assert_eq!(handle.status().await.unwrap(), Some(JobState::Succeeded));
+    shut_down_cleanly(&second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_from_an_id_works_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+
+    let first = start_double(dir.path(), &clock, &runs).await;
+    let handle = first
+        .submit(Double {
+            key: None,
+            value: 7,
+        })
+        .await
+        .unwrap();
+    assert_eq!(handle.clone().await.unwrap(), 14);
+    let id = handle.id().to_string();
+    shut_down_cleanly(&first).await;
+
+    let second = start_double(dir.path(), &clock, &runs).await;
+    let rebuilt = second.handle::<Double>(&id).unwrap();
+    assert_eq!(rebuilt.id(), id);
+    assert!(!rebuilt.newly_submitted());
+    let out = tokio::time::timeout(LIMIT, rebuilt.join())
+        .await
+        .expect("a finished job answers at once")
+        .unwrap();
+    assert_eq!(out, Ok(14));
+    assert_eq!(rebuilt.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(second.status(&id).await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(rebuilt.fetch_result().await.unwrap(), Some(Ok(14)));
+    assert_eq!(runs.get(), 1, "answering from the record does not run it");
+    shut_down_cleanly(&second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_another_layout_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+
+    let queue = open_plain_queue(dir.path(), &clock).await;
+    queue
+        .kv_put(b"gaffer/layout", b"gaffer-layout-0")
+        .await
+        .unwrap();
+    queue.close().await.unwrap();
+
+    let refused = common::disk_builder(dir.path(), clock.clone())
+        .register::<Double>()
+        .state(runs.clone())
+        .start()
+        .await
+        .expect_err("a store of another layout must be refused");
+    match &refused {
+        Error::Engine(EngineError::LayoutMismatch { found, expected }) => {
+            assert_eq!(found, "gaffer-layout-0");
+            assert_ne!(expected, found);
+        }
+        other => panic!("expected LayoutMismatch, got {other:?}"),
+    }
+
+    // The refusal closed the queue and left the marker alone: the directory
+    // opens again and still holds the foreign layout.
+    let queue = open_plain_queue(dir.path(), &clock).await;
+    assert_eq!(
+        queue
+            .view()
+            .kv_get(b"gaffer/layout")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"gaffer-layout-0"[..])
+    );
+    queue.close().await.unwrap();
+
+    // And it is refused again, the same way.
+    let again = common::disk_builder(dir.path(), clock.clone())
+        .start()
+        .await
+        .expect_err("still refused");
+    assert!(
+        matches!(again, Error::Engine(EngineError::LayoutMismatch { .. })),
+        "{again:?}"
+    );
+    assert_eq!(runs.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_left_claimed_after_a_clean_shutdown() {
+    const JOBS: u32 = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+    let gate = Gate::closed();
+
+    let engine = common::disk_builder(dir.path(), clock.clone())
+        .register::<Gated>()
+        .state(runs.clone())
+        .state(gate.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..JOBS {
+        ids.push(engine.submit(Gated { n }).await.unwrap().id().to_string());
+    }
+    // Every job is running (held by the gate) before shutdown is asked for.
+    gate.wait_entered(JOBS).await;
+    assert_eq!(runs.get(), JOBS as usize);
+    for id in &ids {
+        assert_eq!(engine.status(id).await.unwrap(), Some(JobState::Running));
+    }
+
+    let shutting_down = engine.clone();
+    let mut shutdown = tokio::spawn(async move { shutting_down.shutdown().await });
+    // Shutdown waits for the running jobs: it cannot end while they are held.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut shutdown)
+            .await
+            .is_err(),
+        "shutdown ended while its jobs were still running"
+    );
+    gate.release.add_permits(JOBS as usize);
+    let report = tokio::time::timeout(LIMIT, shutdown)
+        .await
+        .expect("shutdown ends once the jobs return")
+        .unwrap()
+        .unwrap();
+    assert!(report.queue_closed, "{report:?}");
+    assert!(report.problems.is_empty(), "{report:?}");
+
+    // The store, read without the engine: nothing claimed, nothing pending.
+    let queue = open_plain_queue(dir.path(), &clock).await;
+    let stats = queue.view().stats("jobs").await.unwrap();
+    assert_eq!(stats.claimed, 0, "{stats:?}");
+    assert_eq!(stats.pending, 0, "{stats:?}");
+    assert_eq!(stats.scheduled, 0, "{stats:?}");
+    assert_eq!(stats.dead, 0, "{stats:?}");
+    assert_eq!(stats.done, i64::from(JOBS), "{stats:?}");
+    queue.close().await.unwrap();
+
+    // Every outcome was recorded before the queue closed.
+    let reopened = common::disk_builder(dir.path(), clock.clone())
+        .register::<Gated>()
+        .state(runs.clone())
+        .state(gate.clone())
+        .start()
+        .await
+        .unwrap();
+    for (n, id) in ids.iter().enumerate() {
+        let handle = reopened.handle::<Gated>(id).unwrap();
+        assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(n as u32)));
+    }
+    assert_eq!(runs.get(), JOBS as usize, "no job ran twice");
+    shut_down_cleanly(&reopened).await;
+}
+
+/// In-memory store, paused time: the lease is the queue's (mock) clock.
+#[tokio::test(start_paused = true)]
+async fn a_job_dead_lettered_by_lease_expiry_gets_a_failure_record() {
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+    let gate = Gate::closed();
+    let engine = common::memory_builder(clock.clone())
+        .register::<Hang>()
+        .state(runs.clone())
+        .state(gate.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+
+    let handle = engine
+        .submit_with(
+            Hang,
+            SubmitOptions {
+                max_attempts: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let id = handle.id().to_string();
+    gate.wait_entered(1).await;
+    assert_eq!(handle.status().await.unwrap(), Some(JobState::Running));
+
+    // The lease (30 s by default) runs out on the queue's clock; the reaper
+    // dead-letters the job, its last attempt spent.
+    clock.advance(Duration::from_secs(31));
+    let queue = engine.engine_ref().services().queue().unwrap();
+    queue.reap_now().await.unwrap();
+    drop(queue);
+    // Reconciliation gives the dead run its failure record.
+    engine.engine_ref().sweep_now().await.unwrap();
+    common::wait_event(
+        &mut events,
+        LIMIT,
+        |e| matches!(e, EngineEvent::RunReconciled { run_id } if *run_id == id),
+    )
+    .await;
+
+    let err = tokio::time::timeout(LIMIT, handle.join())
+        .await
+        .expect("the waiter is told of the reconciled failure")
+        .unwrap()
+        .expect_err("the job did not succeed");
+    assert_eq!(err.kind, FailureKind::Transient, "{err:?}");
+    assert!(!err.is_cancelled(), "{err:?}");
+    match handle.fetch_result().await.unwrap() {
+        Some(Err(recorded)) => assert_eq!(recorded, err),
+        other => panic!("expected a recorded failure, got {other:?}"),
+    }
+    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(runs.get(), 1, "max_attempts 1: no second delivery");
+
+    // Let the stale delivery return (if the reap did not cancel it already)
+    // and wait until its settlement is over: it must not change the record.
+    gate.release.add_permits(1);
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            let stats = engine.engine_ref().pool_stats().await.unwrap();
+            let pool = stats[Hang::NAME];
+            if pool.running == 0 && pool.settling == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the stale delivery returns and settles");
+    assert_eq!(handle.fetch_result().await.unwrap(), Some(Err(err)));
+    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    shut_down_cleanly(&engine).await;
+    assert_eq!(runs.get(), 1);
+}
