@@ -53,7 +53,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -78,7 +81,10 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         .await
         .unwrap();
     let first_sink = Arc::new(Collect::default());
-    let batch = engine.batch::<Gate>("crashy").unwrap().sink(first_sink.clone());
+    let batch = engine
+        .batch::<Gate>("crashy")
+        .unwrap()
+        .sink(first_sink.clone());
     let run = tokio::spawn(async move { batch.run(0..100u64).await });
     let probe = engine.batch::<Gate>("crashy").unwrap();
     eventually("50 items to succeed", || async {
@@ -109,23 +115,38 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
     let batch = engine.batch::<Gate>("crashy").unwrap().sink(sink.clone());
     let report = batch.resume().await.unwrap();
     assert_eq!(
-        (report.total, report.succeeded, report.failed, report.cancelled),
+        (
+            report.total,
+            report.succeeded,
+            report.failed,
+            report.cancelled
+        ),
         (100, 100, 0, 0),
         "{report:?}"
     );
 
     let runs = runs.0.lock().unwrap().clone();
     for input in 0..50u64 {
-        assert_eq!(runs.get(&input), Some(&1), "item {input} finished before the crash and must not run again");
+        assert_eq!(
+            runs.get(&input),
+            Some(&1),
+            "item {input} finished before the crash and must not run again"
+        );
     }
     for input in 50..100u64 {
-        assert!(runs.get(&input).is_some_and(|n| *n >= 1), "item {input} never ran");
+        assert!(
+            runs.get(&input).is_some_and(|n| *n >= 1),
+            "item {input} never ran"
+        );
     }
     let records = sink.0.lock().unwrap().clone();
     assert_eq!(records.len(), 100, "one record per item in the resumed run");
     let mut by_key: HashMap<String, OutputRecord> = HashMap::new();
     for r in records {
-        assert!(by_key.insert(r.key.clone(), r).is_none(), "a key was written twice");
+        assert!(
+            by_key.insert(r.key.clone(), r).is_none(),
+            "a key was written twice"
+        );
     }
     for i in 0..100u64 {
         let r = &by_key[&format!("item-{i}")];
@@ -133,17 +154,26 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         assert_eq!(r.output, Some(serde_json::json!(i * 10)));
     }
     let status = batch.status().await.unwrap();
-    assert_eq!((status.succeeded, status.failed, status.pending), (100, 0, 0));
+    assert_eq!(
+        (status.succeeded, status.failed, status.pending),
+        (100, 0, 0)
+    );
     let report = engine.shutdown().await.unwrap();
     assert!(report.queue_closed, "{report:?}");
 
     // Nothing is left claimed or pending in the bulk queue.
-    let store: Arc<dyn gaffer::taquba::object_store::ObjectStore> =
-        Arc::new(gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-    let queue = gaffer::taquba::Queue::open_with_options(store, "queue", common::test_options(clock))
-        .await
-        .unwrap();
+    let store: Arc<dyn gaffer::taquba::object_store::ObjectStore> = Arc::new(
+        gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
+    );
+    let queue =
+        gaffer::taquba::Queue::open_with_options(store, "queue", common::test_options(clock))
+            .await
+            .unwrap();
     let stats = queue.view().stats("bulk-items").await.unwrap();
-    assert_eq!((stats.pending, stats.claimed, stats.scheduled), (0, 0, 0), "{stats:?}");
+    assert_eq!(
+        (stats.pending, stats.claimed, stats.scheduled),
+        (0, 0, 0),
+        "{stats:?}"
+    );
     queue.close().await.unwrap();
 }

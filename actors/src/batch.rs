@@ -562,8 +562,21 @@ where
     let mut guard = AbandonOnDrop(Some(coordinator.clone()));
     let services = engine.services();
     let head = match items {
-        Some(items) => write_manifest(services, &spec, items).await?,
-        None => reopen_manifest(services, &spec.batch_id).await?,
+        Some(items) => write_manifest(services, &spec, items).await,
+        None => reopen_manifest(services, &spec.batch_id).await,
+    };
+    let head = match head {
+        Ok(head) => head,
+        Err(e) => {
+            // Deregister before answering, so the caller can retry at once.
+            guard.0 = None;
+            let _ = ractor::call!(
+                engine.actor(),
+                EngineMessage::ReleaseBatch,
+                spec.batch_id.clone()
+            );
+            return Err(e);
+        }
     };
     let outcome = ractor::call!(coordinator, CoordinatorMessage::Begin, Box::new(head))
         .map_err(|e| EngineError::ActorUnavailable(format!("batch coordinator: {e}")))?;

@@ -36,6 +36,9 @@ pub enum BatchesMessage {
     GetProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// Lock a batch that is not running, so no run starts while it is forgotten.
     Lock(String, RpcReplyPort<bool>),
+    /// Forget the running entry of a batch (its coordinator finished, or its
+    /// driver failed) and stop that coordinator; answers once done.
+    Release(String, RpcReplyPort<()>),
     /// Release a lock.
     Unlock(String),
 }
@@ -87,6 +90,7 @@ impl Actor for Batches {
                 let args = CoordinatorArguments {
                     spec: *spec,
                     services: state.services.clone(),
+                    batches: myself.clone(),
                 };
                 match Actor::spawn_linked(None, Coordinator, args, myself.get_cell()).await {
                     Ok((coordinator, _)) => {
@@ -130,6 +134,13 @@ impl Actor for Batches {
             BatchesMessage::Lock(batch_id, reply) => {
                 let ok = !state.running.contains_key(&batch_id) && state.locked.insert(batch_id);
                 let _ = reply.send(ok);
+            }
+            BatchesMessage::Release(batch_id, reply) => {
+                if let Some(c) = state.running.remove(&batch_id) {
+                    state.by_actor.remove(&c.get_id());
+                    c.stop(None);
+                }
+                let _ = reply.send(());
             }
             BatchesMessage::Unlock(batch_id) => {
                 state.locked.remove(&batch_id);

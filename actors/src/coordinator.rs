@@ -7,7 +7,7 @@
 //! coordinator); it never polls. Items answered by an earlier run's marker are
 //! counted and re-emitted from the marker without running.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -16,10 +16,11 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec, output_of, read_chunk};
+use crate::batches::BatchesMessage;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::keys;
-use crate::records::{self, BatchHead, ItemMarker, ItemStatus, merge_cost};
+use crate::records::{self, BatchHead, ItemMarker, ItemStatus, ManifestItem, merge_cost};
 use crate::services::Services;
 
 /// Messages of a coordinator.
@@ -55,15 +56,20 @@ pub struct CoordinatorArguments {
     pub spec: BatchSpec,
     /// Engine services.
     pub services: Arc<Services>,
+    /// The registry, told before the run's caller is answered.
+    pub batches: ActorRef<BatchesMessage>,
 }
 
 /// State of a coordinator.
 pub struct CoordinatorState {
     spec: BatchSpec,
     services: Arc<Services>,
+    batches: ActorRef<BatchesMessage>,
     head: Option<BatchHead>,
     reply: Option<BatchReply>,
     next_chunk: u32,
+    /// Items of the loaded manifest chunk not yet enqueued.
+    current: VecDeque<ManifestItem>,
     feeding: bool,
     outstanding: HashMap<String, String>,
     outcome: BatchOutcome,
@@ -106,33 +112,47 @@ impl CoordinatorState {
         }
     }
 
+    fn has_more(&self, head: &BatchHead) -> bool {
+        !self.current.is_empty() || self.next_chunk < head.chunks
+    }
+
+    /// Enqueue as many items as the window has room for, reading the manifest
+    /// a chunk at a time; re-arm itself while room remains so settlements
+    /// interleave with enqueueing.
     async fn feed(&mut self, myself: &ActorRef<CoordinatorMessage>) -> Result<()> {
         self.feeding = false;
         let Some(head) = self.head.clone() else {
             return Ok(());
         };
-        while self.next_chunk < head.chunks && self.outstanding.len() < self.spec.window {
-            let index = self.next_chunk;
-            self.enqueue_chunk(&head, index).await?;
-            self.next_chunk += 1;
-            // Let settlements in between chunks.
-            if self.next_chunk < head.chunks {
-                self.feeding = true;
-                let _ = myself.cast(CoordinatorMessage::FeedNext);
+        let room = self.spec.window.saturating_sub(self.outstanding.len());
+        if room == 0 {
+            return Ok(());
+        }
+        if self.current.is_empty() {
+            if self.next_chunk >= head.chunks {
                 return Ok(());
             }
+            let chunk = read_chunk(&self.services, &self.spec.batch_id, self.next_chunk).await?;
+            self.next_chunk += 1;
+            self.current = chunk.items.into();
+        }
+        let take = room.min(self.current.len());
+        let items: Vec<ManifestItem> = self.current.drain(..take).collect();
+        self.enqueue_items(&head, items).await?;
+        if self.has_more(&head) && self.outstanding.len() < self.spec.window {
+            self.feeding = true;
+            let _ = myself.cast(CoordinatorMessage::FeedNext);
         }
         Ok(())
     }
 
-    async fn enqueue_chunk(&mut self, head: &BatchHead, index: u32) -> Result<()> {
+    async fn enqueue_items(&mut self, head: &BatchHead, items: Vec<ManifestItem>) -> Result<()> {
         let services = self.services.clone();
         let queue = services.queue()?;
         let batch_id = self.spec.batch_id.clone();
-        let chunk = read_chunk(&services, &batch_id, index).await?;
         let mut fx = SettlementEffects::default();
         let mut answered = Vec::new();
-        for item in chunk.items {
+        for item in items {
             if !self.fresh {
                 let active_key = keys::item_active_key(&batch_id, &item.key);
                 if let Some(job_id) = queue.view().kv_get(&active_key).await? {
@@ -205,11 +225,9 @@ impl CoordinatorState {
     /// Done when every chunk is enqueued and nothing is outstanding.
     async fn maybe_finish(&mut self, myself: &ActorRef<CoordinatorMessage>) {
         let Some(head) = &self.head else { return };
-        if self.next_chunk < head.chunks || !self.outstanding.is_empty() {
-            if !self.feeding
-                && self.next_chunk < head.chunks
-                && self.outstanding.len() < self.spec.window / 2 + 1
-            {
+        let more = self.has_more(head);
+        if more || !self.outstanding.is_empty() {
+            if !self.feeding && more && self.outstanding.len() < self.spec.window / 2 + 1 {
                 self.feeding = true;
                 let _ = myself.cast(CoordinatorMessage::FeedNext);
             }
@@ -222,6 +240,7 @@ impl CoordinatorState {
             && let Err(e) = sink.flush()
         {
             warn!(batch_id = %self.spec.batch_id, error = %e, "flushing the batch's sink failed");
+            self.release().await;
             if let Some(reply) = self.reply.take() {
                 let _ = reply.send(Err(EngineError::ActorUnavailable(format!(
                     "sink flush failed: {e}"
@@ -240,10 +259,21 @@ impl CoordinatorState {
             succeeded: outcome.succeeded,
             failed: outcome.failed,
         });
+        self.release().await;
         if let Some(reply) = self.reply.take() {
             let _ = reply.send(Ok(outcome));
         }
         myself.stop(None);
+    }
+
+    /// Leave the registry before answering the caller, so the caller's next
+    /// run, resume or forget of this batch is not refused as running.
+    async fn release(&self) {
+        let _ = ractor::call!(
+            self.batches,
+            BatchesMessage::Release,
+            self.spec.batch_id.clone()
+        );
     }
 
     async fn write_expiry(&self, head: &BatchHead, retention: std::time::Duration) -> Result<()> {
@@ -277,9 +307,11 @@ impl Actor for Coordinator {
         Ok(CoordinatorState {
             spec: args.spec,
             services: args.services,
+            batches: args.batches,
             head: None,
             reply: None,
             next_chunk: 0,
+            current: VecDeque::new(),
             feeding: false,
             outstanding: HashMap::new(),
             outcome: BatchOutcome::default(),
@@ -301,14 +333,14 @@ impl Actor for Coordinator {
                 state.head = Some(*head);
                 state.reply = Some(reply);
                 if let Err(e) = state.feed(&myself).await {
-                    fail(state, &myself, e);
+                    fail(state, &myself, e).await;
                     return Ok(());
                 }
                 state.maybe_finish(&myself).await;
             }
             CoordinatorMessage::FeedNext => {
                 if let Err(e) = state.feed(&myself).await {
-                    fail(state, &myself, e);
+                    fail(state, &myself, e).await;
                     return Ok(());
                 }
                 state.maybe_finish(&myself).await;
@@ -330,8 +362,9 @@ impl Actor for Coordinator {
     }
 }
 
-fn fail(state: &mut CoordinatorState, myself: &ActorRef<CoordinatorMessage>, e: EngineError) {
+async fn fail(state: &mut CoordinatorState, myself: &ActorRef<CoordinatorMessage>, e: EngineError) {
     warn!(batch_id = %state.spec.batch_id, error = %e, "batch run failed; resume it to continue");
+    state.release().await;
     if let Some(reply) = state.reply.take() {
         let _ = reply.send(Err(e));
     }

@@ -75,6 +75,8 @@ pub enum EngineMessage {
     ),
     /// Resume a batch from its manifest to completion.
     ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
+    /// Release a batch's run registration (its driver failed before the run began).
+    ReleaseBatch(String, RpcReplyPort<()>),
     /// Counters of a batch running in this process (`None` if not running).
     BatchProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// What a batch's records say.
@@ -601,6 +603,9 @@ impl Actor for Supervisor {
                 tokio::spawn(async move {
                     let _ = reply.send(crate::batch::resume_batch(&engine, *spec).await);
                 });
+            }
+            EngineMessage::ReleaseBatch(batch_id, reply) => {
+                let _ = state.batches.cast(BatchesMessage::Release(batch_id, reply));
             }
             EngineMessage::BatchProgress(batch_id, reply) => {
                 let _ = state
