@@ -61,8 +61,8 @@ pub use sink::{ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, read_js
 pub use gaffer_actors::effects::Effects;
 pub use gaffer_actors::{
     BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent, EngineMessage,
-    EngineRef, FailureKind, JobFinished, JobState, OutcomeRecord, PoolStats, Settings,
-    ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
+    EngineRef, FailureKind, JobFinished, JobState, Outcome, OutcomeRecord, OutputRef, PoolStats,
+    Settings, ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
 };
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;

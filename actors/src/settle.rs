@@ -230,6 +230,20 @@ pub(crate) async fn settle(
                 message: message.clone(),
             };
             let (fx, told) = terminal(services, &target, &job_type, &claim, &end, &cost);
+            let retries = kind == FailureKind::Transient && !claim.is_last_attempt();
+            let event = |retrying| EngineEvent::JobFailed {
+                run_id: run_id.clone(),
+                job_type: job_type.clone(),
+                kind,
+                message: message.clone(),
+                retrying,
+            };
+            // A retry is announced before the nack: once the nack commits, the
+            // next attempt may run (and end) before this task resumes, and a
+            // job's events must arrive in attempt order.
+            if retries && matches!(target, Target::Job { .. }) {
+                services.emit(event(true));
+            }
             let ended = match kind {
                 FailureKind::Permanent => queue
                     .dead_letter_with(&claim, &message, fx)
@@ -240,14 +254,8 @@ pub(crate) async fn settle(
                     .await
                     .map(|o| matches!(o, NackOutcome::DeadLettered(_))),
             };
-            if let (Ok(ended), Target::Job { .. }) = (&ended, &target) {
-                services.emit(EngineEvent::JobFailed {
-                    run_id: run_id.clone(),
-                    job_type: job_type.clone(),
-                    kind,
-                    message,
-                    retrying: !ended,
-                });
+            if let (Ok(true), Target::Job { .. }) = (&ended, &target) {
+                services.emit(event(false));
             }
             (ended, told)
         }

@@ -511,10 +511,8 @@ impl Actor for Supervisor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             EngineMessage::SubmitJob(request, reply) => {
-                if state.shutting_down {
-                    let _ = reply.send(Err(EngineError::ShutDown));
-                    return Ok(());
-                }
+                // Accepted even while shutting down, like a direct submission:
+                // it is durable and runs after the next start.
                 let services = state.services.clone();
                 tokio::spawn(async move {
                     let _ = reply.send(services.submit(request).await);

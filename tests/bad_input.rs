@@ -1,0 +1,625 @@
+//! Bad input gets a clear typed error, never a panic, and nothing is lost:
+//! the engine keeps serving afterwards.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use gaffer::taquba::object_store::ObjectStore;
+use gaffer::taquba::object_store::path::Path;
+use gaffer::{
+    Engine, EngineError, EngineEvent, EngineMessage, Error, FailureKind, Job, JobContext,
+    SubmitOptions,
+};
+use serde::{Deserialize, Serialize};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Echo(String);
+
+impl Job for Echo {
+    const NAME: &'static str = "echo";
+    type Output = String;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<String, Self::Error> {
+        Ok(self.0.clone())
+    }
+}
+
+async fn echo_engine() -> Engine {
+    common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .start()
+        .await
+        .unwrap()
+}
+
+/// The engine still runs a job end to end.
+async fn still_serves(engine: &Engine) {
+    let h = engine.submit(Echo("still here".into())).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(LIMIT, h.join())
+            .await
+            .expect("the engine still runs jobs")
+            .unwrap(),
+        Ok("still here".to_string())
+    );
+}
+
+fn bad_ids() -> Vec<String> {
+    vec![
+        "a/b".into(),
+        "".into(),
+        "..".into(),
+        "x".repeat(129),
+        "a\0b".into(),
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_job_id_is_rejected() {
+    let engine = echo_engine().await;
+    for id in bad_ids() {
+        let handle = engine.handle::<Echo>(&id);
+        assert!(
+            matches!(&handle, Err(Error::Engine(EngineError::InvalidJobId(got))) if *got == id),
+            "handle({id:?}): {handle:?}"
+        );
+        let cancel = engine.cancel(&id).await;
+        assert!(
+            matches!(&cancel, Err(Error::Engine(EngineError::InvalidJobId(got))) if *got == id),
+            "cancel({id:?}): {cancel:?}"
+        );
+        let status = engine.status(&id).await;
+        assert!(
+            matches!(&status, Err(Error::Engine(EngineError::InvalidJobId(got))) if *got == id),
+            "status({id:?}): {status:?}"
+        );
+        // By message too: a typed error in the reply.
+        let by_message =
+            gaffer::ractor::call!(engine.actor(), EngineMessage::JobStatus, id.clone());
+        assert!(
+            matches!(&by_message, Ok(Err(EngineError::InvalidJobId(got))) if *got == id),
+            "JobStatus({id:?}): {by_message:?}"
+        );
+        // AwaitJob by message answers (no hang) with an error naming the problem.
+        let by_message = gaffer::ractor::call!(engine.actor(), EngineMessage::AwaitJob, id.clone());
+        assert!(
+            matches!(&by_message, Ok(Err(e)) if e.to_string().contains("invalid job id")),
+            "AwaitJob({id:?}): {by_message:?}"
+        );
+        let by_message =
+            gaffer::ractor::call!(engine.actor(), EngineMessage::CancelJob, id.clone());
+        assert!(
+            matches!(&by_message, Ok(Err(EngineError::InvalidJobId(got))) if *got == id),
+            "CancelJob({id:?}): {by_message:?}"
+        );
+    }
+    // The longest valid id is fine (and unknown).
+    let longest = "x".repeat(128);
+    assert!(engine.handle::<Echo>(&longest).is_ok());
+    assert_eq!(engine.status(&longest).await.unwrap(), None);
+    still_serves(&engine).await;
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_job_id_reports_job_not_found() {
+    let engine = echo_engine().await;
+    let id = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+    let h = engine.handle::<Echo>(id).unwrap();
+    let joined = tokio::time::timeout(LIMIT, h.join())
+        .await
+        .expect("join on an unknown id answers at once");
+    assert!(
+        matches!(&joined, Err(Error::Engine(EngineError::JobNotFound(got))) if got == id),
+        "{joined:?}"
+    );
+    let by_message = gaffer::ractor::call!(engine.actor(), EngineMessage::AwaitJob, id.to_string());
+    assert!(
+        matches!(&by_message, Ok(Err(gaffer::WaitError::NotFound(got))) if got == id),
+        "{by_message:?}"
+    );
+    assert_eq!(h.status().await.unwrap(), None);
+    assert_eq!(h.fetch_result().await.unwrap(), None);
+    let cancel = h.cancel().await;
+    assert!(
+        matches!(&cancel, Err(Error::Engine(EngineError::JobNotFound(got))) if got == id),
+        "{cancel:?}"
+    );
+    still_serves(&engine).await;
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reserved_headers_are_rejected() {
+    let engine = echo_engine().await;
+    for header in ["gaffer.type", "gaffer.run", "gaffer.anything"] {
+        let opts = SubmitOptions {
+            headers: HashMap::from([
+                ("fine".to_string(), "1".to_string()),
+                (header.to_string(), "x".to_string()),
+            ]),
+            ..Default::default()
+        };
+        let r = engine.submit_with(Echo("h".into()), opts.clone()).await;
+        assert!(
+            matches!(&r, Err(Error::Engine(EngineError::ReservedHeader(h))) if h == header),
+            "{header}: {r:?}"
+        );
+        // By message too.
+        let request = gaffer::submit_request(&Echo("h".into()), opts).unwrap();
+        let by_message = gaffer::ractor::call!(engine.actor(), EngineMessage::SubmitJob, request);
+        assert!(
+            matches!(&by_message, Ok(Err(EngineError::ReservedHeader(h))) if h == header),
+            "{header}: {by_message:?}"
+        );
+    }
+    // Nothing was enqueued by the refusals: the only job that runs is ours.
+    let mut events = engine.subscribe();
+    let opts = SubmitOptions {
+        headers: HashMap::from([("gaffer_not_reserved".to_string(), "ok".to_string())]),
+        ..Default::default()
+    };
+    let h = engine
+        .submit_with(Echo("ok".into()), opts)
+        .await
+        .expect("a header that merely looks similar is fine");
+    assert_eq!(h.clone().await.unwrap(), "ok");
+    let started = common::collect_events_until(&mut events, LIMIT, |evs| {
+        evs.iter()
+            .any(|e| matches!(e, EngineEvent::JobSucceeded { run_id, .. } if run_id == h.id()))
+    })
+    .await;
+    let starts: Vec<_> = started
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::JobStarted { run_id, .. } => Some(run_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts, vec![h.id()]);
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_duplicate_job_type_is_an_error_at_start() {
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .register::<Echo>()
+        .start()
+        .await;
+    assert!(
+        matches!(&r, Err(Error::Engine(EngineError::DuplicateJobType(name))) if name == "echo"),
+        "{r:?}"
+    );
+
+    // Two distinct types sharing a NAME are the same mistake.
+    #[derive(Serialize, Deserialize)]
+    struct Impostor;
+    impl Job for Impostor {
+        const NAME: &'static str = "echo";
+        type Output = ();
+        type Error = std::convert::Infallible;
+        async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .register_with_concurrency::<Impostor>(2)
+        .start()
+        .await;
+    assert!(
+        matches!(&r, Err(Error::Engine(EngineError::DuplicateJobType(name))) if name == "echo"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_concurrency_and_tiny_retention_are_config_errors() {
+    let invalid =
+        |r: &Result<Engine, Error>| matches!(r, Err(Error::Engine(EngineError::InvalidConfig(_))));
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .max_concurrent_jobs(0)
+        .start()
+        .await;
+    assert!(invalid(&r), "max_concurrent_jobs(0): {r:?}");
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .retention(Duration::from_micros(10))
+        .start()
+        .await;
+    assert!(invalid(&r), "retention(10us): {r:?}");
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .queue_name("bad name!")
+        .start()
+        .await;
+    assert!(invalid(&r), "queue_name(\"bad name!\"): {r:?}");
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .poll_interval(Duration::ZERO)
+        .start()
+        .await;
+    assert!(invalid(&r), "poll_interval(0): {r:?}");
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .blob_prefix("")
+        .start()
+        .await;
+    assert!(invalid(&r), "blob_prefix(\"\"): {r:?}");
+    let r = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .queue_path("gaffer-blobs")
+        .start()
+        .await;
+    assert!(invalid(&r), "queue path equal to the blob prefix: {r:?}");
+
+    // The boundary values are accepted.
+    let ok = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .max_concurrent_jobs(1)
+        .retention(Duration::from_millis(1))
+        .queue_name("good.name-1")
+        .start()
+        .await
+        .unwrap();
+    still_serves(&ok).await;
+    assert!(ok.shutdown().await.unwrap().queue_closed);
+}
+
+/// An output whose `Serialize` always fails.
+#[derive(Debug)]
+struct Unencodable;
+
+impl Serialize for Unencodable {
+    fn serialize<S: serde::Serializer>(&self, _s: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom(
+            "this value refuses to be encoded",
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for Unencodable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| Unencodable)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct MakesUnencodable;
+
+impl Job for MakesUnencodable {
+    const NAME: &'static str = "makes-unencodable";
+    type Output = Unencodable;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<Unencodable, Self::Error> {
+        Ok(Unencodable)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_that_fails_to_encode_records_a_permanent_failure() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<MakesUnencodable>()
+        .register::<Echo>()
+        .start()
+        .await
+        .unwrap();
+    let h = engine.submit(MakesUnencodable).await.unwrap();
+    let joined = tokio::time::timeout(LIMIT, h.join())
+        .await
+        .expect("the job ends")
+        .unwrap();
+    let err = joined.expect_err("an unencodable output cannot succeed");
+    assert_eq!(err.kind, FailureKind::Permanent, "{err:?}");
+    assert!(!err.is_cancelled());
+    assert!(err.message.contains("failed to serialize"), "{err:?}");
+    assert!(
+        err.message.contains("this value refuses to be encoded"),
+        "{err:?}"
+    );
+    assert_eq!(
+        h.status().await.unwrap(),
+        Some(gaffer::JobState::Failed),
+        "recorded as failed"
+    );
+    still_serves(&engine).await;
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StagesBadEffects;
+
+impl Job for StagesBadEffects {
+    const NAME: &'static str = "stages-bad-effects";
+    /// What each staging attempt came to.
+    type Output = Vec<String>;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<Vec<String>, Self::Error> {
+        let fx = ctx.effects();
+        let mut seen = Vec::new();
+        let r = fx.put("gaffer/x", "v");
+        seen.push(match &r {
+            Err(EngineError::ReservedKvKey(k)) if k == "gaffer/x" => "reserved".to_string(),
+            other => format!("{other:?}"),
+        });
+        let r = fx.delete("gaffer/v1/outcomes/x");
+        seen.push(match &r {
+            Err(EngineError::ReservedKvKey(_)) => "reserved-delete".to_string(),
+            other => format!("{other:?}"),
+        });
+        let max = gaffer::taquba::MAX_KV_VALUE_SIZE;
+        let r = fx.put("big", vec![7u8; max + 1]);
+        seen.push(match &r {
+            Err(EngineError::ValueTooLarge { size, max: m }) if *size == max + 1 && *m == max => {
+                "too-large".to_string()
+            }
+            other => format!("{other:?}"),
+        });
+        let r = fx.put("k", "kept");
+        seen.push(match &r {
+            Ok(()) => "put".to_string(),
+            other => format!("{other:?}"),
+        });
+        let r = fx.delete("k");
+        seen.push(match &r {
+            Err(EngineError::ConflictingKvEffect(k)) if k == "k" => "conflict".to_string(),
+            other => format!("{other:?}"),
+        });
+        Ok(seen)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn effects_reject_reserved_keys_oversized_values_and_conflicts() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<StagesBadEffects>()
+        .register::<Echo>()
+        .start()
+        .await
+        .unwrap();
+    let seen = engine
+        .submit(StagesBadEffects)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        vec![
+            "reserved",
+            "reserved-delete",
+            "too-large",
+            "put",
+            "conflict"
+        ]
+    );
+    // The valid write committed with the success; the refused ones did not.
+    let services = engine.engine_ref().services();
+    assert_eq!(services.kv_get(b"k").await.unwrap(), Some(b"kept".to_vec()));
+    assert_eq!(services.kv_get(b"big").await.unwrap(), None);
+    assert_eq!(services.kv_get(b"gaffer/x").await.unwrap(), None);
+    still_serves(&engine).await;
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Big(usize);
+
+impl Job for Big {
+    const NAME: &'static str = "big";
+    type Output = Vec<u8>;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<Vec<u8>, Self::Error> {
+        Ok(big_bytes(self.0))
+    }
+}
+
+fn big_bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_output_over_the_kv_cap_round_trips_through_a_blob() {
+    const MIB: usize = 1024 * 1024;
+    const { assert!(MIB > gaffer::taquba::MAX_KV_VALUE_SIZE) };
+    let store = common::shared_store();
+    let engine = common::store_builder(store.clone(), common::mock_clock())
+        .register::<Big>()
+        .start()
+        .await
+        .unwrap();
+    let h = engine.submit(Big(MIB)).await.unwrap();
+    let out = tokio::time::timeout(LIMIT, h.join())
+        .await
+        .expect("the job ends")
+        .unwrap()
+        .unwrap();
+    assert!(out == big_bytes(MIB), "the output came back changed");
+    let fetched = h.fetch_result().await.unwrap().unwrap().unwrap();
+    assert!(fetched == big_bytes(MIB), "fetch_result came back changed");
+
+    // It went through a blob (the record only points at it).
+    let prefix = Path::from(format!("gaffer-blobs/v1/outputs/{}", h.id()));
+    let listed = store.list_with_delimiter(Some(&prefix)).await.unwrap();
+    assert_eq!(listed.objects.len(), 1, "{listed:?}");
+    assert!(listed.objects[0].size as usize > MIB, "{listed:?}");
+    let record = gaffer::ractor::call!(engine.actor(), EngineMessage::AwaitJob, h.id().to_string())
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&record.outcome, gaffer_actors::Outcome::Succeeded(gaffer_actors::OutputRef::Blob(p)) if *p == listed.objects[0].location.to_string()),
+        "{record:?}"
+    );
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_store_configured_is_a_config_error() {
+    let r = Engine::builder().register::<Echo>().start().await;
+    match r {
+        Err(Error::Engine(EngineError::InvalidConfig(msg))) => {
+            assert!(msg.contains("store"), "{msg}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PanicsOnce(u32);
+
+impl Job for PanicsOnce {
+    const NAME: &'static str = "panics-once";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.attempt() == 1 {
+            panic!("deliberate panic on attempt 1 (expected in this test)");
+        }
+        Ok(self.0 + ctx.attempt())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_panics_is_retried_and_the_engine_keeps_serving() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<PanicsOnce>()
+        .register::<Echo>()
+        .start()
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+    let panicky = engine.submit(PanicsOnce(40)).await.unwrap();
+    let other = engine.submit(Echo("meanwhile".into())).await.unwrap();
+
+    assert_eq!(
+        tokio::time::timeout(LIMIT, other.join())
+            .await
+            .expect("the other job type is served")
+            .unwrap(),
+        Ok("meanwhile".to_string())
+    );
+    assert_eq!(
+        tokio::time::timeout(LIMIT, panicky.join())
+            .await
+            .expect("the panicking job is retried")
+            .unwrap(),
+        Ok(42),
+        "succeeds on attempt 2"
+    );
+    let seen = common::collect_events_until(&mut events, LIMIT, |evs| {
+        evs.iter().any(|e| {
+            matches!(e, EngineEvent::HandlerRestarted { job_type } if job_type == "panics-once")
+        })
+    })
+    .await;
+    assert!(
+        seen.iter().any(|e| matches!(
+            e,
+            EngineEvent::HandlerCrashed { job_type, reason }
+                if job_type == "panics-once" && reason.contains("deliberate panic")
+        )),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter().any(|e| matches!(
+            e,
+            EngineEvent::JobFailed { run_id, retrying: true, kind: FailureKind::Transient, .. }
+                if run_id == panicky.id()
+        )),
+        "{seen:#?}"
+    );
+    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    assert_eq!(stats["panics-once"].crashes, 1, "{stats:?}");
+    assert_eq!(stats["echo"].crashes, 0, "{stats:?}");
+
+    // The crashed type keeps serving too.
+    let after = engine.submit(PanicsOnce(1)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(LIMIT, after.join())
+            .await
+            .expect("the restarted pool serves")
+            .unwrap(),
+        Ok(3)
+    );
+    still_serves(&engine).await;
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unregistered_type_or_a_malformed_payload_fails_permanently() {
+    let engine = echo_engine().await;
+    // A type no handler is registered for.
+    #[derive(Serialize, Deserialize)]
+    struct Stranger;
+    impl Job for Stranger {
+        const NAME: &'static str = "stranger";
+        type Output = ();
+        type Error = std::convert::Infallible;
+        async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+    let stranger = engine.submit(Stranger).await.unwrap();
+    let r = tokio::time::timeout(LIMIT, stranger.join())
+        .await
+        .expect("the job ends")
+        .unwrap();
+    assert!(
+        matches!(&r, Err(e) if e.kind == FailureKind::Permanent
+            && e.message.contains("no handler registered for job type `stranger`")),
+        "{r:?}"
+    );
+
+    // A payload that does not decode as the registered type.
+    let request = gaffer::SubmitRequest {
+        job_type: Echo::NAME.into(),
+        payload: b"\xc1 definitely not msgpack".to_vec(),
+        ..Default::default()
+    };
+    let submitted = engine.engine_ref().submit(request).await.unwrap();
+    let garbage = engine.handle::<Echo>(&submitted.run_id).unwrap();
+    let r = tokio::time::timeout(LIMIT, garbage.join())
+        .await
+        .expect("the job ends")
+        .unwrap();
+    assert!(
+        matches!(&r, Err(e) if e.kind == FailureKind::Permanent
+            && e.message.contains("invalid input for `echo`")),
+        "{r:?}"
+    );
+    still_serves(&engine).await;
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handle_of_the_wrong_type_is_a_typed_error() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Echo>()
+        .register::<Big>()
+        .start()
+        .await
+        .unwrap();
+    let h = engine.submit(Echo("typed".into())).await.unwrap();
+    assert_eq!(h.clone().await.unwrap(), "typed");
+    let wrong = engine.handle::<Big>(h.id()).unwrap();
+    let r = wrong.join().await;
+    assert!(
+        matches!(&r, Err(Error::WrongJobType { id, expected, actual })
+            if id == h.id() && expected == "big" && actual == "echo"),
+        "{r:?}"
+    );
+    let r = wrong.fetch_result().await;
+    assert!(matches!(&r, Err(Error::WrongJobType { .. })), "{r:?}");
+    // The right type still reads it.
+    assert_eq!(
+        engine.handle::<Echo>(h.id()).unwrap().await.unwrap(),
+        "typed"
+    );
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}

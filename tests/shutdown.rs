@@ -1,0 +1,460 @@
+//! Graceful shutdown: running jobs finish and settle, the queue closes, later
+//! work is refused with a typed error, and the store keeps everything.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use gaffer::{
+    EngineError, EngineMessage, Error, Job, JobContext, JobState, OutcomeRecord, SubmitOptions,
+    WaitError,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Held jobs report that they started, then wait for a permit.
+struct Gate {
+    permits: Arc<Semaphore>,
+    started: mpsc::UnboundedSender<u64>,
+}
+
+fn new_gate() -> (Gate, Arc<Semaphore>, mpsc::UnboundedReceiver<u64>) {
+    let (started, rx) = mpsc::unbounded_channel();
+    let permits = Arc::new(Semaphore::new(0));
+    (
+        Gate {
+            permits: permits.clone(),
+            started,
+        },
+        permits,
+        rx,
+    )
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Held(u64);
+
+impl Job for Held {
+    const NAME: &'static str = "held";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u64, Self::Error> {
+        let gate = ctx.state::<Gate>();
+        let _ = gate.started.send(self.0);
+        gate.permits
+            .acquire()
+            .await
+            .expect("the gate is never closed")
+            .forget();
+        Ok(self.0 * 10)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Square(u64);
+
+impl Job for Square {
+    const NAME: &'static str = "square";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<u64, Self::Error> {
+        Ok(self.0 * self.0)
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("square:{}", self.0))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("refused: {0}")]
+struct Refused(u64);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Refuse(u64);
+
+impl Job for Refuse {
+    const NAME: &'static str = "refuse";
+    type Output = ();
+    type Error = Refused;
+    async fn run(&self, _ctx: JobContext) -> Result<(), Refused> {
+        Err(Refused(self.0))
+    }
+    fn classify(&self, _e: &Refused) -> gaffer::FailureKind {
+        gaffer::FailureKind::Permanent
+    }
+}
+
+/// Register a waiter for `id` with the supervisor *now* (the message is in its
+/// mailbox when this returns), answered when the job ends.
+fn await_by_port(
+    engine: &gaffer::Engine,
+    id: &str,
+) -> oneshot::Receiver<Result<OutcomeRecord, WaitError>> {
+    let (tx, rx) = oneshot::channel();
+    engine
+        .actor()
+        .cast(EngineMessage::AwaitJob(id.to_string(), tx.into()))
+        .expect("the engine actor is running");
+    rx
+}
+
+#[tokio::test(start_paused = true)]
+async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let (gate, permits, mut started) = new_gate();
+    let engine = common::store_builder(store.clone(), clock.clone())
+        .register::<Held>()
+        .state(gate)
+        .start()
+        .await
+        .unwrap();
+
+    const N: u64 = 3;
+    let mut handles = Vec::new();
+    for n in 1..=N {
+        handles.push(engine.submit(Held(n)).await.unwrap());
+    }
+    let mut running = Vec::new();
+    for _ in 0..N {
+        running.push(
+            tokio::time::timeout(LIMIT, started.recv())
+                .await
+                .expect("every held job starts")
+                .unwrap(),
+        );
+    }
+    running.sort_unstable();
+    assert_eq!(running, (1..=N).collect::<Vec<_>>());
+    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    assert_eq!(stats["held"].running, N as usize, "{stats:?}");
+
+    // Waiters registered before the shutdown starts.
+    let ports: Vec<_> = handles
+        .iter()
+        .map(|h| await_by_port(&engine, h.id()))
+        .collect();
+    // Typed joins started before the shutdown (on this current-thread runtime a
+    // yield lets each spawned join send its AwaitJob before we go on).
+    let joins: Vec<_> = handles
+        .iter()
+        .map(|h| {
+            let h = h.clone();
+            tokio::spawn(async move { h.join().await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+
+    let shutting_down = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.shutdown().await }
+    });
+    // Plenty of (virtual) time for a shutdown that does not wait to finish.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !shutting_down.is_finished(),
+        "shutdown returned while jobs were still running"
+    );
+    for h in &handles {
+        assert_eq!(
+            engine.status(h.id()).await.unwrap(),
+            Some(JobState::Running),
+            "job {} during the drain",
+            h.id()
+        );
+    }
+
+    // Release the jobs: the shutdown completes cleanly.
+    permits.add_permits(N as usize);
+    let report = tokio::time::timeout(LIMIT, shutting_down)
+        .await
+        .expect("shutdown finishes once the jobs are released")
+        .unwrap()
+        .expect("shutdown succeeds");
+    assert!(report.queue_closed, "{report:?}");
+    assert!(report.problems.is_empty(), "{report:?}");
+
+    // Waiters registered before shutdown got the outcomes.
+    for (h, port) in handles.iter().zip(ports) {
+        let record = port
+            .await
+            .expect("the waiter was answered")
+            .expect("the job ended before the engine stopped");
+        let n = record_input(&handles, h.id());
+        assert_eq!(
+            engine.read_outcome::<Held>(&record).await.unwrap(),
+            Ok(n * 10)
+        );
+    }
+    for (h, join) in handles.iter().zip(joins) {
+        let n = record_input(&handles, h.id());
+        let joined = join.await.unwrap();
+        assert!(
+            matches!(joined, Ok(Ok(v)) if v == n * 10),
+            "typed join of job {n} started before shutdown: {joined:?}"
+        );
+    }
+
+    // The outcomes are durable: a new engine on the same store sees them.
+    let (gate2, _permits2, _started2) = new_gate();
+    let reopened = common::store_builder(store, clock)
+        .register::<Held>()
+        .state(gate2)
+        .start()
+        .await
+        .unwrap();
+    for h in &handles {
+        let n = record_input(&handles, h.id());
+        let again = reopened.handle::<Held>(h.id()).unwrap();
+        assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(n * 10)));
+        assert_eq!(again.status().await.unwrap(), Some(JobState::Succeeded));
+    }
+    assert!(reopened.shutdown().await.unwrap().queue_closed);
+}
+
+fn shut<T>(r: &Result<T, Error>) -> bool {
+    matches!(r, Err(Error::Engine(EngineError::ShutDown)))
+}
+
+fn record_input(handles: &[gaffer::JobHandle<Held>], id: &str) -> u64 {
+    handles.iter().position(|h| h.id() == id).unwrap() as u64 + 1
+}
+
+#[tokio::test(start_paused = true)]
+async fn submissions_after_shutdown_fail_with_shut_down() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Square>()
+        .start()
+        .await
+        .unwrap();
+    let done = engine.submit(Square(3)).await.unwrap();
+    assert_eq!(done.clone().await.unwrap(), 9);
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+
+    let r = engine.submit(Square(4)).await;
+    assert!(shut(&r), "{r:?}");
+    let r = engine
+        .submit_with(
+            Square(5),
+            SubmitOptions {
+                run_at: Some(UNIX_EPOCH + Duration::from_millis(common::T0_MS + 1000)),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(shut(&r), "{r:?}");
+    // A clone shares the same (stopped) engine.
+    let r = engine.clone().submit(Square(6)).await;
+    assert!(shut(&r), "{r:?}");
+    // A duplicate of a finished job is refused too (the store is closed).
+    let r = engine.submit(Square(3)).await;
+    assert!(shut(&r), "{r:?}");
+    // Other operations say the same.
+    let r = engine.cancel(done.id()).await;
+    assert!(shut(&r), "{r:?}");
+    let r = engine.status(done.id()).await;
+    assert!(shut(&r), "{r:?}");
+    let r = done.join().await;
+    assert!(
+        matches!(r, Err(Error::Engine(EngineError::ShutDown))),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_twice_is_harmless() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let engine = common::store_builder(store.clone(), clock.clone())
+        .register::<Square>()
+        .start()
+        .await
+        .unwrap();
+    let h = engine.submit(Square(7)).await.unwrap();
+    assert_eq!(h.clone().await.unwrap(), 49);
+
+    let first = engine.shutdown().await.unwrap();
+    assert!(first.queue_closed, "{first:?}");
+    assert!(first.problems.is_empty(), "{first:?}");
+
+    // Again, sequentially: a typed answer at once, no panic, no hang.
+    let second = tokio::time::timeout(LIMIT, engine.shutdown())
+        .await
+        .expect("a second shutdown answers");
+    assert!(
+        matches!(second, Err(Error::Engine(EngineError::ShutDown))),
+        "{second:?}"
+    );
+
+    // Nothing was damaged: a new engine on the store answers the job.
+    let reopened = common::store_builder(store.clone(), clock.clone())
+        .register::<Square>()
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.handle::<Square>(h.id()).unwrap().await.unwrap(),
+        49
+    );
+
+    // Two shutdowns at once: one does the work, the other is told it is done.
+    let (a, b) = tokio::join!(reopened.shutdown(), reopened.shutdown());
+    let (clean, other) = match (&a, &b) {
+        (Ok(r), other) if r.queue_closed => (r, other),
+        (other, Ok(r)) if r.queue_closed => (r, other),
+        _ => panic!("neither concurrent shutdown closed the queue: {a:?} / {b:?}"),
+    };
+    assert!(clean.problems.is_empty(), "{clean:?}");
+    assert!(
+        matches!(other, Err(Error::Engine(EngineError::ShutDown)))
+            || matches!(other, Ok(r) if !r.queue_closed),
+        "{other:?}"
+    );
+
+    // And the store opens once more.
+    let third = common::store_builder(store, clock)
+        .register::<Square>()
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        third.status(h.id()).await.unwrap(),
+        Some(JobState::Succeeded)
+    );
+    assert!(third.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_engine_opened_on_the_same_in_memory_store_after_shutdown_sees_the_records() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let first = common::store_builder(store.clone(), clock.clone())
+        .register::<Square>()
+        .register::<Refuse>()
+        .start()
+        .await
+        .unwrap();
+    let ok = first.submit(Square(12)).await.unwrap();
+    let failed = first.submit(Refuse(1)).await.unwrap();
+    assert_eq!(ok.clone().await.unwrap(), 144);
+    let failure = failed.join().await.unwrap().unwrap_err();
+    assert_eq!(failure.kind, gaffer::FailureKind::Permanent);
+    assert_eq!(failure.message, "refused: 1");
+    // One not due yet: it must survive the shutdown, queued.
+    let in_an_hour = UNIX_EPOCH + Duration::from_millis(common::T0_MS) + Duration::from_secs(3600);
+    let later = first
+        .submit_with(
+            Square(5),
+            SubmitOptions {
+                run_at: Some(in_an_hour),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(first.shutdown().await.unwrap().queue_closed);
+
+    let second = common::store_builder(store, clock.clone())
+        .register::<Square>()
+        .register::<Refuse>()
+        .start()
+        .await
+        .unwrap();
+    // Finished jobs answer from their records.
+    let ok2 = second.handle::<Square>(ok.id()).unwrap();
+    assert_eq!(ok2.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(ok2.fetch_result().await.unwrap(), Some(Ok(144)));
+    assert_eq!(ok2.await.unwrap(), 144);
+    let failed2 = second.handle::<Refuse>(failed.id()).unwrap();
+    assert_eq!(failed2.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(failed2.join().await.unwrap(), Err(failure));
+    // A keyed duplicate is answered from the record, not run again.
+    let dup = second.submit(Square(12)).await.unwrap();
+    assert_eq!(dup.id(), ok.id());
+    assert!(!dup.newly_submitted());
+    assert_eq!(dup.await.unwrap(), 144);
+    // The scheduled job is still there, and runs when due.
+    let later2 = second.handle::<Square>(later.id()).unwrap();
+    assert_eq!(later2.status().await.unwrap(), Some(JobState::Scheduled));
+    clock.advance(Duration::from_secs(3601));
+    assert_eq!(
+        tokio::time::timeout(LIMIT, later2.join())
+            .await
+            .expect("the scheduled job runs once due")
+            .unwrap(),
+        Ok(25)
+    );
+    assert!(second.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let (gate, permits, mut started) = new_gate();
+    let engine = common::store_builder(store.clone(), clock.clone())
+        .register::<Held>()
+        .state(gate)
+        .start()
+        .await
+        .unwrap();
+    let running = engine.submit(Held(1)).await.unwrap();
+    tokio::time::timeout(LIMIT, started.recv())
+        .await
+        .expect("the held job starts")
+        .unwrap();
+
+    let shutting_down = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.shutdown().await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!shutting_down.is_finished());
+
+    // Submitted while the engine drains: either refused with a typed error,
+    // or accepted durably (then it runs after the next start).
+    let racing = engine.submit(Held(2)).await;
+    permits.add_permits(1);
+    let report = tokio::time::timeout(LIMIT, shutting_down)
+        .await
+        .expect("shutdown finishes")
+        .unwrap()
+        .unwrap();
+    assert!(report.queue_closed, "{report:?}");
+
+    let (gate2, permits2, _started2) = new_gate();
+    permits2.add_permits(10);
+    let reopened = common::store_builder(store, clock)
+        .register::<Held>()
+        .state(gate2)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened
+            .handle::<Held>(running.id())
+            .unwrap()
+            .await
+            .unwrap(),
+        10
+    );
+    match racing {
+        Err(Error::Engine(EngineError::ShutDown)) => {}
+        Ok(h) => {
+            let again = reopened.handle::<Held>(h.id()).unwrap();
+            let result = tokio::time::timeout(LIMIT, again.join())
+                .await
+                .expect("an accepted submission runs after the restart");
+            assert_eq!(
+                result.unwrap(),
+                Ok(20),
+                "accepted during shutdown, then lost"
+            );
+        }
+        Err(e) => panic!("expected Ok or ShutDown, got {e:?}"),
+    }
+    assert!(reopened.shutdown().await.unwrap().queue_closed);
+}
