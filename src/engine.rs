@@ -363,6 +363,14 @@ impl EngineBuilder {
         self
     }
 
+    /// How long a graceful shutdown lets running jobs finish before nacking
+    /// them (their attempt counts; they run again after the next start).
+    /// Default: wait as long as they take.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.settings.shutdown_grace = Some(grace);
+        self
+    }
+
     /// All engine settings at once (advanced).
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = settings;

@@ -20,13 +20,31 @@ use crate::pool::PoolMessage;
 use crate::services::Services;
 use crate::settle::{Notify, identify, settle};
 
+/// Prefix of the exit reason of a claimer whose store closed under it.
+pub(crate) const STORE_CLOSED: &str = "store closed";
+
+/// `Some(reason)` when `e` says the store is closed for good (fenced by
+/// another writer, closed, or its background tasks died).
+pub(crate) fn store_closed(e: &taquba::Error) -> Option<String> {
+    match e {
+        taquba::Error::Storage(s) => match s.kind() {
+            slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
+                Some("fenced: another process opened this store as its writer".into())
+            }
+            slatedb::ErrorKind::Closed(reason) => Some(format!("{reason:?}")),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Messages of the claimer.
 #[derive(Debug)]
 pub enum ClaimerMessage {
     /// Set the routing table (job type → pool) and start claiming.
     Route(HashMap<String, ActorRef<PoolMessage>>),
     /// A claim finished.
-    Claimed(Result<Vec<Claim>, String>),
+    Claimed(Result<Vec<Claim>, taquba::Error>),
     /// Handler capacity came back.
     Credit(usize),
     /// Time to try claiming again (after an error).
@@ -96,7 +114,7 @@ impl ClaimerState {
                         }
                     }
                     Ok(claims) => break Ok(claims),
-                    Err(e) => break Err(e.to_string()),
+                    Err(e) => break Err(e),
                 }
             };
             drop(queue);
@@ -104,13 +122,25 @@ impl ClaimerState {
         });
     }
 
-    fn claimed(&mut self, myself: &ActorRef<ClaimerMessage>, result: Result<Vec<Claim>, String>) {
+    fn claimed(
+        &mut self,
+        myself: &ActorRef<ClaimerMessage>,
+        result: Result<Vec<Claim>, taquba::Error>,
+    ) {
         self.claiming = false;
         match result {
             Ok(claims) => {
                 for claim in claims {
                     self.route(claim);
                 }
+            }
+            Err(e) if store_closed(&e).is_some() => {
+                // The store is gone (another process opened it as its writer, or
+                // it was closed): nothing this engine settles can commit any
+                // more. Exit; the supervisor takes the tree down.
+                let reason = store_closed(&e).unwrap_or_default();
+                myself.stop(Some(format!("{STORE_CLOSED}: {reason}")));
+                return;
             }
             Err(e) => {
                 warn!(error = %e, "claiming failed; retrying after the poll interval");

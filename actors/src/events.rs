@@ -77,6 +77,13 @@ pub enum EngineEvent {
         /// Items failed.
         failed: u64,
     },
+    /// The store closed under the engine (another process opened it as its
+    /// writer, which fences this one): the engine stopped. Nothing it settles
+    /// afterwards commits; the other process re-runs what was in flight.
+    StoreClosed {
+        /// Why.
+        reason: String,
+    },
     /// Expired outcome records were removed.
     Swept {
         /// Records removed in this pass.

@@ -51,7 +51,11 @@ pub enum PoolMessage {
     /// Start the worker of `slot` again (after a crash and its backoff).
     RestartWorker(usize),
     /// Reply once nothing is held: no job running, queued here or settling.
-    Drain(RpcReplyPort<()>),
+    /// With a grace period, jobs still running at its end are nacked and their
+    /// workers stopped; the reply counts them.
+    Drain(Option<Duration>, RpcReplyPort<usize>),
+    /// The drain's grace period ended.
+    DrainDeadline,
     /// Counters, for tests and status pages.
     GetStats(RpcReplyPort<PoolStats>),
 }
@@ -69,6 +73,8 @@ pub struct PoolStats {
     pub settling: usize,
     /// Worker crashes so far.
     pub crashes: u64,
+    /// Whether the type crashed past its restart limit and is paused.
+    pub paused: bool,
 }
 
 /// Arguments of a pool.
@@ -121,7 +127,10 @@ pub struct PoolState {
     owed_credits: usize,
     crash_times: VecDeque<Instant>,
     crashes: u64,
-    drains: Vec<RpcReplyPort<()>>,
+    drains: Vec<RpcReplyPort<usize>>,
+    draining: bool,
+    abandoned: usize,
+    paused: bool,
 }
 
 impl PoolState {
@@ -153,7 +162,73 @@ impl PoolState {
         }
     }
 
-    fn dispatch(&mut self, claim: Claim) {
+    /// The type crashed past its restart limit: stop restarting its workers
+    /// and fail its jobs (queued here now, and claimed later) permanently, so
+    /// every handle gets an error instead of waiting; the engine serves every
+    /// other type as before. Dead-lettered jobs can be requeued once fixed.
+    fn pause(&mut self, myself: &ActorRef<PoolMessage>, crashes: usize) {
+        self.paused = true;
+        let window = self.args.services.settings().restart_window;
+        error!(job_type = %self.args.job_type, crashes, ?window, "job type paused: its handler keeps crashing");
+        self.args.services.emit(EngineEvent::JobTypePaused {
+            job_type: self.args.job_type.clone(),
+        });
+        while let Some(claim) = self.backlog.pop_front() {
+            self.refuse(myself, claim);
+        }
+    }
+
+    fn refuse(&mut self, myself: &ActorRef<PoolMessage>, claim: Claim) {
+        let window = self.args.services.settings().restart_window;
+        let verdict = Verdict::permanent(format!(
+            "job type `{}` is paused: its handler crashed more than {} times within {:?}",
+            self.args.job_type,
+            self.args.services.settings().max_restarts,
+            window
+        ));
+        self.start_settlement(
+            myself,
+            claim,
+            verdict,
+            StagedEffects::default(),
+            Cost::default(),
+        );
+    }
+
+    /// The drain's grace period is over: nack what still runs or waits here
+    /// (each attempt is counted as used) and stop those workers.
+    fn abandon(&mut self, myself: &ActorRef<PoolMessage>) {
+        let mut claims: Vec<Claim> = self.backlog.drain(..).collect();
+        for slot in self.slots.iter_mut() {
+            if let Some(claim) = slot.job.take() {
+                if let Some(worker) = slot.worker.take() {
+                    self.by_actor.remove(&worker.get_id());
+                    worker.kill();
+                }
+                claims.push(claim);
+            }
+        }
+        for claim in claims {
+            self.abandoned += 1;
+            warn!(job_type = %self.args.job_type, job_id = %claim.id, "shutdown grace period over; nacking the job");
+            self.start_settlement(
+                myself,
+                claim,
+                Verdict::transient(
+                    "the engine shut down before the job finished (grace period over)",
+                ),
+                StagedEffects::default(),
+                Cost::default(),
+            );
+        }
+        self.check_drained();
+    }
+
+    fn dispatch(&mut self, myself: &ActorRef<PoolMessage>, claim: Claim) {
+        if self.paused {
+            self.refuse(myself, claim);
+            return;
+        }
         let Some(slot) = self.idle.pop_front() else {
             self.backlog.push_back(claim);
             return;
@@ -228,7 +303,7 @@ impl PoolState {
             self.idle.push_back(slot);
         }
         if let Some(next) = self.backlog.pop_front() {
-            self.dispatch(next);
+            self.dispatch(myself, next);
         }
     }
 
@@ -276,7 +351,7 @@ impl PoolState {
             return;
         }
         for reply in self.drains.drain(..) {
-            let _ = reply.send(());
+            let _ = reply.send(self.abandoned);
         }
     }
 
@@ -313,18 +388,17 @@ impl PoolState {
         }
         self.crash_times.push_back(now);
         let recent = self.crash_times.len();
-        let base = services.settings().restart_backoff_base;
-        let max = services.settings().restart_backoff_max;
-        let delay = if recent > services.settings().max_restarts {
-            services.emit(EngineEvent::JobTypePaused {
-                job_type: self.args.job_type.clone(),
-            });
-            max
-        } else {
-            base.saturating_mul(1u32 << (recent.min(16) as u32 - 1))
-                .min(max)
-        };
-        myself.send_after(delay, move || PoolMessage::RestartWorker(slot));
+        if recent > services.settings().max_restarts && !self.paused {
+            self.pause(myself, recent);
+        }
+        if !self.paused && !self.draining {
+            let base = services.settings().restart_backoff_base;
+            let max = services.settings().restart_backoff_max;
+            let delay = base
+                .saturating_mul(1u32 << (recent.min(16) as u32 - 1))
+                .min(max);
+            myself.send_after(delay, move || PoolMessage::RestartWorker(slot));
+        }
         self.check_drained();
     }
 }
@@ -351,6 +425,9 @@ impl Actor for HandlerPool {
             crash_times: VecDeque::new(),
             crashes: 0,
             drains: Vec::new(),
+            draining: false,
+            abandoned: 0,
+            paused: false,
         };
         for slot in 0..n {
             state.spawn_worker(&myself, slot).await;
@@ -365,7 +442,7 @@ impl Actor for HandlerPool {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            PoolMessage::Dispatch(claim) => state.dispatch(*claim),
+            PoolMessage::Dispatch(claim) => state.dispatch(&myself, *claim),
             PoolMessage::WorkerDone {
                 slot,
                 verdict,
@@ -374,20 +451,28 @@ impl Actor for HandlerPool {
             } => state.finish(&myself, slot, verdict, effects, cost),
             PoolMessage::Settled => state.settled(),
             PoolMessage::RestartWorker(slot) => {
-                if state.slots.get(slot).is_some_and(|s| s.worker.is_none()) {
+                if !state.paused
+                    && !state.draining
+                    && state.slots.get(slot).is_some_and(|s| s.worker.is_none())
+                {
                     state.spawn_worker(&myself, slot).await;
                     state.args.services.emit(EngineEvent::HandlerRestarted {
                         job_type: state.args.job_type.clone(),
                     });
                     if let Some(next) = state.backlog.pop_front() {
-                        state.dispatch(next);
+                        state.dispatch(&myself, next);
                     }
                 }
             }
-            PoolMessage::Drain(reply) => {
+            PoolMessage::Drain(grace, reply) => {
+                state.draining = true;
                 state.drains.push(reply);
+                if let Some(grace) = grace {
+                    myself.send_after(grace, || PoolMessage::DrainDeadline);
+                }
                 state.check_drained();
             }
+            PoolMessage::DrainDeadline => state.abandon(&myself),
             PoolMessage::GetStats(reply) => {
                 let _ = reply.send(PoolStats {
                     workers: state.slots.iter().filter(|s| s.worker.is_some()).count(),
@@ -395,6 +480,7 @@ impl Actor for HandlerPool {
                     backlog: state.backlog.len(),
                     settling: state.settling,
                     crashes: state.crashes,
+                    paused: state.paused,
                 });
             }
         }

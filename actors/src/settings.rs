@@ -38,6 +38,10 @@ pub struct Settings {
     pub restart_backoff_base: Duration,
     /// Longest restart delay. Default 5 s.
     pub restart_backoff_max: Duration,
+    /// How long a graceful shutdown lets running jobs finish; at its end they
+    /// are nacked (their attempt counts) and reported as abandoned. `None`
+    /// waits for them however long they take. Default `None`.
+    pub shutdown_grace: Option<Duration>,
     /// Crashes of one job type's workers tolerated within `restart_window`
     /// before the type is paused. Default 100.
     pub max_restarts: usize,
@@ -58,6 +62,7 @@ impl Default for Settings {
             settlement_window: 1024,
             restart_backoff_base: Duration::from_millis(50),
             restart_backoff_max: Duration::from_secs(5),
+            shutdown_grace: None,
             max_restarts: 100,
             restart_window: Duration::from_secs(10),
         }

@@ -17,7 +17,7 @@ use ractor::{
 };
 use taquba::object_store::ObjectStore;
 use taquba::{OpenOptions, Queue};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
 use crate::batches::{Batches, BatchesMessage};
@@ -96,6 +96,9 @@ pub enum EngineMessage {
 pub struct ShutdownReport {
     /// Whether the queue was closed (flushed) cleanly.
     pub queue_closed: bool,
+    /// Jobs still running when the grace period ended: nacked, to run again
+    /// after the next start.
+    pub abandoned: usize,
     /// Problems met on the way (empty on a clean shutdown).
     pub problems: Vec<String>,
 }
@@ -373,6 +376,28 @@ impl SupervisorState {
         Ok(())
     }
 
+    /// The store closed under us (fenced): stop everything, tell whoever
+    /// waits, and exit. The queue cannot be closed cleanly any more.
+    async fn store_closed(&mut self, myself: &ActorRef<EngineMessage>, reason: String) {
+        error!(%reason, "the engine's store closed; stopping the engine");
+        self.shutting_down = true;
+        self.services.emit(crate::events::EngineEvent::StoreClosed {
+            reason: reason.clone(),
+        });
+        let _ = self.waiters.cast(WaitersMessage::FailAll);
+        self.children.clear();
+        myself
+            .get_cell()
+            .stop_children_and_wait(Some(reason.clone()), Some(Duration::from_secs(10)))
+            .await;
+        if let Some(queue) = self.queue.take()
+            && let Ok(queue) = Arc::try_unwrap(queue)
+        {
+            let _ = queue.close().await;
+        }
+        myself.stop(Some(reason));
+    }
+
     async fn shutdown(&mut self, myself: &ActorRef<EngineMessage>) -> ShutdownReport {
         self.shutting_down = true;
         let mut report = ShutdownReport::default();
@@ -383,9 +408,21 @@ impl SupervisorState {
             }
         }
         // 2. Let running jobs finish and their settlements commit.
-        for (t, pool) in &self.pools {
-            if let Err(e) = ractor::call!(pool, PoolMessage::Drain) {
-                report.problems.push(format!("pool `{t}` drain: {e}"));
+        // Drain every pool at once, so the grace period is one period.
+        let grace = self.services.settings().shutdown_grace;
+        let drains: Vec<_> = self
+            .pools
+            .iter()
+            .map(|(t, pool)| {
+                let (t, pool) = (t.clone(), pool.clone());
+                tokio::spawn(async move { (t, ractor::call!(pool, PoolMessage::Drain, grace)) })
+            })
+            .collect();
+        for drain in drains {
+            match drain.await {
+                Ok((_, Ok(abandoned))) => report.abandoned += abandoned,
+                Ok((t, Err(e))) => report.problems.push(format!("pool `{t}` drain: {e}")),
+                Err(e) => report.problems.push(format!("pool drain task: {e}")),
             }
         }
         // 3. Fail callers still waiting, stop every child.
@@ -556,6 +593,7 @@ impl Actor for Supervisor {
                 if state.shutting_down {
                     let _ = reply.send(ShutdownReport {
                         queue_closed: false,
+                        abandoned: 0,
                         problems: vec!["already shut down".into()],
                     });
                     return Ok(());
@@ -661,6 +699,12 @@ impl Actor for Supervisor {
             _ => return Ok(()),
         };
         if state.shutting_down {
+            return Ok(());
+        }
+        if why.starts_with(crate::claimer::STORE_CLOSED)
+            && let Some(Child::Claimer(_)) = state.children.get(&who.get_id())
+        {
+            state.store_closed(&myself, why).await;
             return Ok(());
         }
         if let Some(child) = state.children.remove(&who.get_id()) {

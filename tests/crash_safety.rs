@@ -1,0 +1,297 @@
+//! Failure paths: handler panics, a job type that keeps crashing, the
+//! shutdown grace period, and a second writer fencing the engine.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gaffer::{EngineEvent, FailureKind, Job, JobContext, Settings};
+use serde::{Deserialize, Serialize};
+
+/// Silence the panics the test jobs raise on purpose (and only those).
+fn quiet_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if !(msg.starts_with("boom") || msg.starts_with("bang") || msg == "always") {
+            default(info);
+        }
+    }));
+}
+
+/// Panics on its first attempt, succeeds on the next.
+#[derive(Serialize, Deserialize)]
+struct PanicOnce(u32);
+
+impl Job for PanicOnce {
+    const NAME: &'static str = "panic-once";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.attempt() == 1 {
+            panic!("boom {}", self.0);
+        }
+        Ok(self.0)
+    }
+}
+
+/// Also panics on its first attempt: a second crashing type.
+#[derive(Serialize, Deserialize)]
+struct PanicOnceToo(u32);
+
+impl Job for PanicOnceToo {
+    const NAME: &'static str = "panic-once-too";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.attempt() == 1 {
+            panic!("bang {}", self.0);
+        }
+        Ok(self.0 + 1)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Healthy(u32);
+
+impl Job for Healthy {
+    const NAME: &'static str = "healthy";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
+        Ok(self.0 * 2)
+    }
+}
+
+/// Always panics.
+#[derive(Serialize, Deserialize)]
+struct Crashy(u32);
+
+impl Job for Crashy {
+    const NAME: &'static str = "crashy";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
+        panic!("always")
+    }
+}
+
+/// Never returns on its own.
+#[derive(Serialize, Deserialize)]
+struct Forever;
+
+impl Job for Forever {
+    const NAME: &'static str = "forever";
+    type Output = ();
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<(), Self::Error> {
+        if let Some(runs) = ctx.try_state::<Arc<AtomicUsize>>() {
+            runs.fetch_add(1, Ordering::SeqCst);
+        }
+        if ctx.try_state::<Finish>().is_some() {
+            return Ok(());
+        }
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+struct Finish;
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_panicking_jobs_across_two_types_all_end_right_and_the_healthy_type_is_untouched()
+ {
+    quiet_panics();
+    let settings = Settings {
+        poll_interval: Duration::from_millis(20),
+        max_restarts: 10_000,
+        restart_backoff_base: Duration::from_millis(1),
+        restart_backoff_max: Duration::from_millis(20),
+        ..Settings::default()
+    };
+    let engine = common::memory_builder(common::mock_clock())
+        .settings(settings)
+        .register::<PanicOnce>()
+        .register::<PanicOnceToo>()
+        .register::<Healthy>()
+        .start()
+        .await
+        .unwrap();
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    let mut h = Vec::new();
+    for i in 0..500 {
+        a.push(engine.submit(PanicOnce(i)).await.unwrap());
+        b.push(engine.submit(PanicOnceToo(i)).await.unwrap());
+        h.push(engine.submit(Healthy(i)).await.unwrap());
+    }
+    for (i, handle) in a.into_iter().enumerate() {
+        assert_eq!(handle.await.unwrap(), i as u32);
+    }
+    for (i, handle) in b.into_iter().enumerate() {
+        assert_eq!(handle.await.unwrap(), i as u32 + 1);
+    }
+    for (i, handle) in h.into_iter().enumerate() {
+        assert_eq!(handle.await.unwrap(), i as u32 * 2);
+    }
+    // Every crashed worker is restarted after its backoff (virtual time).
+    let mut stats = engine.engine_ref().pool_stats().await.unwrap();
+    for _ in 0..100 {
+        if stats.values().all(|s| s.workers == 16) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stats = engine.engine_ref().pool_stats().await.unwrap();
+    }
+    assert_eq!(stats["panic-once"].crashes, 500);
+    assert_eq!(stats["panic-once-too"].crashes, 500);
+    assert_eq!(stats["healthy"].crashes, 0);
+    assert!(
+        stats.values().all(|s| s.workers == 16 && !s.paused),
+        "{stats:?}"
+    );
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_type_crashing_past_its_restart_limit_is_paused_and_its_handles_get_errors() {
+    quiet_panics();
+    let settings = Settings {
+        poll_interval: Duration::from_millis(20),
+        max_restarts: 3,
+        restart_window: Duration::from_secs(60),
+        ..Settings::default()
+    };
+    let engine = common::memory_builder(common::mock_clock())
+        .settings(settings)
+        .register::<Crashy>()
+        .register::<Healthy>()
+        .start()
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+    let crashy: Vec<_> = futures_util::future::join_all((0..10).map(|i| engine.submit(Crashy(i))))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    common::wait_event(
+        &mut events,
+        Duration::from_secs(600),
+        |e| matches!(e, EngineEvent::JobTypePaused { job_type } if job_type == "crashy"),
+    )
+    .await;
+    for handle in crashy {
+        let err = handle.join().await.unwrap().unwrap_err();
+        assert!(
+            err.message.contains("paused") || err.message.contains("handler crashed"),
+            "{err:?}"
+        );
+    }
+    // A crashy job submitted after the pause fails at once, permanently.
+    let late = engine
+        .submit(Crashy(99))
+        .await
+        .unwrap()
+        .join()
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(late.kind, FailureKind::Permanent);
+    assert!(late.message.contains("paused"), "{late:?}");
+    // Everything else is served as before.
+    for i in 0..20 {
+        assert_eq!(
+            engine.submit(Healthy(i)).await.unwrap().await.unwrap(),
+            i * 2
+        );
+    }
+    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    assert!(
+        stats["crashy"].paused && !stats["healthy"].paused,
+        "{stats:?}"
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_still_running_at_the_end_of_the_grace_period_is_nacked_and_reported() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = common::store_builder(store.clone(), clock.clone())
+        .shutdown_grace(Duration::from_secs(5))
+        .state(runs.clone())
+        .register::<Forever>()
+        .start()
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+    let handle = engine.submit(Forever).await.unwrap();
+    common::wait_event(&mut events, Duration::from_secs(60), |e| {
+        matches!(e, EngineEvent::JobStarted { .. })
+    })
+    .await;
+    let report = engine.shutdown().await.unwrap();
+    assert_eq!(report.abandoned, 1, "{report:?}");
+    assert!(report.queue_closed, "{report:?}");
+
+    // The job was nacked, not left claimed: it runs (and finishes) after the next start.
+    let engine = common::store_builder(store, clock)
+        .state(runs.clone())
+        .state(Finish)
+        .register::<Forever>()
+        .start()
+        .await
+        .unwrap();
+    let again = engine.handle::<Forever>(handle.id()).unwrap();
+    again.join().await.unwrap().unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_fences_the_engine_which_reports_it_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let engine = common::disk_builder(dir.path(), clock.clone())
+        .register::<Healthy>()
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(engine.submit(Healthy(1)).await.unwrap().await.unwrap(), 2);
+    let mut events = engine.subscribe();
+
+    // Another process opens the same store as its writer.
+    let store: Arc<dyn gaffer::taquba::object_store::ObjectStore> = Arc::new(
+        gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
+    );
+    let other =
+        gaffer::taquba::Queue::open_with_options(store, "queue", common::test_options(clock))
+            .await
+            .unwrap();
+
+    let event = common::wait_event(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, EngineEvent::StoreClosed { .. })
+    })
+    .await;
+    let EngineEvent::StoreClosed { reason } = event else {
+        unreachable!()
+    };
+    assert!(reason.contains("fenced"), "{reason}");
+    // The fenced engine accepts nothing more.
+    let err = engine.submit(Healthy(2)).await.unwrap_err();
+    assert!(!err.is_permanent(), "{err}");
+    assert!(engine.shutdown().await.is_err());
+    // The new writer holds everything the engine committed.
+    let stats = other.view().stats("jobs").await.unwrap();
+    assert_eq!((stats.pending, stats.claimed), (0, 0), "{stats:?}");
+    other.close().await.unwrap();
+}
