@@ -64,6 +64,9 @@ pub use gaffer_actors::{
     EngineRef, FailureKind, JobFinished, JobState, Outcome, OutcomeRecord, OutputRef, PoolStats,
     Settings, ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
 };
+/// Test helpers (feature `testing`): a fault-injecting object store.
+#[cfg(feature = "testing")]
+pub use gaffer_actors::testing;
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;
 /// The durable queue gaffer runs on, and its object-store crate.

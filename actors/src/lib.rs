@@ -25,6 +25,8 @@ pub mod settings;
 mod settle;
 pub mod supervisor;
 pub mod sweeper;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod waiters;
 
 use std::collections::HashMap;
