@@ -1,0 +1,189 @@
+//! Peak RSS of one bulk batch of N items on a local-disk store.
+//!
+//! Run: `cargo bench --bench bulk_rss -- 10000` (N as the first number given,
+//! or the `BULK_N` env var; default 10 000). Add `--memo` to wrap the item in
+//! three memoized phases that do no work (three memo objects written per
+//! item: far more disk, and the store grows by ~12 KiB per item); without it
+//! the pipeline is a bare `Ok(input)`, so the figures are the engine's own
+//! overhead.
+//!
+//! One batch per process: peak RSS is VmHWM from /proc/self/status, which is
+//! per process. Inputs are the range `0..N`, consumed lazily by the engine.
+//! The store is a fresh temp dir (removed at the end unless `--keep`), with a
+//! 1 ms WAL flush. Every `BULK_REPORT_SECS` (default 10) a progress line shows
+//! items done, rate, VmRSS and VmHWM, so a long run shows its memory trend.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gaffer::{BulkCtx, Engine, ItemError, Pipeline};
+
+struct Trivial {
+    memo: bool,
+    runs: Arc<AtomicU64>,
+}
+
+impl Pipeline for Trivial {
+    const NAME: &'static str = "trivial";
+    type Input = u64;
+    type Output = u64;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if !self.memo {
+            return Ok(ctx.input);
+        }
+        let memo = ctx.memo();
+        let a: u64 = memo
+            .memoized("parse", || async { Ok::<_, gaffer::Error>(ctx.input) })
+            .await?;
+        let b: u64 = memo
+            .memoized("enrich", || async { Ok::<_, gaffer::Error>(a) })
+            .await?;
+        let c: u64 = memo
+            .memoized("score", || async { Ok::<_, gaffer::Error>(b) })
+            .await?;
+        Ok(c)
+    }
+}
+
+/// `(VmRSS, VmHWM)` in KiB.
+fn rss_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Bytes and files under `dir`.
+fn disk_usage(dir: &std::path::Path) -> (u64, u64) {
+    let mut bytes = 0;
+    let mut files = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) => {
+                    bytes += m.len();
+                    files += 1;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    (bytes, files)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let memo = args.iter().any(|a| a == "--memo");
+    let keep = args.iter().any(|a| a == "--keep");
+    let n: u64 = match args.iter().find_map(|a| a.replace('_', "").parse().ok()) {
+        Some(n) => n,
+        None => std::env::var("BULK_N")
+            .ok()
+            .and_then(|v| v.replace('_', "").parse().ok())
+            .unwrap_or(10_000),
+    };
+    let every = Duration::from_secs(
+        std::env::var("BULK_REPORT_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10),
+    );
+
+    let dir = tempfile::Builder::new()
+        .prefix("gaffer-bulk-rss-")
+        .tempdir()?;
+    let (rss0, _) = rss_kib();
+    println!(
+        "bulk_rss: N={n} pipeline={} store={} flush=1ms",
+        if memo { "3 memoized phases" } else { "no memo" },
+        dir.path().display()
+    );
+
+    let runs = Arc::new(AtomicU64::new(0));
+    let engine = Engine::builder()
+        .local_dir(dir.path())
+        .flush_interval(Duration::from_millis(1))
+        .pipeline(Trivial {
+            memo,
+            runs: runs.clone(),
+        })
+        .start()
+        .await?;
+    let (rss_started, _) = rss_kib();
+    let batch = engine.batch::<Trivial>("bulk-rss")?;
+
+    let started = Instant::now();
+    let report = {
+        let run = batch.run(0..n);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                r = &mut run => break r?,
+                _ = tick.tick() => {
+                    let (rss, hwm) = rss_kib();
+                    let done = batch.progress().await.map(|p| p.completed).unwrap_or(0);
+                    let secs = started.elapsed().as_secs_f64();
+                    println!(
+                        "  {:>7.1}s  ran {:>9}  counted {:>9}  {:>8.0} items/s  VmRSS {:>7.1} MiB  VmHWM {:>7.1} MiB",
+                        secs,
+                        runs.load(Ordering::Relaxed),
+                        done,
+                        runs.load(Ordering::Relaxed) as f64 / secs,
+                        mib(rss),
+                        mib(hwm),
+                    );
+                }
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+    let (rss_end, hwm) = rss_kib();
+    engine.shutdown().await?;
+
+    assert_eq!(
+        (report.total, report.succeeded, report.failed),
+        (n, n, 0),
+        "wrong counts: {report:?}"
+    );
+    let (bytes, files) = disk_usage(dir.path());
+    let rate = n as f64 / elapsed.as_secs_f64();
+    println!(
+        "result: N={n} memo={memo} wall={:.2}s items/s={rate:.0} peak_rss(VmHWM)={:.1}MiB \
+         rss_before_engine={:.1}MiB rss_after_start={:.1}MiB rss_end={:.1}MiB \
+         runs={} store={:.1}MiB/{files} files",
+        elapsed.as_secs_f64(),
+        mib(hwm),
+        mib(rss0),
+        mib(rss_started),
+        mib(rss_end),
+        runs.load(Ordering::Relaxed),
+        bytes as f64 / (1024.0 * 1024.0),
+    );
+    if keep {
+        let kept = dir.keep();
+        println!("store kept at {}", kept.display());
+    }
+    Ok(())
+}
