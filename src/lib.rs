@@ -59,14 +59,14 @@ pub use pipeline::{BulkCtx, ItemError, Pipeline};
 pub use sink::{ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, read_jsonl};
 
 pub use gaffer_actors::effects::Effects;
+/// Test helpers (feature `testing`): a fault-injecting object store.
+#[cfg(feature = "testing")]
+pub use gaffer_actors::testing;
 pub use gaffer_actors::{
     BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent, EngineMessage,
     EngineRef, FailureKind, JobFinished, JobState, Outcome, OutcomeRecord, OutputRef, PoolStats,
     Settings, ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
 };
-/// Test helpers (feature `testing`): a fault-injecting object store.
-#[cfg(feature = "testing")]
-pub use gaffer_actors::testing;
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;
 /// The durable queue gaffer runs on, and its object-store crate.
