@@ -578,16 +578,76 @@ where
             return Err(e);
         }
     };
-    let outcome = ractor::call!(coordinator, CoordinatorMessage::Begin, Box::new(head))
-        .map_err(|e| EngineError::ActorUnavailable(format!("batch coordinator: {e}")))?;
-    // The coordinator answered, so it finished (or failed) on its own.
-    guard.0 = None;
-    outcome
+    let mut coordinator = coordinator;
+    let mut head = head;
+    let mut restarts = 0;
+    loop {
+        match ractor::call!(
+            coordinator,
+            CoordinatorMessage::Begin,
+            Box::new(head.clone())
+        ) {
+            Ok(outcome) => {
+                // The coordinator answered, so it finished (or failed) on its own.
+                guard.0 = None;
+                return outcome;
+            }
+            Err(e) if restarts < MAX_COORDINATOR_RESTARTS => {
+                // The coordinator died (it failed, or its registry restarted):
+                // a new one rebuilds the counts from the markers, as a resume
+                // does. The sink may see some items twice (consumers dedupe on
+                // key, as for every re-run).
+                restarts += 1;
+                tracing::warn!(batch_id = %spec.batch_id, error = %e, restarts, "batch coordinator died; resuming the run with a new one");
+                guard.0 = None;
+                coordinator = start_coordinator_retrying(engine, &spec).await?;
+                guard.0 = Some(coordinator.clone());
+                head = match reopen_manifest(services, &spec.batch_id).await {
+                    Ok(h) => h,
+                    Err(e) => {
+                        guard.0 = None;
+                        let _ = ractor::call!(
+                            engine.actor(),
+                            EngineMessage::ReleaseBatch,
+                            spec.batch_id.clone()
+                        );
+                        return Err(e);
+                    }
+                };
+            }
+            Err(e) => {
+                return Err(EngineError::ActorUnavailable(format!(
+                    "batch coordinator: {e}"
+                )));
+            }
+        }
+    }
 }
 
 /// Resume a batch from its manifest to completion.
 pub async fn resume_batch(engine: &EngineRef, spec: BatchSpec) -> Result<BatchOutcome> {
     drive_batch(engine, spec, None::<futures_util::stream::Empty<_>>).await
+}
+
+/// Times a run replaces a coordinator that died under it.
+const MAX_COORDINATOR_RESTARTS: usize = 3;
+
+/// Start a coordinator, waiting (briefly) for a dead predecessor to leave the
+/// registry.
+async fn start_coordinator_retrying(
+    engine: &EngineRef,
+    spec: &BatchSpec,
+) -> Result<ActorRef<CoordinatorMessage>> {
+    let mut tries = 0;
+    loop {
+        match start_coordinator(engine, spec.clone()).await {
+            Err(EngineError::BatchRunning(_)) if tries < 250 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 struct AbandonOnDrop(Option<ActorRef<CoordinatorMessage>>);

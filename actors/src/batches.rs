@@ -39,6 +39,9 @@ pub enum BatchesMessage {
     /// Forget the running entry of a batch (its coordinator finished, or its
     /// driver failed) and stop that coordinator; answers once done.
     Release(String, RpcReplyPort<()>),
+    /// Kill the coordinator of a running batch (feature `testing`).
+    #[cfg(feature = "testing")]
+    Kill(String),
     /// Release a lock.
     Unlock(String),
 }
@@ -141,6 +144,12 @@ impl Actor for Batches {
                     c.stop(None);
                 }
                 let _ = reply.send(());
+            }
+            #[cfg(feature = "testing")]
+            BatchesMessage::Kill(batch_id) => {
+                if let Some(c) = state.running.get(&batch_id) {
+                    c.kill();
+                }
             }
             BatchesMessage::Unlock(batch_id) => {
                 state.locked.remove(&batch_id);

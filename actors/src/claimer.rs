@@ -51,6 +51,10 @@ pub enum ClaimerMessage {
     Retry,
     /// Stop claiming; reply once no claim is in flight.
     Drain(RpcReplyPort<()>),
+    /// The waiters or the batches registry restarted: tell the new ones.
+    SetNotify(Notify),
+    /// Set the free credits (reconciliation after a restart); answers the old value.
+    SetCredits(usize, RpcReplyPort<usize>),
     /// Current free credits (for tests and reconciliation).
     GetCredits(RpcReplyPort<usize>),
 }
@@ -248,6 +252,10 @@ impl Actor for Claimer {
                 } else {
                     let _ = reply.send(());
                 }
+            }
+            ClaimerMessage::SetNotify(notify) => state.notify = notify,
+            ClaimerMessage::SetCredits(n, reply) => {
+                let _ = reply.send(std::mem::replace(&mut state.credits, n));
             }
             ClaimerMessage::GetCredits(reply) => {
                 let _ = reply.send(state.credits);

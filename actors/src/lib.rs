@@ -23,6 +23,7 @@ pub mod records;
 pub mod services;
 pub mod settings;
 mod settle;
+pub use settle::Notify;
 pub mod supervisor;
 pub mod sweeper;
 #[cfg(feature = "testing")]
@@ -43,6 +44,8 @@ pub use records::{Cost, ItemStatus};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
 pub use services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
 pub use settings::Settings;
+#[cfg(feature = "testing")]
+pub use supervisor::ChildKind;
 pub use supervisor::{EngineConfig, EngineMessage, QueueSource, ShutdownReport};
 pub use sweeper::SweepReport;
 pub use waiters::{JobFinished, WaitError};

@@ -56,6 +56,12 @@ pub enum PoolMessage {
     Drain(Option<Duration>, RpcReplyPort<usize>),
     /// The drain's grace period ended.
     DrainDeadline,
+    /// The waiters or the batches registry restarted: tell the new ones.
+    SetNotify(Notify),
+    /// A new claimer took over (the old one was restarted): send credits there,
+    /// and answer how many claims this pool holds (running, backlogged, or
+    /// settling with their credit still owed), so its credits are reconciled.
+    SetClaimer(ActorRef<ClaimerMessage>, RpcReplyPort<usize>),
     /// Counters, for tests and status pages.
     GetStats(RpcReplyPort<PoolStats>),
 }
@@ -473,6 +479,11 @@ impl Actor for HandlerPool {
                 state.check_drained();
             }
             PoolMessage::DrainDeadline => state.abandon(&myself),
+            PoolMessage::SetNotify(notify) => state.args.notify = notify,
+            PoolMessage::SetClaimer(claimer, reply) => {
+                state.args.claimer = claimer;
+                let _ = reply.send(state.running() + state.backlog.len() + state.owed_credits);
+            }
             PoolMessage::GetStats(reply) => {
                 let _ = reply.send(PoolStats {
                     workers: state.slots.iter().filter(|s| s.worker.is_some()).count(),

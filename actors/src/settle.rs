@@ -30,9 +30,9 @@ use crate::waiters::WaitersMessage;
 /// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
 
-/// Who settlements tell.
+/// Who settlements tell: the waiters (jobs) and the batches registry (items).
 #[derive(Debug, Clone)]
-pub(crate) struct Notify {
+pub struct Notify {
     pub(crate) waiters: ActorRef<WaitersMessage>,
     pub(crate) batches: ActorRef<BatchesMessage>,
 }

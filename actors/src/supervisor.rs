@@ -89,6 +89,30 @@ pub enum EngineMessage {
     GetPoolStats(RpcReplyPort<HashMap<String, PoolStats>>),
     /// Run one sweeper pass now and answer what it did.
     SweepNow(RpcReplyPort<SweepReport>),
+    /// Kill one of the engine's actors, to test that it is restarted and that
+    /// nothing is lost (feature `testing`). Answers whether it was found.
+    #[cfg(feature = "testing")]
+    KillChild(ChildKind, RpcReplyPort<bool>),
+}
+
+/// Which actor [`EngineMessage::KillChild`] kills.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildKind {
+    /// The waiters.
+    Waiters,
+    /// The batches registry (its coordinators die with it).
+    Batches,
+    /// The jobs claimer.
+    Claimer,
+    /// The bulk claimer.
+    BulkClaimer,
+    /// The sweeper.
+    Sweeper,
+    /// The handler pool of this job type or pipeline.
+    Pool(String),
+    /// The coordinator of this running batch.
+    Coordinator(String),
 }
 
 /// What a shutdown did.
@@ -335,39 +359,38 @@ impl SupervisorState {
         }
     }
 
-    /// Stop children (they are restarted by their exit, with fresh references).
-    fn renew(&mut self, which: impl Fn(&Child) -> bool) {
-        for (id, child) in self.children.iter() {
-            if which(child) {
-                let cell = match child {
-                    Child::Claimer(Kind::Job) => self.claimer.get_cell(),
-                    Child::Claimer(Kind::Pipeline) => self.bulk_claimer.get_cell(),
-                    Child::Sweeper => self.sweeper.get_cell(),
-                    Child::Pool(t) => match self.pools.get(t) {
-                        Some(p) => p.get_cell(),
-                        None => continue,
-                    },
-                    _ => continue,
-                };
-                if cell.get_id() == *id {
-                    cell.stop(Some("renewing references".into()));
-                }
-            }
-        }
-    }
-
     async fn restart(&mut self, child: Child) -> Result<(), ActorProcessingErr> {
         self.spawn_child(child.clone()).await?;
         match child {
             // Everyone holding the old reference is renewed.
             Child::Waiters | Child::Batches => {
-                self.renew(|c| matches!(c, Child::Claimer(_) | Child::Sweeper | Child::Pool(_)))
+                let notify = self.notify();
+                for claimer in [&self.claimer, &self.bulk_claimer] {
+                    let _ = claimer.cast(ClaimerMessage::SetNotify(notify.clone()));
+                }
+                for pool in self.pools.values() {
+                    let _ = pool.cast(PoolMessage::SetNotify(notify.clone()));
+                }
+                let _ = self.sweeper.cast(SweeperMessage::SetNotify(notify));
             }
             Child::Claimer(kind) => {
-                let regs = self.registrations.clone();
-                self.renew(
-                    |c| matches!(c, Child::Pool(t) if regs.get(t).is_some_and(|r| r.kind == kind)),
-                );
+                // Reconcile credits: the new claimer starts with the capacity
+                // its pools do not hold now, and the pools send credits to it.
+                let claimer = match kind {
+                    Kind::Job => self.claimer.clone(),
+                    Kind::Pipeline => self.bulk_claimer.clone(),
+                };
+                let capacity =
+                    claimer_args(&self.services, &self.notify(), &self.registrations, kind).credits;
+                let _ = ractor::call!(claimer, ClaimerMessage::SetCredits, 0);
+                let mut held = 0;
+                for (t, pool) in &self.pools {
+                    if self.registrations.get(t).is_some_and(|r| r.kind == kind) {
+                        held += ractor::call!(pool, PoolMessage::SetClaimer, claimer.clone())
+                            .unwrap_or(0);
+                    }
+                }
+                let _ = claimer.cast(ClaimerMessage::Credit(capacity.saturating_sub(held)));
                 self.route();
             }
             Child::Pool(_) => self.route(),
@@ -679,6 +702,27 @@ impl Actor for Supervisor {
                     }
                     let _ = reply.send(stats);
                 });
+            }
+            #[cfg(feature = "testing")]
+            EngineMessage::KillChild(kind, reply) => {
+                let cell = match &kind {
+                    ChildKind::Waiters => Some(state.waiters.get_cell()),
+                    ChildKind::Batches => Some(state.batches.get_cell()),
+                    ChildKind::Claimer => Some(state.claimer.get_cell()),
+                    ChildKind::BulkClaimer => Some(state.bulk_claimer.get_cell()),
+                    ChildKind::Sweeper => Some(state.sweeper.get_cell()),
+                    ChildKind::Pool(t) => state.pools.get(t).map(|p| p.get_cell()),
+                    ChildKind::Coordinator(id) => {
+                        let _ = state.batches.cast(BatchesMessage::Kill(id.clone()));
+                        let _ = reply.send(true);
+                        return Ok(());
+                    }
+                };
+                let found = cell.is_some();
+                if let Some(cell) = cell {
+                    cell.kill();
+                }
+                let _ = reply.send(found);
             }
             EngineMessage::SweepNow(reply) => {
                 let _ = state.sweeper.cast(SweeperMessage::SweepNow(reply));

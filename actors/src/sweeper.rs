@@ -32,6 +32,8 @@ use crate::waiters::WaitersMessage;
 pub enum SweeperMessage {
     /// Run one pass now (and re-arm the timer).
     Sweep,
+    /// The waiters or the batches registry restarted: tell the new ones.
+    SetNotify(Notify),
     /// Run one pass now and reply with what it did (tests).
     SweepNow(RpcReplyPort<SweepReport>),
 }
@@ -365,6 +367,7 @@ impl Actor for Sweeper {
                 let every = state.services.settings().poll_interval;
                 myself.send_after(every, || SweeperMessage::Sweep);
             }
+            SweeperMessage::SetNotify(notify) => state.notify = notify,
             SweeperMessage::SweepNow(reply) => {
                 let report = state.pass().await.unwrap_or_default();
                 let _ = reply.send(report);
