@@ -212,5 +212,5 @@ fn kill9_torture() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
-    torture(kills, 1500);
+    torture(kills, 300);
 }
