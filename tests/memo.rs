@@ -1,0 +1,200 @@
+//! Memo semantics (the reference's memo tests, through a job's context).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use gaffer::{BulkCtx, CostReport, Error, ItemError, Job, JobContext, Memo, Pipeline};
+use serde::{Deserialize, Serialize};
+
+#[derive(Default)]
+struct Calls(AtomicUsize);
+
+/// Runs one memo scenario, named by `self.0`, and returns what it saw.
+#[derive(Serialize, Deserialize)]
+struct Scenario(String);
+
+impl Job for Scenario {
+    const NAME: &'static str = "scenario";
+    type Output = Vec<String>;
+    type Error = Error;
+    async fn run(&self, ctx: JobContext) -> Result<Vec<String>, Error> {
+        let calls = ctx.state::<Arc<Calls>>().clone();
+        let memo = ctx.memo();
+        let count = |calls: Arc<Calls>| async move {
+            calls.0.fetch_add(1, Ordering::SeqCst);
+            Ok::<u32, Error>(7)
+        };
+        let mut seen = Vec::new();
+        match self.0.as_str() {
+            "once" => {
+                for _ in 0..3 {
+                    let v: u32 = memo.memoized("k", || count(calls.clone())).await?;
+                    seen.push(v.to_string());
+                }
+                // The stored value is MessagePack of the result.
+                let raw = memo.get("k").await?.unwrap();
+                seen.push(format!("{:?}", rmp_serde::from_slice::<u32>(&raw).unwrap()));
+            }
+            "failed-compute" => {
+                let r: Result<u32, Error> = memo
+                    .memoized("k", || async {
+                        Err(Error::Io(std::io::Error::other("nope")))
+                    })
+                    .await;
+                seen.push(format!("err={}", r.is_err()));
+                seen.push(format!("stored={}", memo.get("k").await?.is_some()));
+            }
+            "undecodable" => {
+                memo.put("k", b"\xc1 not msgpack".to_vec()).await?;
+                let v: u32 = memo.memoized("k", || count(calls.clone())).await?;
+                seen.push(v.to_string());
+                let raw = memo.get("k").await?.unwrap();
+                seen.push(format!(
+                    "overwritten={}",
+                    rmp_serde::from_slice::<u32>(&raw).is_ok()
+                ));
+            }
+            "content" => {
+                let input = ("a", 1u8);
+                let key = Memo::content_key(&input)?;
+                seen.push(key.clone());
+                let v: u32 = memo
+                    .memoized_by_content(&input, || count(calls.clone()))
+                    .await?;
+                seen.push(v.to_string());
+                seen.push(format!(
+                    "under-content-key={}",
+                    memo.get(&key).await?.is_some()
+                ));
+                seen.push(Memo::content_key(&("a", 2u8))?);
+            }
+            "awkward-keys" => {
+                for key in ["", "a/b", "with space", "ünï", &"x".repeat(10_000)] {
+                    memo.put(key, key.as_bytes().to_vec()).await?;
+                    seen.push(format!(
+                        "{}",
+                        memo.get(key).await?.as_deref() == Some(key.as_bytes())
+                    ));
+                }
+            }
+            other => seen.push(format!("unknown scenario {other}")),
+        }
+        Ok(seen)
+    }
+}
+
+async fn run(name: &str) -> (Vec<String>, usize) {
+    let calls = Arc::new(Calls::default());
+    let engine = common::memory_builder(common::mock_clock())
+        .state(calls.clone())
+        .register::<Scenario>()
+        .start()
+        .await
+        .unwrap();
+    let seen = engine
+        .submit(Scenario(name.into()))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    engine.shutdown().await.unwrap();
+    (seen, calls.0.load(Ordering::SeqCst))
+}
+
+#[tokio::test(start_paused = true)]
+async fn memoized_runs_the_computation_once_and_stores_msgpack() {
+    let (seen, calls) = run("once").await;
+    assert_eq!(seen, ["7", "7", "7", "7"]);
+    assert_eq!(calls, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn memoized_stores_nothing_for_a_failed_computation() {
+    let (seen, _) = run("failed-compute").await;
+    assert_eq!(seen, ["err=true", "stored=false"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_memo_entry_that_fails_to_decode_is_recomputed_and_overwritten() {
+    let (seen, calls) = run("undecodable").await;
+    assert_eq!(seen, ["7", "overwritten=true"]);
+    assert_eq!(calls, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn memoized_by_content_stores_under_the_content_key_which_distinguishes_inputs() {
+    let (seen, calls) = run("content").await;
+    assert!(
+        seen[0].starts_with("content:") && seen[0].len() == "content:".len() + 64,
+        "{seen:?}"
+    );
+    assert_eq!(&seen[1..3], ["7", "under-content-key=true"]);
+    assert_ne!(seen[0], seen[3], "different inputs, different keys");
+    assert_eq!(calls, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn awkward_memo_keys_round_trip() {
+    let (seen, _) = run("awkward-keys").await;
+    assert_eq!(seen, ["true"; 5]);
+}
+
+/// memoized_by_content_with_cached_cost: the closure runs once; its cost is
+/// recorded both when computed and when answered from the memo.
+struct Priced {
+    calls: Arc<Calls>,
+}
+
+impl Pipeline for Priced {
+    const NAME: &'static str = "priced";
+    type Input = u32;
+    type Output = u32;
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<u32, ItemError> {
+        let calls = self.calls.clone();
+        let v: u32 = ctx
+            .memoized_by_content_with_cached_cost(&ctx.input, || async move {
+                calls.0.fetch_add(1, Ordering::SeqCst);
+                let mut cost = CostReport::new();
+                cost.record("tokens", 42.0);
+                Ok::<_, Error>((7u32, cost))
+            })
+            .await
+            .map_err(ItemError::from)?;
+        ctx.record_cost("calls", 1.0);
+        if ctx.attempt() == 1 {
+            return Err(ItemError::transient("retry me"));
+        }
+        Ok(v)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn memoized_by_content_with_cached_cost_records_cost_on_compute_and_memo_hit() {
+    let calls = Arc::new(Calls::default());
+    let engine = common::memory_builder(common::mock_clock())
+        .pipeline(Priced {
+            calls: calls.clone(),
+        })
+        .start()
+        .await
+        .unwrap();
+    let report = engine
+        .batch::<Priced>("p")
+        .unwrap()
+        .run([1u32])
+        .await
+        .unwrap();
+    assert_eq!(report.succeeded, 1);
+    assert_eq!(
+        calls.0.load(Ordering::SeqCst),
+        1,
+        "computed once across the retry"
+    );
+    // The settling attempt (a memo hit) still carries the cached cost.
+    assert_eq!(report.cost.get("tokens"), 42.0);
+    assert_eq!(report.cost.get("calls"), 1.0);
+    engine.shutdown().await.unwrap();
+}
