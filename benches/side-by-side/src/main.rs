@@ -1,0 +1,1621 @@
+//! Side-by-side benchmark: gaffer vs the reference (`taquba-workflow` 0.11.0)
+//! vs the raw queue (`taquba` 0.16, gaffer's queue), on identical workloads.
+//!
+//! The parent process runs the matrix: for every repetition, store, flush
+//! setting and workload group it spawns one child process of this same binary
+//! per engine (engines alternate order between repetitions), so CPU time
+//! (getrusage RUSAGE_SELF delta) and peak RSS (VmHWM, reset through
+//! /proc/self/clear_refs at each phase start) are per workload. A child prints
+//! `PROGRESS` lines every second and one `RESULT {json}` line per measured
+//! phase; the parent kills a child whose progress has not moved for
+//! `--hang-secs` (default 120) and records it as HUNG.
+//!
+//! Workload groups (one child each):
+//! - `jobs-keyed`: jobs_keyed, then jobs_resubmit (the identical N again).
+//! - `jobs-plain`: jobs_plain.
+//! - `bulk` (per concurrency): bulk_items, then bulk_rerun (same batch).
+//! - `raw` (per concurrency): raw_queue = enqueue N, then claim + ack them.
+//!
+//! Run `side-by-side --help` for the flags.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+/// Submissions (and awaits) in flight at once.
+const IN_FLIGHT: usize = 64;
+
+// ---------------------------------------------------------------- CLI
+
+#[derive(Parser, Debug)]
+#[command(name = "side-by-side", about = "gaffer vs taquba-workflow 0.11.0 vs raw taquba 0.16")]
+struct Cli {
+    #[command(subcommand)]
+    child: Option<ChildCmd>,
+
+    /// Stores to run on.
+    #[arg(long, value_delimiter = ',', default_values = ["local", "memory"])]
+    store: Vec<StoreKind>,
+    /// Queue flush settings: `default` (taquba's, 100 ms) and `1ms`.
+    #[arg(long, value_delimiter = ',', default_values = ["default", "1ms"])]
+    flush: Vec<FlushKind>,
+    /// Workloads. jobs_keyed and jobs_resubmit share one child (the resubmit
+    /// needs the keyed run's records), as do bulk_items and bulk_rerun.
+    #[arg(long, value_delimiter = ',',
+          default_values = ["jobs_keyed", "jobs_resubmit", "jobs_plain", "bulk_items", "bulk_rerun", "raw_queue"])]
+    workload: Vec<Workload>,
+    /// Engines (raw_queue always runs on the raw queue).
+    #[arg(long, value_delimiter = ',', default_values = ["gaffer", "reference"])]
+    engine: Vec<Engine>,
+    /// Concurrency of the bulk pipeline and of the raw queue's claim/ack.
+    #[arg(long, value_delimiter = ',', default_values = ["16", "200"])]
+    conc: Vec<usize>,
+    /// Repetitions (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// N under the default flush.
+    #[arg(long, default_value_t = 2_000)]
+    n_default: usize,
+    /// N under the 1 ms flush.
+    #[arg(long, default_value_t = 10_000)]
+    n_1ms: usize,
+    /// Worker count of the jobs workloads (both engines' default is 16).
+    #[arg(long, default_value_t = 16)]
+    job_workers: usize,
+    /// Parent of the local-disk stores' temp directories (default: $TMPDIR or /tmp).
+    #[arg(long)]
+    tmp_dir: Option<std::path::PathBuf>,
+    /// A child whose progress has not moved for this long is killed (HUNG).
+    #[arg(long, default_value_t = 120)]
+    hang_secs: u64,
+    /// Print no run: re-render the tables from a saved raw output (its
+    /// `  raw:` and `  problem:` lines) of an earlier run with the same flags.
+    #[arg(long)]
+    report: Option<std::path::PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum ChildCmd {
+    /// (internal) run one workload group of one engine and print RESULT lines.
+    #[command(hide = true)]
+    Child(ChildArgs),
+}
+
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+struct ChildArgs {
+    #[arg(long)]
+    engine: Engine,
+    #[arg(long)]
+    group: Group,
+    #[arg(long)]
+    store: StoreKind,
+    #[arg(long)]
+    flush: FlushKind,
+    #[arg(long)]
+    n: usize,
+    #[arg(long)]
+    conc: usize,
+    #[arg(long)]
+    job_workers: usize,
+    #[arg(long)]
+    tmp_dir: Option<std::path::PathBuf>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StoreKind {
+    Local,
+    Memory,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FlushKind {
+    Default,
+    #[value(name = "1ms")]
+    #[serde(rename = "1ms")]
+    OneMs,
+}
+
+impl FlushKind {
+    fn interval(self) -> Option<Duration> {
+        match self {
+            FlushKind::Default => None,
+            FlushKind::OneMs => Some(Duration::from_millis(1)),
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            FlushKind::Default => "default",
+            FlushKind::OneMs => "1ms",
+        }
+    }
+}
+
+impl StoreKind {
+    fn label(self) -> &'static str {
+        match self {
+            StoreKind::Local => "local",
+            StoreKind::Memory => "memory",
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Engine {
+    Gaffer,
+    Reference,
+    Raw,
+}
+
+impl Engine {
+    fn label(self) -> &'static str {
+        match self {
+            Engine::Gaffer => "gaffer",
+            Engine::Reference => "reference",
+            Engine::Raw => "raw",
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+enum Workload {
+    JobsKeyed,
+    JobsResubmit,
+    JobsPlain,
+    BulkItems,
+    BulkRerun,
+    RawQueue,
+}
+
+impl Workload {
+    fn label(self) -> &'static str {
+        match self {
+            Workload::JobsKeyed => "jobs_keyed",
+            Workload::JobsResubmit => "jobs_resubmit",
+            Workload::JobsPlain => "jobs_plain",
+            Workload::BulkItems => "bulk_items",
+            Workload::BulkRerun => "bulk_rerun",
+            Workload::RawQueue => "raw_queue",
+        }
+    }
+    fn group(self) -> Group {
+        match self {
+            Workload::JobsKeyed | Workload::JobsResubmit => Group::JobsKeyed,
+            Workload::JobsPlain => Group::JobsPlain,
+            Workload::BulkItems | Workload::BulkRerun => Group::Bulk,
+            Workload::RawQueue => Group::Raw,
+        }
+    }
+    fn uses_conc(self) -> bool {
+        matches!(
+            self,
+            Workload::BulkItems | Workload::BulkRerun | Workload::RawQueue
+        )
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Group {
+    JobsKeyed,
+    JobsPlain,
+    Bulk,
+    Raw,
+}
+
+impl Group {
+    fn label(self) -> &'static str {
+        match self {
+            Group::JobsKeyed => "jobs-keyed",
+            Group::JobsPlain => "jobs-plain",
+            Group::Bulk => "bulk",
+            Group::Raw => "raw",
+        }
+    }
+    fn phases(self) -> &'static [Workload] {
+        match self {
+            Group::JobsKeyed => &[Workload::JobsKeyed, Workload::JobsResubmit],
+            Group::JobsPlain => &[Workload::JobsPlain],
+            Group::Bulk => &[Workload::BulkItems, Workload::BulkRerun],
+            Group::Raw => &[Workload::RawQueue],
+        }
+    }
+}
+
+/// One measured phase, as a child reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PhaseResult {
+    /// Repetition (1-based), set by the parent.
+    #[serde(default)]
+    rep: usize,
+    workload: Workload,
+    engine: Engine,
+    store: StoreKind,
+    flush: FlushKind,
+    n: usize,
+    conc: usize,
+    wall_s: f64,
+    items_per_s: f64,
+    cpu_s: f64,
+    peak_rss_kib: u64,
+    /// Handler / pipeline executions during the phase.
+    runs: usize,
+    ok: bool,
+    note: String,
+    /// raw_queue only: the enqueue and claim+ack halves.
+    enqueue_s: Option<f64>,
+    drain_s: Option<f64>,
+}
+
+// ---------------------------------------------------------------- process metrics
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    assert_eq!(rc, 0, "getrusage failed");
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)
+                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Reset VmHWM to the current RSS (Linux: `echo 5 > /proc/self/clear_refs`).
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+// ---------------------------------------------------------------- progress
+
+static PHASE: Mutex<String> = Mutex::new(String::new());
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Handler / pipeline executions, across engines.
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+fn set_phase(p: &str) {
+    *PHASE.lock().unwrap() = p.to_string();
+    COUNT.store(0, Ordering::SeqCst);
+}
+
+fn spawn_progress_ticker() {
+    std::thread::spawn(|| {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let phase = PHASE.lock().unwrap().clone();
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "PROGRESS {} {} {}",
+                phase,
+                COUNT.load(Ordering::SeqCst),
+                RUNS.load(Ordering::SeqCst)
+            );
+            let _ = out.flush();
+        }
+    });
+}
+
+struct Meter {
+    start: Instant,
+    cpu0: f64,
+    runs0: usize,
+    hwm_reset: bool,
+}
+
+impl Meter {
+    fn start(phase: &str) -> Self {
+        set_phase(phase);
+        let hwm_reset = reset_peak_rss();
+        Meter {
+            start: Instant::now(),
+            cpu0: cpu_seconds(),
+            runs0: RUNS.load(Ordering::SeqCst),
+            hwm_reset,
+        }
+    }
+
+    fn finish(&self, a: &ChildArgs, workload: Workload, ok: bool, note: String) -> PhaseResult {
+        let wall = self.start.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - self.cpu0;
+        let mut note = note;
+        if !self.hwm_reset {
+            note.push_str(" (VmHWM not reset: peak is the process's)");
+        }
+        PhaseResult {
+            rep: 0,
+            workload,
+            engine: a.engine,
+            store: a.store,
+            flush: a.flush,
+            n: a.n,
+            conc: if workload.uses_conc() { a.conc } else { a.job_workers },
+            wall_s: wall,
+            items_per_s: a.n as f64 / wall,
+            cpu_s: cpu,
+            peak_rss_kib: proc_status_kib("VmHWM:"),
+            runs: RUNS.load(Ordering::SeqCst) - self.runs0,
+            ok,
+            note: note.trim().to_string(),
+            enqueue_s: None,
+            drain_s: None,
+        }
+    }
+}
+
+fn emit(r: &PhaseResult) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "RESULT {}", serde_json::to_string(r).unwrap());
+    let _ = out.flush();
+}
+
+// ---------------------------------------------------------------- the job
+
+/// One job type returning input + 1, with an idempotency key.
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct Keyed {
+    x: u64,
+}
+
+/// The same job without a key.
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct Plain {
+    x: u64,
+}
+
+impl gaffer::Job for Keyed {
+    const NAME: &'static str = "bench.add_one_keyed";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: gaffer::JobContext) -> Result<u64, Self::Error> {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        Ok(self.x + 1)
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("k-{}", self.x))
+    }
+}
+
+impl gaffer::Job for Plain {
+    const NAME: &'static str = "bench.add_one";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: gaffer::JobContext) -> Result<u64, Self::Error> {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        Ok(self.x + 1)
+    }
+}
+
+impl taquba_workflow::jobs::Job for Keyed {
+    const NAME: &'static str = "bench.add_one_keyed";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: taquba_workflow::jobs::JobContext<'_>) -> Result<u64, Self::Error> {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        Ok(self.x + 1)
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("k-{}", self.x))
+    }
+}
+
+impl taquba_workflow::jobs::Job for Plain {
+    const NAME: &'static str = "bench.add_one";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: taquba_workflow::jobs::JobContext<'_>) -> Result<u64, Self::Error> {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        Ok(self.x + 1)
+    }
+}
+
+// ---------------------------------------------------------------- the pipeline
+
+/// Three memoized phases that do no work.
+struct GPipe;
+
+impl gaffer::Pipeline for GPipe {
+    const NAME: &'static str = "bench.three_phases";
+    type Input = u64;
+    type Output = u64;
+    type Error = gaffer::ItemError;
+    async fn run(&self, ctx: &gaffer::BulkCtx<u64>) -> Result<u64, gaffer::ItemError> {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        let memo = ctx.memo();
+        let x = ctx.input;
+        let a: u64 = memo
+            .memoized("parse", || async { Ok::<_, gaffer::Error>(x) })
+            .await?;
+        let b: u64 = memo
+            .memoized("enrich", || async { Ok::<_, gaffer::Error>(a) })
+            .await?;
+        let c: u64 = memo
+            .memoized("score", || async { Ok::<_, gaffer::Error>(b) })
+            .await?;
+        Ok(c)
+    }
+}
+
+struct RPipe;
+
+impl taquba_workflow::bulk::Pipeline for RPipe {
+    type Input = u64;
+    type Output = u64;
+    type Error = taquba_workflow::StepError;
+    async fn run(
+        &self,
+        ctx: &taquba_workflow::bulk::BulkCtx<u64>,
+    ) -> Result<u64, taquba_workflow::StepError> {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        let memo = ctx.memo();
+        let x = ctx.input;
+        let a: u64 = memo
+            .memoized("parse", async { Ok::<_, taquba_workflow::StepError>(x) })
+            .await?;
+        let b: u64 = memo
+            .memoized("enrich", async { Ok::<_, taquba_workflow::StepError>(a) })
+            .await?;
+        let c: u64 = memo
+            .memoized("score", async { Ok::<_, taquba_workflow::StepError>(b) })
+            .await?;
+        Ok(c)
+    }
+}
+
+// ---------------------------------------------------------------- child
+
+type BoxErr = Box<dyn std::error::Error + Send + Sync>;
+
+fn child_main(a: ChildArgs) -> i32 {
+    spawn_progress_ticker();
+    set_phase("startup");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let res = rt.block_on(async {
+        match a.engine {
+            Engine::Gaffer => gaffer_child(&a).await,
+            Engine::Reference => reference_child(&a).await,
+            Engine::Raw => raw_child(&a).await,
+        }
+    });
+    set_phase("exit");
+    match res {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("child error: {e}");
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "ERROR {}", e.to_string().replace('\n', " | "));
+            let _ = out.flush();
+            2
+        }
+    }
+}
+
+fn temp_dir(a: &ChildArgs) -> Result<tempfile::TempDir, BoxErr> {
+    let prefix = format!("sbs-{}-", a.engine.label());
+    let mut b = tempfile::Builder::new();
+    b.prefix(&prefix);
+    Ok(match &a.tmp_dir {
+        Some(d) => b.tempdir_in(d)?,
+        None => b.tempdir()?,
+    })
+}
+
+/// Submit `n` jobs (at most IN_FLIGHT submissions in flight), then await every
+/// handle (IN_FLIGHT awaits in flight). Returns (all results == x+1, how many
+/// handles said "newly submitted").
+async fn drive_jobs<H, Fut, S, SFut, E1, E2>(
+    n: usize,
+    submit: S,
+) -> Result<(bool, usize), BoxErr>
+where
+    S: Fn(u64) -> SFut,
+    SFut: std::future::Future<Output = Result<(H, bool), E1>>,
+    H: std::future::IntoFuture<Output = Result<u64, E2>, IntoFuture = Fut>,
+    Fut: std::future::Future<Output = Result<u64, E2>>,
+    E1: std::fmt::Display,
+    E2: std::fmt::Display,
+{
+    let submitted: Vec<Result<(u64, H, bool), String>> =
+        futures::stream::iter(0..n as u64)
+            .map(|x| {
+                let f = submit(x);
+                async move {
+                    let r = f.await.map(|(h, new)| (x, h, new)).map_err(|e| e.to_string());
+                    COUNT.fetch_add(1, Ordering::Relaxed);
+                    r
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .collect()
+            .await;
+    let mut handles = Vec::with_capacity(n);
+    let mut newly = 0;
+    for s in submitted {
+        let (x, h, new) = s.map_err(|e| format!("submit failed: {e}"))?;
+        newly += new as usize;
+        handles.push((x, h));
+    }
+    let results: Vec<Result<bool, String>> = futures::stream::iter(handles)
+        .map(|(x, h)| async move {
+            let r = h.into_future().await;
+            COUNT.fetch_add(1, Ordering::Relaxed);
+            match r {
+                Ok(v) => Ok(v == x + 1),
+                Err(e) => Err(format!("job {x} failed: {e}")),
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    let mut all_ok = true;
+    for r in results {
+        all_ok &= r?;
+    }
+    Ok((all_ok, newly))
+}
+
+fn jobs_note(w: Workload, n: usize, correct: bool, newly: usize, runs: usize) -> (bool, String) {
+    let mut ok = correct;
+    let mut note = String::new();
+    if !correct {
+        note.push_str("WRONG RESULTS; ");
+    }
+    match w {
+        Workload::JobsResubmit => {
+            if runs != 0 {
+                ok = false;
+                note.push_str(&format!("{runs} jobs RAN on resubmit; "));
+            }
+            if newly != 0 {
+                ok = false;
+                note.push_str(&format!("{newly} handles newly_submitted; "));
+            }
+            if ok {
+                note.push_str("none ran, all answered from records");
+            }
+        }
+        _ => {
+            if runs != n {
+                note.push_str(&format!("{runs} runs for {n} jobs; "));
+            }
+        }
+    }
+    (ok, note)
+}
+
+async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
+    use gaffer::taquba::object_store::memory::InMemory;
+    let dir = temp_dir(a)?;
+    let mut b = gaffer::Engine::builder();
+    b = match a.store {
+        StoreKind::Local => b.local_dir(dir.path()),
+        StoreKind::Memory => b.object_store(Arc::new(InMemory::new())),
+    };
+    if let Some(f) = a.flush.interval() {
+        b = b.flush_interval(f);
+    }
+    match a.group {
+        Group::JobsKeyed | Group::JobsPlain => {
+            let engine = b
+                .max_concurrent_jobs(a.job_workers)
+                .register::<Keyed>()
+                .register::<Plain>()
+                .start()
+                .await?;
+            for &w in a.group.phases() {
+                let m = Meter::start(w.label());
+                let (correct, newly) = if w == Workload::JobsPlain {
+                    drive_jobs(a.n, |x| {
+                        let e = &engine;
+                        async move {
+                            e.submit(Plain { x }).await.map(|h| {
+                                let new = h.newly_submitted();
+                                (h, new)
+                            })
+                        }
+                    })
+                    .await?
+                } else {
+                    drive_jobs(a.n, |x| {
+                        let e = &engine;
+                        async move {
+                            e.submit(Keyed { x }).await.map(|h| {
+                                let new = h.newly_submitted();
+                                (h, new)
+                            })
+                        }
+                    })
+                    .await?
+                };
+                let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+                let (ok, note) = jobs_note(w, a.n, correct, newly, runs);
+                emit(&m.finish(a, w, ok, note));
+            }
+            set_phase("shutdown");
+            engine.shutdown().await?;
+        }
+        Group::Bulk => {
+            let engine = b
+                .pipeline_with_concurrency(GPipe, a.conc)
+                .start()
+                .await?;
+            let batch = engine.batch::<GPipe>("bench")?;
+            for &w in a.group.phases() {
+                let m = Meter::start(w.label());
+                let run = batch.run(0..a.n as u64);
+                tokio::pin!(run);
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                let report = loop {
+                    tokio::select! {
+                        r = &mut run => break r,
+                        _ = tick.tick() => {
+                            if let Some(p) = batch.progress().await {
+                                COUNT.store(p.completed as usize, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                };
+                let report = report?;
+                let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+                let (ok, note) = bulk_note(
+                    w,
+                    a.n,
+                    report.succeeded as usize,
+                    report.failed as usize,
+                    report.total as usize,
+                    runs,
+                );
+                emit(&m.finish(a, w, ok, note));
+            }
+            set_phase("shutdown");
+            engine.shutdown().await?;
+        }
+        Group::Raw => unreachable!("raw runs on the raw engine"),
+    }
+    drop(dir);
+    Ok(())
+}
+
+fn bulk_note(
+    w: Workload,
+    n: usize,
+    succeeded: usize,
+    failed: usize,
+    total: usize,
+    runs: usize,
+) -> (bool, String) {
+    let mut ok = succeeded == n && failed == 0 && total == n;
+    let mut note = String::new();
+    if !ok {
+        note.push_str(&format!(
+            "report total {total} succeeded {succeeded} failed {failed}; "
+        ));
+    }
+    if w == Workload::BulkRerun {
+        if runs != 0 {
+            ok = false;
+            note.push_str(&format!("{runs} pipelines RAN on rerun; "));
+        } else if ok {
+            note.push_str("no pipeline ran, all answered from records");
+        }
+    } else if runs != n {
+        note.push_str(&format!("{runs} runs for {n} items; "));
+    }
+    (ok, note)
+}
+
+async fn reference_child(a: &ChildArgs) -> Result<(), BoxErr> {
+    use taquba012::object_store::{ObjectStore, local::LocalFileSystem, memory::InMemory};
+    let dir = temp_dir(a)?;
+    let store: Arc<dyn ObjectStore> = match a.store {
+        StoreKind::Local => Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
+        StoreKind::Memory => Arc::new(InMemory::new()),
+    };
+    let mut opts = taquba012::OpenOptions::default();
+    if let Some(f) = a.flush.interval() {
+        opts = opts.flush_interval(f);
+    }
+    let queue = Arc::new(taquba012::Queue::open_with_options(store.clone(), "queue", opts).await?);
+    match a.group {
+        Group::JobsKeyed | Group::JobsPlain => {
+            use taquba_workflow::jobs::JobRunner;
+            let mut runner = JobRunner::builder(queue, store)
+                .max_concurrent_jobs(a.job_workers)
+                .register::<Keyed>()
+                .register::<Plain>()
+                .build();
+            let worker = runner.spawn(std::future::pending::<()>());
+            for &w in a.group.phases() {
+                let m = Meter::start(w.label());
+                let (correct, newly) = if w == Workload::JobsPlain {
+                    drive_jobs(a.n, |x| {
+                        let r = &runner;
+                        async move {
+                            r.submit(Plain { x }).await.map(|h| {
+                                let new = h.newly_submitted();
+                                (h, new)
+                            })
+                        }
+                    })
+                    .await?
+                } else {
+                    drive_jobs(a.n, |x| {
+                        let r = &runner;
+                        async move {
+                            r.submit(Keyed { x }).await.map(|h| {
+                                let new = h.newly_submitted();
+                                (h, new)
+                            })
+                        }
+                    })
+                    .await?
+                };
+                let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+                let (ok, note) = jobs_note(w, a.n, correct, newly, runs);
+                emit(&m.finish(a, w, ok, note));
+            }
+            set_phase("shutdown");
+            worker.shutdown().await?;
+        }
+        Group::Bulk => {
+            use taquba_workflow::bulk::Bulk;
+            let mut bulk = Bulk::builder(queue, store, RPipe)
+                .max_concurrent(a.conc)
+                .build();
+            let worker = bulk.spawn(std::future::pending::<()>());
+            {
+                let batch = bulk.batch("bench")?;
+                for &w in a.group.phases() {
+                    let m = Meter::start(w.label());
+                    let run = batch.run(0..a.n as u64);
+                    tokio::pin!(run);
+                    let mut tick = tokio::time::interval(Duration::from_secs(1));
+                    let report = loop {
+                        tokio::select! {
+                            r = &mut run => break r,
+                            _ = tick.tick() => {
+                                if let Some(p) = batch.progress() {
+                                    COUNT.store(p.completed, Ordering::SeqCst);
+                                }
+                            }
+                        }
+                    };
+                    let report = report?;
+                    let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+                    let (ok, note) =
+                        bulk_note(w, a.n, report.succeeded, report.failed, report.total, runs);
+                    emit(&m.finish(a, w, ok, note));
+                }
+            }
+            set_phase("shutdown");
+            worker.shutdown().await?;
+        }
+        Group::Raw => unreachable!("raw runs on the raw engine"),
+    }
+    drop(dir);
+    Ok(())
+}
+
+/// The raw queue's worker: count, then let the loop ack.
+struct Acker {
+    done: AtomicUsize,
+    n: usize,
+    all_done: tokio::sync::Notify,
+}
+
+impl taquba::Worker for Acker {
+    async fn process(
+        &self,
+        _job: &taquba::JobRecord,
+        _lease: &taquba::LeaseHandle,
+    ) -> Result<(), taquba::WorkerError> {
+        let d = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+        COUNT.store(d, Ordering::Relaxed);
+        if d == self.n {
+            self.all_done.notify_one();
+        }
+        Ok(())
+    }
+}
+
+async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
+    use taquba::object_store::{ObjectStore, local::LocalFileSystem, memory::InMemory};
+    let dir = temp_dir(a)?;
+    let store: Arc<dyn ObjectStore> = match a.store {
+        StoreKind::Local => Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
+        StoreKind::Memory => Arc::new(InMemory::new()),
+    };
+    let mut opts = taquba::OpenOptions::default();
+    if let Some(f) = a.flush.interval() {
+        opts = opts.flush_interval(f);
+    }
+    let queue = Arc::new(taquba::Queue::open_with_options(store, "queue", opts).await?);
+    let m = Meter::start("raw_queue");
+    // Enqueue N 64-byte payloads, 64 in flight.
+    let enq: Vec<Result<String, taquba::Error>> = futures::stream::iter(0..a.n)
+        .map(|i| {
+            let q = &queue;
+            async move {
+                let mut payload = vec![0u8; 64];
+                payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                let r = q.enqueue("bench", payload).await;
+                COUNT.fetch_add(1, Ordering::Relaxed);
+                r
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    for r in enq {
+        r?;
+    }
+    let enqueue_s = m.start.elapsed().as_secs_f64();
+    // Claim and ack them, `conc` at a time.
+    let drain_start = Instant::now();
+    let acker = Arc::new(Acker {
+        done: AtomicUsize::new(0),
+        n: a.n,
+        all_done: tokio::sync::Notify::new(),
+    });
+    let stop = acker.clone();
+    taquba::run_worker_concurrent(
+        &queue,
+        "bench",
+        acker.clone(),
+        a.conc,
+        Duration::from_millis(100),
+        async move { stop.all_done.notified().await },
+    )
+    .await?;
+    let drain_s = drain_start.elapsed().as_secs_f64();
+    let stats_ok = acker.done.load(Ordering::SeqCst) == a.n;
+    let mut r = m.finish(
+        a,
+        Workload::RawQueue,
+        stats_ok,
+        if stats_ok {
+            String::new()
+        } else {
+            format!("{} of {} processed", acker.done.load(Ordering::SeqCst), a.n)
+        },
+    );
+    r.runs = acker.done.load(Ordering::SeqCst);
+    r.enqueue_s = Some(enqueue_s);
+    r.drain_s = Some(drain_s);
+    emit(&r);
+    set_phase("shutdown");
+    match Arc::try_unwrap(queue) {
+        Ok(q) => q.close().await?,
+        Err(_) => eprintln!("queue still shared at close; dropped"),
+    }
+    drop(dir);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- parent
+
+/// What happened to one child.
+#[derive(Debug)]
+enum ChildFate {
+    Done,
+    Failed(String),
+    Hung(String),
+}
+
+fn run_child(cli: &Cli, ca: &ChildArgs) -> (Vec<PhaseResult>, ChildFate) {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.arg("child")
+        .args(["--engine", ca.engine.label()])
+        .args(["--group", ca.group.label()])
+        .args(["--store", ca.store.label()])
+        .args(["--flush", ca.flush.label()])
+        .args(["--n", &ca.n.to_string()])
+        .args(["--conc", &ca.conc.to_string()])
+        .args(["--job-workers", &ca.job_workers.to_string()]);
+    if let Some(d) = &ca.tmp_dir {
+        cmd.arg("--tmp-dir").arg(d);
+    }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (vec![], ChildFate::Failed(format!("spawn: {e}"))),
+    };
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let err_buf = Arc::new(Mutex::new(Vec::<String>::new()));
+    let eb = err_buf.clone();
+    let err_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let mut b = eb.lock().unwrap();
+            b.push(line);
+            if b.len() > 40 {
+                b.remove(0);
+            }
+        }
+    });
+    let hang = Duration::from_secs(cli.hang_secs);
+    let mut results = Vec::new();
+    let mut last_progress = String::new();
+    let mut last_change = Instant::now();
+    let mut error_line = None;
+    let fate = loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(line) => {
+                if let Some(j) = line.strip_prefix("RESULT ") {
+                    match serde_json::from_str::<PhaseResult>(j) {
+                        Ok(r) => results.push(r),
+                        Err(e) => println!("  unparsable RESULT ({e}): {j}"),
+                    }
+                    last_change = Instant::now();
+                } else if let Some(p) = line.strip_prefix("PROGRESS ") {
+                    // "phase count runs": any change is progress.
+                    if p != last_progress {
+                        last_progress = p.to_string();
+                        last_change = Instant::now();
+                    }
+                } else if let Some(e) = line.strip_prefix("ERROR ") {
+                    error_line = Some(e.to_string());
+                } else {
+                    println!("  child: {line}");
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait();
+                let _ = err_thread.join();
+                break match status {
+                    Ok(s) if s.success() => ChildFate::Done,
+                    Ok(s) => {
+                        let tail = err_buf.lock().unwrap().join(" | ");
+                        ChildFate::Failed(format!(
+                            "exit {s}; error: {}; stderr tail: {}",
+                            error_line.clone().unwrap_or_default(),
+                            truncate(&tail, 1500)
+                        ))
+                    }
+                    Err(e) => ChildFate::Failed(format!("wait: {e}")),
+                };
+            }
+        }
+        if last_change.elapsed() > hang {
+            let _ = child.kill();
+            let _ = child.wait();
+            let tail = err_buf.lock().unwrap().join(" | ");
+            break ChildFate::Hung(format!(
+                "no progress for {} s; last progress `{}` (phase, count, runs); stderr tail: {}",
+                cli.hang_secs,
+                last_progress,
+                truncate(&tail, 1000)
+            ));
+        }
+    };
+    (results, fate)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        s.to_string()
+    } else {
+        let mut i = s.len() - n;
+        while !s.is_char_boundary(i) {
+            i += 1;
+        }
+        format!("…{}", &s[i..])
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProblemLine {
+    workload: Workload,
+    store: StoreKind,
+    flush: FlushKind,
+    conc: usize,
+    engine: Engine,
+    text: String,
+}
+
+/// Rebuild the cells from a saved raw output.
+fn report_main(cli: Cli, path: &std::path::Path) {
+    let text = std::fs::read_to_string(path).expect("read the raw output");
+    let mut cells: BTreeMap<Key, Cell> = BTreeMap::new();
+    let mut rep = 0usize;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            // "[  1/120] t+0s rep 1 ...": older outputs carry the rep only here.
+            if let Some(r) = line
+                .split_whitespace()
+                .skip_while(|w| *w != "rep")
+                .nth(1)
+                .and_then(|r| r.parse().ok())
+            {
+                rep = r;
+            }
+        } else if let Some(j) = line.strip_prefix("  raw: ") {
+            let mut r: PhaseResult = serde_json::from_str(j).expect("a raw line");
+            if r.rep == 0 {
+                r.rep = rep;
+            }
+            if cli.workload.contains(&r.workload) {
+                cells
+                    .entry((r.workload, r.store, r.flush, r.conc, r.engine))
+                    .or_default()
+                    .runs
+                    .push(r);
+            }
+        } else if let Some(j) = line.strip_prefix("  problem: ") {
+            let p: ProblemLine = serde_json::from_str(j).expect("a problem line");
+            cells
+                .entry((p.workload, p.store, p.flush, p.conc, p.engine))
+                .or_default()
+                .problems
+                .push(p.text);
+        }
+    }
+    println!("(tables re-rendered from {})", path.display());
+    println!();
+    let workloads = cli.workload.clone();
+    print_tables(&cli, &cells, &workloads);
+}
+
+/// Median over the repetitions of gaffer's items/s ÷ the reference's in the
+/// same repetition (adjacent runs, so load drift between repetitions cancels).
+fn paired_ratio(g: Option<&Cell>, r: Option<&Cell>) -> Option<f64> {
+    let (g, r) = (g?, r?);
+    let v: Vec<f64> = g
+        .runs
+        .iter()
+        .filter_map(|gr| {
+            r.runs
+                .iter()
+                .find(|rr| rr.rep == gr.rep)
+                .map(|rr| gr.items_per_s / rr.items_per_s)
+        })
+        .collect();
+    median(v)
+}
+
+fn per_rep(c: Option<&Cell>) -> String {
+    match c {
+        Some(c) if !c.runs.is_empty() => {
+            let mut runs: Vec<&PhaseResult> = c.runs.iter().collect();
+            runs.sort_by_key(|r| r.rep);
+            runs.iter()
+                .map(|r| format!("{:.0}", r.items_per_s))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        }
+        _ => "–".into(),
+    }
+}
+
+/// (workload, store, flush, conc, engine)
+type Key = (Workload, StoreKind, FlushKind, usize, Engine);
+
+#[derive(Default)]
+struct Cell {
+    runs: Vec<PhaseResult>,
+    problems: Vec<String>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+struct Med {
+    n: usize,
+    reps: usize,
+    items_s: f64,
+    wall_s: f64,
+    cpu_s: f64,
+    rss_mib: f64,
+    enqueue_s: Option<f64>,
+    drain_s: Option<f64>,
+}
+
+fn med(cell: Option<&Cell>) -> Option<Med> {
+    let c = cell?;
+    let ok: Vec<&PhaseResult> = c.runs.iter().collect();
+    if ok.is_empty() {
+        return None;
+    }
+    Some(Med {
+        n: ok[0].n,
+        reps: ok.len(),
+        items_s: median(ok.iter().map(|r| r.items_per_s).collect())?,
+        wall_s: median(ok.iter().map(|r| r.wall_s).collect())?,
+        cpu_s: median(ok.iter().map(|r| r.cpu_s).collect())?,
+        rss_mib: median(ok.iter().map(|r| r.peak_rss_kib as f64 / 1024.0).collect())?,
+        enqueue_s: median(ok.iter().filter_map(|r| r.enqueue_s).collect()),
+        drain_s: median(ok.iter().filter_map(|r| r.drain_s).collect()),
+    })
+}
+
+fn status_of(cell: Option<&Cell>) -> String {
+    let Some(c) = cell else {
+        return "not run".into();
+    };
+    let mut s: Vec<String> = c.problems.clone();
+    for r in &c.runs {
+        if !r.ok {
+            s.push(format!("FAILED CHECK: {}", r.note));
+        }
+    }
+    if s.is_empty() {
+        let notes: Vec<&str> = c
+            .runs
+            .iter()
+            .map(|r| r.note.as_str())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let mut notes = notes;
+        notes.dedup();
+        if notes.is_empty() {
+            "ok".into()
+        } else {
+            format!("ok ({})", notes.join("; "))
+        }
+    } else {
+        s.dedup();
+        s.join("; ")
+    }
+}
+
+fn fmt_f(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) => format!("{x:.digits$}"),
+        None => "–".into(),
+    }
+}
+
+fn parent_main(cli: Cli) {
+    let workloads: Vec<Workload> = cli.workload.clone();
+    let mut groups: Vec<Group> = workloads.iter().map(|w| w.group()).collect();
+    groups.sort();
+    groups.dedup();
+    let engines: Vec<Engine> = cli
+        .engine
+        .iter()
+        .copied()
+        .filter(|e| *e != Engine::Raw)
+        .collect();
+    let n_of = |f: FlushKind| match f {
+        FlushKind::Default => cli.n_default,
+        FlushKind::OneMs => cli.n_1ms,
+    };
+
+    // The child runs, in matrix order.
+    let mut plan: Vec<(usize, ChildArgs)> = Vec::new();
+    for rep in 0..cli.reps {
+        for &flush in &cli.flush {
+            for &store in &cli.store {
+                for &group in &groups {
+                    let concs: Vec<usize> = match group {
+                        Group::Bulk | Group::Raw => cli.conc.clone(),
+                        _ => vec![cli.job_workers],
+                    };
+                    for conc in concs {
+                        let mut es: Vec<Engine> = if group == Group::Raw {
+                            vec![Engine::Raw]
+                        } else {
+                            engines.clone()
+                        };
+                        // Alternate which engine goes first.
+                        if rep % 2 == 1 {
+                            es.reverse();
+                        }
+                        for engine in es {
+                            plan.push((
+                                rep,
+                                ChildArgs {
+                                    engine,
+                                    group,
+                                    store,
+                                    flush,
+                                    n: n_of(flush),
+                                    conc,
+                                    job_workers: cli.job_workers,
+                                    tmp_dir: cli.tmp_dir.clone(),
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    println!("# side-by-side raw output");
+    println!();
+    println!(
+        "children: {}, reps {}, stores {:?}, flush {:?}, workloads {:?}, engines {:?}, conc {:?}, N default {} / 1ms {}, job workers {}",
+        plan.len(),
+        cli.reps,
+        cli.store,
+        cli.flush,
+        cli.workload,
+        engines,
+        cli.conc,
+        cli.n_default,
+        cli.n_1ms,
+        cli.job_workers
+    );
+    println!();
+    let t0 = Instant::now();
+    let mut cells: BTreeMap<Key, Cell> = BTreeMap::new();
+    for (i, (rep, ca)) in plan.iter().enumerate() {
+        println!(
+            "[{:>3}/{}] t+{:.0}s rep {} {} {} {} flush={} n={} conc={} load: {}",
+            i + 1,
+            plan.len(),
+            t0.elapsed().as_secs_f64(),
+            rep + 1,
+            ca.engine.label(),
+            ca.group.label(),
+            ca.store.label(),
+            ca.flush.label(),
+            ca.n,
+            ca.conc,
+            loadavg()
+        );
+        let _ = std::io::stdout().flush();
+        let (mut results, fate) = run_child(&cli, ca);
+        for r in results.iter_mut() {
+            r.rep = rep + 1;
+            println!("  raw: {}", serde_json::to_string(r).unwrap());
+        }
+        let conc_of = |w: Workload| if w.uses_conc() { ca.conc } else { ca.job_workers };
+        for r in results.iter() {
+            if !workloads.contains(&r.workload) {
+                continue;
+            }
+            let key = (r.workload, r.store, r.flush, r.conc, r.engine);
+            cells.entry(key).or_default().runs.push(r.clone());
+        }
+        let problem = match &fate {
+            ChildFate::Done => None,
+            ChildFate::Failed(d) => Some(format!("FAILED (rep {}): {d}", rep + 1)),
+            ChildFate::Hung(d) => Some(format!("HUNG (rep {}): {d}", rep + 1)),
+        };
+        if let Some(p) = problem {
+            println!("  !! {p}");
+            // Charge the problem to every phase of the group that did not report.
+            for &w in ca.group.phases() {
+                if !workloads.contains(&w) {
+                    continue;
+                }
+                let reported = results.iter().any(|r| r.workload == w);
+                let key = (w, ca.store, ca.flush, conc_of(w), ca.engine);
+                let text = if reported {
+                    format!("after this phase reported: {p}")
+                } else {
+                    p.clone()
+                };
+                println!(
+                    "  problem: {}",
+                    serde_json::to_string(&ProblemLine {
+                        workload: w,
+                        store: ca.store,
+                        flush: ca.flush,
+                        conc: conc_of(w),
+                        engine: ca.engine,
+                        text: text.clone(),
+                    })
+                    .unwrap()
+                );
+                cells.entry(key).or_default().problems.push(text);
+            }
+        }
+    }
+    println!();
+    println!("total matrix time: {:.0} s", t0.elapsed().as_secs_f64());
+    println!();
+    print_tables(&cli, &cells, &workloads);
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn print_tables(cli: &Cli, cells: &BTreeMap<Key, Cell>, workloads: &[Workload]) {
+    let get = |w, s, f, c, e| cells.get(&(w, s, f, c, e));
+    let raw = |s, f, c| med(get(Workload::RawQueue, s, f, c, Engine::Raw));
+    println!("## Medians");
+    println!();
+    println!(
+        "Throughput ratios are items/s ÷ items/s (higher = gaffer faster); `gaffer ÷ ref` divides the two medians, `paired g÷r` is the median over repetitions of the ratio within one repetition (the two engines ran back to back, so load drift between repetitions cancels); CPU and RSS ratios are gaffer ÷ reference (lower = gaffer leaner). ÷raw(c) compares with raw_queue at claim/ack concurrency c on the same store and flush. Jobs run with {} workers in both engines.",
+        cli.job_workers
+    );
+    println!();
+    println!(
+        "| workload | store | flush | N | gaffer items/s | reference items/s | gaffer ÷ ref | paired g÷r | gaffer ÷ raw(16) | gaffer ÷ raw(200) | gaffer CPU s | ref CPU s | CPU g÷r | gaffer CPU s/1k | gaffer peak RSS MiB | ref peak RSS MiB | RSS g÷r | reps g/r | status gaffer | status reference |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|");
+    let engine_workloads: Vec<Workload> = workloads
+        .iter()
+        .copied()
+        .filter(|w| *w != Workload::RawQueue)
+        .collect();
+    for &flush in &cli.flush {
+        for &store in &cli.store {
+            for &w in &engine_workloads {
+                let concs: Vec<usize> = if w.uses_conc() {
+                    cli.conc.clone()
+                } else {
+                    vec![cli.job_workers]
+                };
+                for c in concs {
+                    let g = med(get(w, store, flush, c, Engine::Gaffer));
+                    let r = med(get(w, store, flush, c, Engine::Reference));
+                    let name = if w.uses_conc() {
+                        format!("{}({c})", w.label())
+                    } else {
+                        w.label().to_string()
+                    };
+                    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                        _ => None,
+                    };
+                    let gi = g.as_ref().map(|m| m.items_s);
+                    let ri = r.as_ref().map(|m| m.items_s);
+                    let r16 = raw(store, flush, 16).map(|m| m.items_s);
+                    let r200 = raw(store, flush, 200).map(|m| m.items_s);
+                    println!(
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} | {} |",
+                        name,
+                        store.label(),
+                        flush.label(),
+                        g.as_ref().or(r.as_ref()).map(|m| m.n.to_string()).unwrap_or("–".into()),
+                        fmt_f(gi, 0),
+                        fmt_f(ri, 0),
+                        fmt_f(ratio(gi, ri), 2),
+                        fmt_f(
+                            paired_ratio(
+                                get(w, store, flush, c, Engine::Gaffer),
+                                get(w, store, flush, c, Engine::Reference)
+                            ),
+                            2
+                        ),
+                        fmt_f(ratio(gi, r16), 2),
+                        fmt_f(ratio(gi, r200), 2),
+                        fmt_f(g.as_ref().map(|m| m.cpu_s), 2),
+                        fmt_f(r.as_ref().map(|m| m.cpu_s), 2),
+                        fmt_f(ratio(g.as_ref().map(|m| m.cpu_s), r.as_ref().map(|m| m.cpu_s)), 2),
+                        fmt_f(g.as_ref().map(|m| m.cpu_s / m.n as f64 * 1000.0), 3),
+                        fmt_f(g.as_ref().map(|m| m.rss_mib), 1),
+                        fmt_f(r.as_ref().map(|m| m.rss_mib), 1),
+                        fmt_f(ratio(g.as_ref().map(|m| m.rss_mib), r.as_ref().map(|m| m.rss_mib)), 2),
+                        g.as_ref().map(|m| m.reps).unwrap_or(0),
+                        r.as_ref().map(|m| m.reps).unwrap_or(0),
+                        status_of(get(w, store, flush, c, Engine::Gaffer)),
+                        status_of(get(w, store, flush, c, Engine::Reference)),
+                    );
+                }
+            }
+        }
+    }
+    println!();
+    println!("### items/s per repetition (rep 1 / rep 2 / …)");
+    println!();
+    println!("| workload | store | flush | gaffer | reference |");
+    println!("|---|---|---|---|---|");
+    for &flush in &cli.flush {
+        for &store in &cli.store {
+            for &w in &engine_workloads {
+                let concs: Vec<usize> = if w.uses_conc() {
+                    cli.conc.clone()
+                } else {
+                    vec![cli.job_workers]
+                };
+                for c in concs {
+                    let name = if w.uses_conc() {
+                        format!("{}({c})", w.label())
+                    } else {
+                        w.label().to_string()
+                    };
+                    println!(
+                        "| {} | {} | {} | {} | {} |",
+                        name,
+                        store.label(),
+                        flush.label(),
+                        per_rep(get(w, store, flush, c, Engine::Gaffer)),
+                        per_rep(get(w, store, flush, c, Engine::Reference)),
+                    );
+                }
+            }
+        }
+    }
+    if workloads.contains(&Workload::RawQueue) {
+        println!();
+        println!("### raw_queue (taquba 0.16: enqueue N × 64 B with 64 in flight, then claim + ack)");
+        println!();
+        println!("| store | flush | N | conc | items/s (total) | wall s | enqueue s | claim+ack s | CPU s | CPU s/1k | peak RSS MiB | reps | items/s per rep | status |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
+        for &flush in &cli.flush {
+            for &store in &cli.store {
+                for &c in &cli.conc {
+                    let cell = get(Workload::RawQueue, store, flush, c, Engine::Raw);
+                    let m = med(cell);
+                    println!(
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        store.label(),
+                        flush.label(),
+                        m.as_ref().map(|m| m.n.to_string()).unwrap_or("–".into()),
+                        c,
+                        fmt_f(m.as_ref().map(|m| m.items_s), 0),
+                        fmt_f(m.as_ref().map(|m| m.wall_s), 2),
+                        fmt_f(m.as_ref().and_then(|m| m.enqueue_s), 2),
+                        fmt_f(m.as_ref().and_then(|m| m.drain_s), 2),
+                        fmt_f(m.as_ref().map(|m| m.cpu_s), 2),
+                        fmt_f(m.as_ref().map(|m| m.cpu_s / m.n as f64 * 1000.0), 3),
+                        fmt_f(m.as_ref().map(|m| m.rss_mib), 1),
+                        m.as_ref().map(|m| m.reps).unwrap_or(0),
+                        per_rep(cell),
+                        status_of(cell),
+                    );
+                }
+            }
+        }
+    }
+    println!();
+    print_targets(cli, cells);
+}
+
+fn print_targets(cli: &Cli, cells: &BTreeMap<Key, Cell>) {
+    let jw = cli.job_workers;
+    let get = |w, s, f, c, e| med(cells.get(&(w, s, f, c, e)));
+    let clean = |w, s, f, c, e| {
+        let st = status_of(cells.get(&(w, s, f, c, e)));
+        st.starts_with("ok")
+    };
+    println!("## Targets (per store; a target holds only where both engines ran clean)");
+    println!();
+    println!("| target | store | measured | holds |");
+    println!("|---|---|---|---|");
+    let verdict = |b: Option<bool>| match b {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "n/a",
+    };
+    for &store in &cli.store {
+        let speed = |w: Workload, f: FlushKind, c: usize| -> Option<(f64, f64, bool)> {
+            let g = get(w, store, f, c, Engine::Gaffer)?;
+            let r = get(w, store, f, c, Engine::Reference)?;
+            let clean = clean(w, store, f, c, Engine::Gaffer) && clean(w, store, f, c, Engine::Reference);
+            let paired = paired_ratio(
+                cells.get(&(w, store, f, c, Engine::Gaffer)),
+                cells.get(&(w, store, f, c, Engine::Reference)),
+            )
+            .unwrap_or(f64::NAN);
+            Some((g.items_s / r.items_s, paired, clean))
+        };
+        let row = |name: &str, w: Workload, f: FlushKind, c: usize, min: f64| {
+            let s = speed(w, f, c);
+            let holds = s.map(|(x, _, cl)| x >= min && cl);
+            let paired_holds = s.map(|(_, p, cl)| p >= min && cl);
+            let mut v = verdict(holds).to_string();
+            if paired_holds != holds {
+                v.push_str(&format!(" (paired: {})", verdict(paired_holds)));
+            }
+            println!(
+                "| {} | {} | {} | {} |",
+                name,
+                store.label(),
+                s.map(|(x, p, _)| format!("{x:.2}× reference (paired {p:.2}×)"))
+                    .unwrap_or("–".into()),
+                v
+            );
+        };
+        row("jobs_keyed default flush ≥ 3× reference", Workload::JobsKeyed, FlushKind::Default, jw, 3.0);
+        row("jobs_keyed 1 ms ≥ 2× reference", Workload::JobsKeyed, FlushKind::OneMs, jw, 2.0);
+        {
+            let g = get(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Gaffer);
+            let raw = get(Workload::RawQueue, store, FlushKind::OneMs, 200, Engine::Raw);
+            let v = match (&g, &raw) {
+                (Some(g), Some(r)) => Some(g.items_s / r.items_s),
+                _ => None,
+            };
+            println!(
+                "| jobs_keyed 1 ms ≥ 60% of raw_queue(200) | {} | {} | {} |",
+                store.label(),
+                v.map(|x| format!("{:.1}% of raw(200)", x * 100.0)).unwrap_or("–".into()),
+                verdict(v.map(|x| x >= 0.6 && clean(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Gaffer)))
+            );
+        }
+        row("jobs_resubmit 1 ms ≥ 3×", Workload::JobsResubmit, FlushKind::OneMs, jw, 3.0);
+        row("bulk_items(16) default ≥ 10×", Workload::BulkItems, FlushKind::Default, 16, 10.0);
+        row("bulk_items(16) 1 ms ≥ 5×", Workload::BulkItems, FlushKind::OneMs, 16, 5.0);
+        row("bulk_rerun 1 ms ≥ 3× (at 16)", Workload::BulkRerun, FlushKind::OneMs, 16, 3.0);
+        row("bulk_rerun 1 ms ≥ 3× (at 200)", Workload::BulkRerun, FlushKind::OneMs, 200, 3.0);
+        {
+            let g = get(Workload::JobsKeyed, store, FlushKind::Default, jw, Engine::Gaffer);
+            for c in [16usize, 200] {
+                let raw = get(Workload::RawQueue, store, FlushKind::Default, c, Engine::Raw);
+                let v = match (&g, &raw) {
+                    (Some(g), Some(r)) => Some((
+                        g.cpu_s / g.n as f64 * 1000.0,
+                        r.cpu_s / r.n as f64 * 1000.0,
+                    )),
+                    _ => None,
+                };
+                println!(
+                    "| CPU per 1,000 jobs_keyed default ≤ 2× raw_queue({c})'s | {} | {} | {} |",
+                    store.label(),
+                    v.map(|(g, r)| format!("{g:.3} s vs raw {r:.3} s = {:.2}×", g / r))
+                        .unwrap_or("–".into()),
+                    verdict(v.map(|(g, r)| g <= 2.0 * r))
+                );
+            }
+        }
+        {
+            let g = get(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Gaffer);
+            let r = get(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Reference);
+            let v = match (&g, &r) {
+                (Some(g), Some(r)) => Some((g.rss_mib, r.rss_mib, g.n)),
+                _ => None,
+            };
+            println!(
+                "| peak RSS jobs_keyed {} 1 ms ≤ half the reference's | {} | {} | {} |",
+                v.map(|(_, _, n)| n.to_string()).unwrap_or("N".into()),
+                store.label(),
+                v.map(|(g, r, _)| format!("{g:.1} MiB vs {r:.1} MiB = {:.2}×", g / r))
+                    .unwrap_or("–".into()),
+                verdict(v.map(|(g, r, _)| g <= 0.5 * r))
+            );
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.child {
+        Some(ChildCmd::Child(a)) => std::process::exit(child_main(a)),
+        None => match cli.report.clone() {
+            Some(path) => report_main(cli, &path),
+            None => parent_main(cli),
+        },
+    }
+}
