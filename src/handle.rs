@@ -105,7 +105,7 @@ impl<J: Job> JobHandle<J> {
     /// The recorded result, without waiting: `None` while the job runs (or if
     /// retention removed its record).
     pub async fn fetch_result(&self) -> Result<Option<Result<J::Output, JobError>>> {
-        match self.engine.services().outcome(&self.id).await? {
+        match self.engine.peek_outcome(&self.id).await? {
             Some(record) => decode_outcome::<J>(&self.engine, &record).await.map(Some),
             None => Ok(None),
         }

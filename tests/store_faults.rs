@@ -1069,11 +1069,6 @@ async fn with_5ms_of_latency_on_every_store_operation_a_batch_and_jobs_still_com
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a join, fetch_result or status that starts while a settlement awaits \
-            durability is answered from the outcome record in SlateDB's memtable (taquba's \
-            QueueView reads at DurabilityLevel::Memory), so a caller is told a job is done \
-            before it is durably done; a crash or takeover then re-runs the job and records \
-            another outcome (actors/src/waiters.rs `check` -> Services::outcome)"]
 async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable() {
     let inner = common::shared_store();
     let (store, faults) = faulty(&inner);

@@ -131,9 +131,28 @@ impl EngineRef {
             .map_err(|_| EngineError::ShutDown)
     }
 
-    /// Where a job is now (durable; works after a restart).
+    /// The outcome of a job if it has durably ended; `None` while it runs (or
+    /// while its ending commit is not yet durable), or if it is unknown.
+    pub async fn peek_outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
+        if !keys::is_valid_id(run_id) {
+            return Err(EngineError::InvalidJobId(run_id.to_string()));
+        }
+        match ractor::call!(self.actor, EngineMessage::PeekOutcome, run_id.to_string()) {
+            Ok(Ok(record)) => Ok(record),
+            Ok(Err(WaitError::ShutDown)) | Err(_) => Err(EngineError::ShutDown),
+            Ok(Err(WaitError::NotFound(id))) => Err(EngineError::JobNotFound(id)),
+            Ok(Err(WaitError::Read(e))) => Err(EngineError::ActorUnavailable(e)),
+        }
+    }
+
+    /// Where a job is now (durable; works after a restart). A job whose ending
+    /// commit is not yet durable is still `Running`.
     pub async fn status(&self, run_id: &str) -> Result<Option<JobState>> {
-        self.services.state(run_id).await
+        let state = self.services.state(run_id).await?;
+        if state.is_some_and(JobState::is_terminal) && self.peek_outcome(run_id).await?.is_none() {
+            return Ok(Some(JobState::Running));
+        }
+        Ok(state)
     }
 
     /// Cancel a job.

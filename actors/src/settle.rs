@@ -179,6 +179,14 @@ pub(crate) async fn settle(
         return false;
     };
     let cancelled = claim.cancel_token().is_cancelled();
+    // Announce the commit before it starts: until it is durable, a record read
+    // from the store must not answer for this run (see the waiters).
+    let is_job = matches!(target, Target::Job { .. });
+    if is_job {
+        let _ = notify
+            .waiters
+            .cast(WaitersMessage::Settling(run_id.clone()));
+    }
     let (result, told) = match verdict {
         _ if cancelled => {
             let (fx, told) = terminal(services, &target, &job_type, &claim, &End::Cancelled, &cost);
@@ -200,6 +208,11 @@ pub(crate) async fn settle(
                 {
                     // The job stays claimed; its lease expires and it runs again.
                     warn!(%run_id, error = %e, "writing a large output failed; the job will be retried");
+                    if is_job {
+                        let _ = notify
+                            .waiters
+                            .cast(WaitersMessage::SettleAborted(run_id.clone()));
+                    }
                     return false;
                 }
                 OutputRef::Blob(path)
@@ -260,6 +273,11 @@ pub(crate) async fn settle(
             (ended, told)
         }
     };
+    if is_job && !matches!(result, Ok(true)) {
+        let _ = notify
+            .waiters
+            .cast(WaitersMessage::SettleAborted(run_id.clone()));
+    }
     match result {
         Ok(true) => {
             debug!(%run_id, %job_type, "run ended");

@@ -89,6 +89,11 @@ pub enum EngineMessage {
     GetPoolStats(RpcReplyPort<HashMap<String, PoolStats>>),
     /// Run one sweeper pass now and answer what it did.
     SweepNow(RpcReplyPort<SweepReport>),
+    /// The outcome of a job if it has durably ended, without waiting.
+    PeekOutcome(
+        String,
+        RpcReplyPort<std::result::Result<Option<OutcomeRecord>, WaitError>>,
+    ),
     /// Kill one of the engine's actors, to test that it is restarted and that
     /// nothing is lost (feature `testing`). Answers whether it was found.
     #[cfg(feature = "testing")]
@@ -600,15 +605,21 @@ impl Actor for Supervisor {
                 let services = state.services.clone();
                 let waiters = state.waiters.clone();
                 tokio::spawn(async move {
-                    let result = services.cancel(&run_id).await.map(|(result, record)| {
-                        if let Some(record) = record {
+                    // A cancel may commit a record: announce it (see the waiters).
+                    let _ = waiters.cast(WaitersMessage::Settling(run_id.clone()));
+                    let result = services.cancel(&run_id).await;
+                    match &result {
+                        Ok((_, Some(record))) => {
                             let _ = waiters.cast(WaitersMessage::Settled {
                                 run_id: run_id.clone(),
-                                record: Box::new(record),
+                                record: Box::new(record.clone()),
                             });
                         }
-                        result
-                    });
+                        _ => {
+                            let _ = waiters.cast(WaitersMessage::SettleAborted(run_id.clone()));
+                        }
+                    }
+                    let result = result.map(|(result, _)| result);
                     let _ = reply.send(result);
                 });
             }
@@ -723,6 +734,9 @@ impl Actor for Supervisor {
                     cell.kill();
                 }
                 let _ = reply.send(found);
+            }
+            EngineMessage::PeekOutcome(run_id, reply) => {
+                let _ = state.waiters.cast(WaitersMessage::Peek(run_id, reply));
             }
             EngineMessage::SweepNow(reply) => {
                 let _ = state.sweeper.cast(SweeperMessage::SweepNow(reply));

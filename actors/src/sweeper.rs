@@ -151,7 +151,19 @@ impl SweeperState {
         };
         let effects = self.services.terminal_effects(run_id, &record);
         let compares: [(&[u8], Option<&[u8]>); 1] = [(&run_key, Some(&raw))];
-        if queue.kv_compare_commit(&compares, effects).await?.is_none() {
+        // Announce the commit (see the waiters): until it is durable, reads of
+        // the record do not answer.
+        let _ = self
+            .notify
+            .waiters
+            .cast(WaitersMessage::Settling(run_id.clone()));
+        let committed = queue.kv_compare_commit(&compares, effects).await;
+        if !matches!(committed, Ok(Some(_))) {
+            let _ = self
+                .notify
+                .waiters
+                .cast(WaitersMessage::SettleAborted(run_id.clone()));
+            committed?;
             return Ok(false);
         }
         warn!(%run_id, job_id = %job.id, "run dead-lettered by the queue; recorded its failure");

@@ -79,6 +79,24 @@ pub enum WaitersMessage {
         /// Its outcome record.
         record: Box<OutcomeRecord>,
     },
+    /// A terminal commit of `run_id` is starting: until it is durable (a
+    /// `Settled` or `SettleAborted` follows), a record read from the store may
+    /// not be durable yet, so reads do not answer for this run.
+    Settling(String),
+    /// The terminal commit announced by `Settling` did not happen.
+    SettleAborted(String),
+    /// The outcome of a run if it has durably ended (`None` while running or
+    /// settling); answers `fetch_result` and `status` without waiting.
+    Peek(
+        String,
+        RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>,
+    ),
+    /// The read started by `Peek` finished.
+    Peeked(
+        String,
+        Result<Option<OutcomeRecord>, WaitError>,
+        RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>,
+    ),
     /// The durable check started by `Await` finished: `Ok(None)` = still running.
     Checked {
         /// Run id.
@@ -101,6 +119,8 @@ pub struct Waiters;
 pub struct WaitersState {
     services: Arc<Services>,
     waiting: HashMap<String, Vec<Waiter>>,
+    /// Runs whose terminal commit is in flight (count of commits).
+    settling: HashMap<String, usize>,
 }
 
 impl WaitersState {
@@ -112,6 +132,15 @@ impl WaitersState {
             let result = check(&services, &run_id).await;
             let _ = myself.cast(WaitersMessage::Checked { run_id, result });
         });
+    }
+
+    fn settle_done(&mut self, run_id: &str) {
+        if let Some(n) = self.settling.get_mut(run_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.settling.remove(run_id);
+            }
+        }
     }
 
     fn resolve(&mut self, run_id: &str, result: Result<OutcomeRecord, WaitError>) {
@@ -156,6 +185,7 @@ impl Actor for Waiters {
         Ok(WaitersState {
             services,
             waiting: HashMap::new(),
+            settling: HashMap::new(),
         })
     }
 
@@ -167,7 +197,41 @@ impl Actor for Waiters {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             WaitersMessage::Await { run_id, waiter } => state.add(&myself, run_id, waiter),
-            WaitersMessage::Settled { run_id, record } => state.resolve(&run_id, Ok(*record)),
+            WaitersMessage::Settled { run_id, record } => {
+                state.settle_done(&run_id);
+                state.resolve(&run_id, Ok(*record))
+            }
+            WaitersMessage::Settling(run_id) => *state.settling.entry(run_id).or_default() += 1,
+            WaitersMessage::SettleAborted(run_id) => state.settle_done(&run_id),
+            WaitersMessage::Peek(run_id, reply) => {
+                if state.settling.contains_key(&run_id) {
+                    let _ = reply.send(Ok(None));
+                } else {
+                    let services = state.services.clone();
+                    let me = myself.clone();
+                    tokio::spawn(async move {
+                        let result = services.outcome(&run_id).await.map_err(|e| match e {
+                            crate::EngineError::ShutDown => WaitError::ShutDown,
+                            e => WaitError::Read(e.to_string()),
+                        });
+                        let _ = me.cast(WaitersMessage::Peeked(run_id, result, reply));
+                    });
+                }
+            }
+            // A commit whose record this read may have seen was announced
+            // (Settling) before it began, so it is in `settling` now unless it
+            // is durable: only then does the read answer.
+            WaitersMessage::Peeked(run_id, result, reply) => {
+                let answer = if state.settling.contains_key(&run_id) {
+                    Ok(None)
+                } else {
+                    result
+                };
+                let _ = reply.send(answer);
+            }
+            // A record read while its commit was in flight may not be durable:
+            // the pushed `Settled` (sent once it is) answers instead.
+            WaitersMessage::Checked { run_id, .. } if state.settling.contains_key(&run_id) => {}
             WaitersMessage::Checked { run_id, result } => match result {
                 Ok(None) => {}
                 Ok(Some(record)) => state.resolve(&run_id, Ok(record)),
