@@ -1154,11 +1154,6 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: shutdown during a put outage does not return until the store recovers, \
-            even with shutdown_grace: Supervisor::shutdown waits for every pool's drain, \
-            and a pool drains only when its settlements (taquba ack/nack awaiting WAL \
-            durability, retried by SlateDB without limit) end; the grace period bounds \
-            running handlers, not settlements (actors/src/pool.rs check_drained / abandon)"]
 async fn shutdown_with_a_grace_period_returns_during_a_put_outage() {
     let inner = common::shared_store();
     let (store, faults) = faulty(&inner);

@@ -177,6 +177,10 @@ pub struct EngineConfig {
     pub registrations: Vec<Registration>,
 }
 
+/// Extra time a bounded shutdown gives settlements and the queue's close
+/// beyond the grace period.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(2);
+
 /// The supervisor actor.
 #[derive(Debug)]
 pub struct Supervisor;
@@ -438,6 +442,10 @@ impl SupervisorState {
         // 2. Let running jobs finish and their settlements commit.
         // Drain every pool at once, so the grace period is one period.
         let grace = self.services.settings().shutdown_grace;
+        // With a grace period the whole shutdown is bounded: settlements stuck
+        // behind an unavailable store are given up on (their jobs stay claimed
+        // in the store and run again after the next open).
+        let deadline = grace.map(|g| tokio::time::Instant::now() + g + SHUTDOWN_SLACK);
         let drains: Vec<_> = self
             .pools
             .iter()
@@ -447,7 +455,21 @@ impl SupervisorState {
             })
             .collect();
         for drain in drains {
-            match drain.await {
+            let finished = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, drain).await {
+                    Ok(finished) => finished,
+                    Err(_) => {
+                        report.problems.push(
+                            "a pool was still settling at the deadline (is the store unavailable?); \
+                             its jobs run again after the next open"
+                                .into(),
+                        );
+                        continue;
+                    }
+                },
+                None => drain.await,
+            };
+            match finished {
                 Ok((_, Ok(abandoned))) => report.abandoned += abandoned,
                 Ok((t, Err(e))) => report.problems.push(format!("pool `{t}` drain: {e}")),
                 Err(e) => report.problems.push(format!("pool drain task: {e}")),
@@ -463,24 +485,34 @@ impl SupervisorState {
         // 4. Close the queue once the last short-lived user of it lets go.
         if let Some(queue) = self.queue.take() {
             let mut queue = queue;
-            let mut tries = 0;
+            let unwrap_until = deadline
+                .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(5))
+                .max(tokio::time::Instant::now() + Duration::from_secs(1));
             loop {
                 match Arc::try_unwrap(queue) {
                     Ok(q) => {
-                        match q.close().await {
-                            Ok(()) => report.queue_closed = true,
-                            Err(e) => report.problems.push(format!("queue close: {e}")),
+                        let closed = match deadline {
+                            Some(_) => tokio::time::timeout(SHUTDOWN_SLACK, q.close()).await,
+                            None => Ok(q.close().await),
+                        };
+                        match closed {
+                            Ok(Ok(())) => report.queue_closed = true,
+                            Ok(Err(e)) => report.problems.push(format!("queue close: {e}")),
+                            Err(_) => report.problems.push(
+                                "the queue did not close in time (is the store unavailable?)"
+                                    .into(),
+                            ),
                         }
                         break;
                     }
-                    Err(q) if tries < 500 => {
+                    Err(q) if tokio::time::Instant::now() < unwrap_until => {
                         queue = q;
-                        tries += 1;
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     Err(_) => {
                         report.problems.push(
-                            "the queue was still in use after 5 s; dropped without close".into(),
+                            "the queue was still in use at the deadline; dropped without close"
+                                .into(),
                         );
                         break;
                     }
