@@ -436,6 +436,23 @@ async fn assert_engine_up(engine: &Engine) -> HashMap<String, gaffer::PoolStats>
         .expect("pool stats")
 }
 
+/// Wait (bounded) until `n` settlements of `job_type` are in flight, asking
+/// the engine (it must answer throughout the outage).
+async fn wait_settling(
+    engine: &Engine,
+    job_type: &str,
+    n: usize,
+) -> HashMap<String, gaffer::PoolStats> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = assert_engine_up(engine).await;
+        if stats[job_type].settling >= n || tokio::time::Instant::now() > deadline {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Durable check on a fresh engine over the raw store: every job reported
 /// succeeded has its outcome record with the right value. Returns the number
 /// of reported outcomes without a record (lost).
@@ -1085,8 +1102,7 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
     faults.fail(Ops::WRITES);
     gate.open();
     // The handler returned; its settlement waits for a WAL write that fails.
-    tokio::time::sleep(SETTLE).await;
-    let stats = assert_engine_up(&first).await;
+    let stats = wait_settling(&first, "stamp", 1).await;
     assert_eq!(stats["stamp"].settling, 1, "{stats:?}");
     assert_eq!(log1.succeeded().len(), 0);
 
@@ -1170,8 +1186,7 @@ async fn shutdown_with_a_grace_period_returns_during_a_put_outage() {
     log.wait_until(|e| started(e, "slow") >= 1).await;
     faults.fail(Ops::PUT | Ops::MULTIPART);
     gate.open();
-    tokio::time::sleep(SETTLE).await;
-    assert_eq!(assert_engine_up(&engine).await["slow"].settling, 1);
+    assert_eq!(wait_settling(&engine, "slow", 1).await["slow"].settling, 1);
 
     let mut shutdown = {
         let engine = engine.clone();

@@ -45,14 +45,6 @@ pub fn outcome_key(run_id: &str) -> Vec<u8> {
     format!("gaffer/v1/outcomes/{run_id}").into_bytes()
 }
 
-/// Object path of a memo entry: `{blob}/v1/memo/{run_id}/{sha256(key)}`.
-pub fn memo_path(blob_prefix: &str, run_id: &str, key: &str) -> String {
-    format!(
-        "{blob_prefix}/v1/memo/{run_id}/{}",
-        hex_sha256(key.as_bytes())
-    )
-}
-
 /// Object prefix of all memo entries of a run (trailing slash included, so
 /// `run` never matches `run-suffix`).
 pub fn memo_dir(blob_prefix: &str, run_id: &str) -> String {
@@ -190,9 +182,7 @@ mod tests {
 
     #[test]
     fn memo_dirs_do_not_match_a_run_id_as_prefix() {
-        let p = memo_path("b", "run-suffix", "k");
-        assert!(!p.starts_with(&memo_dir("b", "run")));
-        assert!(memo_path("b", "run", "k").starts_with(&memo_dir("b", "run")));
+        assert!(!memo_dir("b", "run-suffix").starts_with(&memo_dir("b", "run")));
     }
 
     #[test]

@@ -103,7 +103,9 @@ impl EngineRef {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
         let mut last = None;
-        // A waiters restart drops its reply ports: ask again (a few times).
+        // A waiters restart drops its reply ports: ask again (a few times). The
+        // records are never read here directly: only the waiters know whether a
+        // record read now is durable.
         for _ in 0..3 {
             match ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string()) {
                 Ok(Ok(record)) => return Ok(record),
@@ -111,9 +113,6 @@ impl EngineRef {
                 Ok(Err(WaitError::ShutDown)) => return Err(EngineError::ShutDown),
                 Ok(Err(WaitError::Read(e))) => return Err(EngineError::ActorUnavailable(e)),
                 Err(e) => {
-                    if let Some(record) = self.services.outcome(run_id).await? {
-                        return Ok(record);
-                    }
                     if self.actor.get_status() != ractor::ActorStatus::Running {
                         return Err(EngineError::ShutDown);
                     }

@@ -628,9 +628,10 @@ impl Actor for Supervisor {
                 });
             }
             EngineMessage::JobStatus(run_id, reply) => {
-                let services = state.services.clone();
+                // The same answer as `EngineRef::status` (durable outcomes only).
+                let engine = state.engine_ref();
                 tokio::spawn(async move {
-                    let _ = reply.send(services.state(&run_id).await);
+                    let _ = reply.send(engine.status(&run_id).await);
                 });
             }
             EngineMessage::CancelJob(run_id, reply) => {
