@@ -129,6 +129,14 @@ impl JobContext {
 }
 
 /// A job's memo: values kept across its retries, by key (any string).
+///
+/// Wrap a step whose result a retry should reuse in
+/// [`memoized`](Self::memoized). Within an attempt, a `get` sees that
+/// attempt's own `put`s. When entries reach the store is the engine's
+/// [`MemoWrites`](crate::MemoWrites) setting: by default when the attempt
+/// fails (or panics, or is cut off by the shutdown grace period), never when it
+/// succeeds, since the outcome then answers; with `MemoWrites::Immediate`, at
+/// each `put`.
 #[derive(Debug, Clone)]
 pub struct Memo {
     inner: gaffer_actors::memo::Memo,

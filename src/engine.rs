@@ -363,6 +363,16 @@ impl EngineBuilder {
         self
     }
 
+    /// When memo entries are written to the object store. Default
+    /// [`MemoWrites::OnFailure`]: an attempt keeps its entries in memory and
+    /// writes them only if it does not succeed, so a successful attempt pays
+    /// no object write. [`MemoWrites::Immediate`] writes each entry as it is
+    /// put, so entries survive a process crash mid-attempt too.
+    pub fn memo_writes(mut self, writes: crate::MemoWrites) -> Self {
+        self.settings.memo_writes = writes;
+        self
+    }
+
     /// How long a graceful shutdown lets running jobs finish before nacking
     /// them (their attempt counts; they run again after the next start).
     /// Default: wait as long as they take.

@@ -64,8 +64,8 @@ pub use gaffer_actors::effects::Effects;
 pub use gaffer_actors::testing;
 pub use gaffer_actors::{
     BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent, EngineMessage,
-    EngineRef, FailureKind, JobFinished, JobState, Outcome, OutcomeRecord, OutputRef, PoolStats,
-    Settings, ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
+    EngineRef, FailureKind, JobFinished, JobState, MemoWrites, Outcome, OutcomeRecord, OutputRef,
+    PoolStats, Settings, ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
 };
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;

@@ -198,3 +198,147 @@ async fn memoized_by_content_with_cached_cost_records_cost_on_compute_and_memo_h
     assert_eq!(report.cost.get("calls"), 1.0);
     engine.shutdown().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// When entries reach the store (`MemoWrites`)
+// ---------------------------------------------------------------------------
+
+/// Memoizes two steps, then ends its first attempt as told.
+#[derive(Serialize, Deserialize)]
+struct TwoSteps {
+    first_attempt: FirstAttempt,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+enum FirstAttempt {
+    Succeeds,
+    Fails,
+    Panics,
+}
+
+impl Job for TwoSteps {
+    const NAME: &'static str = "two-steps";
+    type Output = u32;
+    type Error = Error;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Error> {
+        let calls = ctx.state::<Arc<Calls>>().clone();
+        let memo = ctx.memo();
+        let step = |n: u32| {
+            let calls = calls.clone();
+            async move {
+                calls.0.fetch_add(1, Ordering::SeqCst);
+                Ok::<u32, Error>(n)
+            }
+        };
+        let a: u32 = memo.memoized("a", || step(1)).await?;
+        let b: u32 = memo.memoized("b", || step(2)).await?;
+        // Within the attempt, its own entries are visible before any write.
+        assert_eq!(
+            memo.get("a").await?,
+            Some(rmp_serde::to_vec_named(&1u32).unwrap())
+        );
+        if ctx.attempt() == 1 {
+            match self.first_attempt {
+                FirstAttempt::Succeeds => {}
+                FirstAttempt::Fails => return Err(Error::Io(std::io::Error::other("glitch"))),
+                FirstAttempt::Panics => panic!("first attempt panics on purpose"),
+            }
+        }
+        Ok(a + b)
+    }
+    fn max_attempts(&self) -> Option<u32> {
+        Some(3)
+    }
+}
+
+/// Runs one `TwoSteps` job to its end; returns (steps computed, memo objects
+/// in the store afterwards, attempts).
+async fn two_steps(first_attempt: FirstAttempt, writes: gaffer::MemoWrites) -> (usize, usize, u32) {
+    two_steps_on(first_attempt, writes, false).await
+}
+
+/// [`two_steps`]; with `memo_puts_fail`, every object write under the memo
+/// prefix fails.
+async fn two_steps_on(
+    first_attempt: FirstAttempt,
+    writes: gaffer::MemoWrites,
+    memo_puts_fail: bool,
+) -> (usize, usize, u32) {
+    use futures_util::StreamExt;
+    use gaffer::taquba::object_store::{ObjectStore, path::Path};
+    use gaffer_actors::testing::{FaultyStore, Ops};
+
+    let store = common::shared_store();
+    let (faulty, faults) = FaultyStore::wrap(store.clone());
+    if memo_puts_fail {
+        faults.only_prefix("gaffer-blobs/v1/memo/");
+        faults.fail(Ops::PUT);
+    }
+    let calls = Arc::new(Calls::default());
+    let engine = common::store_builder(faulty, common::mock_clock())
+        .memo_writes(writes)
+        .state(calls.clone())
+        .register::<TwoSteps>()
+        .start()
+        .await
+        .unwrap();
+    let handle = engine.submit(TwoSteps { first_attempt }).await.unwrap();
+    assert_eq!(handle.join().await.unwrap(), Ok(3));
+    let attempts = engine
+        .engine_ref()
+        .services()
+        .outcome(handle.id())
+        .await
+        .unwrap()
+        .unwrap()
+        .attempts;
+    engine.shutdown().await.unwrap();
+    let objects = store
+        .list(Some(&Path::from("gaffer-blobs/v1/memo")))
+        .count()
+        .await;
+    (calls.0.load(Ordering::SeqCst), objects, attempts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_successful_attempt_writes_no_memo_object() {
+    let (computed, objects, attempts) =
+        two_steps(FirstAttempt::Succeeds, gaffer::MemoWrites::OnFailure).await;
+    assert_eq!((computed, attempts), (2, 1));
+    assert_eq!(objects, 0, "a successful attempt's entries are not written");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_immediate_writes_every_entry_is_an_object_as_soon_as_it_is_put() {
+    let (computed, objects, attempts) =
+        two_steps(FirstAttempt::Succeeds, gaffer::MemoWrites::Immediate).await;
+    assert_eq!((computed, attempts), (2, 1));
+    assert_eq!(objects, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempts_entries_are_written_and_its_retry_reuses_them() {
+    let (computed, objects, attempts) =
+        two_steps(FirstAttempt::Fails, gaffer::MemoWrites::OnFailure).await;
+    assert_eq!(attempts, 2);
+    assert_eq!(computed, 2, "each step computed once across the retry");
+    assert_eq!(objects, 2, "written when the first attempt failed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_attempts_entries_are_written_and_its_retry_reuses_them() {
+    let (computed, objects, attempts) =
+        two_steps(FirstAttempt::Panics, gaffer::MemoWrites::OnFailure).await;
+    assert_eq!(attempts, 2);
+    assert_eq!(computed, 2, "each step computed once across the panic");
+    assert_eq!(objects, 2, "the pool wrote the crashed attempt's entries");
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_a_failed_attempts_entries_cannot_be_written_the_retry_computes_them_again() {
+    let (computed, objects, attempts) =
+        two_steps_on(FirstAttempt::Fails, gaffer::MemoWrites::OnFailure, true).await;
+    assert_eq!(attempts, 2, "the write failure does not cost an attempt");
+    assert_eq!(computed, 4, "both steps computed again by the retry");
+    assert_eq!(objects, 0);
+}

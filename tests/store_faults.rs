@@ -12,8 +12,8 @@
 //!   `StoreClosed` is emitted; callers wait (a submit or a join stays pending).
 //! - Objects written outside SlateDB are not retried: gaffer's memo entries
 //!   and large outputs, and taquba's offloaded payloads (over 256 KiB) fail at
-//!   once with the injected error (a memo write fails the attempt with a
-//!   transient error; a large submission returns the error).
+//!   once with the injected error (an immediate memo write fails the attempt
+//!   with a transient error; a large submission returns the error).
 //!
 //! The tests check: during an outage the engine stays up and reports nothing
 //! as done; after it every job and batch item completes exactly once, with its
@@ -21,14 +21,10 @@
 //! over) loses and duplicates no reported outcome, and the stalled engine is
 //! fenced; memo faults retry; latency slows but does not stop a batch.
 //!
-//! One guarantee does not hold (the ignored `BUG` test): a join (or
-//! `fetch_result`, `status`) that *starts* while a settlement waits for the
-//! WAL is answered from the outcome record SlateDB already holds in memory
-//! (taquba's reads include data not yet durable), so the caller can be told an
-//! outcome that a crash then loses. Callers already waiting are told only
-//! after the commit is durable. And a shutdown during an outage does not
-//! return until the store recovers, even with a grace period (the second
-//! ignored `BUG` test).
+//! A join (or `fetch_result`, `status`) that starts while a settlement waits
+//! for the WAL is not answered from the record SlateDB already holds in memory
+//! (taquba's reads include data not yet durable) but once the commit is
+//! durable; a shutdown with a grace period returns during an outage.
 //!
 //! The outage tests run in real time: SlateDB stamps L0 SSTs from a clock
 //! that starts at the wall clock and runs on tokio's clock, and refuses (at
@@ -512,8 +508,8 @@ async fn a_put_outage_stalls_commits_without_false_successes_and_afterwards_ever
     // Callers wait on the held jobs. Their waiters register while the jobs
     // still run (the gate is closed, so no settlement can have started), and
     // are told by the settlement once it commits, durably. (A join that
-    // starts during the outage is answered from the non-durable record: see
-    // the ignored BUG test below.)
+    // starts during the outage waits for durability too: see
+    // `a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable`.)
     let mut pending_joins: Vec<_> = slow
         .iter()
         .map(|(_, h)| {
@@ -944,7 +940,11 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
     let (store, faults) = faulty(&inner);
     let clock = common::mock_clock();
     let runs = Runs::default();
+    // Immediate memo writes: each `put` writes its object (by default a
+    // successful attempt writes none; `tests/memo.rs` covers a failing write
+    // of a failed attempt's entries).
     let engine = builder(store, clock, &runs, &Gate::opened())
+        .memo_writes(gaffer::MemoWrites::Immediate)
         .start()
         .await
         .unwrap();

@@ -43,7 +43,7 @@ pub use pool::PoolStats;
 pub use records::{Cost, ItemStatus};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
 pub use services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
-pub use settings::Settings;
+pub use settings::{MemoWrites, Settings};
 #[cfg(feature = "testing")]
 pub use supervisor::ChildKind;
 pub use supervisor::{EngineConfig, EngineMessage, QueueSource, ShutdownReport};

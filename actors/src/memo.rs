@@ -1,11 +1,19 @@
 //! Memo entries: a job's cached intermediate results, kept across its retries.
 //!
-//! An entry is an object under `{blob_prefix}/v1/memo/{run_id}/{sha256(key)}`,
-//! written as soon as it is computed (it must survive the attempt that computed
-//! it, so it cannot ride on that attempt's settlement). Removed with the run's
-//! outcome by the retention sweeper.
+//! An entry is an object under `{blob_prefix}/v1/memo/{run_id}/{sha256(key)}`
+//! (a bulk item's under its batch's directory). When it reaches the store
+//! depends on [`MemoWrites`]: by default the attempt keeps its new entries in
+//! memory and the handler pool writes them only when the attempt does not
+//! succeed ([`Memo::take_unwritten`] then [`write_entries`]), so a successful
+//! attempt costs no object write; with [`MemoWrites::Immediate`] each `put`
+//! writes at once. Removed with the run's outcome by the retention sweeper.
+//!
+//! Clones of one attempt's memo share its unwritten entries: like the staged
+//! effects, that buffer is attempt-local (see ARCHITECTURE.md, "Shared
+//! state").
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use taquba::object_store::path::Path;
@@ -13,20 +21,33 @@ use taquba::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::Result;
 use crate::keys;
+use crate::settings::MemoWrites;
 
-/// The memo of one run.
+#[derive(Debug, Default)]
+struct Buffer {
+    /// Entries put by this attempt and not yet written, by object path.
+    entries: BTreeMap<Path, Vec<u8>>,
+    /// Taken by the pool (the attempt ended): later puts write at once.
+    taken: bool,
+}
+
+/// The memo of one run, as one attempt sees it.
 #[derive(Debug, Clone)]
 pub struct Memo {
     store: Arc<dyn ObjectStore>,
     dir: Arc<str>,
+    /// `None`: every put writes at once ([`MemoWrites::Immediate`]).
+    unwritten: Option<Arc<Mutex<Buffer>>>,
 }
 
 impl Memo {
-    /// The memo of job `run_id`: `{blob}/v1/memo/{run_id}/`.
+    /// The memo of job `run_id`: `{blob}/v1/memo/{run_id}/`; entries written
+    /// immediately (use [`with_writes`](Self::with_writes) to buffer them).
     pub fn new(store: Arc<dyn ObjectStore>, blob_prefix: &str, run_id: &str) -> Self {
         Self {
             store,
             dir: keys::memo_dir(blob_prefix, run_id).into(),
+            unwritten: None,
         }
     }
 
@@ -45,31 +66,116 @@ impl Memo {
                 keys::batch_blob_dir(blob_prefix, batch_id)
             )
             .into(),
+            unwritten: None,
         }
+    }
+
+    /// This memo with the given write policy.
+    pub fn with_writes(mut self, writes: MemoWrites) -> Self {
+        self.unwritten = match writes {
+            MemoWrites::Immediate => None,
+            MemoWrites::OnFailure => Some(Arc::default()),
+        };
+        self
     }
 
     fn path(&self, key: &str) -> Path {
         Path::from(format!("{}{}", self.dir, keys::hex_sha256(key.as_bytes())))
     }
 
-    /// The entry at `key`, if any. Any string is a valid key (keys are hashed).
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, Buffer>> {
+        // A poisoned lock only means a clone panicked mid-insert; the map is
+        // still a valid map.
+        self.unwritten
+            .as_ref()
+            .map(|u| u.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The entry at `key`, if any: this attempt's own unwritten entry first,
+    /// then the store. Any string is a valid key (keys are hashed).
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        match self.store.get(&self.path(key)).await {
+        let path = self.path(key);
+        if let Some(value) = self.lock().and_then(|u| u.entries.get(&path).cloned()) {
+            return Ok(Some(value));
+        }
+        match self.store.get(&path).await {
             Ok(found) => Ok(Some(found.bytes().await?.to_vec())),
             Err(taquba::object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Write (or overwrite) the entry at `key`.
+    /// Put (or overwrite) the entry at `key`: kept for the attempt's end, or
+    /// written now (immediate writes, or the attempt already ended).
     pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<()> {
-        self.store
-            .put(&self.path(key), PutPayload::from(value))
-            .await?;
+        let path = self.path(key);
+        if let Some(mut unwritten) = self.lock()
+            && !unwritten.taken
+        {
+            unwritten.entries.insert(path, value);
+            return Ok(());
+        }
+        self.store.put(&path, PutPayload::from(value)).await?;
         Ok(())
+    }
+
+    /// Take the entries this attempt put and did not write (the attempt has
+    /// ended); puts from now on write at once.
+    pub fn take_unwritten(&self) -> UnwrittenEntries {
+        let entries = match self.lock() {
+            Some(mut unwritten) => {
+                unwritten.taken = true;
+                std::mem::take(&mut unwritten.entries)
+            }
+            None => BTreeMap::new(),
+        };
+        UnwrittenEntries {
+            store: self.store.clone(),
+            entries,
+        }
     }
 }
 
+/// Entries an ended attempt put and did not write.
+#[derive(Debug)]
+pub struct UnwrittenEntries {
+    store: Arc<dyn ObjectStore>,
+    entries: BTreeMap<Path, Vec<u8>>,
+}
+
+impl UnwrittenEntries {
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Write every entry, a few at a time. Returns the first error; the
+    /// entries that failed are lost (the next attempt computes them again).
+    pub async fn write(self) -> Result<()> {
+        let store = self.store;
+        let mut writes = futures_util::stream::iter(self.entries)
+            .map(|(path, value)| {
+                let store = store.clone();
+                async move { store.put(&path, PutPayload::from(value)).await }
+            })
+            .buffer_unordered(8);
+        let mut first_error = None;
+        while let Some(result) = writes.next().await {
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
 /// Delete every object under `prefix`; returns how many were deleted.
 pub async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &str) -> Result<usize> {
     let prefix = Path::from(prefix);

@@ -25,7 +25,7 @@ use crate::effects::{CostMeter, Effects, StagedEffects};
 use crate::events::EngineEvent;
 use crate::handler::{Delivery, ErasedHandler, ItemInfo, Verdict};
 use crate::keys;
-use crate::memo::Memo;
+use crate::memo::{Memo, UnwrittenEntries};
 use crate::records::Cost;
 use crate::services::Services;
 use crate::settle::{Notify, Target, identify, settle};
@@ -119,6 +119,8 @@ pub struct HandlerPool;
 struct Slot {
     worker: Option<ActorRef<WorkerMessage>>,
     job: Option<Claim>,
+    /// The running job's memo (shares the attempt's unwritten entries).
+    memo: Option<Memo>,
 }
 
 /// State of a pool.
@@ -198,23 +200,25 @@ impl PoolState {
             verdict,
             StagedEffects::default(),
             Cost::default(),
+            None,
         );
     }
 
     /// The drain's grace period is over: nack what still runs or waits here
     /// (each attempt is counted as used) and stop those workers.
     fn abandon(&mut self, myself: &ActorRef<PoolMessage>) {
-        let mut claims: Vec<Claim> = self.backlog.drain(..).collect();
+        let mut claims: Vec<(Claim, Option<UnwrittenEntries>)> =
+            self.backlog.drain(..).map(|claim| (claim, None)).collect();
         for slot in self.slots.iter_mut() {
             if let Some(claim) = slot.job.take() {
                 if let Some(worker) = slot.worker.take() {
                     self.by_actor.remove(&worker.get_id());
                     worker.kill();
                 }
-                claims.push(claim);
+                claims.push((claim, slot.memo.take().map(|m| m.take_unwritten())));
             }
         }
-        for claim in claims {
+        for (claim, memo) in claims {
             self.abandoned += 1;
             warn!(job_type = %self.args.job_type, job_id = %claim.id, "shutdown grace period over; nacking the job");
             self.start_settlement(
@@ -225,6 +229,7 @@ impl PoolState {
                 ),
                 StagedEffects::default(),
                 Cost::default(),
+                memo,
             );
         }
         self.check_drained();
@@ -246,10 +251,11 @@ impl PoolState {
         let (target, job_type) = identify(&claim);
         let services = &self.args.services;
         let blob = &services.settings().blob_prefix;
+        let writes = services.settings().memo_writes;
         let (run_id, memo, item) = match target {
             Target::Job { run_id } => (
                 run_id.clone(),
-                Memo::new(services.store().clone(), blob, &run_id),
+                Memo::new(services.store().clone(), blob, &run_id).with_writes(writes),
                 None,
             ),
             Target::Item {
@@ -258,7 +264,8 @@ impl PoolState {
                 run_id,
             } => (
                 run_id.clone(),
-                Memo::for_item(services.store().clone(), blob, &batch_id, &run_id),
+                Memo::for_item(services.store().clone(), blob, &batch_id, &run_id)
+                    .with_writes(writes),
                 Some(ItemInfo { batch_id, key }),
             ),
         };
@@ -284,6 +291,7 @@ impl PoolState {
             effects: Effects::default(),
             engine: crate::EngineRef::from_parts(self.args.engine.clone(), services.clone()),
         };
+        self.slots[slot].memo = Some(delivery.memo.clone());
         self.slots[slot].job = Some(claim);
         if let Err(ractor::MessagingErr::SendErr(_)) =
             worker.cast(WorkerMessage::Run(Box::new(delivery)))
@@ -304,7 +312,8 @@ impl PoolState {
         let Some(claim) = self.slots.get_mut(slot).and_then(|s| s.job.take()) else {
             return;
         };
-        self.start_settlement(myself, claim, verdict, effects, cost);
+        let memo = self.slots[slot].memo.take().map(|m| m.take_unwritten());
+        self.start_settlement(myself, claim, verdict, effects, cost, memo);
         if self.slots[slot].worker.is_some() {
             self.idle.push_back(slot);
         }
@@ -320,6 +329,7 @@ impl PoolState {
         verdict: Verdict,
         effects: StagedEffects,
         cost: Cost,
+        memo: Option<UnwrittenEntries>,
     ) {
         self.settling += 1;
         // The job leaves the handlers: its credit goes back, unless too many
@@ -333,6 +343,18 @@ impl PoolState {
         let notify = self.args.notify.clone();
         let myself = myself.clone();
         tokio::spawn(async move {
+            // An attempt that did not succeed leaves its memo entries for the
+            // next one (MemoWrites::OnFailure); a cancelled run has none.
+            if let Some(memo) = memo
+                && !memo.is_empty()
+                && matches!(verdict, Verdict::Failed { .. })
+                && !claim.cancel_token().is_cancelled()
+            {
+                let entries = memo.len();
+                if let Err(e) = memo.write().await {
+                    warn!(job_id = %claim.id, entries, error = %e, "writing the failed attempt's memo entries failed; the next attempt computes them again");
+                }
+            }
             settle(&services, &notify, claim, verdict, effects, cost).await;
             let _ = myself.cast(PoolMessage::Settled);
         });
@@ -375,12 +397,14 @@ impl PoolState {
         });
         if let Some(claim) = self.slots[slot].job.take() {
             warn!(job_type = %self.args.job_type, job_id = %claim.id, %reason, "handler crashed; nacking its job");
+            let memo = self.slots[slot].memo.take().map(|m| m.take_unwritten());
             self.start_settlement(
                 myself,
                 claim,
                 Verdict::transient(format!("handler crashed: {reason}")),
                 StagedEffects::default(),
                 Cost::default(),
+                memo,
             );
         }
         let now = Instant::now();

@@ -47,6 +47,33 @@ pub struct Settings {
     pub max_restarts: usize,
     /// Window of `max_restarts`. Default 10 s.
     pub restart_window: Duration,
+    /// When memo entries reach the object store. Default
+    /// [`MemoWrites::OnFailure`].
+    pub memo_writes: MemoWrites,
+}
+
+/// When a memo entry is written to the object store.
+///
+/// A memo entry exists so that a later attempt of the same run (a retry, or a
+/// re-run of a bulk item) can skip work an earlier attempt finished. An attempt
+/// that succeeds never needs its entries again: its outcome record or item
+/// marker answers from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoWrites {
+    /// Keep the attempt's new entries in memory (later reads in the same
+    /// attempt see them) and write them when the attempt does not succeed:
+    /// it fails (transient or permanent), its handler panics, or the shutdown
+    /// grace period ends. A successful attempt writes none. An attempt cut
+    /// short by the process dying loses its unwritten entries, so the next
+    /// attempt computes them again. The default: no object write on the path
+    /// of an attempt that succeeds.
+    #[default]
+    OnFailure,
+    /// Write each entry when it is put, before `put` returns (one object
+    /// write per entry). Entries survive even a process crash mid-attempt;
+    /// choose this when a memoized step is costly to repeat (a paid API
+    /// call) and crashes are a real risk.
+    Immediate,
 }
 
 impl Default for Settings {
@@ -65,6 +92,7 @@ impl Default for Settings {
             shutdown_grace: None,
             max_restarts: 100,
             restart_window: Duration::from_secs(10),
+            memo_writes: MemoWrites::OnFailure,
         }
     }
 }
