@@ -2,10 +2,12 @@
 //!
 //! Run: `cargo bench --bench bulk_rss -- 10000` (N as the first number given,
 //! or the `BULK_N` env var; default 10 000). Add `--memo` to wrap the item in
-//! three memoized phases that do no work (three memo objects written per
-//! item: far more disk, and the store grows by ~12 KiB per item); without it
-//! the pipeline is a bare `Ok(input)`, so the figures are the engine's own
-//! overhead.
+//! three memoized phases that do no work (with the default
+//! `MemoWrites::OnFailure` a successful item writes no memo object; add
+//! `--memo-immediate` to write all three per item: far more disk, the store
+//! grows by ~12 KiB per item); without `--memo` the pipeline is a bare
+//! `Ok(input)`, so the figures are the engine's own overhead. The queue
+//! flushes every 1 ms; `--default-flush` keeps taquba's default (100 ms).
 //!
 //! One batch per process: peak RSS is VmHWM from /proc/self/status, which is
 //! per process. Inputs are the range `0..N`, consumed lazily by the engine.
@@ -95,6 +97,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let memo = args.iter().any(|a| a == "--memo");
     let keep = args.iter().any(|a| a == "--keep");
+    let memo_immediate = args.iter().any(|a| a == "--memo-immediate");
+    let default_flush = args.iter().any(|a| a == "--default-flush");
     let n: u64 = match args.iter().find_map(|a| a.replace('_', "").parse().ok()) {
         Some(n) => n,
         None => std::env::var("BULK_N")
@@ -114,15 +118,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tempdir()?;
     let (rss0, _) = rss_kib();
     println!(
-        "bulk_rss: N={n} pipeline={} store={} flush=1ms",
-        if memo { "3 memoized phases" } else { "no memo" },
-        dir.path().display()
+        "bulk_rss: N={n} pipeline={} store={} flush={}",
+        match (memo, memo_immediate) {
+            (false, _) => "no memo",
+            (true, false) => "3 memoized phases (written on failure)",
+            (true, true) => "3 memoized phases (written at once)",
+        },
+        dir.path().display(),
+        if default_flush { "default" } else { "1ms" },
     );
 
     let runs = Arc::new(AtomicU64::new(0));
-    let engine = Engine::builder()
-        .local_dir(dir.path())
-        .flush_interval(Duration::from_millis(1))
+    let mut builder = Engine::builder().local_dir(dir.path());
+    if !default_flush {
+        builder = builder.flush_interval(Duration::from_millis(1));
+    }
+    if memo_immediate {
+        builder = builder.memo_writes(gaffer::MemoWrites::Immediate);
+    }
+    let engine = builder
         .pipeline(Trivial {
             memo,
             runs: runs.clone(),
