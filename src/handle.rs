@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::time::Duration;
 
-use gaffer_actors::{CancelResult, EngineRef, JobState, Outcome, OutcomeRecord};
+use gaffer_actors::{CancelResult, EngineRef, JobState, Outcome, OutcomeRecord, OutputRef};
 
 use crate::error::{Error, JobError, JoinError, Result};
 use crate::job::Job;
@@ -54,9 +54,15 @@ pub(crate) async fn decode_outcome<J: Job>(
     }
     match &record.outcome {
         Outcome::Succeeded(output) => {
-            let bytes = engine.services().output_bytes(output).await?;
-            let value = rmp_serde::from_slice(&bytes)
-                .map_err(|e| Error::decode(format!("output of `{}`", J::NAME), e))?;
+            let decode = |bytes: &[u8]| {
+                rmp_serde::from_slice(bytes)
+                    .map_err(|e| Error::decode(format!("output of `{}`", J::NAME), e))
+            };
+            // An inline output decodes in place; a blob is fetched first.
+            let value = match output {
+                OutputRef::Inline(bytes) => decode(bytes)?,
+                OutputRef::Blob(_) => decode(&engine.services().output_bytes(output).await?)?,
+            };
             Ok(Ok(value))
         }
         Outcome::Failed { kind, message } => Ok(Err(JobError::failed(*kind, message.clone()))),

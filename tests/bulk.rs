@@ -640,6 +640,169 @@ async fn a_second_run_of_a_batch_skips_succeeded_items_and_reruns_failed_ones() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rerun_of_a_large_batch_answers_each_finished_item_from_its_marker_once() {
+    // 1500 items: two manifest chunks. The keys of the first chunk
+    // (`item-0`..`item-999`) do not sort together (`item-1000`.. lie between
+    // them), those of the second do: the re-run finds markers both by scans
+    // and one by one, and must count and stream each item exactly once.
+    let (engine, shared, _rx, _clock) = probe_engine().await;
+    let sink = CollectSink::new();
+    let batch = engine
+        .batch::<Probe>("big-again")
+        .unwrap()
+        .sink(sink.clone());
+    const N: u64 = 1500;
+    // Inputs below BLOCKING (the probe waits on those at or above it).
+    let input = |i: u64| if i < BLOCKING { i } else { i - 500 };
+    let inputs: Vec<u64> = (0..N).map(input).collect();
+
+    let first = within(batch.run(inputs.clone())).await.unwrap();
+    assert_eq!(counts(&first), (N, N - 1, 1));
+    assert_eq!(shared.runs(), N as usize);
+
+    let second = within(batch.run(inputs)).await.unwrap();
+    assert_eq!(counts(&second), (N, N - 1, 1));
+    assert_eq!(second.failed_keys, strings(&["item-13"]));
+    assert_eq!(
+        shared.runs(),
+        N as usize + 1,
+        "only the failed item ran again"
+    );
+    assert_eq!(shared.keys().last().map(String::as_str), Some("item-13"));
+
+    let records = sink.records();
+    assert_eq!(records.len(), 2 * N as usize);
+    let again: HashMap<_, _> = records[N as usize..]
+        .iter()
+        .map(|r| (r.key.as_str(), r))
+        .collect();
+    assert_eq!(
+        again.len(),
+        N as usize,
+        "each item streamed once by the re-run"
+    );
+    for i in 0..N {
+        let r = again[format!("item-{i}").as_str()];
+        if i == UNLUCKY {
+            assert_eq!(r.status, "failed");
+        } else {
+            assert_eq!(r.status, "succeeded", "item-{i}");
+            assert_eq!(r.output, json(input(i) * 2), "item-{i}");
+        }
+    }
+    // The markers say the same.
+    let status = batch.status().await.unwrap();
+    assert_eq!((status.succeeded, status.failed), (N - 1, 1));
+    shutdown(engine).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_waits_for_items_still_running_and_answers_the_rest_from_markers() {
+    let (engine, shared, mut rx, _clock) = probe_engine().await;
+    let sink = CollectSink::new();
+    let batch = engine
+        .batch::<Probe>("big-resume")
+        .unwrap()
+        .sink(sink.clone());
+    // 290 items that finish and 10 that wait for the gate.
+    let inputs: Vec<u64> = (100..390).chain(BLOCKING..BLOCKING + 10).collect();
+    let first = tokio::spawn({
+        let batch = engine
+            .batch::<Probe>("big-resume")
+            .unwrap()
+            .sink(sink.clone());
+        let inputs = inputs.clone();
+        async move { batch.run(inputs).await }
+    });
+    wait_started(&mut rx, 300).await;
+    sink.wait_for(290).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    wait_not_running(&batch).await;
+
+    // The resume answers the 290 from their markers while the 10 still run
+    // (they cannot end before the gate opens), and waits for those.
+    let resumed = tokio::spawn({
+        let batch = engine
+            .batch::<Probe>("big-resume")
+            .unwrap()
+            .sink(sink.clone());
+        async move { batch.resume().await }
+    });
+    sink.wait_for(290 + 290).await;
+    let progress = batch.progress().await.expect("the resume is running");
+    assert_eq!(progress.completed, 290);
+    shared.gate.open();
+    let report = within(resumed).await.unwrap().unwrap();
+
+    assert_eq!(counts(&report), (300, 300, 0));
+    assert_eq!(shared.runs(), 300, "no item ran twice");
+    let records = sink.records();
+    assert_eq!(records.len(), 290 + 300);
+    let resumed: HashMap<_, _> = records[290..].iter().map(|r| (r.key.as_str(), r)).collect();
+    assert_eq!(resumed.len(), 300, "each item streamed once by the resume");
+    for (i, input) in inputs.iter().enumerate() {
+        assert_eq!(
+            resumed[format!("item-{i}").as_str()].output,
+            json(input * 2)
+        );
+    }
+    shutdown(engine).await;
+}
+
+/// Outputs a string of `input` KiB: inputs over 240 are stored as blobs.
+struct Sized(Arc<AtomicUsize>);
+
+impl Pipeline for Sized {
+    const NAME: &'static str = "sized";
+    type Input = u64;
+    type Output = String;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<String, ItemError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok("x".repeat(ctx.input as usize * 1024))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rerun_answers_items_with_large_outputs_from_their_blobs() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = common::memory_builder(common::mock_clock())
+        .pipeline(Sized(runs.clone()))
+        .start()
+        .await
+        .unwrap();
+    let sink = CollectSink::new();
+    let batch = engine.batch::<Sized>("sized").unwrap().sink(sink.clone());
+    // 40 items (read together), every tenth with an output over the KV cap.
+    let inputs: Vec<u64> = (0..40)
+        .map(|i| if i % 10 == 3 { 300 } else { i % 5 })
+        .collect();
+
+    let first = within(batch.run(inputs.clone())).await.unwrap();
+    assert_eq!(counts(&first), (40, 40, 0));
+    let second = within(batch.run(inputs.clone())).await.unwrap();
+    assert_eq!(counts(&second), (40, 40, 0));
+    assert_eq!(runs.load(Ordering::SeqCst), 40, "nothing ran again");
+
+    let records = sink.records();
+    assert_eq!(records.len(), 80);
+    let again: HashMap<_, _> = records[40..].iter().map(|r| (r.key.as_str(), r)).collect();
+    assert_eq!(again.len(), 40);
+    for (i, input) in inputs.iter().enumerate() {
+        let r = again[format!("item-{i}").as_str()];
+        assert_eq!(r.status, "succeeded");
+        assert_eq!(
+            r.output,
+            Some(serde_json::json!("x".repeat(*input as usize * 1024))),
+            "item-{i}"
+        );
+    }
+    shutdown(engine).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn batches_with_the_same_keys_do_not_share_state() {
     let (engine, shared, _rx, _clock) = probe_engine().await;
     let a = engine.batch::<Probe>("a").unwrap();

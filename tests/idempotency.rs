@@ -343,6 +343,80 @@ async fn duplicate_after_completion_answers_from_the_record_for_success_and_fail
 }
 
 #[tokio::test(start_paused = true)]
+async fn concurrent_resubmissions_of_finished_jobs_answer_from_their_records_and_enqueue_nothing() {
+    let runs = Arc::new(Runs::default());
+    let engine = engine(&runs).await;
+    // Successes and permanent failures.
+    let jobs: Vec<Shout> = (0..24)
+        .map(|i| Shout {
+            key: format!("again-{i}"),
+            text: format!("text {i}"),
+            fail: i % 4 == 0,
+        })
+        .collect();
+    for job in &jobs {
+        let handle = engine.submit(job.clone()).await.unwrap();
+        assert!(handle.newly_submitted());
+        let _ = handle.join().await.unwrap();
+    }
+    assert_eq!(runs.get(), jobs.len());
+    let view = || async {
+        let queue = engine.engine_ref().services().queue().unwrap();
+        let stats = queue.view().stats("jobs").await.unwrap();
+        (
+            stats.pending,
+            stats.scheduled,
+            stats.claimed,
+            stats.done,
+            stats.dead,
+        )
+    };
+    let before = view().await;
+
+    // All again at once: each answers from its outcome record.
+    let tasks: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            let (engine, job) = (engine.clone(), job.clone());
+            tokio::spawn(async move { engine.submit(job).await })
+        })
+        .collect();
+    for (job, task) in jobs.iter().zip(tasks) {
+        let handle = task.await.unwrap().unwrap();
+        assert!(!handle.newly_submitted(), "{}", job.key);
+        match handle.join().await.unwrap() {
+            Ok(text) => {
+                assert!(!job.fail);
+                assert_eq!(text, job.text.to_uppercase());
+            }
+            Err(err) => {
+                assert!(job.fail, "{err:?}");
+                assert_eq!(err.kind, FailureKind::Permanent);
+                assert_eq!(err.message, format!("refused: {}", job.text));
+            }
+        }
+    }
+    // Another payload under a finished key (a success and a failure) is refused.
+    for job in [&jobs[1], &jobs[4]] {
+        let err = engine
+            .submit(Shout {
+                text: "something else".into(),
+                ..job.clone()
+            })
+            .await
+            .expect_err("another payload under a finished key");
+        assert!(
+            matches!(&err, Error::Engine(EngineError::InputMismatch(_))),
+            "{err:?}"
+        );
+    }
+
+    assert_eq!(view().await, before, "nothing was enqueued or settled");
+    assert_eq!(runs.get(), jobs.len(), "nothing ran again");
+    shut_down(&engine).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn two_job_types_with_the_same_key_string_collide_with_input_mismatch() {
     let runs = Arc::new(Runs::default());
     let engine = engine(&runs).await;

@@ -10,6 +10,7 @@
 //! outstanding, and counts their settlements as they are pushed to it.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -216,7 +217,28 @@ struct ManifestWriter<'a> {
     pending: Vec<(u32, Vec<u8>)>,
     digest: Sha256,
     total: u64,
-    seen: HashSet<[u8; 16]>,
+    seen: HashSet<u128, BuildHasherDefault<KeyHashHasher>>,
+}
+
+/// The hasher of the duplicate-key set: its entries are the first 16 bytes of
+/// a SHA-256 already, so their low 64 bits serve as the hash as they are.
+#[derive(Default)]
+struct KeyHashHasher(u64);
+
+impl Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= v as u64;
+    }
 }
 
 impl ManifestWriter<'_> {
@@ -225,7 +247,7 @@ impl ManifestWriter<'_> {
         let h: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let mut short = [0u8; 16];
         short.copy_from_slice(&h[..16]);
-        if !self.seen.insert(short) {
+        if !self.seen.insert(u128::from_le_bytes(short)) {
             return Err(EngineError::DuplicateItemKey(key));
         }
         self.digest.update((key.len() as u64).to_be_bytes());
@@ -265,8 +287,18 @@ impl ManifestWriter<'_> {
             if index >= head.chunks {
                 return Err(EngineError::BatchMismatch(self.batch_id.to_string()));
             }
-            let stored = read_chunk(self.services, self.batch_id, index).await?;
-            if stored != chunk {
+            // Equal bytes are an equal chunk (the encoding is deterministic);
+            // other bytes are decoded and compared, in case an equal chunk was
+            // encoded differently.
+            let key = keys::manifest_chunk_key(self.batch_id, index);
+            let Some(stored) = self.services.queue()?.view().kv_get(&key).await? else {
+                return Err(EngineError::CorruptRecord {
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                    reason: "manifest chunk missing".into(),
+                });
+            };
+            if stored[..] != bytes[..] && records::decode::<ManifestChunk>(&key, &stored)? != chunk
+            {
                 return Err(EngineError::BatchMismatch(self.batch_id.to_string()));
             }
             return Ok(());
@@ -338,6 +370,10 @@ where
             None
         }
     };
+    // A re-run knows how many keys to expect (capped: the items may differ).
+    let expected = existing
+        .as_ref()
+        .map_or(0, |(head, _)| head.total.min(1 << 20)) as usize;
     let mut w = ManifestWriter {
         services,
         batch_id: &spec.batch_id,
@@ -348,7 +384,7 @@ where
         pending: Vec::new(),
         digest: Sha256::new(),
         total: 0,
-        seen: HashSet::new(),
+        seen: HashSet::with_capacity_and_hasher(expected, Default::default()),
     };
     let mut items = items;
     while let Some(item) = futures_util::StreamExt::next(&mut items).await {
@@ -536,11 +572,12 @@ pub async fn forget_batch_data(services: &Services, batch_id: &str) -> Result<bo
     Ok(existed)
 }
 
-/// Fetch the bytes of an item's output.
-pub(crate) async fn output_of(services: &Services, marker: &ItemMarker) -> Option<Vec<u8>> {
-    match &marker.output {
-        Some(out @ OutputRef::Blob(_)) => services.output_bytes(out).await.ok(),
-        Some(OutputRef::Inline(b)) => Some(b.clone()),
+/// The bytes of an item's output (taken from its marker): inline bytes as
+/// they are, a blob fetched.
+pub(crate) async fn output_of(services: &Services, output: Option<OutputRef>) -> Option<Vec<u8>> {
+    match output {
+        Some(out @ OutputRef::Blob(_)) => services.output_bytes(&out).await.ok(),
+        Some(OutputRef::Inline(b)) => Some(b),
         None => None,
     }
 }

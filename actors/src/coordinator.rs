@@ -10,8 +10,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use futures_util::{StreamExt, TryStreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use taquba::{EnqueueOptions, EnqueueRequest, SettlementEffects};
+use taquba::{EnqueueOptions, EnqueueRequest, KvOrder, SettlementEffects};
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -20,7 +21,9 @@ use crate::batches::BatchesMessage;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::keys;
-use crate::records::{self, BatchHead, ItemMarker, ItemStatus, ManifestItem, merge_cost};
+use crate::records::{
+    self, BatchHead, ItemMarker, ItemStatus, ManifestItem, OutputRef, merge_cost,
+};
 use crate::services::Services;
 
 /// Messages of a coordinator.
@@ -138,7 +141,21 @@ impl CoordinatorState {
         }
         let take = room.min(self.current.len());
         let items: Vec<ManifestItem> = self.current.drain(..take).collect();
-        self.enqueue_items(&head, items).await?;
+        if self.current.is_empty() && self.next_chunk < head.chunks {
+            // The next manifest chunk is read while this feed's items are
+            // checked and enqueued (one chunk more in memory at most).
+            let (services, batch_id) = (self.services.clone(), self.spec.batch_id.clone());
+            let index = self.next_chunk;
+            let (fed, next) = tokio::join!(
+                self.enqueue_items(&head, items),
+                read_chunk(&services, &batch_id, index)
+            );
+            fed?;
+            self.current = next?.items.into();
+            self.next_chunk += 1;
+        } else {
+            self.enqueue_items(&head, items).await?;
+        }
         if self.has_more(&head) && self.outstanding.len() < self.spec.window {
             self.feeding = true;
             let _ = myself.cast(CoordinatorMessage::FeedNext);
@@ -148,27 +165,32 @@ impl CoordinatorState {
 
     async fn enqueue_items(&mut self, head: &BatchHead, items: Vec<ManifestItem>) -> Result<()> {
         let services = self.services.clone();
-        let queue = services.queue()?;
         let batch_id = self.spec.batch_id.clone();
+        // On a batch's first generation nothing can exist yet; otherwise the
+        // records of every item are read first (concurrently, order kept).
+        let found = if self.fresh {
+            items
+                .into_iter()
+                .map(|item| (item, Found::Absent))
+                .collect()
+        } else {
+            look_up_all(&services, &batch_id, items).await?
+        };
+        let queue = services.queue()?;
         let mut fx = SettlementEffects::default();
         let mut answered = Vec::new();
-        for item in items {
-            if !self.fresh {
-                let active_key = keys::item_active_key(&batch_id, &item.key);
-                if let Some(job_id) = queue.view().kv_get(&active_key).await? {
+        for (item, found) in found {
+            match found {
+                Found::Active(job_id) => {
                     // Still queued or running from an earlier run: wait for it.
-                    self.outstanding
-                        .insert(item.key, String::from_utf8_lossy(&job_id).into_owned());
+                    self.outstanding.insert(item.key, job_id);
                     continue;
                 }
-                let marker_key = keys::item_marker_key(&batch_id, &item.key);
-                if let Some(raw) = queue.view().kv_get(&marker_key).await?
-                    && let Ok(marker) = records::decode::<ItemMarker>(&marker_key, &raw)
-                    && marker.status == ItemStatus::Succeeded
-                {
-                    answered.push((item.key, marker));
+                Found::Answered(marker, output) => {
+                    answered.push((item.key, marker, output));
                     continue;
                 }
+                Found::Absent => {}
             }
             let job_id = queue.next_job_id();
             let run_id = keys::item_run_id(&batch_id, &item.key);
@@ -195,19 +217,18 @@ impl CoordinatorState {
             queue.commit_effects(fx).await?;
         }
         drop(queue);
-        for (key, marker) in answered {
-            let output = output_of(&services, &marker).await;
+        for (key, marker, output) in answered {
             self.record(&key, &marker, output);
         }
         Ok(())
     }
 
-    async fn settled(&mut self, key: String, job_id: String, marker: ItemMarker) {
+    async fn settled(&mut self, key: String, job_id: String, mut marker: ItemMarker) {
         if self.outstanding.get(&key) != Some(&job_id) {
             return;
         }
         self.outstanding.remove(&key);
-        let output = output_of(&self.services, &marker).await;
+        let output = output_of(&self.services, marker.output.take()).await;
         self.record(&key, &marker, output);
     }
 
@@ -292,6 +313,213 @@ impl CoordinatorState {
         queue.commit_effects(fx).await?;
         Ok(())
     }
+}
+
+/// What the records say about an item of a re-run or resume.
+enum Found {
+    /// A success marker answers it (with its output, fetched if a blob).
+    Answered(ItemMarker, Option<Vec<u8>>),
+    /// Still queued or running from an earlier run: the job id of its delivery.
+    Active(String),
+    /// Neither: enqueue it.
+    Absent,
+}
+
+/// Groups of fewer items read their markers one by one, without a scan.
+const SCAN_MIN_ITEMS: usize = 32;
+/// A scan stops once the entries it passed outnumber twice the group's items
+/// among them plus this many: the group's keys are not neighbours in the
+/// store, and reading its items one by one is cheaper.
+const SCAN_SLACK: usize = 32;
+/// Entries per page of a marker scan (bounds what one page holds, and what a
+/// scan that stops early read in vain).
+const SCAN_PAGE: usize = 64;
+/// Items per task (at least; a feed of fewer items is read in one group).
+const LOOKUPS_PER_TASK: usize = 64;
+/// Tasks reading one feed's items at once.
+const LOOKUP_TASKS: usize = 4;
+/// Point reads in flight within one task (they overlap only on store I/O).
+const LOOKUPS_IN_FLIGHT: usize = 8;
+
+/// Read the records of `items`; the answer is in their order. The items are
+/// sorted by key and cut into a few groups of neighbours, each read by its own
+/// task (so the reads use every core): a scan of the group's key range finds
+/// the success markers, and the items it does not answer are read one by one
+/// (`look_up_group`).
+async fn look_up_all(
+    services: &Arc<Services>,
+    batch_id: &str,
+    items: Vec<ManifestItem>,
+) -> Result<Vec<(ManifestItem, Found)>> {
+    let n = items.len();
+    let mut sorted: Vec<(usize, ManifestItem)> = items.into_iter().enumerate().collect();
+    sorted.sort_unstable_by(|a, b| a.1.key.cmp(&b.1.key));
+    let tasks = n.div_ceil(LOOKUPS_PER_TASK).min(LOOKUP_TASKS);
+    let mut found = Vec::with_capacity(n);
+    if tasks <= 1 {
+        found = look_up_group(services.clone(), batch_id.to_string(), sorted).await?;
+    } else {
+        let per_task = n.div_ceil(tasks);
+        let mut set = tokio::task::JoinSet::new();
+        while !sorted.is_empty() {
+            let rest = sorted.split_off(per_task.min(sorted.len()));
+            let group = std::mem::replace(&mut sorted, rest);
+            let (services, batch_id) = (services.clone(), batch_id.to_string());
+            set.spawn(look_up_group(services, batch_id, group));
+        }
+        // Dropping the set (an error, or the coordinator stopping) aborts the rest.
+        while let Some(joined) = set.join_next().await {
+            found.extend(joined.map_err(|e| {
+                EngineError::ActorUnavailable(format!("reading the batch's item records: {e}"))
+            })??);
+        }
+    }
+    found.sort_unstable_by_key(|(i, _, _)| *i);
+    if found.len() != n {
+        return Err(EngineError::ActorUnavailable(format!(
+            "reading the batch's item records: {} of {n} items answered",
+            found.len()
+        )));
+    }
+    Ok(found
+        .into_iter()
+        .map(|(_, item, found)| (item, found))
+        .collect())
+}
+
+/// The records of a group of items sorted by key (with their positions in the
+/// feed). The success markers are found by one scan (`scan_markers`); every
+/// item it does not answer is read by `look_up`, a few at a time.
+async fn look_up_group(
+    services: Arc<Services>,
+    batch_id: String,
+    items: Vec<(usize, ManifestItem)>,
+) -> Result<Vec<(usize, ManifestItem, Found)>> {
+    let (services, batch_id) = (&services, batch_id.as_str());
+    let mut scanned = if items.len() >= SCAN_MIN_ITEMS {
+        scan_markers(services, batch_id, &items).await?
+    } else {
+        Vec::new()
+    };
+    scanned.resize_with(items.len(), || None);
+    // A scanned success marker with its output inline (or none) answers at
+    // once; the other items need reads.
+    let mut found = Vec::with_capacity(items.len());
+    let mut reads = Vec::new();
+    for ((i, item), scanned) in items.into_iter().zip(scanned) {
+        match scanned {
+            Some(mut marker) if !matches!(marker.output, Some(OutputRef::Blob(_))) => {
+                let output = match marker.output.take() {
+                    Some(OutputRef::Inline(bytes)) => Some(bytes),
+                    _ => None,
+                };
+                found.push((i, item, Found::Answered(marker, output)));
+            }
+            scanned => reads.push((i, item, scanned)),
+        }
+    }
+    let read: Vec<_> = futures_util::stream::iter(reads)
+        .map(|(i, item, scanned)| async move {
+            let found = match scanned {
+                Some(marker) => answer(services, marker).await,
+                None => look_up(services, batch_id, &item.key).await?,
+            };
+            Ok::<_, EngineError>((i, item, found))
+        })
+        .buffered(LOOKUPS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    found.extend(read);
+    Ok(found)
+}
+
+/// The success markers of `items` (sorted by key), by position, found by one
+/// scan of the marker keys from the first item's key to the last's. The scan
+/// stops early when most entries it passes are other items' markers (keys
+/// that sort together need not be neighbours in the store: `item-0`..
+/// `item-999` span every `item-1…` key), so it passes at most about twice as
+/// many entries as the group has items, and an item may be missed; the caller
+/// reads every item without a success marker here one by one. A success
+/// marker is final whenever the scan saw it (see `look_up`).
+async fn scan_markers(
+    services: &Services,
+    batch_id: &str,
+    items: &[(usize, ManifestItem)],
+) -> Result<Vec<Option<ItemMarker>>> {
+    let mut found: Vec<Option<ItemMarker>> = (0..items.len()).map(|_| None).collect();
+    let (Some((_, first)), Some((_, last))) = (items.first(), items.last()) else {
+        return Ok(found);
+    };
+    let index: HashMap<&[u8], usize> = items
+        .iter()
+        .enumerate()
+        .map(|(at, (_, item))| (item.key.as_bytes(), at))
+        .collect();
+    let prefix = keys::item_marker_prefix(batch_id);
+    let range =
+        keys::item_marker_key(batch_id, &first.key)..=keys::item_marker_key(batch_id, &last.key);
+
+    let queue = services.queue()?;
+    let mut entries = std::pin::pin!(queue.view().kv_entries(
+        &prefix,
+        range,
+        KvOrder::Ascending,
+        SCAN_PAGE
+    ));
+    let (mut passed, mut ours) = (0, 0);
+    while let Some((key, raw)) = entries.try_next().await? {
+        passed += 1;
+        if let Some(&at) = index.get(&key[prefix.len()..]) {
+            ours += 1;
+            found[at] = succeeded(&key, Some(&raw));
+        }
+        if passed > 2 * ours + SCAN_SLACK {
+            break;
+        }
+    }
+    Ok(found)
+}
+
+/// The records of one item. The marker is read first: a success marker is
+/// final (an item with one is never enqueued again, and its terminal
+/// transaction deleted its active record), so a finished item costs one read.
+/// Otherwise the active record: present, the item's job is still queued or
+/// running. Absent, no job of the item is live, but one may have ended between
+/// the two reads (its marker is written in the transaction that deletes its
+/// active record), so the marker is read again: only a success there answers;
+/// anything else is enqueued.
+async fn look_up(services: &Services, batch_id: &str, key: &str) -> Result<Found> {
+    let queue = services.queue()?;
+    let marker_key = keys::item_marker_key(batch_id, key);
+    if let Some(marker) = succeeded(
+        &marker_key,
+        queue.view().kv_get(&marker_key).await?.as_deref(),
+    ) {
+        return Ok(answer(services, marker).await);
+    }
+    let active_key = keys::item_active_key(batch_id, key);
+    if let Some(job_id) = queue.view().kv_get(&active_key).await? {
+        return Ok(Found::Active(String::from_utf8_lossy(&job_id).into_owned()));
+    }
+    match succeeded(
+        &marker_key,
+        queue.view().kv_get(&marker_key).await?.as_deref(),
+    ) {
+        Some(marker) => Ok(answer(services, marker).await),
+        None => Ok(Found::Absent),
+    }
+}
+
+/// A marker that answers its item: decodable and a success.
+fn succeeded(key: &[u8], raw: Option<&[u8]>) -> Option<ItemMarker> {
+    let marker = records::decode::<ItemMarker>(key, raw?).ok()?;
+    (marker.status == ItemStatus::Succeeded).then_some(marker)
+}
+
+/// An item answered by its success marker, with its output's bytes.
+async fn answer(services: &Services, mut marker: ItemMarker) -> Found {
+    let output = output_of(services, marker.output.take()).await;
+    Found::Answered(marker, output)
 }
 
 impl Actor for Coordinator {

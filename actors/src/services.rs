@@ -177,6 +177,11 @@ impl Services {
     /// Submit a job. With an idempotency key, a live job with the same key is
     /// joined and a recorded outcome answers, atomically: the run record is
     /// created only if neither a run record nor an outcome record exists.
+    ///
+    /// Order of checks: reserved headers (before any read, so a finished key
+    /// does not hide them); for a keyed job, its outcome record (a finished job
+    /// answers from it with one read); then the compare-and-commit that creates
+    /// the job, and on a miss the run record, then the outcome record.
     pub async fn submit(&self, req: SubmitRequest) -> Result<Submitted> {
         if let Some(h) = req
             .headers
@@ -203,8 +208,20 @@ impl Services {
             });
         };
         let run_id = keys::keyed_run_id(key);
-        let run_key = keys::run_key(&run_id);
         let outcome_key = keys::outcome_key(&run_id);
+        // A finished job answers from its outcome record, without preparing a
+        // job or a transaction. This is the answer the compare-and-commit below
+        // would give at the moment of the read: an outcome record and a run
+        // record never exist together (a keyed job is created only when both
+        // are absent; the transaction that writes the outcome record deletes
+        // the run record), so the compare would fail, the run record would be
+        // absent and this outcome record would decide. Its input hash decides
+        // "same job" or `InputMismatch` exactly as there.
+        if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+            let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
+            return self.answer(rec.input_hash, hash, run_id);
+        }
+        let run_key = keys::run_key(&run_id);
         for _ in 0..MAX_SUBMIT_ROUNDS {
             let job_id = queue.next_job_id();
             let (options, payload) = self.enqueue_options(&req, &run_id, &job_id);

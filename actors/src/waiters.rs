@@ -150,14 +150,21 @@ impl WaitersState {
     }
 }
 
-/// Read the run record first: if it exists the run has not ended, and its end
-/// will be pushed to us. Otherwise the outcome record (committed in the same
-/// transaction that deleted the run record) answers, or nothing is known.
+/// Read the outcome record first: a run that has ended answers with one read
+/// (an outcome record and a run record never exist together, so no newer run
+/// can hide behind it). Otherwise the run record: if it exists the run has not
+/// ended, and its end will be pushed to us. If neither was seen, the run may
+/// have ended between the two reads (its outcome record is committed in the
+/// same transaction that deletes its run record): the outcome record is read
+/// once more, and if it is still absent nothing is known.
 async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord>, WaitError> {
     let read = |e: crate::EngineError| match e {
         crate::EngineError::ShutDown => WaitError::ShutDown,
         e => WaitError::Read(e.to_string()),
     };
+    if let Some(rec) = services.outcome(run_id).await.map_err(read)? {
+        return Ok(Some(rec));
+    }
     if services
         .run_record_of(run_id)
         .await
