@@ -28,8 +28,9 @@ impl Pipeline for Work {
     type Output = u64;
     type Error = ItemError;
     async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
-        // A little real work, so kills land mid-batch.
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        // Slow enough work that a batch spans several kills: 2 000 items at
+        // 200 at a time are 2.5 s of work, and each child lives 0.1–1 s.
+        tokio::time::sleep(Duration::from_millis(250)).await;
         Ok(ctx.input * 3)
     }
 }
