@@ -182,10 +182,19 @@ fn torture(kills: usize, max_delay_ms: u64) {
         );
         let queue = engine.engine_ref().services().queue().unwrap();
         let stats = queue.view().stats("bulk-items").await.unwrap();
+        // Nothing is left to run. A delivery killed on its last attempt is
+        // dead-lettered by the queue when the store reopens (each kill costs
+        // the attempts in flight); reconciliation records it failed and the
+        // resumed run runs the item again, so the queue may hold dead jobs
+        // while every item succeeded (asserted above).
         assert_eq!(
-            (stats.pending, stats.claimed, stats.scheduled, stats.dead),
-            (0, 0, 0, 0),
+            (stats.pending, stats.claimed, stats.scheduled),
+            (0, 0, 0),
             "{stats:?}"
+        );
+        eprintln!(
+            "kill9: {} deliveries dead-lettered by kills and re-run",
+            stats.dead
         );
         drop(queue);
         engine.shutdown().await.unwrap();
