@@ -64,11 +64,7 @@ pub(crate) async fn submit_typed<J: Job>(
 ) -> Result<JobHandle<J>> {
     let request = submit_request(&job, opts)?;
     let submitted = engine.submit(request).await?;
-    Ok(JobHandle::new(
-        submitted.run_id,
-        submitted.newly_submitted,
-        engine.clone(),
-    ))
+    Ok(JobHandle::submitted(submitted, engine.clone()))
 }
 
 /// A running engine. Cheap to clone; every clone talks to the same actor tree.

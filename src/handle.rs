@@ -3,9 +3,12 @@
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer_actors::{CancelResult, EngineRef, JobState, Outcome, OutcomeRecord, OutputRef};
+use gaffer_actors::{
+    CancelResult, EngineRef, JobState, Outcome, OutcomeRecord, OutputRef, Submitted,
+};
 
 use crate::error::{Error, JobError, JoinError, Result};
 use crate::job::Job;
@@ -15,6 +18,9 @@ use crate::job::Job;
 pub struct JobHandle<J: Job> {
     id: String,
     newly_submitted: bool,
+    /// The outcome record the submission was answered from (the job had
+    /// already ended): `join` waits only for it to be durable, not for a read.
+    recorded: Option<Arc<OutcomeRecord>>,
     engine: EngineRef,
     _job: PhantomData<fn() -> J>,
 }
@@ -24,6 +30,7 @@ impl<J: Job> Clone for JobHandle<J> {
         Self {
             id: self.id.clone(),
             newly_submitted: self.newly_submitted,
+            recorded: self.recorded.clone(),
             engine: self.engine.clone(),
             _job: PhantomData,
         }
@@ -75,6 +82,18 @@ impl<J: Job> JobHandle<J> {
         Self {
             id,
             newly_submitted,
+            recorded: None,
+            engine,
+            _job: PhantomData,
+        }
+    }
+
+    /// The handle a submission returns.
+    pub(crate) fn submitted(submitted: Submitted, engine: EngineRef) -> Self {
+        Self {
+            id: submitted.run_id,
+            newly_submitted: submitted.newly_submitted,
+            recorded: submitted.recorded.map(|r| Arc::new(*r)),
             engine,
             _job: PhantomData,
         }
@@ -91,9 +110,17 @@ impl<J: Job> JobHandle<J> {
         self.newly_submitted
     }
 
-    /// Wait for the job to end.
+    /// Wait for the job to end. A handle whose submission was answered from the
+    /// job's recorded outcome answers from that record, without reading it again.
     pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
-        let record = self.engine.await_job(&self.id).await?;
+        let record = match &self.recorded {
+            Some(recorded) => {
+                self.engine
+                    .await_recorded(&self.id, OutcomeRecord::clone(recorded))
+                    .await?
+            }
+            None => self.engine.await_job(&self.id).await?,
+        };
         decode_outcome::<J>(&self.engine, &record).await
     }
 

@@ -802,6 +802,44 @@ async fn idempotent_resubmit_after_result_swept_reruns() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_resubmission_answered_from_the_record_joins_from_it_without_reading_again() {
+    let clock = clock();
+    let probe = Probe::new(Gate::opened());
+    let engine = common::memory_builder(clock.clone())
+        .register::<Keyed>()
+        .state(probe.clone())
+        .retention(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+
+    let first = engine.submit(Keyed::new("carried", 4)).await.unwrap();
+    assert_eq!(join(&first).await, Ok(8));
+    let again = engine.submit(Keyed::new("carried", 4)).await.unwrap();
+    assert!(!again.newly_submitted(), "answered from the record");
+
+    // Retention removes the record: a join that read it now would find no job.
+    clock.advance(Duration::from_secs(61));
+    engine.engine_ref().sweep_now().await.unwrap();
+    assert_eq!(again.status().await.unwrap(), None, "the record was swept");
+    match first.join().await {
+        Err(Error::Engine(EngineError::JobNotFound(id))) => assert_eq!(id, first.id()),
+        other => {
+            panic!("a handle without the record reads it: expected JobNotFound, got {other:?}")
+        }
+    }
+    assert_eq!(
+        join(&again).await,
+        Ok(8),
+        "the record the submission read answers"
+    );
+    assert_eq!(join(&again.clone()).await, Ok(8), "and so does a clone");
+    assert_eq!(probe.runs(), 1);
+
+    shutdown(engine).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn retention_removes_the_outcome_record() {
     let clock = clock();
     let engine = common::memory_builder(clock.clone())

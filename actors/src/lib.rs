@@ -99,6 +99,25 @@ impl EngineRef {
 
     /// Wait for a job to end and return its outcome record.
     pub async fn await_job(&self, run_id: &str) -> Result<OutcomeRecord> {
+        self.await_outcome(run_id, None).await
+    }
+
+    /// The outcome of a job whose submission was answered from its outcome
+    /// record (`Submitted::recorded`): that record once it is durable, without
+    /// reading it again.
+    pub async fn await_recorded(
+        &self,
+        run_id: &str,
+        record: OutcomeRecord,
+    ) -> Result<OutcomeRecord> {
+        self.await_outcome(run_id, Some(Box::new(record))).await
+    }
+
+    async fn await_outcome(
+        &self,
+        run_id: &str,
+        recorded: Option<Box<OutcomeRecord>>,
+    ) -> Result<OutcomeRecord> {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
@@ -107,7 +126,16 @@ impl EngineRef {
         // records are never read here directly: only the waiters know whether a
         // record read now is durable.
         for _ in 0..3 {
-            match ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string()) {
+            let asked = match &recorded {
+                None => ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string()),
+                Some(record) => ractor::call!(
+                    self.actor,
+                    EngineMessage::AwaitRecorded,
+                    run_id.to_string(),
+                    record.clone()
+                ),
+            };
+            match asked {
                 Ok(Ok(record)) => return Ok(record),
                 Ok(Err(WaitError::NotFound(id))) => return Err(EngineError::JobNotFound(id)),
                 Ok(Err(WaitError::ShutDown)) => return Err(EngineError::ShutDown),

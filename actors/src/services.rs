@@ -50,6 +50,11 @@ pub struct Submitted {
     /// True when this call created the job; false when it joined a live job or
     /// found a recorded outcome.
     pub newly_submitted: bool,
+    /// The outcome record this submission was answered from, when the job had
+    /// already ended. It was read from the store and may belong to a commit
+    /// still in flight: [`EngineRef::await_recorded`](crate::EngineRef::await_recorded)
+    /// returns it once it is durable, without reading it again.
+    pub recorded: Option<Box<OutcomeRecord>>,
 }
 
 /// Where a job is in its life.
@@ -205,6 +210,7 @@ impl Services {
             return Ok(Submitted {
                 run_id: job_id,
                 newly_submitted: true,
+                recorded: None,
             });
         };
         let run_id = keys::keyed_run_id(key);
@@ -219,7 +225,7 @@ impl Services {
         // "same job" or `InputMismatch` exactly as there.
         if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
             let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
-            return self.answer(rec.input_hash, hash, run_id);
+            return self.answer_recorded(rec, hash, run_id);
         }
         let run_key = keys::run_key(&run_id);
         for _ in 0..MAX_SUBMIT_ROUNDS {
@@ -240,6 +246,7 @@ impl Services {
                 return Ok(Submitted {
                     run_id,
                     newly_submitted: true,
+                    recorded: None,
                 });
             }
             // Someone holds the id: a live run or a recorded outcome. Read the run
@@ -251,7 +258,7 @@ impl Services {
             }
             if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
                 let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
-                return self.answer(rec.input_hash, hash, run_id);
+                return self.answer_recorded(rec, hash, run_id);
             }
             // Both were removed in between (retention): try again.
         }
@@ -260,15 +267,29 @@ impl Services {
         )))
     }
 
+    /// A submission that joins the live run `run_id`, whose input hash is `recorded`.
     fn answer(&self, recorded: [u8; 32], hash: [u8; 32], run_id: String) -> Result<Submitted> {
         if recorded == hash {
             Ok(Submitted {
                 run_id,
                 newly_submitted: false,
+                recorded: None,
             })
         } else {
             Err(EngineError::InputMismatch(run_id))
         }
+    }
+
+    /// A submission answered by the outcome record of the ended run `run_id`.
+    fn answer_recorded(
+        &self,
+        record: OutcomeRecord,
+        hash: [u8; 32],
+        run_id: String,
+    ) -> Result<Submitted> {
+        let mut submitted = self.answer(record.input_hash, hash, run_id)?;
+        submitted.recorded = Some(Box::new(record));
+        Ok(submitted)
     }
 
     fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Vec<u8> {

@@ -46,6 +46,14 @@ pub enum EngineMessage {
         String,
         RpcReplyPort<std::result::Result<OutcomeRecord, WaitError>>,
     ),
+    /// As `AwaitJob` for a job whose outcome record a submission was answered
+    /// from ([`Submitted::recorded`]): answers with that record once it is
+    /// durable, without reading it again.
+    AwaitRecorded(
+        String,
+        Box<OutcomeRecord>,
+        RpcReplyPort<std::result::Result<OutcomeRecord, WaitError>>,
+    ),
     /// Tell this actor (by a [`JobFinished`] message) when the job ends.
     WatchJob(String, DerivedActorRef<JobFinished>),
     /// Where a job is now.
@@ -619,12 +627,21 @@ impl Actor for Supervisor {
                 let _ = state.waiters.cast(WaitersMessage::Await {
                     run_id,
                     waiter: Waiter::Reply(reply),
+                    recorded: None,
+                });
+            }
+            EngineMessage::AwaitRecorded(run_id, record, reply) => {
+                let _ = state.waiters.cast(WaitersMessage::Await {
+                    run_id,
+                    waiter: Waiter::Reply(reply),
+                    recorded: Some(record),
                 });
             }
             EngineMessage::WatchJob(run_id, to) => {
                 let _ = state.waiters.cast(WaitersMessage::Await {
                     run_id,
                     waiter: Waiter::Notify(to),
+                    recorded: None,
                 });
             }
             EngineMessage::JobStatus(run_id, reply) => {

@@ -71,6 +71,10 @@ pub enum WaitersMessage {
         run_id: String,
         /// Who to tell.
         waiter: Waiter,
+        /// Its outcome record as the caller already read it (a submission
+        /// answered from it): it answers at once, without a read, unless a
+        /// terminal commit of this run is in flight.
+        recorded: Option<Box<OutcomeRecord>>,
     },
     /// A settlement ended `run_id`.
     Settled {
@@ -124,7 +128,23 @@ pub struct WaitersState {
 }
 
 impl WaitersState {
-    fn add(&mut self, myself: &ActorRef<WaitersMessage>, run_id: String, waiter: Waiter) {
+    fn add(
+        &mut self,
+        myself: &ActorRef<WaitersMessage>,
+        run_id: String,
+        waiter: Waiter,
+        recorded: Option<Box<OutcomeRecord>>,
+    ) {
+        // A record the caller read is durable unless its commit is in flight:
+        // a commit is announced (`Settling`) before it begins and leaves
+        // `settling` only once it is durable (or aborted, as a read here would
+        // see it too). Otherwise the records are read as for any waiter.
+        if let Some(record) = recorded
+            && !self.settling.contains_key(&run_id)
+        {
+            waiter.resolve(&run_id, Ok(*record));
+            return;
+        }
         self.waiting.entry(run_id.clone()).or_default().push(waiter);
         let services = self.services.clone();
         let myself = myself.clone();
@@ -203,7 +223,11 @@ impl Actor for Waiters {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            WaitersMessage::Await { run_id, waiter } => state.add(&myself, run_id, waiter),
+            WaitersMessage::Await {
+                run_id,
+                waiter,
+                recorded,
+            } => state.add(&myself, run_id, waiter, recorded),
             WaitersMessage::Settled { run_id, record } => {
                 state.settle_done(&run_id);
                 state.resolve(&run_id, Ok(*record))
@@ -255,5 +279,110 @@ impl Actor for Waiters {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use taquba::Queue;
+    use taquba::object_store::{ObjectStore, memory::InMemory};
+
+    use super::*;
+    use crate::records::{Outcome, OutputRef};
+    use crate::settings::Settings;
+
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    fn record(output: u8) -> OutcomeRecord {
+        OutcomeRecord {
+            job_id: "job".into(),
+            job_type: "t".into(),
+            input_hash: [0; 32],
+            attempts: 1,
+            finished_at_ms: 0,
+            outcome: Outcome::Succeeded(OutputRef::Inline(vec![output])),
+        }
+    }
+
+    /// A waiters actor over an empty store: a read of any run finds nothing.
+    async fn waiters() -> (ActorRef<WaitersMessage>, Arc<Queue>) {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let queue = Arc::new(Queue::open(store.clone(), "q").await.unwrap());
+        let services = Services::new(&queue, store, Settings::default(), queue.clock());
+        let (actor, _) = Actor::spawn(None, Waiters, Arc::new(services))
+            .await
+            .unwrap();
+        (actor, queue)
+    }
+
+    fn await_recorded(
+        actor: &ActorRef<WaitersMessage>,
+        run_id: &str,
+        recorded: Option<OutcomeRecord>,
+    ) -> tokio::task::JoinHandle<Result<OutcomeRecord, WaitError>> {
+        let actor = actor.clone();
+        let run_id = run_id.to_string();
+        tokio::spawn(async move {
+            actor
+                .call(
+                    |reply| WaitersMessage::Await {
+                        run_id,
+                        waiter: Waiter::Reply(reply),
+                        recorded: recorded.map(Box::new),
+                    },
+                    Some(LIMIT),
+                )
+                .await
+                .expect("the waiters actor answers")
+                .success_or(WaitError::Read("no answer in time".into()))
+                .expect("answered in time")
+        })
+    }
+
+    #[tokio::test]
+    async fn a_record_the_caller_read_answers_without_a_read() {
+        let (actor, _queue) = waiters().await;
+        // The store holds nothing for this run: a read would answer NotFound.
+        let got = await_recorded(&actor, "r", Some(record(7))).await.unwrap();
+        assert_eq!(got, Ok(record(7)));
+        let got = await_recorded(&actor, "r", None).await.unwrap();
+        assert_eq!(
+            got,
+            Err(WaitError::NotFound("r".into())),
+            "a read finds nothing"
+        );
+        actor.stop(None);
+    }
+
+    #[tokio::test]
+    async fn a_record_read_while_its_commit_is_in_flight_waits_for_the_durable_settlement() {
+        let (actor, _queue) = waiters().await;
+        actor.cast(WaitersMessage::Settling("r".into())).unwrap();
+        let waiting = await_recorded(&actor, "r", Some(record(7)));
+        // Messages are handled in order: once the count is 1, the `Await` was
+        // handled and did not answer from the record it carried.
+        let mut waiting_count = 0;
+        for _ in 0..1000 {
+            waiting_count = ractor::call!(actor, WaitersMessage::GetWaiting).unwrap();
+            if waiting_count == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            waiting_count, 1,
+            "the caller waits instead of being answered"
+        );
+        assert!(!waiting.is_finished());
+        actor
+            .cast(WaitersMessage::Settled {
+                run_id: "r".into(),
+                record: Box::new(record(8)),
+            })
+            .unwrap();
+        assert_eq!(waiting.await.unwrap(), Ok(record(8)));
+        actor.stop(None);
     }
 }
