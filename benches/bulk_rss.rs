@@ -14,12 +14,17 @@
 //! The store is a fresh temp dir (removed at the end unless `--keep`), with a
 //! 1 ms WAL flush. Every `BULK_REPORT_SECS` (default 10) a progress line shows
 //! items done, rate, VmRSS and VmHWM, so a long run shows its memory trend.
+//! With `RUST_LOG` set (say `RUST_LOG=slatedb=debug`) the log goes to stderr.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gaffer::{BulkCtx, Engine, ItemError, Pipeline};
+
+#[path = "common/rss.rs"]
+mod rss;
+use rss::{disk_usage, mib, rss_kib};
 
 struct Trivial {
     memo: bool,
@@ -51,49 +56,9 @@ impl Pipeline for Trivial {
     }
 }
 
-/// `(VmRSS, VmHWM)` in KiB.
-fn rss_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
-}
-
-/// Bytes and files under `dir`.
-fn disk_usage(dir: &std::path::Path) -> (u64, u64) {
-    let mut bytes = 0;
-    let mut files = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            match e.metadata() {
-                Ok(m) if m.is_dir() => stack.push(e.path()),
-                Ok(m) => {
-                    bytes += m.len();
-                    files += 1;
-                }
-                Err(_) => {}
-            }
-        }
-    }
-    (bytes, files)
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    rss::init_log();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let memo = args.iter().any(|a| a == "--memo");
     let keep = args.iter().any(|a| a == "--keep");
