@@ -765,8 +765,8 @@ async fn idempotency_key_short_circuits_to_cached_failure_after_completion() {
 // 13–14. Retention
 // ---------------------------------------------------------------------------
 
-#[tokio::test(start_paused = true)]
-async fn idempotent_resubmit_after_result_swept_reruns() {
+/// An engine running `Keyed` (always open) whose outcome records are kept 60 s.
+async fn keyed_with_retention() -> (Arc<MockClock>, Arc<Probe>, Engine) {
     let clock = clock();
     let probe = Probe::new(Gate::opened());
     let engine = common::memory_builder(clock.clone())
@@ -776,6 +776,12 @@ async fn idempotent_resubmit_after_result_swept_reruns() {
         .start()
         .await
         .unwrap();
+    (clock, probe, engine)
+}
+
+#[tokio::test(start_paused = true)]
+async fn idempotent_resubmit_after_result_swept_reruns() {
+    let (clock, probe, engine) = keyed_with_retention().await;
 
     let first = engine.submit(Keyed::new("swept", 3)).await.unwrap();
     assert_eq!(join(&first).await, Ok(6));
@@ -803,15 +809,7 @@ async fn idempotent_resubmit_after_result_swept_reruns() {
 
 #[tokio::test(start_paused = true)]
 async fn a_resubmission_answered_from_the_record_joins_from_it_without_reading_again() {
-    let clock = clock();
-    let probe = Probe::new(Gate::opened());
-    let engine = common::memory_builder(clock.clone())
-        .register::<Keyed>()
-        .state(probe.clone())
-        .retention(Duration::from_secs(60))
-        .start()
-        .await
-        .unwrap();
+    let (clock, probe, engine) = keyed_with_retention().await;
 
     let first = engine.submit(Keyed::new("carried", 4)).await.unwrap();
     assert_eq!(join(&first).await, Ok(8));

@@ -194,9 +194,22 @@ pub async fn batch_head(services: &Services, batch_id: &str) -> Result<Option<Ba
 
 /// Read manifest chunk `index`.
 pub async fn read_chunk(services: &Services, batch_id: &str, index: u32) -> Result<ManifestChunk> {
+    with_chunk(services, batch_id, index, |key, raw| {
+        records::decode(key, raw)
+    })
+    .await
+}
+
+/// Apply `f` to the key and stored bytes of manifest chunk `index`.
+async fn with_chunk<T>(
+    services: &Services,
+    batch_id: &str,
+    index: u32,
+    f: impl FnOnce(&[u8], &[u8]) -> Result<T>,
+) -> Result<T> {
     let key = keys::manifest_chunk_key(batch_id, index);
     match services.queue()?.view().kv_get(&key).await? {
-        Some(raw) => records::decode(&key, &raw),
+        Some(raw) => f(&key, &raw),
         None => Err(EngineError::CorruptRecord {
             key: String::from_utf8_lossy(&key).into_owned(),
             reason: "manifest chunk missing".into(),
@@ -290,15 +303,11 @@ impl ManifestWriter<'_> {
             // Equal bytes are an equal chunk (the encoding is deterministic);
             // other bytes are decoded and compared, in case an equal chunk was
             // encoded differently.
-            let key = keys::manifest_chunk_key(self.batch_id, index);
-            let Some(stored) = self.services.queue()?.view().kv_get(&key).await? else {
-                return Err(EngineError::CorruptRecord {
-                    key: String::from_utf8_lossy(&key).into_owned(),
-                    reason: "manifest chunk missing".into(),
-                });
-            };
-            if stored[..] != bytes[..] && records::decode::<ManifestChunk>(&key, &stored)? != chunk
-            {
+            let same = with_chunk(self.services, self.batch_id, index, |key, stored| {
+                Ok(stored == &bytes[..] || records::decode::<ManifestChunk>(key, stored)? == chunk)
+            })
+            .await?;
+            if !same {
                 return Err(EngineError::BatchMismatch(self.batch_id.to_string()));
             }
             return Ok(());

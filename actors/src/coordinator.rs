@@ -21,9 +21,7 @@ use crate::batches::BatchesMessage;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::keys;
-use crate::records::{
-    self, BatchHead, ItemMarker, ItemStatus, ManifestItem, OutputRef, merge_cost,
-};
+use crate::records::{self, BatchHead, ItemMarker, ItemStatus, ManifestItem, merge_cost};
 use crate::services::Services;
 
 /// Messages of a coordinator.
@@ -402,24 +400,10 @@ async fn look_up_group(
         Vec::new()
     };
     scanned.resize_with(items.len(), || None);
-    // A scanned success marker with its output inline (or none) answers at
-    // once; the other items need reads.
-    let mut found = Vec::with_capacity(items.len());
-    let mut reads = Vec::new();
-    for ((i, item), scanned) in items.into_iter().zip(scanned) {
-        match scanned {
-            Some(mut marker) if !matches!(marker.output, Some(OutputRef::Blob(_))) => {
-                let output = match marker.output.take() {
-                    Some(OutputRef::Inline(bytes)) => Some(bytes),
-                    _ => None,
-                };
-                found.push((i, item, Found::Answered(marker, output)));
-            }
-            scanned => reads.push((i, item, scanned)),
-        }
-    }
-    let read: Vec<_> = futures_util::stream::iter(reads)
-        .map(|(i, item, scanned)| async move {
+    // A scanned success marker answers without a read (unless its output is a
+    // blob to fetch); every other item is read.
+    futures_util::stream::iter(items.into_iter().zip(scanned))
+        .map(|((i, item), scanned)| async move {
             let found = match scanned {
                 Some(marker) => answer(services, marker).await,
                 None => look_up(services, batch_id, &item.key).await?,
@@ -428,9 +412,7 @@ async fn look_up_group(
         })
         .buffered(LOOKUPS_IN_FLIGHT)
         .try_collect()
-        .await?;
-    found.extend(read);
-    Ok(found)
+        .await
 }
 
 /// The success markers of `items` (sorted by key), by position, found by one

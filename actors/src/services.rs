@@ -267,9 +267,10 @@ impl Services {
         )))
     }
 
-    /// A submission that joins the live run `run_id`, whose input hash is `recorded`.
-    fn answer(&self, recorded: [u8; 32], hash: [u8; 32], run_id: String) -> Result<Submitted> {
-        if recorded == hash {
+    /// A submission that joins the run `run_id`, whose input hash is
+    /// `run_hash` (`InputMismatch` unless it is this submission's `hash`).
+    fn answer(&self, run_hash: [u8; 32], hash: [u8; 32], run_id: String) -> Result<Submitted> {
+        if run_hash == hash {
             Ok(Submitted {
                 run_id,
                 newly_submitted: false,
