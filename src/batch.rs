@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use gaffer_actors::{BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemStatus, RecordSink};
+use gaffer_actors::{BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, RecordSink};
 
 use crate::cost::CostReport;
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
-use crate::sink::{OutputRecord, OutputSink};
+use crate::sink::{
+    OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED, STATUS_OUTPUT_UNAVAILABLE,
+    STATUS_SUCCEEDED,
+};
 
 /// What a completed run of a batch counted. Every manifest item is counted
 /// exactly once: from its settlement in this run, or from the marker an
@@ -34,8 +37,12 @@ pub struct BulkReport {
     pub cost: CostReport,
     /// Keys of failed items, in completion order.
     pub failed_keys: Vec<String>,
-    /// Records the sink rejected, or outputs that failed JSON conversion.
+    /// Item records the sink rejected, or could not be given their output
+    /// (it could not be read, or failed JSON conversion): written with status
+    /// `output_unavailable`.
     pub sink_errors: u64,
+    /// Keys of those items, in order.
+    pub sink_error_keys: Vec<String>,
 }
 
 /// A running batch's progress.
@@ -277,6 +284,7 @@ impl<P: Pipeline> Batch<P> {
             cost: o.cost.into(),
             failed_keys: o.failed_keys,
             sink_errors: o.sink_errors,
+            sink_error_keys: o.sink_error_keys,
         };
         if let Some(threshold) = self.fail_threshold
             && report.total > 0
@@ -338,48 +346,45 @@ struct SinkAdapter<P> {
 }
 
 impl<P: Pipeline> RecordSink for SinkAdapter<P> {
-    fn write(
-        &self,
-        key: &str,
-        status: ItemStatus,
-        output: Option<&[u8]>,
-        error: Option<&str>,
-    ) -> std::result::Result<(), String> {
-        let mut conversion_error = None;
-        let output = match output {
-            Some(bytes) => match rmp_serde::from_slice::<P::Output>(bytes) {
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), String> {
+        // A succeeded item is written as succeeded only with its output; an
+        // output that cannot be read or converted is an error record.
+        let (status, output, error) = match record {
+            ItemRecord::Succeeded { output } => match rmp_serde::from_slice::<P::Output>(output) {
                 Ok(value) => match serde_json::to_value(&value) {
-                    Ok(json) => Some(json),
-                    Err(e) => {
-                        conversion_error = Some(format!("output failed JSON conversion: {e}"));
-                        None
-                    }
+                    Ok(json) => (STATUS_SUCCEEDED, Some(json), None),
+                    Err(e) => (
+                        STATUS_OUTPUT_UNAVAILABLE,
+                        None,
+                        Some(format!("output failed JSON conversion: {e}")),
+                    ),
                 },
-                Err(e) => {
-                    conversion_error = Some(format!(
+                Err(e) => (
+                    STATUS_OUTPUT_UNAVAILABLE,
+                    None,
+                    Some(format!(
                         "recorded output no longer decodes as `{}`'s output: {e}",
                         P::NAME
-                    ));
-                    None
-                }
+                    )),
+                ),
             },
-            None => None,
+            ItemRecord::Failed { error } => (STATUS_FAILED, None, Some(error.to_string())),
+            ItemRecord::Cancelled => (STATUS_CANCELLED, None, None),
+            ItemRecord::OutputUnavailable { error } => {
+                (STATUS_OUTPUT_UNAVAILABLE, None, Some(error.to_string()))
+            }
         };
+        let unavailable = status == STATUS_OUTPUT_UNAVAILABLE;
         let record = OutputRecord {
             key: key.to_string(),
-            status: match status {
-                ItemStatus::Succeeded => "succeeded",
-                ItemStatus::Failed => "failed",
-                ItemStatus::Cancelled => "cancelled",
-            }
-            .to_string(),
+            status: status.to_string(),
             output,
-            error: error.map(str::to_string).or(conversion_error.clone()),
+            error,
         };
         self.sink.write(&record).map_err(|e| e.to_string())?;
-        match conversion_error {
-            Some(e) => Err(e),
-            None => Ok(()),
+        match (unavailable, record.error) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(()),
         }
     }
 

@@ -63,7 +63,8 @@ impl JobContext {
         &self.delivery.run_id
     }
 
-    /// This delivery's attempt, 1-based.
+    /// This delivery's attempt, 1-based, as gaffer counts them: an attempt
+    /// cut short by a process exit is not counted.
     pub fn attempt(&self) -> u32 {
         self.delivery.attempt
     }
@@ -118,6 +119,14 @@ impl JobContext {
     /// Submit another job now. It is independent of this one: it runs even if
     /// this job fails, and a retry of this job submits it again unless it has an
     /// idempotency key.
+    ///
+    /// This job may await it (`handle.await`): while it waits, its worker slot
+    /// is given back to its type (the pool runs one more job meanwhile), so
+    /// parents awaiting children complete at any concurrency, even when the
+    /// children are of the parent's own type. If the engine shuts down during
+    /// the wait, the wait ends with `ShutDown` and this job can fail (it runs
+    /// again after the next start). Await in this job's own task: a wait in a
+    /// task it spawns does not give the slot back.
     pub async fn submit<J: Job>(&self, job: J) -> Result<JobHandle<J>> {
         self.submit_with(job, SubmitOptions::default()).await
     }

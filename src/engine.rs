@@ -134,6 +134,25 @@ impl Engine {
         self.inner.subscribe()
     }
 
+    /// Have the actor `to` told (a [`BatchFinished`](gaffer_actors::BatchFinished)
+    /// message) when the run of batch `batch_id` in progress here ends: how a
+    /// service restarted by its supervisor re-attaches to the batch it
+    /// started. `to` gets `BatchNotRunning` if no run is in progress.
+    pub fn watch_batch(
+        &self,
+        batch_id: &str,
+        to: ractor::DerivedActorRef<gaffer_actors::BatchFinished>,
+    ) -> Result<()> {
+        Ok(self.inner.watch_batch(batch_id, to)?)
+    }
+
+    /// Resume a job type (or pipeline) that was paused after crashing too
+    /// often (`EngineEvent::JobTypePaused`): it claims its queued jobs again.
+    /// Answers whether it was paused.
+    pub async fn resume_job_type(&self, name: &str) -> Result<bool> {
+        Ok(self.inner.resume_job_type(name).await?)
+    }
+
     /// The supervisor's `ActorRef`, for services that talk to the engine by
     /// message (`call!(engine.actor(), EngineMessage::SubmitJob, request)`).
     pub fn actor(&self) -> &ActorRef<EngineMessage> {
@@ -180,6 +199,7 @@ pub struct EngineBuilder {
     settings: Settings,
     registrations: Vec<PendingRegistration>,
     state: StateMap,
+    events: gaffer_actors::events::EventSender,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -211,6 +231,7 @@ impl Default for EngineBuilder {
             settings: Settings::default(),
             registrations: Vec::new(),
             state: StateMap::new(),
+            events: gaffer_actors::events::channel(),
         }
     }
 }
@@ -269,12 +290,20 @@ impl EngineBuilder {
         self
     }
 
+    /// Lifecycle events of the engine this builder starts, from its very
+    /// start (a subscription taken after `start` can miss the first events:
+    /// jobs left queued in the store may already run).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.events.subscribe()
+    }
+
     /// Register a job type.
     pub fn register<J: Job>(self) -> Self {
         self.register_inner::<J>(None)
     }
 
-    /// Register a job type with its own worker count (default: `max_concurrent_jobs`).
+    /// Register a job type with its own worker count (default:
+    /// `max_concurrent_jobs`): its capacity, over its own queue.
     pub fn register_with_concurrency<J: Job>(self, workers: usize) -> Self {
         self.register_inner::<J>(Some(workers))
     }
@@ -327,13 +356,18 @@ impl EngineBuilder {
         self
     }
 
-    /// The taquba queue holding the jobs. Default `"jobs"`.
+    /// Prefix of the taquba queues of job types: each type has its own queue,
+    /// `{prefix}.{type}` (queue configs given to `open_options` use those
+    /// names). Default `"jobs"`.
     pub fn queue_name(mut self, name: impl Into<String>) -> Self {
         self.settings.queue_name = name.into();
         self
     }
 
-    /// Jobs held by handlers at once, across job types. Default 16.
+    /// Jobs of one type running at once, for each type registered without a
+    /// count of its own (`register_with_concurrency`). Every job type has its
+    /// own workers and its own queue, so one type never takes another's
+    /// capacity. Default 16.
     pub fn max_concurrent_jobs(mut self, n: usize) -> Self {
         self.settings.max_concurrent_jobs = n;
         self
@@ -424,7 +458,7 @@ impl EngineBuilder {
                 std::fs::create_dir_all(&dir).map_err(|e| {
                     EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
                 })?;
-                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::Store)?)
+                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::from)?)
             }
             Store::InMemory => Arc::new(InMemory::new()),
             Store::Given(store) => store,
@@ -453,6 +487,7 @@ impl EngineBuilder {
             source,
             settings: self.settings,
             registrations,
+            events: Some(self.events),
         })
         .await?;
         Ok(Engine { inner })

@@ -112,6 +112,8 @@ impl<J: Job> JobHandle<J> {
 
     /// Wait for the job to end. A handle whose submission was answered from the
     /// job's recorded outcome answers from that record, without reading it again.
+    /// Called from inside a job, the wait gives that job's worker slot back
+    /// while it lasts (see [`JobContext::submit`](crate::JobContext::submit)).
     pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
         let record = match &self.recorded {
             Some(recorded) => {

@@ -56,16 +56,20 @@ pub use error::{Error, JobError, JoinError, Result};
 pub use handle::JobHandle;
 pub use job::{Job, payload_idempotency_key};
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
-pub use sink::{ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, read_jsonl};
+pub use sink::{
+    ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED,
+    STATUS_OUTPUT_UNAVAILABLE, STATUS_SUCCEEDED, read_jsonl,
+};
 
 pub use gaffer_actors::effects::Effects;
 /// Test helpers (feature `testing`): a fault-injecting object store.
 #[cfg(feature = "testing")]
 pub use gaffer_actors::testing;
 pub use gaffer_actors::{
-    BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent, EngineMessage,
-    EngineRef, FailureKind, JobFinished, JobState, MemoWrites, Outcome, OutcomeRecord, OutputRef,
-    PoolStats, Settings, ShutdownReport, SubmitRequest, Submitted, SweepReport, WaitError,
+    Attempts, BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent,
+    EngineMessage, EngineRef, FailureKind, ItemRecord, JobFinished, JobState, MemoWrites, Outcome,
+    OutcomeRecord, OutputRef, PoolStats, Settings, ShutdownReport, SubmitRequest, Submitted,
+    SweepReport, WaitError,
 };
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;

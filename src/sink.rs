@@ -9,25 +9,39 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// [`OutputRecord::status`] of a succeeded item (its `output` is set).
+pub const STATUS_SUCCEEDED: &str = "succeeded";
+/// [`OutputRecord::status`] of a failed item (its `error` says why).
+pub const STATUS_FAILED: &str = "failed";
+/// [`OutputRecord::status`] of a cancelled item.
+pub const STATUS_CANCELLED: &str = "cancelled";
+/// [`OutputRecord::status`] of an item that succeeded but whose output could
+/// not be given (it could not be read from the store, or not converted to
+/// JSON): its `error` says why, and the run counts it in `sink_errors`. A
+/// later run of the batch writes it again.
+pub const STATUS_OUTPUT_UNAVAILABLE: &str = "output_unavailable";
+
 /// One item's record in one run of a batch. Every run writes every item
 /// (items answered from an earlier run too), so consumers dedupe on `key`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutputRecord {
     /// Item key.
     pub key: String,
-    /// `"succeeded"`, `"failed"` or `"cancelled"`.
+    /// `"succeeded"` (with its output), `"failed"`, `"cancelled"` or
+    /// `"output_unavailable"` (see [`STATUS_OUTPUT_UNAVAILABLE`]).
     pub status: String,
     /// The output as JSON (succeeded items).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub output: Option<serde_json::Value>,
     /// The failure message (failed items), or why a succeeded item's output
-    /// could not be converted to JSON.
+    /// could not be given.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
 }
 
-/// Receives item records. Called from the batch's coordinator actor, one record
-/// at a time; `flush` once when a run completes (not when it is dropped).
+/// Receives item records, in order, on a thread of the batch run's own (a
+/// write may block on I/O without holding up the engine); `flush` once when a
+/// run completes (not when it is dropped).
 pub trait OutputSink: Send + Sync + 'static {
     /// One record. An error is counted in the report's `sink_errors`.
     fn write(&self, record: &OutputRecord) -> Result<()>;
@@ -50,8 +64,8 @@ impl OutputSink for NullSink {
 /// Writes one JSON object per line to a writer (wrap files in a `BufWriter`).
 #[derive(Debug)]
 pub struct JsonlSink<W: Write + Send> {
-    // Sink-local I/O state, written from one coordinator at a time; the lock
-    // only makes the sink `Sync`.
+    // Sink-local I/O state, written from one run's sink thread at a time; the
+    // lock only makes the sink `Sync`.
     writer: Mutex<W>,
 }
 

@@ -565,15 +565,11 @@ async fn an_unregistered_type_or_a_malformed_payload_fails_permanently() {
             Ok(())
         }
     }
-    let stranger = engine.submit(Stranger).await.unwrap();
-    let r = tokio::time::timeout(LIMIT, stranger.join())
-        .await
-        .expect("the job ends")
-        .unwrap();
+    // Refused at the submission: nothing is queued that no handler can run.
+    let refused = engine.submit(Stranger).await.unwrap_err();
     assert!(
-        matches!(&r, Err(e) if e.kind == FailureKind::Permanent
-            && e.message.contains("no handler registered for job type `stranger`")),
-        "{r:?}"
+        matches!(&refused, Error::Engine(EngineError::UnknownJobType(t)) if t == "stranger"),
+        "{refused:?}"
     );
 
     // A payload that does not decode as the registered type.
@@ -595,6 +591,66 @@ async fn an_unregistered_type_or_a_malformed_payload_fails_permanently() {
     );
     still_serves(&engine).await;
     assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+/// A job type the next version of the program no longer registers.
+#[derive(Serialize, Deserialize)]
+struct Retired(u32);
+
+impl Job for Retired {
+    const NAME: &'static str = "retired";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
+        Ok(self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_job_of_a_type_no_longer_registered_fails_permanently_with_its_record() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let old = common::shared_memory_builder(store.clone(), clock.clone())
+        .register::<Retired>()
+        .start()
+        .await
+        .unwrap();
+    // Queued for later, so it is still queued when this version stops.
+    let later = std::time::UNIX_EPOCH + Duration::from_millis(common::T0_MS + 60_000);
+    let handle = old
+        .submit_with(
+            Retired(1),
+            gaffer::SubmitOptions {
+                run_at: Some(later),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let id = handle.id().to_string();
+    assert!(old.shutdown().await.unwrap().queue_closed);
+
+    // The next version registers only `Echo`.
+    let new = common::shared_memory_builder(store, clock.clone())
+        .register::<Echo>()
+        .start()
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(61));
+    let queue = new.engine_ref().services().queue().unwrap();
+    queue.promote_scheduled_now().await.unwrap();
+    drop(queue);
+    let r = tokio::time::timeout(LIMIT, new.handle::<Retired>(&id).unwrap().join())
+        .await
+        .expect("the job ends")
+        .unwrap();
+    assert!(
+        matches!(&r, Err(e) if e.kind == FailureKind::Permanent
+            && e.message.contains("no handler registered for job type `retired`")),
+        "{r:?}"
+    );
+    still_serves(&new).await;
+    assert!(new.shutdown().await.unwrap().queue_closed);
 }
 
 #[tokio::test(start_paused = true)]

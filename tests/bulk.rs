@@ -23,7 +23,7 @@ use gaffer::{
     JsonlSink, OutputRecord, OutputSink, Pipeline, Settings,
 };
 use gaffer_actors::records::ItemMarker;
-use gaffer_actors::{BatchSpec, ItemStatus, RecordSink};
+use gaffer_actors::{BatchSpec, ItemRecord, ItemStatus, RecordSink};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -902,15 +902,9 @@ async fn resume_of_an_unknown_batch_and_duplicate_keys_are_rejected() {
         ),
         (0, 0, 0, 0)
     );
-    let stats = engine
-        .engine_ref()
-        .services()
-        .queue()
-        .unwrap()
-        .view()
-        .stats("bulk-items")
-        .await
-        .unwrap();
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let stats = common::totals(queue.view(), "bulk-items.").await;
+    drop(queue);
     assert_eq!(
         (stats.pending, stats.claimed, stats.done, stats.dead),
         (0, 0, 0, 0)
@@ -1216,17 +1210,19 @@ async fn memoized_with_cached_cost_records_cost_on_compute_and_memo_hit() {
 struct RawSink(Mutex<Vec<(String, ItemStatus, Option<String>)>>);
 
 impl RecordSink for RawSink {
-    fn write(
-        &self,
-        key: &str,
-        status: ItemStatus,
-        _output: Option<&[u8]>,
-        error: Option<&str>,
-    ) -> Result<(), String> {
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> Result<(), String> {
+        let (status, error) = match record {
+            ItemRecord::Succeeded { .. } => (ItemStatus::Succeeded, None),
+            ItemRecord::Failed { error } => (ItemStatus::Failed, Some(error.to_string())),
+            ItemRecord::Cancelled => (ItemStatus::Cancelled, None),
+            ItemRecord::OutputUnavailable { error } => {
+                (ItemStatus::Succeeded, Some(error.to_string()))
+            }
+        };
         self.0
             .lock()
             .unwrap()
-            .push((key.to_string(), status, error.map(str::to_string)));
+            .push((key.to_string(), status, error));
         Ok(())
     }
 }
@@ -1358,10 +1354,12 @@ async fn a_pipeline_output_that_fails_json_conversion_is_reported() {
     let records = sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].key, "item-0");
-    assert_eq!(records[0].status, "succeeded");
+    // Never written as succeeded without its output.
+    assert_eq!(records[0].status, gaffer::STATUS_OUTPUT_UNAVAILABLE);
     assert_eq!(records[0].output, None);
     let error = records[0].error.as_deref().unwrap_or_default();
     assert!(error.contains("JSON"), "{error}");
+    assert_eq!(report.sink_error_keys, vec!["item-0".to_string()]);
     shutdown(engine).await;
 }
 

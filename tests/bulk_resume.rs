@@ -169,7 +169,7 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         gaffer::taquba::Queue::open_with_options(store, "queue", common::test_options(clock))
             .await
             .unwrap();
-    let stats = queue.view().stats("bulk-items").await.unwrap();
+    let stats = common::totals(queue.view(), "bulk-items.").await;
     assert_eq!(
         (stats.pending, stats.claimed, stats.scheduled),
         (0, 0, 0),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{EngineEvent, FailureKind, Job, JobContext, Settings};
+use gaffer::{EngineEvent, Job, JobContext, Settings};
 use serde::{Deserialize, Serialize};
 
 /// Silence the panics the test jobs raise on purpose (and only those).
@@ -67,19 +67,6 @@ impl Job for Healthy {
     type Error = std::convert::Infallible;
     async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
         Ok(self.0 * 2)
-    }
-}
-
-/// Always panics.
-#[derive(Serialize, Deserialize)]
-struct Crashy(u32);
-
-impl Job for Crashy {
-    const NAME: &'static str = "crashy";
-    type Output = u32;
-    type Error = std::convert::Infallible;
-    async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
-        panic!("always")
     }
 }
 
@@ -160,8 +147,30 @@ async fn a_thousand_panicking_jobs_across_two_types_all_end_right_and_the_health
     assert!(engine.shutdown().await.unwrap().queue_closed);
 }
 
+/// Panics while the program is broken (a bad deploy), works once fixed.
+#[derive(Serialize, Deserialize)]
+struct Fragile(u32);
+
+/// Whether `Fragile` jobs panic.
+struct Broken(std::sync::atomic::AtomicBool);
+
+impl Job for Fragile {
+    const NAME: &'static str = "fragile";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.state::<Arc<Broken>>().0.load(Ordering::SeqCst) {
+            panic!("boom {}", self.0);
+        }
+        Ok(self.0)
+    }
+    fn max_attempts(&self) -> Option<u32> {
+        Some(10)
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_type_crashing_past_its_restart_limit_is_paused_and_its_handles_get_errors() {
+async fn a_type_crashing_past_its_restart_limit_is_paused_its_jobs_wait_and_a_resume_runs_them() {
     quiet_panics();
     let settings = Settings {
         poll_interval: Duration::from_millis(20),
@@ -169,43 +178,38 @@ async fn a_type_crashing_past_its_restart_limit_is_paused_and_its_handles_get_er
         restart_window: Duration::from_secs(60),
         ..Settings::default()
     };
+    let broken = Arc::new(Broken(std::sync::atomic::AtomicBool::new(true)));
     let engine = common::memory_builder(common::mock_clock())
         .settings(settings)
-        .register::<Crashy>()
+        .state(broken.clone())
+        .register::<Fragile>()
         .register::<Healthy>()
         .start()
         .await
         .unwrap();
     let mut events = engine.subscribe();
-    let crashy: Vec<_> = futures_util::future::join_all((0..10).map(|i| engine.submit(Crashy(i))))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let fragile: Vec<_> =
+        futures_util::future::join_all((0..10).map(|i| engine.submit(Fragile(i))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
     common::wait_event(
         &mut events,
         Duration::from_secs(600),
-        |e| matches!(e, EngineEvent::JobTypePaused { job_type } if job_type == "crashy"),
+        |e| matches!(e, EngineEvent::JobTypePaused { job_type } if job_type == "fragile"),
     )
     .await;
-    for handle in crashy {
-        let err = handle.join().await.unwrap().unwrap_err();
-        assert!(
-            err.message.contains("paused") || err.message.contains("handler crashed"),
-            "{err:?}"
-        );
+    // A paused type claims nothing: its jobs, and one submitted now, wait.
+    let late = engine.submit(Fragile(99)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for handle in fragile.iter().chain([&late]) {
+        assert_eq!(handle.fetch_result().await.unwrap(), None);
+        assert!(matches!(
+            handle.status().await.unwrap(),
+            Some(gaffer::JobState::Queued | gaffer::JobState::Scheduled)
+        ));
     }
-    // A crashy job submitted after the pause fails at once, permanently.
-    let late = engine
-        .submit(Crashy(99))
-        .await
-        .unwrap()
-        .join()
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(late.kind, FailureKind::Permanent);
-    assert!(late.message.contains("paused"), "{late:?}");
     // Everything else is served as before.
     for i in 0..20 {
         assert_eq!(
@@ -215,9 +219,22 @@ async fn a_type_crashing_past_its_restart_limit_is_paused_and_its_handles_get_er
     }
     let stats = engine.engine_ref().pool_stats().await.unwrap();
     assert!(
-        stats["crashy"].paused && !stats["healthy"].paused,
+        stats["fragile"].paused && !stats["healthy"].paused,
         "{stats:?}"
     );
+    assert_eq!((stats["fragile"].running, stats["fragile"].backlog), (0, 0));
+    // The fix is deployed: resuming the type runs every waiting job.
+    broken.0.store(false, Ordering::SeqCst);
+    assert!(engine.resume_job_type("fragile").await.unwrap());
+    for (i, handle) in fragile.into_iter().enumerate() {
+        assert_eq!(handle.await.unwrap(), i as u32);
+    }
+    assert_eq!(late.await.unwrap(), 99);
+    assert!(
+        !engine.resume_job_type("fragile").await.unwrap(),
+        "not paused any more"
+    );
+    assert!(engine.resume_job_type("nope").await.is_err());
     engine.shutdown().await.unwrap();
 }
 
@@ -291,7 +308,7 @@ async fn a_second_writer_fences_the_engine_which_reports_it_and_stops() {
     assert!(!err.is_permanent(), "{err}");
     assert!(engine.shutdown().await.is_err());
     // The new writer holds everything the engine committed.
-    let stats = other.view().stats("jobs").await.unwrap();
+    let stats = common::totals(other.view(), "").await;
     assert_eq!((stats.pending, stats.claimed), (0, 0), "{stats:?}");
     other.close().await.unwrap();
 }

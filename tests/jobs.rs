@@ -28,9 +28,6 @@ use sha2::{Digest, Sha256};
 /// Upper bound (virtual time) for anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// The queue the engine uses by default.
-const QUEUE: &str = "jobs";
-
 /// A gate jobs wait on until the test opens it. Stays open once opened, so a
 /// later attempt of the same job passes straight through.
 #[derive(Clone)]
@@ -545,7 +542,7 @@ async fn a_handler_extends_its_lease_through_the_context() {
     // T0 + 30 s; the extended one ends at least 600 s from now.
     let queue = engine.engine_ref().services().queue().unwrap();
     let expiry = queue
-        .lease_expiry(QUEUE, handle.id())
+        .lease_expiry(&common::job_queue(LongLease::NAME), handle.id())
         .expect("the running job has a lease");
     assert!(
         expiry >= common::T0_MS + 600_000,
@@ -875,33 +872,33 @@ async fn retention_removes_the_outcome_record() {
 // ---------------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
-async fn unknown_job_type_is_dead_lettered() {
+async fn submitting_an_unregistered_job_type_is_refused_at_once() {
     let engine = common::memory_builder(clock())
         .register::<Scale>()
         .state(Factor(1))
         .start()
         .await
         .unwrap();
-    let job = || Unregistered {
-        key: "orphan".into(),
-    };
-
-    let handle = engine.submit(job()).await.unwrap();
-    assert!(handle.newly_submitted());
-    let failure = join(&handle).await.unwrap_err();
-    assert_eq!(failure.kind, FailureKind::Permanent, "{failure:?}");
+    let refused = engine
+        .submit(Unregistered {
+            key: "orphan".into(),
+        })
+        .await
+        .unwrap_err();
     assert!(
-        failure.message.contains("no handler registered"),
-        "{failure:?}"
+        matches!(&refused, gaffer::Error::Engine(gaffer::EngineError::UnknownJobType(t)) if t == "unregistered"),
+        "{refused:?}"
     );
-    assert!(failure.message.contains("unregistered"), "{failure:?}");
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
-
-    let again = engine.submit(job()).await.unwrap();
-    assert!(!again.newly_submitted(), "answered from the record");
-    assert_eq!(again.id(), handle.id());
-    assert_eq!(join(&again).await, Err(failure));
-
+    // Nothing was enqueued anywhere.
+    let queue = engine.engine_ref().services().queue().unwrap();
+    for name in queue.view().list_queues().await.unwrap() {
+        assert_eq!(
+            queue.view().stats(&name).await.unwrap().pending,
+            0,
+            "{name}"
+        );
+    }
+    drop(queue);
     shutdown(engine).await;
 }
 
@@ -1235,15 +1232,9 @@ async fn a_submission_with_a_reserved_header_is_rejected() {
         other => panic!("expected ReservedHeader, got {other:?}"),
     }
     // Nothing was enqueued.
-    let stats = engine
-        .engine_ref()
-        .services()
-        .queue()
-        .unwrap()
-        .view()
-        .stats(QUEUE)
-        .await
-        .unwrap();
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let stats = common::totals(queue.view(), "").await;
+    drop(queue);
     assert_eq!(
         stats.pending + stats.scheduled + stats.claimed,
         0,

@@ -569,8 +569,7 @@ fn run_of(e: &EngineEvent) -> Option<&str> {
         EngineEvent::JobStarted { run_id, .. }
         | EngineEvent::JobSucceeded { run_id, .. }
         | EngineEvent::JobFailed { run_id, .. }
-        | EngineEvent::JobCancelled { run_id }
-        | EngineEvent::RunReconciled { run_id } => Some(run_id),
+        | EngineEvent::JobCancelled { run_id } => Some(run_id),
         _ => None,
     }
 }

@@ -113,37 +113,6 @@ async fn a_killed_waiters_actor_is_restarted_and_waiting_handles_still_resolve()
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_killed_claimer_is_restarted_with_its_credits_reconciled() {
-    let (open, rx) = watch::channel(false);
-    let gauge = Arc::new(Gauge::default());
-    let engine = jobs_engine(Gate(rx), gauge.clone()).start().await.unwrap();
-    let mut handles = Vec::new();
-    for i in 0..10 {
-        handles.push(engine.submit(Gated(i)).await.unwrap());
-    }
-    started(&engine, 2, &gauge).await;
-    kill(&engine, ChildKind::Claimer).await;
-    // Let the restart happen while both slots are held, then release.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        gauge.now.load(Ordering::SeqCst),
-        2,
-        "the new claimer must not over-claim"
-    );
-    open.send(true).unwrap();
-    for (i, h) in handles.into_iter().enumerate() {
-        assert_eq!(h.await.unwrap(), i as u32);
-    }
-    assert_eq!(
-        gauge.max.load(Ordering::SeqCst),
-        2,
-        "never more than 2 jobs at once"
-    );
-    assert_eq!(gauge.runs.load(Ordering::SeqCst), 10, "every job ran once");
-    engine.shutdown().await.unwrap();
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_killed_sweeper_is_restarted_and_retention_still_runs() {
     let clock = common::mock_clock();
     let (open, rx) = watch::channel(true);

@@ -19,6 +19,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use sha2::{Digest, Sha256};
 use taquba::{KvOrder, SettlementEffects};
 
+use crate::batches::BatchesMessage;
 use crate::coordinator::CoordinatorMessage;
 use crate::error::{EngineError, Result};
 use crate::keys;
@@ -37,20 +38,40 @@ pub const CHUNK_BYTES: usize = 192 * 1024;
 /// Manifest chunks written per transaction.
 const CHUNKS_PER_COMMIT: usize = 8;
 
-/// Receives one record per item per run. Called from the batch's coordinator
-/// actor, one record at a time.
+/// One item's record, as a sink receives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemRecord<'a> {
+    /// The item succeeded with this encoded output.
+    Succeeded {
+        /// The encoded output.
+        output: &'a [u8],
+    },
+    /// The item failed.
+    Failed {
+        /// Why.
+        error: &'a str,
+    },
+    /// The item was cancelled.
+    Cancelled,
+    /// The item succeeded but its output could not be read (its blob is
+    /// missing or the store failed): counted in
+    /// [`BatchOutcome::sink_errors`] and named in
+    /// [`BatchOutcome::sink_error_keys`]. A later run reads it again.
+    OutputUnavailable {
+        /// Why it could not be read.
+        error: &'a str,
+    },
+}
+
+/// Receives one record per item per run, in order, on a thread of the run's
+/// own (writes may block: a slow disk holds up only the sink, never the
+/// engine).
 pub trait RecordSink: Send + Sync + 'static {
-    /// One item's record. `output` is the encoded output of a succeeded item.
-    /// An `Err` is counted in [`BatchOutcome::sink_errors`] and logged; the
-    /// run goes on.
-    fn write(
-        &self,
-        key: &str,
-        status: ItemStatus,
-        output: Option<&[u8]>,
-        error: Option<&str>,
-    ) -> std::result::Result<(), String>;
-    /// Called once when the run completes.
+    /// One item's record. An `Err` is counted in
+    /// [`BatchOutcome::sink_errors`], the key named in
+    /// [`BatchOutcome::sink_error_keys`], and logged; the run goes on.
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), String>;
+    /// Called once when the run completes, after its last record.
     fn flush(&self) -> std::result::Result<(), String> {
         Ok(())
     }
@@ -100,17 +121,21 @@ pub struct BatchOutcome {
     pub failed_keys: Vec<String>,
     /// Wall time of the run.
     pub elapsed: Duration,
-    /// Items whose output could not be delivered to the sink as decoded.
+    /// Item records the sink rejected, or could not be given as they are
+    /// (an output that could not be read).
     pub sink_errors: u64,
+    /// Keys of those items, in order.
+    pub sink_error_keys: Vec<String>,
 }
 
-/// The message an actor that ran a batch by `RunBatchAndTell` receives.
+/// The message an actor that ran a batch by `RunBatchAndTell`, or watches it
+/// by `WatchBatch`, receives when the run ends.
 #[derive(Debug, Clone)]
 pub struct BatchFinished {
     /// The batch.
     pub batch_id: String,
     /// Its outcome, or why the run failed.
-    pub result: std::result::Result<BatchOutcome, String>,
+    pub result: std::result::Result<BatchOutcome, EngineError>,
 }
 
 /// A running batch's counters.
@@ -287,7 +312,7 @@ impl ManifestWriter<'_> {
             items: std::mem::take(&mut self.chunk),
         };
         self.chunk_bytes = 0;
-        let bytes = records::encode(&chunk);
+        let bytes = records::encode(&chunk)?;
         if bytes.len() > taquba::MAX_KV_VALUE_SIZE {
             return Err(EngineError::ValueTooLarge {
                 size: bytes.len(),
@@ -370,7 +395,7 @@ where
                 headers: spec.headers.clone(),
             };
             let compares: [(&[u8], Option<&[u8]>); 1] = [(&head_key, None)];
-            let fx = SettlementEffects::default().kv_put(head_key.clone(), records::encode(&head));
+            let fx = SettlementEffects::default().kv_put(head_key.clone(), records::encode(&head)?);
             if queue.kv_compare_commit(&compares, fx).await?.is_none() {
                 // Created by someone else in between: only another process could,
                 // and taquba fences it; report the race instead of guessing.
@@ -461,7 +486,7 @@ async fn commit_head(
 ) -> Result<()> {
     let key = keys::batch_head_key(batch_id);
     let compares: [(&[u8], Option<&[u8]>); 1] = [(&key, expected.as_deref())];
-    let fx = SettlementEffects::default().kv_put(key.clone(), records::encode(head));
+    let fx = SettlementEffects::default().kv_put(key.clone(), records::encode(head)?);
     match services.queue()?.kv_compare_commit(&compares, fx).await? {
         Some(_) => Ok(()),
         None => Err(EngineError::BatchRunning(batch_id.to_string())),
@@ -581,13 +606,19 @@ pub async fn forget_batch_data(services: &Services, batch_id: &str) -> Result<bo
     Ok(existed)
 }
 
-/// The bytes of an item's output (taken from its marker): inline bytes as
-/// they are, a blob fetched.
-pub(crate) async fn output_of(services: &Services, output: Option<OutputRef>) -> Option<Vec<u8>> {
+/// The bytes of a succeeded item's output (taken from its marker): inline
+/// bytes as they are, a blob fetched. An error says why they cannot be had.
+pub(crate) async fn output_of(
+    services: &Services,
+    output: Option<OutputRef>,
+) -> std::result::Result<Vec<u8>, String> {
     match output {
-        Some(out @ OutputRef::Blob(_)) => services.output_bytes(&out).await.ok(),
-        Some(OutputRef::Inline(b)) => Some(b),
-        None => None,
+        Some(OutputRef::Inline(b)) => Ok(b),
+        Some(out @ OutputRef::Blob(_)) => services
+            .output_bytes(&out)
+            .await
+            .map_err(|e| format!("the item's output could not be read: {e}")),
+        None => Err("the item's marker holds no output".into()),
     }
 }
 
@@ -602,30 +633,25 @@ where
     I: futures_util::Stream<Item = Result<(String, Vec<u8>)>> + Unpin,
 {
     check_batch_id(&spec.batch_id)?;
-    let coordinator = start_coordinator(engine, spec.clone()).await?;
-    // Dropping this future (or an error below) abandons the run: the
-    // coordinator stops; queued items keep running and `resume` completes them.
-    let mut guard = AbandonOnDrop(Some(coordinator.clone()));
+    let coordinator = start_coordinator(engine, spec.clone(), None).await?;
+    // Dropping this future (or an error below) ends the run: the coordinator
+    // stops; queued items keep running and `resume` completes them.
+    let mut run = Run {
+        engine: engine.actor().clone(),
+        batch_id: spec.batch_id.clone(),
+        coordinator: Some(coordinator.clone()),
+    };
     let services = engine.services();
     let head = match items {
         Some(items) => write_manifest(services, &spec, items).await,
         None => reopen_manifest(services, &spec.batch_id).await,
     };
-    let head = match head {
+    let mut head = match head {
         Ok(head) => head,
-        Err(e) => {
-            // Deregister before answering, so the caller can retry at once.
-            guard.0 = None;
-            let _ = ractor::call!(
-                engine.actor(),
-                EngineMessage::ReleaseBatch,
-                spec.batch_id.clone()
-            );
-            return Err(e);
-        }
+        // Deregister before answering, so the caller can retry at once.
+        Err(e) => return Err(run.end(e).await),
     };
     let mut coordinator = coordinator;
-    let mut head = head;
     let mut restarts = 0;
     loop {
         match ractor::call!(
@@ -634,8 +660,9 @@ where
             Box::new(head.clone())
         ) {
             Ok(outcome) => {
-                // The coordinator answered, so it finished (or failed) on its own.
-                guard.0 = None;
+                // The coordinator answered, so it finished (or failed) on its
+                // own and left the registry.
+                run.coordinator = None;
                 return outcome;
             }
             Err(e) if restarts < MAX_COORDINATOR_RESTARTS => {
@@ -645,26 +672,23 @@ where
                 // key, as for every re-run).
                 restarts += 1;
                 tracing::warn!(batch_id = %spec.batch_id, error = %e, restarts, "batch coordinator died; resuming the run with a new one");
-                guard.0 = None;
-                coordinator = start_coordinator_retrying(engine, &spec).await?;
-                guard.0 = Some(coordinator.clone());
+                let dead = coordinator.get_id();
+                coordinator = match start_coordinator(engine, spec.clone(), Some(dead)).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        run.coordinator = None;
+                        return Err(run.end(e).await);
+                    }
+                };
+                run.coordinator = Some(coordinator.clone());
                 head = match reopen_manifest(services, &spec.batch_id).await {
                     Ok(h) => h,
-                    Err(e) => {
-                        guard.0 = None;
-                        let _ = ractor::call!(
-                            engine.actor(),
-                            EngineMessage::ReleaseBatch,
-                            spec.batch_id.clone()
-                        );
-                        return Err(e);
-                    }
+                    Err(e) => return Err(run.end(e).await),
                 };
             }
             Err(e) => {
-                return Err(EngineError::ActorUnavailable(format!(
-                    "batch coordinator: {e}"
-                )));
+                let e = EngineError::ActorUnavailable(format!("batch coordinator: {e}"));
+                return Err(run.end(e).await);
             }
         }
     }
@@ -678,40 +702,75 @@ pub async fn resume_batch(engine: &EngineRef, spec: BatchSpec) -> Result<BatchOu
 /// Times a run replaces a coordinator that died under it.
 const MAX_COORDINATOR_RESTARTS: usize = 3;
 
-/// Start a coordinator, waiting (briefly) for a dead predecessor to leave the
-/// registry.
-async fn start_coordinator_retrying(
-    engine: &EngineRef,
-    spec: &BatchSpec,
-) -> Result<ActorRef<CoordinatorMessage>> {
-    let mut tries = 0;
-    loop {
-        match start_coordinator(engine, spec.clone()).await {
-            Err(EngineError::BatchRunning(_)) if tries < 250 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => return other,
-        }
+/// A run in progress: while its coordinator is set, dropping it ends the run
+/// as abandoned (the coordinator stops, the batch's watchers are told).
+struct Run {
+    engine: ActorRef<EngineMessage>,
+    batch_id: String,
+    coordinator: Option<ActorRef<CoordinatorMessage>>,
+}
+
+impl Run {
+    /// End the run with `error` (its coordinator leaves the registry and the
+    /// batch's watchers are told) and return the error.
+    async fn end(&mut self, error: EngineError) -> EngineError {
+        let coordinator = self.coordinator.take().map(|c| c.get_id());
+        let _ = ractor::call!(
+            self.engine,
+            EngineMessage::ReleaseBatch,
+            self.batch_id.clone(),
+            coordinator,
+            error.clone()
+        );
+        error
     }
 }
 
-struct AbandonOnDrop(Option<ActorRef<CoordinatorMessage>>);
-
-impl Drop for AbandonOnDrop {
+impl Drop for Run {
     fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            let _ = c.cast(CoordinatorMessage::Abandon);
+        if let Some(c) = self.coordinator.take() {
+            let (reply, _) = tokio::sync::oneshot::channel::<()>();
+            let _ = self.engine.cast(EngineMessage::ReleaseBatch(
+                self.batch_id.clone(),
+                Some(c.get_id()),
+                EngineError::BatchAbandoned(self.batch_id.clone()),
+                reply.into(),
+            ));
         }
     }
 }
 
+/// Start a coordinator for a run of `spec`; `replacing` names a coordinator
+/// of this run that died (the new one starts once the registry saw it go).
 async fn start_coordinator(
     engine: &EngineRef,
     spec: BatchSpec,
+    replacing: Option<ractor::ActorId>,
 ) -> Result<ActorRef<CoordinatorMessage>> {
-    ractor::call!(engine.actor(), EngineMessage::StartBatch, Box::new(spec))
-        .map_err(|_| EngineError::ShutDown)?
+    ractor::call!(
+        engine.actor(),
+        EngineMessage::StartBatch,
+        Box::new(spec),
+        replacing
+    )
+    .map_err(|_| EngineError::ShutDown)?
+}
+
+/// Forget a batch under its in-process lock (no run may start meanwhile).
+pub async fn forget(
+    services: &Services,
+    batches: &ActorRef<BatchesMessage>,
+    batch_id: &str,
+) -> Result<bool> {
+    check_batch_id(batch_id)?;
+    let locked = ractor::call!(batches, BatchesMessage::Lock, batch_id.to_string())
+        .map_err(|e| EngineError::ActorUnavailable(e.to_string()))?;
+    if !locked {
+        return Err(EngineError::BatchRunning(batch_id.to_string()));
+    }
+    let result = forget_batch_data(services, batch_id).await;
+    let _ = batches.cast(BatchesMessage::Unlock(batch_id.to_string()));
+    result
 }
 
 /// A reply port for batch results (re-exported for the protocol).

@@ -1,26 +1,44 @@
 //! Batches: the registry of running batches and the parent of their
-//! coordinators. Owns the map batch id → coordinator and the set of batches
-//! locked for forgetting; forwards item settlements to the right coordinator.
+//! coordinators. Owns the map batch id → coordinator, the runs in progress,
+//! the batches locked for forgetting, the callers watching a run, and the
+//! replacement coordinators waiting for a dead one to leave. Forwards item
+//! settlements to the right coordinator.
+//!
+//! A run ends with `Release`, sent by its coordinator when it finishes (with
+//! the caller's reply port, so the caller is answered only once the batch has
+//! left the registry) or by its driver when the run failed or was dropped.
+//! The registry then tells every watcher.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use crate::batch::{BatchProgress, BatchSpec};
+use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec};
 use crate::coordinator::{Coordinator, CoordinatorArguments, CoordinatorMessage};
 use crate::error::{EngineError, Result};
 use crate::records::ItemMarker;
 use crate::services::Services;
 
+/// A caller waiting for a run's end.
+pub type WatchReply = RpcReplyPort<Result<BatchOutcome>>;
+/// The answer to a coordinator's start.
+pub type StartReply = RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>;
+
 /// Messages of the batches registry.
 #[derive(Debug)]
 pub enum BatchesMessage {
-    /// Start a coordinator for a run of this batch (`BatchRunning` if one runs).
-    Start(
-        Box<BatchSpec>,
-        RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>,
-    ),
+    /// Start a coordinator for a run of this batch (`BatchRunning` if one
+    /// runs). `replacing` names a coordinator of the same run that died: the
+    /// new one starts as soon as the registry has seen it go.
+    Start {
+        /// The run.
+        spec: Box<BatchSpec>,
+        /// The dead coordinator this one replaces.
+        replacing: Option<ActorId>,
+        /// Answered with the new coordinator.
+        reply: StartReply,
+    },
     /// An item settled: forward to its batch's coordinator, if running.
     ItemSettled {
         /// Batch.
@@ -36,14 +54,29 @@ pub enum BatchesMessage {
     GetProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// Lock a batch that is not running, so no run starts while it is forgotten.
     Lock(String, RpcReplyPort<bool>),
-    /// Forget the running entry of a batch (its coordinator finished, or its
-    /// driver failed) and stop that coordinator; answers once done.
-    Release(String, RpcReplyPort<()>),
+    /// Release a lock.
+    Unlock(String),
+    /// A run ended with `result`: its coordinator `coordinator` (if it is
+    /// still the batch's) leaves the registry and is stopped, every watcher
+    /// is told, then `reply` (the run's caller) and `done` are answered.
+    Release {
+        /// Batch.
+        batch_id: String,
+        /// The run's coordinator, if it has one.
+        coordinator: Option<ActorId>,
+        /// How the run ended.
+        result: Result<BatchOutcome>,
+        /// The run's caller.
+        reply: Option<BatchReply>,
+        /// Told once done.
+        done: Option<RpcReplyPort<()>>,
+    },
+    /// Answer `reply` when the run of this batch in progress ends
+    /// (`BatchNotRunning` if none is).
+    Watch(String, WatchReply),
     /// Kill the coordinator of a running batch (feature `testing`).
     #[cfg(feature = "testing")]
     Kill(String),
-    /// Release a lock.
-    Unlock(String),
 }
 
 /// The batches registry actor.
@@ -56,7 +89,62 @@ pub struct BatchesState {
     services: Arc<Services>,
     running: HashMap<String, ActorRef<CoordinatorMessage>>,
     by_actor: HashMap<ActorId, String>,
+    /// Batches with a run in progress (its coordinator may be between a death
+    /// and its replacement).
+    runs: HashSet<String>,
     locked: HashSet<String>,
+    watchers: HashMap<String, Vec<WatchReply>>,
+    /// Replacements waiting for the coordinator they replace to leave.
+    replacing: HashMap<ActorId, (Box<BatchSpec>, StartReply)>,
+}
+
+impl BatchesState {
+    async fn start(
+        &mut self,
+        myself: &ActorRef<BatchesMessage>,
+        spec: Box<BatchSpec>,
+        reply: StartReply,
+    ) {
+        let id = spec.batch_id.clone();
+        let args = CoordinatorArguments {
+            spec: *spec,
+            services: self.services.clone(),
+            batches: myself.clone(),
+        };
+        match Actor::spawn_linked(None, Coordinator, args, myself.get_cell()).await {
+            Ok((coordinator, _)) => {
+                self.by_actor.insert(coordinator.get_id(), id.clone());
+                self.running.insert(id.clone(), coordinator.clone());
+                self.runs.insert(id);
+                let _ = reply.send(Ok(coordinator));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(EngineError::ActorUnavailable(e.to_string())));
+            }
+        }
+    }
+
+    fn release(
+        &mut self,
+        batch_id: &str,
+        coordinator: Option<ActorId>,
+        result: Result<BatchOutcome>,
+    ) {
+        match self.running.get(batch_id) {
+            Some(c) if Some(c.get_id()) == coordinator => {
+                self.by_actor.remove(&c.get_id());
+                c.stop(None);
+                self.running.remove(batch_id);
+            }
+            // Another run's coordinator: this release is stale.
+            Some(_) => return,
+            None => {}
+        }
+        self.runs.remove(batch_id);
+        for watcher in self.watchers.remove(batch_id).unwrap_or_default() {
+            let _ = watcher.send(result.clone());
+        }
+    }
 }
 
 impl Actor for Batches {
@@ -73,7 +161,10 @@ impl Actor for Batches {
             services,
             running: HashMap::new(),
             by_actor: HashMap::new(),
+            runs: HashSet::new(),
             locked: HashSet::new(),
+            watchers: HashMap::new(),
+            replacing: HashMap::new(),
         })
     }
 
@@ -84,26 +175,27 @@ impl Actor for Batches {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            BatchesMessage::Start(spec, reply) => {
-                let id = spec.batch_id.clone();
-                if state.running.contains_key(&id) || state.locked.contains(&id) {
-                    let _ = reply.send(Err(EngineError::BatchRunning(id)));
-                    return Ok(());
-                }
-                let args = CoordinatorArguments {
-                    spec: *spec,
-                    services: state.services.clone(),
-                    batches: myself.clone(),
-                };
-                match Actor::spawn_linked(None, Coordinator, args, myself.get_cell()).await {
-                    Ok((coordinator, _)) => {
-                        state.by_actor.insert(coordinator.get_id(), id.clone());
-                        state.running.insert(id, coordinator.clone());
-                        let _ = reply.send(Ok(coordinator));
+            BatchesMessage::Start {
+                spec,
+                replacing,
+                reply,
+            } => {
+                let id = &spec.batch_id;
+                match (state.running.get(id), replacing) {
+                    // The coordinator it replaces has not left yet.
+                    (Some(c), Some(dead)) if c.get_id() == dead => {
+                        state.replacing.insert(dead, (spec, reply));
                     }
-                    Err(e) => {
-                        let _ = reply.send(Err(EngineError::ActorUnavailable(e.to_string())));
+                    (Some(_), _) => {
+                        let _ = reply.send(Err(EngineError::BatchRunning(id.clone())));
                     }
+                    (None, None) if state.runs.contains(id) || state.locked.contains(id) => {
+                        let _ = reply.send(Err(EngineError::BatchRunning(id.clone())));
+                    }
+                    (None, _) if state.locked.contains(id) => {
+                        let _ = reply.send(Err(EngineError::BatchRunning(id.clone())));
+                    }
+                    (None, _) => state.start(&myself, spec, reply).await,
                 }
             }
             BatchesMessage::ItemSettled {
@@ -135,15 +227,35 @@ impl Actor for Batches {
                 }
             }
             BatchesMessage::Lock(batch_id, reply) => {
-                let ok = !state.running.contains_key(&batch_id) && state.locked.insert(batch_id);
+                let ok = !state.running.contains_key(&batch_id)
+                    && !state.runs.contains(&batch_id)
+                    && state.locked.insert(batch_id);
                 let _ = reply.send(ok);
             }
-            BatchesMessage::Release(batch_id, reply) => {
-                if let Some(c) = state.running.remove(&batch_id) {
-                    state.by_actor.remove(&c.get_id());
-                    c.stop(None);
+            BatchesMessage::Unlock(batch_id) => {
+                state.locked.remove(&batch_id);
+            }
+            BatchesMessage::Release {
+                batch_id,
+                coordinator,
+                result,
+                reply,
+                done,
+            } => {
+                state.release(&batch_id, coordinator, result.clone());
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
                 }
-                let _ = reply.send(());
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+            }
+            BatchesMessage::Watch(batch_id, reply) => {
+                if state.runs.contains(&batch_id) {
+                    state.watchers.entry(batch_id).or_default().push(reply);
+                } else {
+                    let _ = reply.send(Err(EngineError::BatchNotRunning(batch_id)));
+                }
             }
             #[cfg(feature = "testing")]
             BatchesMessage::Kill(batch_id) => {
@@ -151,26 +263,29 @@ impl Actor for Batches {
                     c.kill();
                 }
             }
-            BatchesMessage::Unlock(batch_id) => {
-                state.locked.remove(&batch_id);
-            }
         }
         Ok(())
     }
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let SupervisionEvent::ActorTerminated(who, ..) | SupervisionEvent::ActorFailed(who, _) =
             event
-            && let Some(id) = state.by_actor.remove(&who.get_id())
         {
-            // A failed coordinator drops its caller's reply port: the caller sees
-            // an error and `resume` continues the batch from its records.
-            state.running.remove(&id);
+            let dead = who.get_id();
+            if let Some(id) = state.by_actor.remove(&dead) {
+                // A coordinator that dies drops its caller's reply port: the
+                // run's driver starts a replacement (the run stays in
+                // progress), or ends the run.
+                state.running.remove(&id);
+            }
+            if let Some((spec, reply)) = state.replacing.remove(&dead) {
+                state.start(&myself, spec, reply).await;
+            }
         }
         Ok(())
     }

@@ -6,6 +6,12 @@
 //! The settlement of each item is pushed to it (settle → Batches →
 //! coordinator); it never polls. Items answered by an earlier run's marker are
 //! counted and re-emitted from the marker without running.
+//!
+//! Item records reach the run's sink through a `SinkWriter`: a thread of its
+//! own that writes them in order and flushes at the end, so a slow sink never
+//! stalls an async worker of the runtime. The coordinator waits
+//! for the writer only through a bounded channel (backpressure) and learns of
+//! the flush by message.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -16,13 +22,123 @@ use taquba::{EnqueueOptions, EnqueueRequest, KvOrder, SettlementEffects};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec, output_of, read_chunk};
+use crate::batch::{
+    BatchOutcome, BatchProgress, BatchReply, BatchSpec, ItemRecord, RecordSink, output_of,
+    read_chunk,
+};
 use crate::batches::BatchesMessage;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::keys;
 use crate::records::{self, BatchHead, ItemMarker, ItemStatus, ManifestItem, merge_cost};
 use crate::services::Services;
+
+/// An item's record, owned, on its way to the sink's thread.
+#[derive(Debug)]
+enum OwnedRecord {
+    Succeeded(Vec<u8>),
+    Failed(String),
+    Cancelled,
+    OutputUnavailable(String),
+}
+
+impl OwnedRecord {
+    fn as_record(&self) -> ItemRecord<'_> {
+        match self {
+            Self::Succeeded(output) => ItemRecord::Succeeded { output },
+            Self::Failed(error) => ItemRecord::Failed { error },
+            Self::Cancelled => ItemRecord::Cancelled,
+            Self::OutputUnavailable(error) => ItemRecord::OutputUnavailable { error },
+        }
+    }
+}
+
+enum SinkOp {
+    Write(String, OwnedRecord),
+    Flush(tokio::sync::oneshot::Sender<SinkReport>),
+}
+
+/// What the sink's thread reports when the run's records are flushed.
+#[derive(Debug)]
+pub struct SinkReport {
+    errors: u64,
+    error_keys: Vec<String>,
+    flushed: std::result::Result<(), String>,
+}
+
+/// Records in flight to a sink's thread, at most (then the coordinator waits).
+const SINK_BUFFER: usize = 1024;
+
+/// The writer of one run's sink: a thread fed in order.
+struct SinkWriter {
+    tx: tokio::sync::mpsc::Sender<SinkOp>,
+}
+
+impl SinkWriter {
+    fn start(sink: Arc<dyn RecordSink>, batch_id: String) -> Self {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<SinkOp>(SINK_BUFFER);
+        // A thread of its own, not the runtime's blocking pool: it lives for
+        // the whole run, mostly waiting for records.
+        let name = format!("gaffer-sink-{batch_id}");
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            let mut report = SinkReport {
+                errors: 0,
+                error_keys: Vec::new(),
+                flushed: Ok(()),
+            };
+            while let Some(op) = rx.blocking_recv() {
+                match op {
+                    SinkOp::Write(key, record) => {
+                        let written = sink.write(&key, record.as_record());
+                        if let Err(e) = &written {
+                            warn!(%batch_id, %key, error = %e, "the sink rejected an item record");
+                        }
+                        if written.is_err() || matches!(record, OwnedRecord::OutputUnavailable(_)) {
+                            report.errors += 1;
+                            report.error_keys.push(key);
+                        }
+                    }
+                    SinkOp::Flush(done) => {
+                        report.flushed = sink.flush();
+                        let _ = done.send(report);
+                        return;
+                    }
+                }
+            }
+            // The run stopped without finishing: no flush.
+        });
+        if let Err(e) = spawned {
+            // The receiver was dropped with the closure: the flush reports it.
+            warn!(error = %e, "the sink's writer thread could not start");
+        }
+        Self { tx }
+    }
+
+    async fn write(&self, key: &str, record: OwnedRecord) {
+        // A closed channel means the thread is gone (the sink panicked): the
+        // flush reports it.
+        let _ = self.tx.send(SinkOp::Write(key.to_string(), record)).await;
+    }
+
+    /// Flush after the last record; the report arrives on the receiver.
+    async fn flush(self) -> SinkReport {
+        let (done, report) = tokio::sync::oneshot::channel();
+        if self.tx.send(SinkOp::Flush(done)).await.is_err() {
+            return sink_gone();
+        }
+        report.await.unwrap_or_else(|_| sink_gone())
+    }
+}
+
+fn sink_gone() -> SinkReport {
+    SinkReport {
+        errors: 0,
+        error_keys: Vec::new(),
+        flushed: Err(
+            "the sink's writer thread stopped (it could not start, or the sink panicked)".into(),
+        ),
+    }
+}
 
 /// Messages of a coordinator.
 #[derive(Debug)]
@@ -42,8 +158,8 @@ pub enum CoordinatorMessage {
     },
     /// Counters now.
     GetProgress(RpcReplyPort<BatchProgress>),
-    /// The run's caller went away: stop (queued items keep running).
-    Abandon,
+    /// The sink's writer flushed the run's records.
+    SinkFlushed(SinkReport),
 }
 
 /// The coordinator actor.
@@ -77,6 +193,10 @@ pub struct CoordinatorState {
     started: Instant,
     /// Reads are needed unless this run created the batch.
     fresh: bool,
+    /// The sink's writer (`None` without a sink, and once flushing).
+    sink: Option<SinkWriter>,
+    /// Every item is counted: the run is flushing its sink and ending.
+    finishing: bool,
 }
 
 impl std::fmt::Debug for CoordinatorState {
@@ -90,7 +210,14 @@ impl std::fmt::Debug for CoordinatorState {
 }
 
 impl CoordinatorState {
-    fn record(&mut self, key: &str, marker: &ItemMarker, output: Option<Vec<u8>>) {
+    /// Count an item and hand its record to the sink. `output` is the
+    /// succeeded item's output as read (only read when there is a sink).
+    async fn record(
+        &mut self,
+        key: &str,
+        marker: &ItemMarker,
+        output: Option<std::result::Result<Vec<u8>, String>>,
+    ) {
         merge_cost(&mut self.outcome.cost, &marker.cost);
         match marker.status {
             ItemStatus::Succeeded => self.outcome.succeeded += 1,
@@ -100,17 +227,24 @@ impl CoordinatorState {
                 self.outcome.failed_keys.push(key.to_string());
             }
         }
-        if let Some(sink) = &self.spec.sink
-            && let Err(e) = sink.write(
-                key,
-                marker.status,
-                output.as_deref(),
-                marker.error.as_deref(),
-            )
-        {
-            self.outcome.sink_errors += 1;
-            warn!(batch_id = %self.spec.batch_id, %key, error = %e, "the sink rejected an item record");
+        let Some(sink) = &self.sink else {
+            return;
+        };
+        let record = match marker.status {
+            ItemStatus::Succeeded => match output {
+                Some(Ok(bytes)) => OwnedRecord::Succeeded(bytes),
+                Some(Err(e)) => OwnedRecord::OutputUnavailable(e),
+                None => OwnedRecord::OutputUnavailable("the item's output was not read".into()),
+            },
+            ItemStatus::Failed => {
+                OwnedRecord::Failed(marker.error.clone().unwrap_or_else(|| "failed".into()))
+            }
+            ItemStatus::Cancelled => OwnedRecord::Cancelled,
+        };
+        if let OwnedRecord::OutputUnavailable(e) = &record {
+            warn!(batch_id = %self.spec.batch_id, %key, error = %e, "a succeeded item's output could not be read; the sink gets an error record");
         }
+        sink.write(key, record).await;
     }
 
     fn has_more(&self, head: &BatchHead) -> bool {
@@ -172,9 +306,16 @@ impl CoordinatorState {
                 .map(|item| (item, Found::Absent))
                 .collect()
         } else {
-            look_up_all(&services, &batch_id, items).await?
+            look_up_all(&services, &batch_id, items, self.sink.is_some()).await?
         };
         let queue = services.queue()?;
+        let item_queue = services.pipeline_queue(&head.pipeline)?.to_string();
+        // gaffer counts attempts itself (see `attempts`).
+        let limit = queue
+            .queue_config(&item_queue)
+            .max_attempts
+            .max(1)
+            .to_string();
         let mut fx = SettlementEffects::default();
         let mut answered = Vec::new();
         for (item, found) in found {
@@ -197,17 +338,19 @@ impl CoordinatorState {
             headers.insert(keys::HEADER_RUN.into(), run_id);
             headers.insert(keys::HEADER_BATCH.into(), batch_id.clone());
             headers.insert(keys::HEADER_KEY.into(), item.key.clone());
+            headers.insert(keys::HEADER_ATTEMPTS.into(), limit.clone());
             fx = fx
                 .kv_put(
                     keys::item_active_key(&batch_id, &item.key),
                     job_id.clone().into_bytes(),
                 )
                 .enqueue(EnqueueRequest {
-                    queue: services.settings().bulk_queue_name.clone(),
+                    queue: item_queue.clone(),
                     payload: item.input,
                     options: EnqueueOptions::default()
                         .headers(headers)
-                        .id_override(job_id.clone()),
+                        .id_override(job_id.clone())
+                        .max_attempts(keys::QUEUE_ATTEMPTS),
                 });
             self.outstanding.insert(item.key, job_id);
         }
@@ -216,7 +359,7 @@ impl CoordinatorState {
         }
         drop(queue);
         for (key, marker, output) in answered {
-            self.record(&key, &marker, output);
+            self.record(&key, &marker, output).await;
         }
         Ok(())
     }
@@ -226,8 +369,12 @@ impl CoordinatorState {
             return;
         }
         self.outstanding.remove(&key);
-        let output = output_of(&self.services, marker.output.take()).await;
-        self.record(&key, &marker, output);
+        let output = if self.sink.is_some() && marker.status == ItemStatus::Succeeded {
+            Some(output_of(&self.services, marker.output.take()).await)
+        } else {
+            None
+        };
+        self.record(&key, &marker, output).await;
     }
 
     fn progress(&self) -> BatchProgress {
@@ -241,9 +388,13 @@ impl CoordinatorState {
         }
     }
 
-    /// Done when every chunk is enqueued and nothing is outstanding.
+    /// Done when every chunk is enqueued and nothing is outstanding: flush
+    /// the sink (on its thread), then end the run.
     async fn maybe_finish(&mut self, myself: &ActorRef<CoordinatorMessage>) {
         let Some(head) = &self.head else { return };
+        if self.finishing {
+            return;
+        }
         let more = self.has_more(head);
         if more || !self.outstanding.is_empty() {
             if !self.feeding && more && self.outstanding.len() < self.spec.window / 2 + 1 {
@@ -252,24 +403,46 @@ impl CoordinatorState {
             }
             return;
         }
+        self.finishing = true;
+        match self.sink.take() {
+            Some(writer) => {
+                let myself = myself.clone();
+                tokio::spawn(async move {
+                    let report = writer.flush().await;
+                    let _ = myself.cast(CoordinatorMessage::SinkFlushed(report));
+                });
+            }
+            None => self.complete(myself, None).await,
+        }
+    }
+
+    /// End the run: its retention entry, the event, and the registry (which
+    /// answers the caller and the watchers).
+    async fn complete(&mut self, myself: &ActorRef<CoordinatorMessage>, sink: Option<SinkReport>) {
+        let Some(head) = self.head.clone() else {
+            return;
+        };
         let mut outcome = std::mem::take(&mut self.outcome);
         outcome.total = head.total;
         outcome.elapsed = self.started.elapsed();
-        if let Some(sink) = &self.spec.sink
-            && let Err(e) = sink.flush()
-        {
+        let mut flushed = Ok(());
+        if let Some(report) = sink {
+            outcome.sink_errors += report.errors;
+            outcome.sink_error_keys.extend(report.error_keys);
+            flushed = report.flushed;
+        }
+        if let Err(e) = flushed {
             warn!(batch_id = %self.spec.batch_id, error = %e, "flushing the batch's sink failed");
-            self.release().await;
-            if let Some(reply) = self.reply.take() {
-                let _ = reply.send(Err(EngineError::ActorUnavailable(format!(
+            self.end(
+                myself,
+                Err(EngineError::ActorUnavailable(format!(
                     "sink flush failed: {e}"
-                ))));
-            }
-            myself.stop(None);
+                ))),
+            );
             return;
         }
         if let Some(retention) = self.spec.retention
-            && let Err(e) = self.write_expiry(head, retention).await
+            && let Err(e) = self.write_expiry(&head, retention).await
         {
             warn!(batch_id = %self.spec.batch_id, error = %e, "writing the batch's retention entry failed");
         }
@@ -278,21 +451,21 @@ impl CoordinatorState {
             succeeded: outcome.succeeded,
             failed: outcome.failed,
         });
-        self.release().await;
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(Ok(outcome));
-        }
-        myself.stop(None);
+        self.end(myself, Ok(outcome));
     }
 
-    /// Leave the registry before answering the caller, so the caller's next
-    /// run, resume or forget of this batch is not refused as running.
-    async fn release(&self) {
-        let _ = ractor::call!(
-            self.batches,
-            BatchesMessage::Release,
-            self.spec.batch_id.clone()
-        );
+    /// Leave the registry with the run's result: the registry answers the
+    /// caller (so the caller's next run, resume or forget of this batch is
+    /// not refused as running) and the watchers. Then stop.
+    fn end(&mut self, myself: &ActorRef<CoordinatorMessage>, result: Result<BatchOutcome>) {
+        let _ = self.batches.cast(BatchesMessage::Release {
+            batch_id: self.spec.batch_id.clone(),
+            coordinator: Some(myself.get_id()),
+            result,
+            reply: self.reply.take(),
+            done: None,
+        });
+        myself.stop(None);
     }
 
     async fn write_expiry(&self, head: &BatchHead, retention: std::time::Duration) -> Result<()> {
@@ -313,10 +486,14 @@ impl CoordinatorState {
     }
 }
 
+/// An item's output as read for its sink (`None`: no sink, not read).
+type ReadOutput = Option<std::result::Result<Vec<u8>, String>>;
+
 /// What the records say about an item of a re-run or resume.
 enum Found {
-    /// A success marker answers it (with its output, fetched if a blob).
-    Answered(ItemMarker, Option<Vec<u8>>),
+    /// A success marker answers it (with its output, fetched if a blob, when
+    /// the run has a sink).
+    Answered(ItemMarker, ReadOutput),
     /// Still queued or running from an earlier run: the job id of its delivery.
     Active(String),
     /// Neither: enqueue it.
@@ -348,6 +525,7 @@ async fn look_up_all(
     services: &Arc<Services>,
     batch_id: &str,
     items: Vec<ManifestItem>,
+    want_output: bool,
 ) -> Result<Vec<(ManifestItem, Found)>> {
     let n = items.len();
     let mut sorted: Vec<(usize, ManifestItem)> = items.into_iter().enumerate().collect();
@@ -355,7 +533,7 @@ async fn look_up_all(
     let tasks = n.div_ceil(LOOKUPS_PER_TASK).min(LOOKUP_TASKS);
     let mut found = Vec::with_capacity(n);
     if tasks <= 1 {
-        found = look_up_group(services.clone(), batch_id.to_string(), sorted).await?;
+        found = look_up_group(services.clone(), batch_id.to_string(), sorted, want_output).await?;
     } else {
         let per_task = n.div_ceil(tasks);
         let mut set = tokio::task::JoinSet::new();
@@ -363,7 +541,7 @@ async fn look_up_all(
             let rest = sorted.split_off(per_task.min(sorted.len()));
             let group = std::mem::replace(&mut sorted, rest);
             let (services, batch_id) = (services.clone(), batch_id.to_string());
-            set.spawn(look_up_group(services, batch_id, group));
+            set.spawn(look_up_group(services, batch_id, group, want_output));
         }
         // Dropping the set (an error, or the coordinator stopping) aborts the rest.
         while let Some(joined) = set.join_next().await {
@@ -392,6 +570,7 @@ async fn look_up_group(
     services: Arc<Services>,
     batch_id: String,
     items: Vec<(usize, ManifestItem)>,
+    want_output: bool,
 ) -> Result<Vec<(usize, ManifestItem, Found)>> {
     let (services, batch_id) = (&services, batch_id.as_str());
     let mut scanned = if items.len() >= SCAN_MIN_ITEMS {
@@ -405,8 +584,8 @@ async fn look_up_group(
     futures_util::stream::iter(items.into_iter().zip(scanned))
         .map(|((i, item), scanned)| async move {
             let found = match scanned {
-                Some(marker) => answer(services, marker).await,
-                None => look_up(services, batch_id, &item.key).await?,
+                Some(marker) => answer(services, marker, want_output).await,
+                None => look_up(services, batch_id, &item.key, want_output).await?,
             };
             Ok::<_, EngineError>((i, item, found))
         })
@@ -470,14 +649,19 @@ async fn scan_markers(
 /// the two reads (its marker is written in the transaction that deletes its
 /// active record), so the marker is read again: only a success there answers;
 /// anything else is enqueued.
-async fn look_up(services: &Services, batch_id: &str, key: &str) -> Result<Found> {
+async fn look_up(
+    services: &Services,
+    batch_id: &str,
+    key: &str,
+    want_output: bool,
+) -> Result<Found> {
     let queue = services.queue()?;
     let marker_key = keys::item_marker_key(batch_id, key);
     if let Some(marker) = succeeded(
         &marker_key,
         queue.view().kv_get(&marker_key).await?.as_deref(),
     ) {
-        return Ok(answer(services, marker).await);
+        return Ok(answer(services, marker, want_output).await);
     }
     let active_key = keys::item_active_key(batch_id, key);
     if let Some(job_id) = queue.view().kv_get(&active_key).await? {
@@ -487,7 +671,7 @@ async fn look_up(services: &Services, batch_id: &str, key: &str) -> Result<Found
         &marker_key,
         queue.view().kv_get(&marker_key).await?.as_deref(),
     ) {
-        Some(marker) => Ok(answer(services, marker).await),
+        Some(marker) => Ok(answer(services, marker, want_output).await),
         None => Ok(Found::Absent),
     }
 }
@@ -498,9 +682,14 @@ fn succeeded(key: &[u8], raw: Option<&[u8]>) -> Option<ItemMarker> {
     (marker.status == ItemStatus::Succeeded).then_some(marker)
 }
 
-/// An item answered by its success marker, with its output's bytes.
-async fn answer(services: &Services, mut marker: ItemMarker) -> Found {
-    let output = output_of(services, marker.output.take()).await;
+/// An item answered by its success marker, with its output's bytes when the
+/// run has a sink.
+async fn answer(services: &Services, mut marker: ItemMarker, want_output: bool) -> Found {
+    let output = if want_output {
+        Some(output_of(services, marker.output.take()).await)
+    } else {
+        None
+    };
     Found::Answered(marker, output)
 }
 
@@ -527,6 +716,8 @@ impl Actor for Coordinator {
             outcome: BatchOutcome::default(),
             started: Instant::now(),
             fresh: false,
+            sink: None,
+            finishing: false,
         })
     }
 
@@ -540,6 +731,11 @@ impl Actor for Coordinator {
             CoordinatorMessage::Begin(head, reply) => {
                 // A first generation with no item ever enqueued needs no reads.
                 state.fresh = head.generation == 1;
+                state.sink = state
+                    .spec
+                    .sink
+                    .clone()
+                    .map(|sink| SinkWriter::start(sink, state.spec.batch_id.clone()));
                 state.head = Some(*head);
                 state.reply = Some(reply);
                 if let Err(e) = state.feed(&myself).await {
@@ -566,7 +762,7 @@ impl Actor for Coordinator {
             CoordinatorMessage::GetProgress(reply) => {
                 let _ = reply.send(state.progress());
             }
-            CoordinatorMessage::Abandon => myself.stop(Some("abandoned".into())),
+            CoordinatorMessage::SinkFlushed(report) => state.complete(&myself, Some(report)).await,
         }
         Ok(())
     }
@@ -574,9 +770,5 @@ impl Actor for Coordinator {
 
 async fn fail(state: &mut CoordinatorState, myself: &ActorRef<CoordinatorMessage>, e: EngineError) {
     warn!(batch_id = %state.spec.batch_id, error = %e, "batch run failed; resume it to continue");
-    state.release().await;
-    if let Some(reply) = state.reply.take() {
-        let _ = reply.send(Err(e));
-    }
-    myself.stop(None);
+    state.end(myself, Err(e));
 }

@@ -1,19 +1,20 @@
 //! The engine's error type. Every fallible engine operation returns
 //! [`EngineError`]; each variant says what went wrong and what to do about it.
 
-use crate::records::FailureKind;
+use std::sync::Arc;
 
-/// Errors of the untyped engine.
-#[derive(Debug, thiserror::Error)]
+/// Errors of the untyped engine. Cheap to clone (the store's own errors are
+/// shared), so one error can reach every party waiting on an operation.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
     /// The durable queue (or the object store underneath it) failed.
     #[error("queue error: {0}")]
-    Queue(#[from] taquba::Error),
+    Queue(#[source] Arc<taquba::Error>),
 
     /// An object-store operation outside the queue failed (memo entries, output blobs).
     #[error("object store error: {0}")]
-    Store(#[from] taquba::object_store::Error),
+    Store(#[source] Arc<taquba::object_store::Error>),
 
     /// The store was written with another durable layout version; gaffer refuses
     /// to read it rather than misread it.
@@ -81,6 +82,21 @@ pub enum EngineError {
         reason: String,
     },
 
+    /// A durable record failed to encode; nothing was written.
+    #[error("a `{record}` record failed to encode ({reason}); nothing was written")]
+    RecordEncoding {
+        /// The record's type.
+        record: String,
+        /// The encoder's message.
+        reason: String,
+    },
+
+    /// No job type of this name is registered on this engine.
+    #[error(
+        "no job type `{0}` is registered on this engine; register it on the builder before submitting it"
+    )]
+    UnknownJobType(String),
+
     /// A batch id is not of the accepted form.
     #[error("invalid batch id `{0}`: a batch id is 1-128 characters of [A-Za-z0-9_-]")]
     InvalidBatchId(String),
@@ -130,6 +146,18 @@ pub enum EngineError {
         active: usize,
     },
 
+    /// The batch is not running in this process (never started here, or its
+    /// run already ended): nothing to watch.
+    #[error(
+        "batch `{0}` is not running here: its run ended or never started; read its status instead"
+    )]
+    BatchNotRunning(String),
+
+    /// The run of the batch was dropped by its caller before it finished;
+    /// its queued items keep running.
+    #[error("the run of batch `{0}` was dropped before it finished; resume the batch to finish it")]
+    BatchAbandoned(String),
+
     /// No pipeline of this name is registered on the engine.
     #[error("no pipeline `{0}` is registered on this engine")]
     UnknownPipeline(String),
@@ -165,18 +193,23 @@ impl EngineError {
             | Self::ActorUnavailable(_)
             | Self::Startup(_)
             | Self::BatchRunning(_)
+            | Self::BatchAbandoned(_)
+            | Self::BatchNotRunning(_)
             | Self::BatchActive { .. } => false,
             _ => true,
         }
     }
+}
 
-    /// The failure kind a job records when this error ends its attempt.
-    pub fn failure_kind(&self) -> FailureKind {
-        if self.is_permanent() {
-            FailureKind::Permanent
-        } else {
-            FailureKind::Transient
-        }
+impl From<taquba::Error> for EngineError {
+    fn from(e: taquba::Error) -> Self {
+        Self::Queue(Arc::new(e))
+    }
+}
+
+impl From<taquba::object_store::Error> for EngineError {
+    fn from(e: taquba::object_store::Error) -> Self {
+        Self::Store(Arc::new(e))
     }
 }
 

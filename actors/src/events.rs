@@ -57,16 +57,18 @@ pub enum EngineEvent {
         /// Job type of the pool.
         job_type: String,
     },
-    /// A job type crashed past its restart limit and is paused: its jobs stay queued.
+    /// A job type (or pipeline) crashed past its restart limit and is paused:
+    /// it claims nothing, its queued jobs stay queued (a job it held waiting
+    /// is given back to the queue without spending an attempt), and every
+    /// other type goes on. `Engine::resume_job_type` or a restart resumes it.
     JobTypePaused {
         /// Job type.
         job_type: String,
     },
-    /// A run the reaper dead-lettered (lease lost on its last attempt, or found
-    /// claimed at open) got its failure record.
-    RunReconciled {
-        /// Run id.
-        run_id: String,
+    /// A paused job type was resumed.
+    JobTypeResumed {
+        /// Job type.
+        job_type: String,
     },
     /// A batch run completed.
     BatchCompleted {
@@ -93,3 +95,11 @@ pub enum EngineEvent {
 
 /// The sending side of the event channel.
 pub type EventSender = tokio::sync::broadcast::Sender<EngineEvent>;
+
+/// Events buffered per subscriber before a slow one lags.
+pub const EVENT_BUFFER: usize = 4096;
+
+/// A new event channel.
+pub fn channel() -> EventSender {
+    tokio::sync::broadcast::channel(EVENT_BUFFER).0
+}

@@ -44,6 +44,8 @@ pub struct Delivery {
     pub item: Option<ItemInfo>,
     /// The engine running the job (KV reads, child submissions).
     pub engine: crate::EngineRef,
+    /// The worker slot it runs in (a wait for another job parks it).
+    pub(crate) parking: crate::parking::Parking,
 }
 
 /// Where a bulk item belongs.
@@ -104,8 +106,9 @@ pub struct Registration {
     pub job_type: String,
     /// The handler.
     pub handler: Arc<dyn ErasedHandler>,
-    /// Workers of this type's pool; `None` = the engine's `max_concurrent_jobs`
-    /// for a job type, 200 for a pipeline.
+    /// Workers of this type's pool (its own capacity, over its own queue);
+    /// `None` = the engine's `max_concurrent_jobs` for a job type, 200 for a
+    /// pipeline.
     pub concurrency: Option<usize>,
     /// Job type or pipeline.
     pub kind: Kind,

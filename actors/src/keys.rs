@@ -9,7 +9,7 @@
 use sha2::{Digest, Sha256};
 
 /// Marker of the layout this build writes and reads.
-pub const LAYOUT_VERSION: &str = "gaffer-layout-1";
+pub const LAYOUT_VERSION: &str = "gaffer-layout-2";
 /// KV key holding the layout marker.
 pub const LAYOUT_KEY: &[u8] = b"gaffer/layout";
 /// Reserved prefix of the caller KV namespace: user effects may not write under it.
@@ -20,6 +20,20 @@ pub const RESERVED_HEADER_PREFIX: &str = "gaffer.";
 pub const HEADER_TYPE: &str = "gaffer.type";
 /// Header carrying the run id (the id a handle answers to).
 pub const HEADER_RUN: &str = "gaffer.run";
+/// Header carrying the job's attempt limit (gaffer counts attempts itself:
+/// the queue's own limit is set out of reach, see [`QUEUE_ATTEMPTS`]).
+pub const HEADER_ATTEMPTS: &str = "gaffer.attempts";
+/// The attempt limit gaffer gives taquba for every job it enqueues: out of
+/// reach, so the queue never ends a job on its own (a claim interrupted by a
+/// process exit would otherwise spend an attempt, and a dead-letter by the
+/// queue would carry no outcome record). gaffer ends each job itself, with
+/// its record, when [`HEADER_ATTEMPTS`] real attempts are spent.
+pub const QUEUE_ATTEMPTS: u32 = u32::MAX;
+/// Prefix of the error of a nack that gives a claim back without counting an
+/// attempt (a job released at the end of a shutdown grace period, or by a
+/// paused job type). It is kept in the job's attempt history, where gaffer
+/// reads it when it counts attempts.
+pub const RELEASED_PREFIX: &str = "gaffer-released: ";
 /// Prefix of the jobs retention index (a taquba `ExpiryIndex`).
 pub const JOBS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/jobs/";
 /// Prefix of the batch retention index (a taquba `ExpiryIndex`).
@@ -31,8 +45,42 @@ pub const HEADER_KEY: &str = "gaffer.key";
 /// Longest item key accepted, in bytes.
 pub const MAX_ITEM_KEY_LEN: usize = 1024;
 
+/// The taquba queue of one job type or pipeline: `{prefix}.{name}` where
+/// `prefix` is the engine's jobs (or bulk) queue prefix. A name that is not
+/// all `[A-Za-z0-9._-]`, or too long for a queue name, is sanitized (other
+/// bytes become `_`, cut to 180 bytes) and suffixed with 16 hex digits of its
+/// SHA-256, so two names never share a queue.
+pub fn queue_for(prefix: &str, name: &str) -> String {
+    let plain = !name.is_empty()
+        && prefix.len() + 1 + name.len() <= 255
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if plain {
+        return format!("{prefix}.{name}");
+    }
+    let mut cut: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let room = 255usize.saturating_sub(prefix.len() + 2 + 16).min(180);
+    cut.truncate(room);
+    format!("{prefix}.{cut}-{}", &hex_sha256(name.as_bytes())[..16])
+}
+
 /// Default object-store prefix of memo entries and output blobs.
 pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
+
+/// A key written (durably) only to wait for the queue's flush: once that
+/// write is durable, every commit visible before it is durable too. The
+/// waiters use it after a restart (see the waiters module).
+pub const BARRIER_KEY: &[u8] = b"gaffer/v1/barrier";
 
 /// `gaffer/v1/runs/{run_id}`: the active-run record, written with the enqueue and
 /// deleted by the terminal settlement.
@@ -167,6 +215,7 @@ mod tests {
             outcome_key("a"),
             JOBS_EXPIRY_PREFIX.to_vec(),
             LAYOUT_KEY.to_vec(),
+            BARRIER_KEY.to_vec(),
         ] {
             assert!(key.starts_with(RESERVED_KV_PREFIX.as_bytes()), "{key:?}");
         }
@@ -190,6 +239,19 @@ mod tests {
             hex_sha256(b""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+    }
+
+    #[test]
+    fn queue_names_are_per_type_valid_and_distinct() {
+        assert_eq!(queue_for("jobs", "send-welcome"), "jobs.send-welcome");
+        for name in ["a b", "a:b", "a/b", "é", "", &"x".repeat(300)] {
+            let q = queue_for("jobs", name);
+            assert!(taquba::QueueName::new(q.as_str()).is_ok(), "{q}");
+            assert!(q.starts_with("jobs."), "{q}");
+        }
+        // Two names that sanitize alike still get their own queues.
+        assert_ne!(queue_for("jobs", "a b"), queue_for("jobs", "a:b"));
+        assert_ne!(queue_for("jobs", "a_b"), queue_for("jobs", "a b"));
     }
 
     #[test]

@@ -8,9 +8,9 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+pub mod attempts;
 pub mod batch;
 pub mod batches;
-pub mod claimer;
 pub mod coordinator;
 pub mod effects;
 pub mod error;
@@ -18,6 +18,7 @@ pub mod events;
 pub mod handler;
 pub mod keys;
 pub mod memo;
+mod parking;
 pub mod pool;
 pub mod records;
 pub mod services;
@@ -35,14 +36,19 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef, DerivedActorRef};
 
-pub use batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, RecordSink};
+pub use attempts::Attempts;
+pub use batch::{
+    BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, ItemRecord, RecordSink,
+};
 pub use error::{EngineError, Result};
 pub use events::EngineEvent;
 pub use handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use pool::PoolStats;
 pub use records::{Cost, ItemStatus};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
-pub use services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
+pub use services::{
+    CancelResult, JobState, Route, Services, SharedQueue, SubmitRequest, Submitted,
+};
 pub use settings::{MemoWrites, Settings};
 #[cfg(feature = "testing")]
 pub use supervisor::ChildKind;
@@ -61,6 +67,11 @@ pub struct EngineRef {
 fn unavailable(e: impl std::fmt::Display) -> EngineError {
     EngineError::ActorUnavailable(e.to_string())
 }
+
+/// Times a wait for a job asks the waiters, at most, while they restart.
+const WAIT_ATTEMPTS: u32 = 20;
+/// The pause before asking again grows by this much each time (2.1 s in all).
+const WAIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl EngineRef {
     /// Start an engine: open the queue, check the layout, spawn the tree.
@@ -121,34 +132,59 @@ impl EngineRef {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
-        let mut last = None;
-        // A waiters restart drops its reply ports: ask again (a few times). The
-        // records are never read here directly: only the waiters know whether a
-        // record read now is durable.
-        for _ in 0..3 {
-            let asked = match &recorded {
-                None => ractor::call!(self.actor, EngineMessage::AwaitJob, run_id.to_string()),
-                Some(record) => ractor::call!(
-                    self.actor,
-                    EngineMessage::AwaitRecorded,
-                    run_id.to_string(),
-                    record.clone()
-                ),
-            };
-            match asked {
-                Ok(Ok(record)) => return Ok(record),
-                Ok(Err(WaitError::NotFound(id))) => return Err(EngineError::JobNotFound(id)),
-                Ok(Err(WaitError::ShutDown)) => return Err(EngineError::ShutDown),
-                Ok(Err(WaitError::Read(e))) => return Err(EngineError::ActorUnavailable(e)),
-                Err(e) => {
-                    if self.actor.get_status() != ractor::ActorStatus::Running {
-                        return Err(EngineError::ShutDown);
-                    }
-                    last = Some(e.to_string());
+        // From inside a job, the wait parks the job's slot (see `parking`).
+        let waited = parking::wait(self.wait_for(run_id, recorded))
+            .await
+            .unwrap_or(Err(WaitError::ShutDown));
+        waited.map_err(|e| match e {
+            WaitError::NotFound(id) => EngineError::JobNotFound(id),
+            WaitError::ShutDown => EngineError::ShutDown,
+            WaitError::Read(e) => EngineError::ActorUnavailable(e),
+        })
+    }
+
+    /// Wait for a job to end. A waiters restart drops the reply port: the
+    /// wait asks again (the records are never read here directly: only the
+    /// waiters know whether a record read now is durable).
+    pub(crate) async fn wait_for(
+        &self,
+        run_id: &str,
+        recorded: Option<Box<OutcomeRecord>>,
+    ) -> std::result::Result<OutcomeRecord, WaitError> {
+        self.ask_waiters(run_id, |reply| match &recorded {
+            None => EngineMessage::AwaitJob(run_id.to_string(), reply),
+            Some(record) => EngineMessage::AwaitRecorded(run_id.to_string(), record.clone(), reply),
+        })
+        .await
+        .and_then(|answer| answer)
+    }
+
+    /// Ask the waiters (through the supervisor) and get their answer. If they
+    /// restart meanwhile the reply port is dropped: ask again, after a short
+    /// growing pause, a bounded number of times.
+    async fn ask_waiters<T: Send + 'static>(
+        &self,
+        run_id: &str,
+        ask: impl Fn(ractor::RpcReplyPort<T>) -> EngineMessage,
+    ) -> std::result::Result<T, WaitError> {
+        let mut last = String::new();
+        for attempt in 0..WAIT_ATTEMPTS {
+            match self.actor.call(&ask, None).await {
+                Ok(ractor::rpc::CallResult::Success(answer)) => return Ok(answer),
+                Ok(ractor::rpc::CallResult::Timeout) => last = "timed out".into(),
+                Ok(ractor::rpc::CallResult::SenderError) => {
+                    last = "the reply port was dropped".into()
                 }
+                Err(e) => last = e.to_string(),
             }
+            if self.actor.get_status() != ractor::ActorStatus::Running {
+                return Err(WaitError::ShutDown);
+            }
+            tokio::time::sleep(WAIT_PAUSE * (attempt + 1)).await;
         }
-        Err(EngineError::ActorUnavailable(last.unwrap_or_default()))
+        Err(WaitError::Read(format!(
+            "the waiters kept restarting while `{run_id}` was asked for: {last}"
+        )))
     }
 
     /// Have `to` told (by a [`JobFinished`] message) when the job ends.
@@ -158,17 +194,41 @@ impl EngineRef {
             .map_err(|_| EngineError::ShutDown)
     }
 
+    /// Have `to` told (by a [`BatchFinished`] message) when the run of this
+    /// batch in progress here ends; a service restarted by its supervisor
+    /// re-attaches to its batch with this. `to` gets `BatchNotRunning` if no
+    /// run is in progress.
+    pub fn watch_batch(&self, batch_id: &str, to: DerivedActorRef<BatchFinished>) -> Result<()> {
+        batch::check_batch_id(batch_id)?;
+        self.actor
+            .cast(EngineMessage::WatchBatch(batch_id.to_string(), to))
+            .map_err(|_| EngineError::ShutDown)
+    }
+
+    /// Resume a job type (or pipeline) paused after crashing too often.
+    /// Answers whether it was paused.
+    pub async fn resume_job_type(&self, name: &str) -> Result<bool> {
+        ractor::call!(self.actor, EngineMessage::ResumeJobType, name.to_string())
+            .map_err(|_| EngineError::ShutDown)?
+    }
+
     /// The outcome of a job if it has durably ended; `None` while it runs (or
     /// while its ending commit is not yet durable), or if it is unknown.
     pub async fn peek_outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
-        match ractor::call!(self.actor, EngineMessage::PeekOutcome, run_id.to_string()) {
-            Ok(Ok(record)) => Ok(record),
-            Ok(Err(WaitError::ShutDown)) | Err(_) => Err(EngineError::ShutDown),
-            Ok(Err(WaitError::NotFound(id))) => Err(EngineError::JobNotFound(id)),
-            Ok(Err(WaitError::Read(e))) => Err(EngineError::ActorUnavailable(e)),
+        let peeked = self
+            .ask_waiters(run_id, |reply| {
+                EngineMessage::PeekOutcome(run_id.to_string(), reply)
+            })
+            .await
+            .and_then(|answer| answer);
+        match peeked {
+            Ok(record) => Ok(record),
+            Err(WaitError::ShutDown) => Err(EngineError::ShutDown),
+            Err(WaitError::NotFound(id)) => Err(EngineError::JobNotFound(id)),
+            Err(WaitError::Read(e)) => Err(EngineError::ActorUnavailable(e)),
         }
     }
 

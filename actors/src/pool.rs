@@ -1,15 +1,23 @@
-//! Handler pool: one per job type. Owns the type's worker actors, the claims
-//! they hold, a small backlog, and the settlements in flight.
+//! Handler pool: one per job type or pipeline, over the type's own taquba
+//! queue. Owns the type's worker actors, the claims they hold, the claim in
+//! flight, and the count of settlements in flight.
+//!
+//! Capacity belongs to the type. The pool claims from its queue only as many
+//! jobs as it has idle, live workers (one claim in flight at a time, in a
+//! task), so a type whose workers are restarting after crashes, a paused type
+//! or a type waiting for its own children holds nothing another type could
+//! use, and no type ever waits behind another's jobs.
 //!
 //! The pool, not the worker, holds each `Claim`: a worker gets a copy of the
 //! job and its lease, runs the user's code and reports a verdict. So when a
 //! worker crashes (a panic in user code), the pool still holds the claim and
 //! nacks it at once, then restarts the worker after a backoff. Settlements run
 //! in short tasks so a worker takes its next job while the last one's commit
-//! waits for the queue's flush; the credit for a job goes back to the claimer
-//! when its worker is free, unless `settlement_window` commits are in flight.
+//! waits for the queue's flush (unless `settlement_window` commits are in
+//! flight). A job waiting for another job from inside its run parks its slot
+//! (see `parking`): the pool runs an extra worker meanwhile.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,27 +26,59 @@ use ractor::{
 };
 use taquba::Claim;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use crate::claimer::ClaimerMessage;
+use crate::attempts::{self, Attempts, Fate};
 use crate::effects::{CostMeter, Effects, StagedEffects};
 use crate::events::EngineEvent;
-use crate::handler::{Delivery, ErasedHandler, ItemInfo, Verdict};
+use crate::handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Verdict};
 use crate::keys;
 use crate::memo::{Memo, UnwrittenEntries};
+use crate::parking::{self, Parking};
 use crate::records::Cost;
 use crate::services::Services;
-use crate::settle::{Notify, Target, identify, settle};
+use crate::settle::{Ending, Notify, Target, identify, settle};
+
+/// Prefix of the exit reason of a pool whose store closed under it.
+pub(crate) const STORE_CLOSED: &str = "store closed";
+
+/// `Some(reason)` when `e` says the store is closed for good (fenced by
+/// another writer, closed, or its background tasks died).
+pub(crate) fn store_closed(e: &taquba::Error) -> Option<String> {
+    match e {
+        taquba::Error::Storage(s) => match s.kind() {
+            slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
+                Some("fenced: another process opened this store as its writer".into())
+            }
+            slatedb::ErrorKind::Closed(reason) => Some(format!("{reason:?}")),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A worker slot of a pool.
+pub type SlotId = u64;
+
+/// A claimed job and its attempts, as gaffer counts them.
+#[derive(Debug)]
+pub struct Held {
+    claim: Claim,
+    attempts: Attempts,
+}
 
 /// Messages of a handler pool.
 #[derive(Debug)]
 pub enum PoolMessage {
-    /// Run this claimed job.
-    Dispatch(Box<Claim>),
+    /// A claim finished (jobs claimed, with their attempts).
+    Claimed(Result<Vec<Held>, taquba::Error>),
+    /// Claim again (after an error).
+    Retry,
     /// A worker finished its job.
     WorkerDone {
         /// Slot of the worker.
-        slot: usize,
+        slot: SlotId,
         /// What the job came to.
         verdict: Verdict,
         /// What it staged.
@@ -49,19 +89,20 @@ pub enum PoolMessage {
     /// A settlement task finished.
     Settled,
     /// Start the worker of `slot` again (after a crash and its backoff).
-    RestartWorker(usize),
-    /// Reply once nothing is held: no job running, queued here or settling.
-    /// With a grace period, jobs still running at its end are nacked and their
+    RestartWorker(SlotId),
+    /// The job in `slot` waits for another job: run one more meanwhile.
+    Park(SlotId),
+    /// The wait of the job in `slot` is over.
+    Unpark(SlotId),
+    /// Resume a type paused after too many crashes.
+    Resume(RpcReplyPort<bool>),
+    /// Stop claiming; reply once nothing is held: no job running, queued here
+    /// or settling. With a grace period, jobs still running at its end are
+    /// given back to the queue (their attempt is not counted) and their
     /// workers stopped; the reply counts them.
     Drain(Option<Duration>, RpcReplyPort<usize>),
     /// The drain's grace period ended.
     DrainDeadline,
-    /// The waiters or the batches registry restarted: tell the new ones.
-    SetNotify(Notify),
-    /// A new claimer took over (the old one was restarted): send credits there,
-    /// and answer how many claims this pool holds (running, backlogged, or
-    /// settling with their credit still owed), so its credits are reconciled.
-    SetClaimer(ActorRef<ClaimerMessage>, RpcReplyPort<usize>),
     /// Counters, for tests and status pages.
     GetStats(RpcReplyPort<PoolStats>),
 }
@@ -71,8 +112,10 @@ pub enum PoolMessage {
 pub struct PoolStats {
     /// Workers alive.
     pub workers: usize,
-    /// Jobs running in workers.
+    /// Jobs running in workers (parked ones included).
     pub running: usize,
+    /// Running jobs waiting for another job (their slots parked).
+    pub parked: usize,
     /// Jobs waiting here for a free worker.
     pub backlog: usize,
     /// Settlements in flight.
@@ -86,8 +129,10 @@ pub struct PoolStats {
 /// Arguments of a pool.
 #[derive(Clone)]
 pub struct PoolArguments {
-    /// Job type.
+    /// Job type or pipeline name.
     pub job_type: String,
+    /// The taquba queue it claims from.
+    pub queue: String,
     /// User code.
     pub handler: Arc<dyn ErasedHandler>,
     /// Workers.
@@ -96,8 +141,6 @@ pub struct PoolArguments {
     pub services: Arc<Services>,
     /// Who settlements tell.
     pub(crate) notify: Notify,
-    /// Where credits go.
-    pub claimer: ActorRef<ClaimerMessage>,
     /// The engine's supervisor (handed to jobs for child submissions).
     pub engine: ActorRef<crate::EngineMessage>,
 }
@@ -106,8 +149,27 @@ impl std::fmt::Debug for PoolArguments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PoolArguments")
             .field("job_type", &self.job_type)
+            .field("queue", &self.queue)
             .field("concurrency", &self.concurrency)
             .finish_non_exhaustive()
+    }
+}
+
+/// The handler of a queue whose job type or pipeline is not registered (jobs
+/// a previous version of the program left): each job fails permanently, with
+/// its record, so its handles learn why.
+pub(crate) struct Unregistered;
+
+impl ErasedHandler for Unregistered {
+    fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
+        let message = if delivery.job_type.is_empty() {
+            "job has no `gaffer.type` header: it was not submitted through gaffer".to_string()
+        } else if delivery.item.is_some() {
+            format!("no pipeline `{}` is registered", delivery.job_type)
+        } else {
+            format!("no handler registered for job type `{}`", delivery.job_type)
+        };
+        Box::pin(async move { Verdict::permanent(message) })
     }
 }
 
@@ -118,21 +180,29 @@ pub struct HandlerPool;
 #[derive(Debug, Default)]
 struct Slot {
     worker: Option<ActorRef<WorkerMessage>>,
-    job: Option<Claim>,
+    job: Option<Held>,
     /// The running job's memo (shares the attempt's unwritten entries).
     memo: Option<Memo>,
+    /// The running job waits for another job.
+    parked: bool,
 }
 
 /// State of a pool.
 #[derive(Debug)]
 pub struct PoolState {
     args: PoolArguments,
-    slots: Vec<Slot>,
-    by_actor: HashMap<ActorId, usize>,
-    idle: VecDeque<usize>,
-    backlog: VecDeque<Claim>,
+    slots: BTreeMap<SlotId, Slot>,
+    next_slot: SlotId,
+    by_actor: HashMap<ActorId, SlotId>,
+    idle: VecDeque<SlotId>,
+    backlog: VecDeque<Held>,
+    parked: usize,
+    claiming: bool,
+    /// Cancelled when the pool drains, or its state is dropped (the pool
+    /// stopped or was killed): stops the claim task and ends parked waits.
+    draining_token: CancellationToken,
+    _cancel_on_drop: tokio_util::sync::DropGuard,
     settling: usize,
-    owed_credits: usize,
     crash_times: VecDeque<Instant>,
     crashes: u64,
     drains: Vec<RpcReplyPort<usize>>,
@@ -142,11 +212,128 @@ pub struct PoolState {
 }
 
 impl PoolState {
-    fn running(&self) -> usize {
-        self.slots.iter().filter(|s| s.job.is_some()).count()
+    fn settings(&self) -> &crate::Settings {
+        self.args.services.settings()
     }
 
-    async fn spawn_worker(&mut self, myself: &ActorRef<PoolMessage>, slot: usize) {
+    fn running(&self) -> usize {
+        self.slots.values().filter(|s| s.job.is_some()).count()
+    }
+
+    /// Slots beyond the type's concurrency plus its parked slots.
+    fn excess(&self) -> usize {
+        self.slots
+            .len()
+            .saturating_sub(self.args.concurrency + self.parked)
+    }
+
+    /// Jobs to claim now: one per idle live worker not already promised to
+    /// the backlog; none while paused, draining or too many settlements are in
+    /// flight.
+    fn want(&self) -> usize {
+        if self.paused || self.draining || self.settling >= self.settings().settlement_window {
+            return 0;
+        }
+        self.idle.len().saturating_sub(self.backlog.len())
+    }
+
+    fn maybe_claim(&mut self, myself: &ActorRef<PoolMessage>) {
+        let want = self.want();
+        if self.claiming || want == 0 {
+            return;
+        }
+        let Ok(queue) = self.args.services.queue() else {
+            return;
+        };
+        self.claiming = true;
+        let name = self.args.queue.clone();
+        let services = self.args.services.clone();
+        let stop = self.draining_token.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let poll = services.settings().poll_interval;
+            let lease = queue.queue_config(&name).lease_duration;
+            let claimed = loop {
+                if stop.is_cancelled() {
+                    break Ok(Vec::new());
+                }
+                match queue.claim_batch(&name, want, lease).await {
+                    Ok(claims) if claims.is_empty() => {
+                        tokio::select! {
+                            _ = queue.wait_for_jobs_on(&name, poll) => {}
+                            _ = stop.cancelled() => break Ok(claims),
+                        }
+                    }
+                    // The pool stopped (or began draining) during the claim:
+                    // give the jobs back at once rather than let their leases
+                    // run out.
+                    Ok(claims) if stop.is_cancelled() => {
+                        for claim in &claims {
+                            let reason =
+                                format!("{}the pool stopped claiming", keys::RELEASED_PREFIX);
+                            let _ = queue.nack(claim, &reason).await;
+                        }
+                        break Ok(Vec::new());
+                    }
+                    other => break other,
+                }
+            };
+            let result = match claimed {
+                Ok(claims) => {
+                    let settings = services.settings();
+                    let counted = claims.into_iter().map(|claim| {
+                        let queue = &queue;
+                        async move {
+                            let attempts = attempts::of(queue, &claim, settings).await;
+                            Held { claim, attempts }
+                        }
+                    });
+                    Ok(futures_util::future::join_all(counted).await)
+                }
+                Err(e) => Err(e),
+            };
+            drop(queue);
+            let _ = myself.cast(PoolMessage::Claimed(result));
+        });
+    }
+
+    fn claimed(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        result: Result<Vec<Held>, taquba::Error>,
+    ) {
+        self.claiming = false;
+        match result {
+            Ok(held) => {
+                for h in held {
+                    self.dispatch(myself, h);
+                }
+            }
+            Err(e) => {
+                if let Some(reason) = store_closed(&e) {
+                    // The store is gone (another process opened it as its
+                    // writer, or it was closed): nothing this engine settles
+                    // can commit any more. Exit; the supervisor takes the tree
+                    // down.
+                    myself.stop(Some(format!("{STORE_CLOSED}: {reason}")));
+                    return;
+                }
+                warn!(job_type = %self.args.job_type, error = %e, "claiming failed; retrying after the poll interval");
+                myself.send_after(self.settings().poll_interval, || PoolMessage::Retry);
+            }
+        }
+        self.maybe_claim(myself);
+        self.check_drained();
+    }
+
+    async fn add_slot(&mut self, myself: &ActorRef<PoolMessage>) {
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        self.slots.insert(slot, Slot::default());
+        self.spawn_worker(myself, slot).await;
+    }
+
+    async fn spawn_worker(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
         let worker = HandlerWorker {
             handler: self.args.handler.clone(),
             pool: myself.clone(),
@@ -156,7 +343,9 @@ impl PoolState {
         match Actor::spawn_linked(None, worker, (), myself.get_cell()).await {
             Ok((actor, _)) => {
                 self.by_actor.insert(actor.get_id(), slot);
-                self.slots[slot].worker = Some(actor);
+                if let Some(s) = self.slots.get_mut(&slot) {
+                    s.worker = Some(actor);
+                }
                 self.idle.push_back(slot);
             }
             Err(e) => {
@@ -170,85 +359,159 @@ impl PoolState {
         }
     }
 
-    /// The type crashed past its restart limit: stop restarting its workers
-    /// and fail its jobs (queued here now, and claimed later) permanently, so
-    /// every handle gets an error instead of waiting; the engine serves every
-    /// other type as before. Dead-lettered jobs can be requeued once fixed.
-    fn pause(&mut self, myself: &ActorRef<PoolMessage>, crashes: usize) {
-        self.paused = true;
-        let window = self.args.services.settings().restart_window;
-        error!(job_type = %self.args.job_type, crashes, ?window, "job type paused: its handler keeps crashing");
-        self.args.services.emit(EngineEvent::JobTypePaused {
-            job_type: self.args.job_type.clone(),
-        });
-        while let Some(claim) = self.backlog.pop_front() {
-            self.refuse(myself, claim);
+    /// Remove `slot` (its worker, if any, is stopped).
+    fn retire(&mut self, slot: SlotId) {
+        if let Some(s) = self.slots.remove(&slot)
+            && let Some(worker) = s.worker
+        {
+            self.by_actor.remove(&worker.get_id());
+            worker.stop(None);
+        }
+        self.idle.retain(|s| *s != slot);
+    }
+
+    /// Retire idle slots while there are more than the type needs.
+    fn shrink(&mut self) {
+        while self.excess() > 0 {
+            let Some(slot) = self.idle.pop_back() else {
+                return;
+            };
+            self.retire(slot);
         }
     }
 
-    fn refuse(&mut self, myself: &ActorRef<PoolMessage>, claim: Claim) {
-        let window = self.args.services.settings().restart_window;
-        let verdict = Verdict::permanent(format!(
-            "job type `{}` is paused: its handler crashed more than {} times within {:?}",
-            self.args.job_type,
-            self.args.services.settings().max_restarts,
-            window
-        ));
+    fn pause(&mut self, myself: &ActorRef<PoolMessage>, recent: usize) {
+        self.paused = true;
+        error!(job_type = %self.args.job_type, crashes = recent, "job type crashed too often; pausing it (its jobs stay queued)");
+        self.args.services.emit(EngineEvent::JobTypePaused {
+            job_type: self.args.job_type.clone(),
+        });
+        while let Some(held) = self.backlog.pop_front() {
+            self.release(myself, held, "its job type is paused".into(), None);
+        }
+    }
+
+    async fn resume(&mut self, myself: &ActorRef<PoolMessage>) -> bool {
+        if !self.paused {
+            return false;
+        }
+        self.paused = false;
+        self.crash_times.clear();
+        let down: Vec<SlotId> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.worker.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for slot in down {
+            self.spawn_worker(myself, slot).await;
+        }
+        self.args.services.emit(EngineEvent::JobTypeResumed {
+            job_type: self.args.job_type.clone(),
+        });
+        self.maybe_claim(myself);
+        true
+    }
+
+    /// Give a claim back to the queue without counting an attempt.
+    fn release(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        held: Held,
+        why: String,
+        memo: Option<UnwrittenEntries>,
+    ) {
         self.start_settlement(
             myself,
-            claim,
-            verdict,
+            held,
+            Ending::Release(why),
             StagedEffects::default(),
             Cost::default(),
-            None,
+            memo,
         );
     }
 
-    /// The drain's grace period is over: nack what still runs or waits here
-    /// (each attempt is counted as used) and stop those workers.
+    /// The drain's grace period is over: give back what still runs or waits
+    /// here (their attempts are not counted) and stop those workers.
     fn abandon(&mut self, myself: &ActorRef<PoolMessage>) {
-        let mut claims: Vec<(Claim, Option<UnwrittenEntries>)> =
-            self.backlog.drain(..).map(|claim| (claim, None)).collect();
-        for slot in self.slots.iter_mut() {
-            if let Some(claim) = slot.job.take() {
+        let mut held: Vec<(Held, Option<UnwrittenEntries>)> =
+            self.backlog.drain(..).map(|h| (h, None)).collect();
+        for slot in self.slots.values_mut() {
+            if let Some(job) = slot.job.take() {
                 if let Some(worker) = slot.worker.take() {
                     self.by_actor.remove(&worker.get_id());
                     worker.kill();
                 }
-                claims.push((claim, slot.memo.take().map(|m| m.take_unwritten())));
+                slot.parked = false;
+                held.push((job, slot.memo.take().map(|m| m.take_unwritten())));
             }
         }
-        for (claim, memo) in claims {
+        self.parked = 0;
+        for (h, memo) in held {
             self.abandoned += 1;
-            warn!(job_type = %self.args.job_type, job_id = %claim.id, "shutdown grace period over; nacking the job");
-            self.start_settlement(
+            warn!(job_type = %self.args.job_type, job_id = %h.claim.id, "shutdown grace period over; giving the job back to the queue");
+            self.release(
                 myself,
-                claim,
-                Verdict::transient(
-                    "the engine shut down before the job finished (grace period over)",
-                ),
-                StagedEffects::default(),
-                Cost::default(),
+                h,
+                "the engine shut down before the job finished (grace period over)".into(),
                 memo,
             );
         }
         self.check_drained();
     }
 
-    fn dispatch(&mut self, myself: &ActorRef<PoolMessage>, claim: Claim) {
+    fn dispatch(&mut self, myself: &ActorRef<PoolMessage>, held: Held) {
+        match held.attempts.fate(self.settings()) {
+            Fate::Run => {}
+            Fate::Poisoned(message) => {
+                warn!(job_type = %self.args.job_type, job_id = %held.claim.id, "{message}");
+                self.start_settlement(
+                    myself,
+                    held,
+                    Ending::Verdict(Verdict::permanent(message)),
+                    StagedEffects::default(),
+                    Cost::default(),
+                    None,
+                );
+                return;
+            }
+            Fate::Exhausted(message) => {
+                self.start_settlement(
+                    myself,
+                    held,
+                    Ending::Verdict(Verdict::transient(message)),
+                    StagedEffects::default(),
+                    Cost::default(),
+                    None,
+                );
+                return;
+            }
+        }
         if self.paused {
-            self.refuse(myself, claim);
+            self.release(myself, held, "its job type is paused".into(), None);
             return;
         }
         let Some(slot) = self.idle.pop_front() else {
-            self.backlog.push_back(claim);
+            self.backlog.push_back(held);
             return;
         };
-        let Some(worker) = self.slots[slot].worker.clone() else {
-            self.backlog.push_back(claim);
+        let Some(worker) = self.slots.get(&slot).and_then(|s| s.worker.clone()) else {
+            self.backlog.push_back(held);
             return;
         };
-        let (target, job_type) = identify(&claim);
+        let delivery = self.delivery(myself, slot, &held);
+        if let Some(s) = self.slots.get_mut(&slot) {
+            s.memo = Some(delivery.memo.clone());
+            s.job = Some(held);
+        }
+        // A worker that died between its last report and now is handled by its
+        // supervision event, which gives the job back.
+        let _ = worker.cast(WorkerMessage::Run(Box::new(delivery)));
+    }
+
+    fn delivery(&self, myself: &ActorRef<PoolMessage>, slot: SlotId, held: &Held) -> Delivery {
+        let claim = &held.claim;
+        let (target, job_type) = identify(claim);
         let services = &self.args.services;
         let blob = &services.settings().blob_prefix;
         let writes = services.settings().memo_writes;
@@ -270,84 +533,89 @@ impl PoolState {
             ),
         };
         let lease = match services.queue() {
-            Ok(queue) => queue.lease_handle(&claim),
+            Ok(queue) => queue.lease_handle(claim),
             Err(_) => taquba::LeaseHandle::detached(),
         };
         let mut headers = claim.headers.clone();
         headers.retain(|k, _| !k.starts_with(keys::RESERVED_HEADER_PREFIX));
-        let delivery = Delivery {
+        Delivery {
             memo,
             item,
             cost: CostMeter::default(),
             run_id,
             job_id: claim.id.clone(),
             job_type,
-            attempt: claim.attempts,
-            max_attempts: claim.max_attempts,
+            attempt: held.attempts.number,
+            max_attempts: held.attempts.limit,
             headers: Arc::new(headers),
             payload: claim.payload.clone().into(),
             cancel: claim.cancel_token().clone(),
             lease,
             effects: Effects::default(),
             engine: crate::EngineRef::from_parts(self.args.engine.clone(), services.clone()),
-        };
-        self.slots[slot].memo = Some(delivery.memo.clone());
-        self.slots[slot].job = Some(claim);
-        if let Err(ractor::MessagingErr::SendErr(_)) =
-            worker.cast(WorkerMessage::Run(Box::new(delivery)))
-        {
-            // The worker died between its last report and now; its supervision
-            // event will nack the job and restart it.
+            parking: Parking {
+                pool: myself.clone(),
+                slot,
+                draining: self.draining_token.clone(),
+            },
         }
     }
 
     fn finish(
         &mut self,
         myself: &ActorRef<PoolMessage>,
-        slot: usize,
+        slot: SlotId,
         verdict: Verdict,
         effects: StagedEffects,
         cost: Cost,
     ) {
-        let Some(claim) = self.slots.get_mut(slot).and_then(|s| s.job.take()) else {
+        let Some(s) = self.slots.get_mut(&slot) else {
             return;
         };
-        let memo = self.slots[slot].memo.take().map(|m| m.take_unwritten());
-        self.start_settlement(myself, claim, verdict, effects, cost, memo);
-        if self.slots[slot].worker.is_some() {
-            self.idle.push_back(slot);
+        let Some(held) = s.job.take() else {
+            return;
+        };
+        let memo = s.memo.take().map(|m| m.take_unwritten());
+        let was_parked = std::mem::take(&mut s.parked);
+        let alive = s.worker.is_some();
+        if was_parked {
+            self.parked -= 1;
+        }
+        self.start_settlement(myself, held, Ending::Verdict(verdict), effects, cost, memo);
+        if alive {
+            if self.excess() > 0 {
+                self.retire(slot);
+            } else {
+                self.idle.push_back(slot);
+            }
         }
         if let Some(next) = self.backlog.pop_front() {
             self.dispatch(myself, next);
         }
+        self.maybe_claim(myself);
     }
 
     fn start_settlement(
         &mut self,
         myself: &ActorRef<PoolMessage>,
-        claim: Claim,
-        verdict: Verdict,
+        held: Held,
+        ending: Ending,
         effects: StagedEffects,
         cost: Cost,
         memo: Option<UnwrittenEntries>,
     ) {
         self.settling += 1;
-        // The job leaves the handlers: its credit goes back, unless too many
-        // settlements are in flight (then when one finishes).
-        if self.settling <= self.args.services.settings().settlement_window {
-            let _ = self.args.claimer.cast(ClaimerMessage::Credit(1));
-        } else {
-            self.owed_credits += 1;
-        }
         let services = self.args.services.clone();
         let notify = self.args.notify.clone();
         let myself = myself.clone();
         tokio::spawn(async move {
+            let Held { claim, attempts } = held;
             // An attempt that did not succeed leaves its memo entries for the
             // next one (MemoWrites::OnFailure); a cancelled run has none.
+            let succeeded = matches!(ending, Ending::Verdict(Verdict::Succeeded(_)));
             if let Some(memo) = memo
                 && !memo.is_empty()
-                && matches!(verdict, Verdict::Failed { .. })
+                && !succeeded
                 && !claim.cancel_token().is_cancelled()
             {
                 let entries = memo.len();
@@ -355,18 +623,14 @@ impl PoolState {
                     warn!(job_id = %claim.id, entries, error = %e, "writing the failed attempt's memo entries failed; the next attempt computes them again");
                 }
             }
-            settle(&services, &notify, claim, verdict, effects, cost).await;
+            settle(&services, &notify, claim, attempts, ending, effects, cost).await;
             let _ = myself.cast(PoolMessage::Settled);
         });
     }
 
-    fn settled(&mut self) {
+    fn settled(&mut self, myself: &ActorRef<PoolMessage>) {
         self.settling = self.settling.saturating_sub(1);
-        if self.owed_credits > 0 && self.settling < self.args.services.settings().settlement_window
-        {
-            self.owed_credits -= 1;
-            let _ = self.args.claimer.cast(ClaimerMessage::Credit(1));
-        }
+        self.maybe_claim(myself);
         self.check_drained();
     }
 
@@ -375,6 +639,7 @@ impl PoolState {
             || self.running() > 0
             || !self.backlog.is_empty()
             || self.settling > 0
+            || self.claiming
         {
             return;
         }
@@ -387,7 +652,6 @@ impl PoolState {
         let Some(slot) = self.by_actor.remove(&who.get_id()) else {
             return;
         };
-        self.slots[slot].worker = None;
         self.idle.retain(|s| *s != slot);
         self.crashes += 1;
         let services = self.args.services.clone();
@@ -395,13 +659,22 @@ impl PoolState {
             job_type: self.args.job_type.clone(),
             reason: reason.clone(),
         });
-        if let Some(claim) = self.slots[slot].job.take() {
-            warn!(job_type = %self.args.job_type, job_id = %claim.id, %reason, "handler crashed; nacking its job");
-            let memo = self.slots[slot].memo.take().map(|m| m.take_unwritten());
+        let Some(s) = self.slots.get_mut(&slot) else {
+            return;
+        };
+        s.worker = None;
+        let was_parked = std::mem::take(&mut s.parked);
+        let job = s.job.take();
+        let memo = s.memo.take().map(|m| m.take_unwritten());
+        if was_parked {
+            self.parked -= 1;
+        }
+        if let Some(held) = job {
+            warn!(job_type = %self.args.job_type, job_id = %held.claim.id, %reason, "handler crashed; nacking its job");
             self.start_settlement(
                 myself,
-                claim,
-                Verdict::transient(format!("handler crashed: {reason}")),
+                held,
+                Ending::Verdict(Verdict::transient(format!("handler crashed: {reason}"))),
                 StagedEffects::default(),
                 Cost::default(),
                 memo,
@@ -421,7 +694,10 @@ impl PoolState {
         if recent > services.settings().max_restarts && !self.paused {
             self.pause(myself, recent);
         }
-        if !self.paused && !self.draining {
+        if self.excess() > 0 {
+            // A slot added for a parked job: not needed any more.
+            self.retire(slot);
+        } else if !self.paused && !self.draining {
             let base = services.settings().restart_backoff_base;
             let max = services.settings().restart_backoff_max;
             let delay = base
@@ -444,14 +720,19 @@ impl Actor for HandlerPool {
         args: PoolArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let n = args.concurrency.max(1);
+        let draining_token = CancellationToken::new();
         let mut state = PoolState {
             args,
-            slots: (0..n).map(|_| Slot::default()).collect(),
+            slots: BTreeMap::new(),
+            next_slot: 0,
             by_actor: HashMap::new(),
             idle: VecDeque::new(),
             backlog: VecDeque::new(),
+            parked: 0,
+            claiming: false,
+            _cancel_on_drop: draining_token.clone().drop_guard(),
+            draining_token,
             settling: 0,
-            owed_credits: 0,
             crash_times: VecDeque::new(),
             crashes: 0,
             drains: Vec::new(),
@@ -459,9 +740,11 @@ impl Actor for HandlerPool {
             abandoned: 0,
             paused: false,
         };
-        for slot in 0..n {
-            state.spawn_worker(&myself, slot).await;
+        state.args.concurrency = n;
+        for _ in 0..n {
+            state.add_slot(&myself).await;
         }
+        state.maybe_claim(&myself);
         Ok(state)
     }
 
@@ -472,18 +755,19 @@ impl Actor for HandlerPool {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            PoolMessage::Dispatch(claim) => state.dispatch(&myself, *claim),
+            PoolMessage::Claimed(result) => state.claimed(&myself, result),
+            PoolMessage::Retry => state.maybe_claim(&myself),
             PoolMessage::WorkerDone {
                 slot,
                 verdict,
                 effects,
                 cost,
             } => state.finish(&myself, slot, verdict, effects, cost),
-            PoolMessage::Settled => state.settled(),
+            PoolMessage::Settled => state.settled(&myself),
             PoolMessage::RestartWorker(slot) => {
                 if !state.paused
                     && !state.draining
-                    && state.slots.get(slot).is_some_and(|s| s.worker.is_none())
+                    && state.slots.get(&slot).is_some_and(|s| s.worker.is_none())
                 {
                     state.spawn_worker(&myself, slot).await;
                     state.args.services.emit(EngineEvent::HandlerRestarted {
@@ -492,10 +776,45 @@ impl Actor for HandlerPool {
                     if let Some(next) = state.backlog.pop_front() {
                         state.dispatch(&myself, next);
                     }
+                    state.maybe_claim(&myself);
                 }
+            }
+            PoolMessage::Park(slot) => {
+                let parked = match state.slots.get_mut(&slot) {
+                    Some(s) if s.job.is_some() && !s.parked => {
+                        s.parked = true;
+                        true
+                    }
+                    _ => false,
+                };
+                if parked {
+                    state.parked += 1;
+                    if !state.draining {
+                        state.add_slot(&myself).await;
+                        if let Some(next) = state.backlog.pop_front() {
+                            state.dispatch(&myself, next);
+                        }
+                        state.maybe_claim(&myself);
+                    }
+                }
+            }
+            PoolMessage::Unpark(slot) => {
+                let was_parked = state
+                    .slots
+                    .get_mut(&slot)
+                    .is_some_and(|s| std::mem::take(&mut s.parked));
+                if was_parked {
+                    state.parked -= 1;
+                    state.shrink();
+                }
+            }
+            PoolMessage::Resume(reply) => {
+                let resumed = state.resume(&myself).await;
+                let _ = reply.send(resumed);
             }
             PoolMessage::Drain(grace, reply) => {
                 state.draining = true;
+                state.draining_token.cancel();
                 state.drains.push(reply);
                 if let Some(grace) = grace {
                     myself.send_after(grace, || PoolMessage::DrainDeadline);
@@ -503,15 +822,11 @@ impl Actor for HandlerPool {
                 state.check_drained();
             }
             PoolMessage::DrainDeadline => state.abandon(&myself),
-            PoolMessage::SetNotify(notify) => state.args.notify = notify,
-            PoolMessage::SetClaimer(claimer, reply) => {
-                state.args.claimer = claimer;
-                let _ = reply.send(state.running() + state.backlog.len() + state.owed_credits);
-            }
             PoolMessage::GetStats(reply) => {
                 let _ = reply.send(PoolStats {
-                    workers: state.slots.iter().filter(|s| s.worker.is_some()).count(),
+                    workers: state.slots.values().filter(|s| s.worker.is_some()).count(),
                     running: state.running(),
+                    parked: state.parked,
                     backlog: state.backlog.len(),
                     settling: state.settling,
                     crashes: state.crashes,
@@ -538,6 +853,15 @@ impl Actor for HandlerPool {
         }
         Ok(())
     }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.draining_token.cancel();
+        Ok(())
+    }
 }
 
 /// Messages of a handler worker.
@@ -552,7 +876,7 @@ pub enum WorkerMessage {
 pub struct HandlerWorker {
     handler: Arc<dyn ErasedHandler>,
     pool: ActorRef<PoolMessage>,
-    slot: usize,
+    slot: SlotId,
     services: Arc<Services>,
 }
 
@@ -593,7 +917,8 @@ impl Actor for HandlerWorker {
         }
         let effects = delivery.effects.clone();
         let cost = delivery.cost.clone();
-        let verdict = self.handler.run(*delivery).await;
+        let parking = delivery.parking.clone();
+        let verdict = parking::scope(parking, self.handler.run(*delivery)).await;
         let effects = effects.seal();
         let _ = self.pool.cast(PoolMessage::WorkerDone {
             slot: self.slot,

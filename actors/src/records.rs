@@ -76,11 +76,17 @@ pub struct OutcomeRecord {
     pub outcome: Outcome,
 }
 
-/// Encode a record.
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    // Records are plain structs of strings, integers and byte arrays: encoding
-    // into a Vec cannot fail for them.
-    rmp_serde::to_vec_named(value).unwrap_or_default()
+/// Encode a record. An encoding failure is an error at the write: an empty
+/// or partial value never reaches the store.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    rmp_serde::to_vec_named(value).map_err(|e| EngineError::RecordEncoding {
+        record: std::any::type_name::<T>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("record")
+            .to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// Decode a record read at `key`.
@@ -123,9 +129,28 @@ mod tests {
                 message: "no".into(),
             },
         };
-        let bytes = encode(&rec);
+        let bytes = encode(&rec).unwrap();
         let back: OutcomeRecord = decode(b"k", &bytes).unwrap();
         assert_eq!(back, rec);
+    }
+
+    /// A value whose serialization fails.
+    struct Unencodable;
+
+    impl Serialize for Unencodable {
+        fn serialize<S: serde::Serializer>(&self, _s: S) -> std::result::Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("refuses to encode"))
+        }
+    }
+
+    #[test]
+    fn an_encoding_failure_is_an_error_never_an_empty_value() {
+        let err = encode(&Unencodable).unwrap_err();
+        assert!(
+            matches!(&err, EngineError::RecordEncoding { record, reason }
+                if record == "Unencodable" && reason.contains("refuses to encode")),
+            "{err}"
+        );
     }
 
     #[test]

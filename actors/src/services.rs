@@ -4,9 +4,12 @@
 //!
 //! `Services` holds no engine state. It holds the queue weakly: the supervisor
 //! owns the queue, and once it closes the queue at shutdown every operation
-//! here fails with [`EngineError::ShutDown`].
+//! here fails with [`EngineError::ShutDown`]. It also knows, from the start,
+//! which job types and pipelines are registered and the taquba queue of each
+//! (fixed for the engine's life).
 
 use std::collections::HashMap;
+use std::ops::Deref;
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
@@ -19,6 +22,7 @@ use taquba::{
 
 use crate::error::{EngineError, Result};
 use crate::events::{EngineEvent, EventSender};
+use crate::handler::Kind;
 use crate::keys;
 use crate::records::{self, Outcome, OutcomeRecord, OutputRef, RunRecord};
 use crate::settings::Settings;
@@ -101,9 +105,68 @@ pub enum CancelResult {
     AlreadyFinished(JobState),
 }
 
+/// The engine's open queue. The supervisor holds the one long-lived strong
+/// reference; operations upgrade the services' weak one for their duration.
+/// When the last reference drops, the queue is handed to whoever waits for it
+/// (the supervisor's shutdown, which closes it): a completion signal, not a
+/// poll.
+pub struct SharedQueue {
+    // `Some` until the last reference drops.
+    queue: Option<Queue>,
+    give_back: Option<tokio::sync::oneshot::Sender<Queue>>,
+}
+
+impl SharedQueue {
+    /// Share `queue`; the receiver gets it back once every reference is gone.
+    pub(crate) fn new(queue: Queue) -> (Arc<Self>, tokio::sync::oneshot::Receiver<Queue>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = Arc::new(Self {
+            queue: Some(queue),
+            give_back: Some(tx),
+        });
+        (shared, rx)
+    }
+}
+
+impl Deref for SharedQueue {
+    type Target = Queue;
+
+    fn deref(&self) -> &Queue {
+        // Taken only in `drop`, after which no reference exists.
+        self.queue
+            .as_ref()
+            .expect("the queue is taken only when its last reference drops")
+    }
+}
+
+impl Drop for SharedQueue {
+    fn drop(&mut self) {
+        if let (Some(queue), Some(tx)) = (self.queue.take(), self.give_back.take()) {
+            // Nobody waiting (no shutdown): the queue is dropped unclosed.
+            let _ = tx.send(queue);
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedQueue").finish_non_exhaustive()
+    }
+}
+
+/// The taquba queue of a registered job type or pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The queue's name.
+    pub queue: String,
+    /// Job type or pipeline.
+    pub kind: Kind,
+}
+
 /// Shared resources and bytes-level operations of one engine.
 pub struct Services {
-    queue: Weak<Queue>,
+    queue: Weak<SharedQueue>,
+    routes: HashMap<String, Route>,
     store: Arc<dyn ObjectStore>,
     settings: Settings,
     clock: Arc<dyn Clock>,
@@ -124,14 +187,16 @@ const MAX_SUBMIT_ROUNDS: usize = 16;
 
 impl Services {
     pub(crate) fn new(
-        queue: &Arc<Queue>,
+        queue: &Arc<SharedQueue>,
         store: Arc<dyn ObjectStore>,
         settings: Settings,
         clock: Arc<dyn Clock>,
+        routes: HashMap<String, Route>,
+        events: EventSender,
     ) -> Self {
-        let (events, _) = tokio::sync::broadcast::channel(4096);
         Self {
             queue: Arc::downgrade(queue),
+            routes,
             store,
             settings,
             clock,
@@ -141,9 +206,39 @@ impl Services {
         }
     }
 
-    /// The queue, while the engine runs.
-    pub fn queue(&self) -> Result<Arc<Queue>> {
+    /// The queue, while the engine runs. Hold it only for an operation: the
+    /// engine closes the queue at shutdown once every holder let go.
+    pub fn queue(&self) -> Result<Arc<SharedQueue>> {
         self.queue.upgrade().ok_or(EngineError::ShutDown)
+    }
+
+    /// The queue of a registered job type or pipeline.
+    pub fn route(&self, name: &str) -> Option<&Route> {
+        self.routes.get(name)
+    }
+
+    /// The queue of the registered job type `job_type`
+    /// (`UnknownJobType` otherwise).
+    pub fn job_queue(&self, job_type: &str) -> Result<&str> {
+        match self.routes.get(job_type) {
+            Some(Route {
+                queue,
+                kind: Kind::Job,
+            }) => Ok(queue),
+            _ => Err(EngineError::UnknownJobType(job_type.to_string())),
+        }
+    }
+
+    /// The queue of the registered pipeline `pipeline` (`UnknownPipeline`
+    /// otherwise).
+    pub fn pipeline_queue(&self, pipeline: &str) -> Result<&str> {
+        match self.routes.get(pipeline) {
+            Some(Route {
+                queue,
+                kind: Kind::Pipeline,
+            }) => Ok(queue),
+            _ => Err(EngineError::UnknownPipeline(pipeline.to_string())),
+        }
     }
 
     /// The object store of memo entries and large outputs.
@@ -195,17 +290,18 @@ impl Services {
         {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
+        let job_queue = self.job_queue(&req.job_type)?;
         let queue = self.queue()?;
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let Some(key) = req.idempotency_key.as_deref() else {
             let job_id = queue.next_job_id();
             let effects = SettlementEffects::default().kv_put(
                 keys::run_key(&job_id),
-                self.run_record(&job_id, &req.job_type, hash),
+                self.run_record(&job_id, &req.job_type, hash)?,
             );
-            let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
+            let (opts, payload) = self.enqueue_options(&queue, job_queue, &req, &job_id, &job_id);
             queue
-                .enqueue_with_effects(&self.settings.queue_name, payload, opts, effects)
+                .enqueue_with_effects(job_queue, payload, opts, effects)
                 .await?;
             return Ok(Submitted {
                 run_id: job_id,
@@ -230,14 +326,15 @@ impl Services {
         let run_key = keys::run_key(&run_id);
         for _ in 0..MAX_SUBMIT_ROUNDS {
             let job_id = queue.next_job_id();
-            let (options, payload) = self.enqueue_options(&req, &run_id, &job_id);
+            let (options, payload) =
+                self.enqueue_options(&queue, job_queue, &req, &run_id, &job_id);
             let effects = SettlementEffects::default()
                 .kv_put(
                     run_key.clone(),
-                    self.run_record(&job_id, &req.job_type, hash),
+                    self.run_record(&job_id, &req.job_type, hash)?,
                 )
                 .enqueue(EnqueueRequest {
-                    queue: self.settings.queue_name.clone(),
+                    queue: job_queue.to_string(),
                     payload,
                     options,
                 });
@@ -293,7 +390,7 @@ impl Services {
         Ok(submitted)
     }
 
-    fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Vec<u8> {
+    fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Result<Vec<u8>> {
         records::encode(&RunRecord {
             job_id: job_id.to_string(),
             job_type: job_type.to_string(),
@@ -304,6 +401,8 @@ impl Services {
 
     fn enqueue_options(
         &self,
+        queue: &Queue,
+        job_queue: &str,
         req: &SubmitRequest,
         run_id: &str,
         job_id: &str,
@@ -311,11 +410,18 @@ impl Services {
         let mut headers = req.headers.clone();
         headers.insert(keys::HEADER_TYPE.into(), req.job_type.clone());
         headers.insert(keys::HEADER_RUN.into(), run_id.into());
+        // gaffer counts attempts itself (see `attempts`): the limit travels in
+        // a header and the queue's own is out of reach.
+        let limit = req
+            .max_attempts
+            .unwrap_or_else(|| queue.queue_config(job_queue).max_attempts)
+            .max(1);
+        headers.insert(keys::HEADER_ATTEMPTS.into(), limit.to_string());
         let opts = EnqueueOptions::default()
             .headers(headers)
             .id_override(job_id.to_string())
             .priority(req.priority)
-            .max_attempts(req.max_attempts)
+            .max_attempts(keys::QUEUE_ATTEMPTS)
             .run_at(req.run_at);
         (opts, req.payload.clone())
     }
@@ -394,7 +500,7 @@ impl Services {
                 finished_at_ms: self.clock.now_ms(),
                 outcome: Outcome::Cancelled,
             };
-            let effects = self.terminal_effects(run_id, &record);
+            let effects = self.terminal_effects(run_id, &record)?;
             match queue.cancel_with(&run.job_id, effects).await?.0 {
                 CancelOutcome::Removed => {
                     self.emit(EngineEvent::JobCancelled {
@@ -423,14 +529,14 @@ impl Services {
         &self,
         run_id: &str,
         record: &OutcomeRecord,
-    ) -> SettlementEffects {
+    ) -> Result<SettlementEffects> {
         let mut effects = SettlementEffects::default()
             .kv_delete(keys::run_key(run_id))
-            .kv_put(keys::outcome_key(run_id), records::encode(record));
+            .kv_put(keys::outcome_key(run_id), records::encode(record)?);
         if self.settings.retention.is_some() {
             effects = effects.expiry_entry(&self.expiry, record.finished_at_ms, run_id.as_bytes());
         }
-        effects
+        Ok(effects)
     }
 }
 

@@ -7,15 +7,19 @@ use crate::error::{EngineError, Result};
 /// Settings of one engine.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// taquba queue holding the jobs. Default `"jobs"`.
+    /// Prefix of the taquba queues of job types: each job type has a queue of
+    /// its own, `{queue_name}.{type}`, so no type ever waits behind another's
+    /// jobs. Queues under this prefix are the engine's. Default `"jobs"`.
     pub queue_name: String,
-    /// taquba queue holding bulk items, apart from jobs so a big batch never
-    /// starves single jobs. Default `"bulk-items"`.
+    /// Prefix of the taquba queues of pipelines (`{bulk_queue_name}.{name}`),
+    /// apart from jobs so a big batch never starves single jobs. Default
+    /// `"bulk-items"`.
     pub bulk_queue_name: String,
     /// Items of one batch enqueued and not yet settled, at most. Default 10 000.
     pub batch_window: usize,
-    /// Jobs held by handlers at once across all job types (the claimer's
-    /// credits). Default 16.
+    /// Jobs of one type running at once, for a type registered without a
+    /// count of its own. Each job type has its own workers and its own queue:
+    /// a type never takes another's capacity. Default 16.
     pub max_concurrent_jobs: usize,
     /// Longest idle wait of the claimer before it looks at the queue again, and
     /// period of the sweeper (reconciliation and retention). In-process
@@ -47,6 +51,16 @@ pub struct Settings {
     pub max_restarts: usize,
     /// Window of `max_restarts`. Default 10 s.
     pub restart_window: Duration,
+    /// A job that was running when the process died is run again without
+    /// spending an attempt. A job under which the process keeps dying is a
+    /// poison pill: once it has been interrupted in this many separate
+    /// windows (see `interruption_window`), it fails permanently instead of
+    /// running again. Default 3.
+    pub max_interruptions: u32,
+    /// Interruptions of one job closer together than this count once toward
+    /// `max_interruptions` (a crash loop, or many kills in a row, is one
+    /// episode). Default 60 s.
+    pub interruption_window: Duration,
     /// When memo entries reach the object store. Default
     /// [`MemoWrites::OnFailure`].
     pub memo_writes: MemoWrites,
@@ -92,6 +106,8 @@ impl Default for Settings {
             shutdown_grace: None,
             max_restarts: 100,
             restart_window: Duration::from_secs(10),
+            max_interruptions: 3,
+            interruption_window: Duration::from_secs(60),
             memo_writes: MemoWrites::OnFailure,
         }
     }
@@ -122,8 +138,22 @@ impl Settings {
                 ));
             }
         }
-        if self.queue_name == self.bulk_queue_name {
-            return bad("the jobs queue and the bulk queue must differ".into());
+        if self.queue_name == self.bulk_queue_name
+            || self
+                .queue_name
+                .starts_with(&format!("{}.", self.bulk_queue_name))
+            || self
+                .bulk_queue_name
+                .starts_with(&format!("{}.", self.queue_name))
+        {
+            return bad(format!(
+                "the jobs queue prefix `{}` and the bulk queue prefix `{}` must differ and \
+                 neither may start with the other followed by `.`",
+                self.queue_name, self.bulk_queue_name
+            ));
+        }
+        if self.max_interruptions == 0 {
+            return bad("max_interruptions must be at least 1".into());
         }
         if self.batch_window == 0 {
             return bad("batch_window must be at least 1".into());

@@ -2,27 +2,36 @@
 //! ends (or retries) it, with the outcome record (jobs) or item marker (bulk
 //! items) and the staged effects in the same transaction.
 //!
-//! Runs in a short task owned by the handler pool (or the claimer, for
-//! deliveries no handler can take), so a handler slot takes its next job while
-//! this commit waits for the queue's flush; concurrent settlements share one
-//! flush.
+//! Runs in a short task owned by the handler pool, so a handler slot takes its
+//! next job while this commit waits for the queue's flush; concurrent
+//! settlements share one flush.
+//!
+//! A settlement ends only the run it owns: before a terminal commit it checks
+//! that the run's record (a job's run record, an item's active record) names
+//! this queue job. A queue job carrying another run's id (enqueued by hand, or
+//! a stale duplicate) is dead-lettered as its own failure without touching
+//! that run's records. taquba's settlement transactions take no compare, so
+//! the check is a read before the commit; it is exact because nothing changes
+//! whether a run's record names a claimed job while the claim is held: the
+//! record is created with the job's enqueue (a new id), removed only by the
+//! job's own terminal settlement (this one: a lost claim fails its commit with
+//! `ClaimLost`), and a cancel of a claimed job only requests it.
 
-use std::sync::Arc;
-
-use ractor::ActorRef;
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::PutPayload;
 use taquba::object_store::path::Path;
-use taquba::{Claim, NackOutcome, SettlementEffects};
+use taquba::{Claim, SettlementEffects};
+use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use crate::attempts::Attempts;
 use crate::batches::BatchesMessage;
 use crate::effects::StagedEffects;
 use crate::events::EngineEvent;
 use crate::handler::Verdict;
 use crate::keys;
 use crate::records::{
-    self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef,
+    self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef, RunRecord,
 };
 use crate::services::Services;
 use crate::waiters::WaitersMessage;
@@ -30,11 +39,40 @@ use crate::waiters::WaitersMessage;
 /// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
 
-/// Who settlements tell: the waiters (jobs) and the batches registry (items).
+/// The current addresses of the actors that settlements tell.
 #[derive(Debug, Clone)]
-pub struct Notify {
-    pub(crate) waiters: ActorRef<WaitersMessage>,
-    pub(crate) batches: ActorRef<BatchesMessage>,
+pub(crate) struct Addresses {
+    pub(crate) waiters: ractor::ActorRef<WaitersMessage>,
+    pub(crate) batches: ractor::ActorRef<BatchesMessage>,
+}
+
+/// Who settlements tell: the waiters (jobs) and the batches registry (items),
+/// looked up when a message is sent. The supervisor publishes a new address
+/// when it restarts one of them, so a settlement that began before a restart
+/// tells the new actor when it ends (an address book, not engine state: see
+/// ARCHITECTURE.md, "Shared state").
+#[derive(Debug, Clone)]
+pub struct Notify(watch::Receiver<Addresses>);
+
+impl Notify {
+    pub(crate) fn new(book: watch::Receiver<Addresses>) -> Self {
+        Self(book)
+    }
+
+    /// Cast `message` to the current waiters.
+    pub(crate) fn waiters(&self, message: WaitersMessage) {
+        let _ = self.0.borrow().waiters.cast(message);
+    }
+
+    /// Cast `message` to the current batches registry.
+    pub(crate) fn batches(&self, message: BatchesMessage) {
+        let _ = self.0.borrow().batches.cast(message);
+    }
+
+    /// The current batches registry.
+    pub(crate) fn batches_ref(&self) -> ractor::ActorRef<BatchesMessage> {
+        self.0.borrow().batches.clone()
+    }
 }
 
 /// What a claimed job is, from its headers.
@@ -79,11 +117,36 @@ pub(crate) fn identify(claim: &Claim) -> (Target, String) {
     (target, job_type)
 }
 
+/// How a delivery ends.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    /// The handler's verdict (or the engine's, for a job it did not run).
+    Verdict(Verdict),
+    /// Give the claim back without spending an attempt (shutdown grace over,
+    /// paused type): the job runs again later.
+    Release(String),
+}
+
 /// How the run ended, before it is written as a record or marker.
 enum End {
     Succeeded(OutputRef),
     Failed { kind: FailureKind, message: String },
     Cancelled,
+}
+
+impl End {
+    fn reason(&self) -> &str {
+        match self {
+            Self::Succeeded(_) => "succeeded",
+            Self::Failed { message, .. } => message,
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+enum Told {
+    Job(Box<OutcomeRecord>),
+    Item(Box<ItemMarker>),
 }
 
 /// The effects that end a target, and the notification to send once they commit.
@@ -92,35 +155,34 @@ fn terminal(
     target: &Target,
     job_type: &str,
     claim: &Claim,
-    end: &End,
+    attempts: &Attempts,
+    end: End,
     cost: &Cost,
-) -> (SettlementEffects, Told) {
+) -> crate::Result<(SettlementEffects, Told)> {
     match target {
         Target::Job { run_id } => {
             let record = OutcomeRecord {
                 job_id: claim.id.clone(),
                 job_type: job_type.to_string(),
                 input_hash: keys::input_hash(job_type, &claim.payload),
-                attempts: claim.attempts,
+                // A job failed without running (attempts spent) used its limit.
+                attempts: attempts.number.min(attempts.limit),
                 finished_at_ms: services.clock().now_ms(),
                 outcome: match end {
-                    End::Succeeded(out) => Outcome::Succeeded(out.clone()),
-                    End::Failed { kind, message } => Outcome::Failed {
-                        kind: *kind,
-                        message: message.clone(),
-                    },
+                    End::Succeeded(out) => Outcome::Succeeded(out),
+                    End::Failed { kind, message } => Outcome::Failed { kind, message },
                     End::Cancelled => Outcome::Cancelled,
                 },
             };
-            (
-                services.terminal_effects(run_id, &record),
+            Ok((
+                services.terminal_effects(run_id, &record)?,
                 Told::Job(Box::new(record)),
-            )
+            ))
         }
         Target::Item { batch_id, key, .. } => {
             let (status, error, output) = match end {
-                End::Succeeded(out) => (ItemStatus::Succeeded, None, Some(out.clone())),
-                End::Failed { message, .. } => (ItemStatus::Failed, Some(message.clone()), None),
+                End::Succeeded(out) => (ItemStatus::Succeeded, None, Some(out)),
+                End::Failed { message, .. } => (ItemStatus::Failed, Some(message), None),
                 End::Cancelled => (ItemStatus::Cancelled, None, None),
             };
             let marker = ItemMarker {
@@ -134,16 +196,11 @@ fn terminal(
                 .kv_delete(keys::item_active_key(batch_id, key))
                 .kv_put(
                     keys::item_marker_key(batch_id, key),
-                    records::encode(&marker),
+                    records::encode(&marker)?,
                 );
-            (fx, Told::Item(Box::new(marker)))
+            Ok((fx, Told::Item(Box::new(marker))))
         }
     }
-}
-
-enum Told {
-    Job(Box<OutcomeRecord>),
-    Item(Box<ItemMarker>),
 }
 
 fn blob_path(services: &Services, target: &Target, claim: &Claim) -> String {
@@ -162,13 +219,33 @@ fn blob_path(services: &Services, target: &Target, claim: &Claim) -> String {
     }
 }
 
-/// Settle `claim` with `verdict`. Returns whether this settlement ended the run
-/// (and, if so, told the waiters or the batch's coordinator).
+/// Whether the run `target` names this queue job: its run record (a job) or
+/// its active record (an item) holds `claim`'s id.
+async fn owns(queue: &taquba::Queue, target: &Target, claim: &Claim) -> crate::Result<bool> {
+    Ok(match target {
+        Target::Job { run_id } => {
+            let key = keys::run_key(run_id);
+            match queue.view().kv_get(&key).await? {
+                Some(raw) => records::decode::<RunRecord>(&key, &raw)?.job_id == claim.id,
+                None => false,
+            }
+        }
+        Target::Item { batch_id, key, .. } => queue
+            .view()
+            .kv_get(&keys::item_active_key(batch_id, key))
+            .await?
+            .is_some_and(|job| job.as_ref() == claim.id.as_bytes()),
+    })
+}
+
+/// Settle `claim`. Returns whether this settlement ended the run (and, if so,
+/// told the waiters or the batch's coordinator).
 pub(crate) async fn settle(
-    services: &Arc<Services>,
+    services: &Services,
     notify: &Notify,
     claim: Claim,
-    verdict: Verdict,
+    attempts: Attempts,
+    ending: Ending,
     effects: StagedEffects,
     cost: Cost,
 ) -> bool {
@@ -178,147 +255,170 @@ pub(crate) async fn settle(
         warn!(%run_id, "engine shut down before settlement; the job is redelivered on the next open");
         return false;
     };
-    let cancelled = claim.cancel_token().is_cancelled();
-    // Announce the commit before it starts: until it is durable, a record read
-    // from the store must not answer for this run (see the waiters).
     let is_job = matches!(target, Target::Job { .. });
-    if is_job {
-        let _ = notify
-            .waiters
-            .cast(WaitersMessage::Settling(run_id.clone()));
-    }
-    let (result, told) = match verdict {
-        _ if cancelled => {
-            let (fx, told) = terminal(services, &target, &job_type, &claim, &End::Cancelled, &cost);
-            (
-                queue
-                    .dead_letter_with(&claim, "cancelled", fx)
-                    .await
-                    .map(|_| true),
-                told,
-            )
-        }
-        Verdict::Succeeded(output) => {
-            let output = if output.len() > INLINE_OUTPUT_MAX {
-                let path = blob_path(services, &target, &claim);
-                if let Err(e) = services
-                    .store()
-                    .put(&Path::from(path.as_str()), PutPayload::from(output))
-                    .await
-                {
-                    // The job stays claimed; its lease expires and it runs again.
-                    warn!(%run_id, error = %e, "writing a large output failed; the job will be retried");
-                    if is_job {
-                        let _ = notify
-                            .waiters
-                            .cast(WaitersMessage::SettleAborted(run_id.clone()));
-                    }
-                    return false;
-                }
-                OutputRef::Blob(path)
-            } else {
-                OutputRef::Inline(output)
-            };
-            let (mut fx, told) = terminal(
-                services,
-                &target,
-                &job_type,
-                &claim,
-                &End::Succeeded(output),
-                &cost,
-            );
-            for (key, value) in effects {
-                match value {
-                    Some(v) => {
-                        fx.kv_writes.insert(key, v);
-                    }
-                    None => fx.kv_deletes.push(key),
-                }
+    let verdict = match ending {
+        Ending::Release(reason) => {
+            let reason = format!("{}{reason}", keys::RELEASED_PREFIX);
+            if let Err(e) = queue.nack(&claim, &reason).await {
+                warn!(%run_id, error = %e, "releasing the job failed; it runs again once its lease expires");
             }
-            (queue.ack_with(&claim, fx).await.map(|_| true), told)
+            return false;
+        }
+        Ending::Verdict(v) => v,
+    };
+    let end = match verdict {
+        _ if claim.cancel_token().is_cancelled() => End::Cancelled,
+        Verdict::Succeeded(output) => End::Succeeded(OutputRef::Inline(output)),
+        Verdict::Failed { kind, message }
+            if kind == FailureKind::Permanent || attempts.is_last() =>
+        {
+            End::Failed { kind, message }
         }
         Verdict::Failed { kind, message } => {
-            let end = End::Failed {
-                kind,
-                message: message.clone(),
-            };
-            let (fx, told) = terminal(services, &target, &job_type, &claim, &end, &cost);
-            let retries = kind == FailureKind::Transient && !claim.is_last_attempt();
-            let event = |retrying| EngineEvent::JobFailed {
-                run_id: run_id.clone(),
-                job_type: job_type.clone(),
-                kind,
-                message: message.clone(),
-                retrying,
-            };
-            // A retry is announced before the nack: once the nack commits, the
-            // next attempt may run (and end) before this task resumes, and a
-            // job's events must arrive in attempt order.
-            if retries && matches!(target, Target::Job { .. }) {
-                services.emit(event(true));
+            // A retry. It is announced before the nack: once the nack commits,
+            // the next attempt may run (and end) before this task resumes, and
+            // a job's events must arrive in attempt order.
+            if is_job {
+                services.emit(EngineEvent::JobFailed {
+                    run_id: run_id.clone(),
+                    job_type: job_type.clone(),
+                    kind,
+                    message: message.clone(),
+                    retrying: true,
+                });
             }
-            let ended = match kind {
-                FailureKind::Permanent => queue
-                    .dead_letter_with(&claim, &message, fx)
-                    .await
-                    .map(|_| true),
-                FailureKind::Transient => queue
-                    .nack_with(&claim, &message, fx)
-                    .await
-                    .map(|o| matches!(o, NackOutcome::DeadLettered(_))),
-            };
-            if let (Ok(true), Target::Job { .. }) = (&ended, &target) {
-                services.emit(event(false));
+            if let Err(e) = queue.nack(&claim, &message).await {
+                warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
             }
-            (ended, told)
+            return false;
         }
     };
-    if is_job && !matches!(result, Ok(true)) {
-        let _ = notify
-            .waiters
-            .cast(WaitersMessage::SettleAborted(run_id.clone()));
-    }
-    match result {
-        Ok(true) => {
-            debug!(%run_id, %job_type, "run ended");
-            match (told, target) {
-                (Told::Job(record), Target::Job { .. }) => {
-                    match &record.outcome {
-                        Outcome::Succeeded(_) => services.emit(EngineEvent::JobSucceeded {
-                            run_id: run_id.clone(),
-                            job_type,
-                        }),
-                        Outcome::Cancelled => services.emit(EngineEvent::JobCancelled {
-                            run_id: run_id.clone(),
-                        }),
-                        Outcome::Failed { .. } => {}
-                    }
-                    let _ = notify
-                        .waiters
-                        .cast(WaitersMessage::Settled { run_id, record });
-                }
-                (Told::Item(marker), Target::Item { batch_id, key, .. }) => {
-                    let _ = notify.batches.cast(BatchesMessage::ItemSettled {
-                        batch_id,
-                        key,
-                        job_id: claim.id.clone(),
-                        marker,
-                    });
-                }
-                _ => {}
+
+    // A terminal transition: only for the run this job owns.
+    match owns(&queue, &target, &claim).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let reason = format!(
+                "queue job `{}` carries run id `{run_id}` but is not that run's live job \
+                 (enqueued by hand, or a stale duplicate); ended without touching the run's \
+                 records ({})",
+                claim.id,
+                end.reason()
+            );
+            warn!(%run_id, job_id = %claim.id, "{reason}");
+            if let Err(e) = queue.dead_letter(&claim, &reason).await {
+                warn!(%run_id, error = %e, "dead-lettering a stray job failed");
             }
-            true
-        }
-        Ok(false) => false,
-        Err(taquba::Error::ClaimLost) => {
-            // Another delivery owns the job now (our lease expired): its
-            // settlement, not ours, records the outcome.
-            warn!(%run_id, "settlement refused: the claim was lost (lease expired); the newer delivery decides");
-            false
+            return false;
         }
         Err(e) => {
-            warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
-            false
+            warn!(%run_id, error = %e, "reading the run's record failed; the job stays claimed until its lease expires, then retries");
+            return false;
         }
     }
+
+    let end = match end {
+        End::Succeeded(OutputRef::Inline(output)) if output.len() > INLINE_OUTPUT_MAX => {
+            let path = blob_path(services, &target, &claim);
+            if let Err(e) = services
+                .store()
+                .put(&Path::from(path.as_str()), PutPayload::from(output))
+                .await
+            {
+                // The job stays claimed; its lease expires and it runs again.
+                warn!(%run_id, error = %e, "writing a large output failed; the job will be retried");
+                return false;
+            }
+            End::Succeeded(OutputRef::Blob(path))
+        }
+        other => other,
+    };
+    let (fx, told) = match terminal(services, &target, &job_type, &claim, &attempts, end, &cost) {
+        Ok(parts) => parts,
+        Err(e) => {
+            warn!(%run_id, error = %e, "the run's record failed to encode; the job stays claimed until its lease expires, then retries");
+            return false;
+        }
+    };
+    // Announce the commit before it starts: until it is durable, a record read
+    // from the store must not answer for this run (see the waiters).
+    if is_job {
+        notify.waiters(WaitersMessage::Settling(run_id.clone()));
+    }
+    let result = match &told {
+        Told::Job(record) => match &record.outcome {
+            Outcome::Succeeded(_) => queue.ack_with(&claim, with_user(fx, effects)).await,
+            Outcome::Failed { message, .. } => queue.dead_letter_with(&claim, message, fx).await,
+            Outcome::Cancelled => queue.dead_letter_with(&claim, "cancelled", fx).await,
+        },
+        Told::Item(marker) => match marker.status {
+            ItemStatus::Succeeded => queue.ack_with(&claim, with_user(fx, effects)).await,
+            ItemStatus::Failed => {
+                let message = marker.error.as_deref().unwrap_or("failed");
+                queue.dead_letter_with(&claim, message, fx).await
+            }
+            ItemStatus::Cancelled => queue.dead_letter_with(&claim, "cancelled", fx).await,
+        },
+    };
+    if let Err(e) = result {
+        if is_job {
+            notify.waiters(WaitersMessage::SettleAborted(run_id.clone()));
+        }
+        match e {
+            // Another delivery owns the job now (our lease expired): its
+            // settlement, not ours, records the outcome.
+            taquba::Error::ClaimLost => {
+                warn!(%run_id, "settlement refused: the claim was lost (lease expired); the newer delivery decides")
+            }
+            e => {
+                warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries")
+            }
+        }
+        return false;
+    }
+    debug!(%run_id, %job_type, "run ended");
+    match (told, target) {
+        (Told::Job(record), Target::Job { .. }) => {
+            services.emit(match &record.outcome {
+                Outcome::Succeeded(_) => EngineEvent::JobSucceeded {
+                    run_id: run_id.clone(),
+                    job_type,
+                },
+                Outcome::Cancelled => EngineEvent::JobCancelled {
+                    run_id: run_id.clone(),
+                },
+                Outcome::Failed { kind, message } => EngineEvent::JobFailed {
+                    run_id: run_id.clone(),
+                    job_type,
+                    kind: *kind,
+                    message: message.clone(),
+                    retrying: false,
+                },
+            });
+            notify.waiters(WaitersMessage::Settled { run_id, record });
+        }
+        (Told::Item(marker), Target::Item { batch_id, key, .. }) => {
+            notify.batches(BatchesMessage::ItemSettled {
+                batch_id,
+                key,
+                job_id: claim.id.clone(),
+                marker,
+            });
+        }
+        _ => {}
+    }
+    true
+}
+
+/// The terminal effects plus the user's staged KV effects (success only).
+fn with_user(mut fx: SettlementEffects, effects: StagedEffects) -> SettlementEffects {
+    for (key, value) in effects {
+        match value {
+            Some(v) => {
+                fx.kv_writes.insert(key, v);
+            }
+            None => fx.kv_deletes.push(key),
+        }
+    }
+    fx
 }

@@ -1,38 +1,47 @@
 //! Supervisor: the root of the engine's tree. Opens (or is given) the taquba
-//! queue and owns it for the engine's life; spawns the waiters, the claimer,
-//! one handler pool per job type and the sweeper; restarts a child that fails;
-//! answers the engine's public protocol; runs the shutdown sequence and closes
-//! the queue.
+//! queue and owns it for the engine's life; spawns the waiters, the batches
+//! registry, the sweeper and one handler pool per job type or pipeline (and
+//! one per queue of an unregistered type found in the store); restarts a
+//! child that fails; answers the engine's public protocol; runs the shutdown
+//! sequence and closes the queue.
+//!
+//! It owns the address book of settlements: when it restarts the waiters or
+//! the batches registry it publishes the new address, which every settlement
+//! task reads when it reports.
 //!
 //! Nothing slow runs inside its `handle` except the shutdown sequence (which is
-//! the last thing it does): submissions, status reads and cancels run in short
-//! tasks that answer the caller's reply port themselves.
+//! the last thing it does): submissions, status reads, cancels and watches run
+//! in short tasks that answer the caller themselves.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{
-    Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
+    Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
 };
 use taquba::object_store::ObjectStore;
 use taquba::{OpenOptions, Queue};
+use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
 use crate::batches::{Batches, BatchesMessage};
-use crate::claimer::{Claimer, ClaimerArguments, ClaimerMessage};
 use crate::coordinator::CoordinatorMessage;
 use crate::error::{EngineError, Result};
 use crate::handler::{DEFAULT_PIPELINE_CONCURRENCY, Kind, Registration};
 use crate::keys;
-use crate::pool::{HandlerPool, PoolArguments, PoolMessage, PoolStats};
+use crate::pool::{HandlerPool, PoolArguments, PoolMessage, PoolStats, Unregistered};
 use crate::records::OutcomeRecord;
-use crate::services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
+use crate::services::{
+    CancelResult, JobState, Route, Services, SharedQueue, SubmitRequest, Submitted,
+};
 use crate::settings::Settings;
-use crate::settle::Notify;
+use crate::settle::{Addresses, Notify};
 use crate::sweeper::{SweepReport, Sweeper, SweeperArguments, SweeperMessage};
-use crate::waiters::{JobFinished, WaitError, Waiter, Waiters, WaitersMessage};
+use crate::waiters::{
+    JobFinished, PeekReply, WaitReply, Waiters, WaitersArguments, WaitersMessage,
+};
 
 /// The engine's public protocol: what a service (or another actor) sends the
 /// supervisor. Tuple variants with the reply port last, so `call!` works:
@@ -41,20 +50,16 @@ use crate::waiters::{JobFinished, WaitError, Waiter, Waiters, WaitersMessage};
 pub enum EngineMessage {
     /// Submit a job; answers once the submission is durable.
     SubmitJob(SubmitRequest, RpcReplyPort<Result<Submitted>>),
-    /// Wait for a job to end; answers with its outcome record.
-    AwaitJob(
-        String,
-        RpcReplyPort<std::result::Result<OutcomeRecord, WaitError>>,
-    ),
+    /// Wait for a job to end; answers with its outcome record. If the
+    /// waiters actor restarts meanwhile the reply port is dropped: ask again
+    /// (`EngineRef::await_job` does).
+    AwaitJob(String, WaitReply),
     /// As `AwaitJob` for a job whose outcome record a submission was answered
     /// from ([`Submitted::recorded`]): answers with that record once it is
     /// durable, without reading it again.
-    AwaitRecorded(
-        String,
-        Box<OutcomeRecord>,
-        RpcReplyPort<std::result::Result<OutcomeRecord, WaitError>>,
-    ),
-    /// Tell this actor (by a [`JobFinished`] message) when the job ends.
+    AwaitRecorded(String, Box<OutcomeRecord>, WaitReply),
+    /// Tell this actor (by a [`JobFinished`] message) when the job ends. The
+    /// watch survives restarts of the engine's actors.
     WatchJob(String, DerivedActorRef<JobFinished>),
     /// Where a job is now.
     JobStatus(String, RpcReplyPort<Result<Option<JobState>>>),
@@ -63,9 +68,12 @@ pub enum EngineMessage {
     /// Shut down gracefully: stop claiming, let running jobs finish and settle,
     /// close the queue. Answers when done.
     Shutdown(RpcReplyPort<ShutdownReport>),
-    /// Start a coordinator for a run of a batch (used by the batch driver).
+    /// Start a coordinator for a run of a batch (used by the batch driver);
+    /// the id names a coordinator of the same run that died, which the new
+    /// one replaces.
     StartBatch(
         Box<BatchSpec>,
+        Option<ActorId>,
         RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>,
     ),
     /// Run a batch of encoded inputs (keys given) to completion.
@@ -75,22 +83,32 @@ pub enum EngineMessage {
         RpcReplyPort<Result<BatchOutcome>>,
     ),
     /// Run a batch like `RunBatch`, and tell this actor (a [`BatchFinished`]
-    /// message) when it completes.
+    /// message) when it completes (or why it could not run: a typed error,
+    /// e.g. `BatchRunning` if it already runs; then use `WatchBatch`).
     RunBatchAndTell(
         Box<BatchSpec>,
         Vec<(String, Vec<u8>)>,
         DerivedActorRef<BatchFinished>,
     ),
+    /// Tell this actor (a [`BatchFinished`] message) when the run of this
+    /// batch in progress here ends: how a restarted service re-attaches to the
+    /// batch it started (`BatchNotRunning` if no run is in progress).
+    WatchBatch(String, DerivedActorRef<BatchFinished>),
     /// Resume a batch from its manifest to completion.
     ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
-    /// Release a batch's run registration (its driver failed before the run began).
-    ReleaseBatch(String, RpcReplyPort<()>),
+    /// End a run of a batch that failed or was dropped (used by the batch
+    /// driver): its coordinator, if it is still the batch's, leaves the
+    /// registry, and the batch's watchers get the error.
+    ReleaseBatch(String, Option<ActorId>, EngineError, RpcReplyPort<()>),
     /// Counters of a batch running in this process (`None` if not running).
     BatchProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// What a batch's records say.
     BatchStatus(String, RpcReplyPort<Result<BatchState>>),
     /// Remove everything a batch wrote (refused while it runs or has live items).
     ForgetBatch(String, RpcReplyPort<Result<bool>>),
+    /// Resume a job type (or pipeline) paused after too many crashes;
+    /// answers whether it was paused.
+    ResumeJobType(String, RpcReplyPort<Result<bool>>),
     /// The engine's shared services (for handles built over this engine).
     GetServices(RpcReplyPort<Arc<Services>>),
     /// Counters of each job type's pool.
@@ -98,10 +116,7 @@ pub enum EngineMessage {
     /// Run one sweeper pass now and answer what it did.
     SweepNow(RpcReplyPort<SweepReport>),
     /// The outcome of a job if it has durably ended, without waiting.
-    PeekOutcome(
-        String,
-        RpcReplyPort<std::result::Result<Option<OutcomeRecord>, WaitError>>,
-    ),
+    PeekOutcome(String, PeekReply),
     /// Kill one of the engine's actors, to test that it is restarted and that
     /// nothing is lost (feature `testing`). Answers whether it was found.
     #[cfg(feature = "testing")]
@@ -116,10 +131,6 @@ pub enum ChildKind {
     Waiters,
     /// The batches registry (its coordinators die with it).
     Batches,
-    /// The jobs claimer.
-    Claimer,
-    /// The bulk claimer.
-    BulkClaimer,
     /// The sweeper.
     Sweeper,
     /// The handler pool of this job type or pipeline.
@@ -133,8 +144,9 @@ pub enum ChildKind {
 pub struct ShutdownReport {
     /// Whether the queue was closed (flushed) cleanly.
     pub queue_closed: bool,
-    /// Jobs still running when the grace period ended: nacked, to run again
-    /// after the next start.
+    /// Jobs still running when the grace period ended: given back to the
+    /// queue (their attempt is not counted), to run again after the next
+    /// start.
     pub abandoned: usize,
     /// Problems met on the way (empty on a clean shutdown).
     pub problems: Vec<String>,
@@ -183,11 +195,18 @@ pub struct EngineConfig {
     pub settings: Settings,
     /// Job types.
     pub registrations: Vec<Registration>,
+    /// The event channel (subscribers taken before the start see every
+    /// event); `None` makes a new one.
+    pub events: Option<crate::events::EventSender>,
 }
 
 /// Extra time a bounded shutdown gives settlements and the queue's close
 /// beyond the grace period.
 const SHUTDOWN_SLACK: Duration = Duration::from_secs(2);
+
+/// How long an unbounded shutdown waits for the last short-lived user of the
+/// queue to let go before dropping it unclosed.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// The supervisor actor.
 #[derive(Debug)]
@@ -197,22 +216,30 @@ pub struct Supervisor;
 enum Child {
     Waiters,
     Batches,
-    Claimer(Kind),
     Sweeper,
+    /// The pool of a registered job type or pipeline.
     Pool(String),
+    /// The pool of a queue under the engine's prefixes whose type is not
+    /// registered (its jobs fail: "no handler registered").
+    Stray(String),
 }
 
 /// State of the supervisor.
 pub struct SupervisorState {
     me: ActorRef<EngineMessage>,
-    queue: Option<Arc<Queue>>,
+    queue: Option<Arc<SharedQueue>>,
+    /// The queue comes back here once its last reference drops.
+    queue_back: Option<tokio::sync::oneshot::Receiver<Queue>>,
     services: Arc<Services>,
     registrations: HashMap<String, Registration>,
+    /// Queues of unregistered types found at start.
+    strays: Vec<String>,
+    /// The address book of settlements (waiters, batches).
+    book: watch::Sender<Addresses>,
     waiters: ActorRef<WaitersMessage>,
     batches: ActorRef<BatchesMessage>,
-    claimer: ActorRef<ClaimerMessage>,
-    bulk_claimer: ActorRef<ClaimerMessage>,
     sweeper: ActorRef<SweeperMessage>,
+    /// Pools by job type or pipeline name (stray pools by queue name).
     pools: HashMap<String, ActorRef<PoolMessage>>,
     children: HashMap<ractor::ActorId, Child>,
     shutting_down: bool,
@@ -253,6 +280,60 @@ async fn check_layout(queue: &Queue) -> Result<()> {
     }
 }
 
+/// The queue of every registration (distinct, or `InvalidConfig`).
+fn routes(
+    settings: &Settings,
+    registrations: &HashMap<String, Registration>,
+) -> Result<HashMap<String, Route>> {
+    let mut routes = HashMap::new();
+    let mut taken: HashMap<String, &str> = HashMap::new();
+    for (name, reg) in registrations {
+        let prefix = match reg.kind {
+            Kind::Job => &settings.queue_name,
+            Kind::Pipeline => &settings.bulk_queue_name,
+        };
+        let queue = keys::queue_for(prefix, name);
+        if let Some(other) = taken.insert(queue.clone(), name) {
+            return Err(EngineError::InvalidConfig(format!(
+                "`{name}` and `{other}` map to the same queue `{queue}`; rename one of them"
+            )));
+        }
+        routes.insert(
+            name.clone(),
+            Route {
+                queue,
+                kind: reg.kind,
+            },
+        );
+    }
+    Ok(routes)
+}
+
+/// Queues under the engine's prefixes that no registration owns and that
+/// still hold jobs to run.
+async fn stray_queues(
+    queue: &Queue,
+    settings: &Settings,
+    routes: &HashMap<String, Route>,
+) -> Result<Vec<String>> {
+    let ours: std::collections::HashSet<&str> = routes.values().map(|r| r.queue.as_str()).collect();
+    let prefixes = [
+        format!("{}.", settings.queue_name),
+        format!("{}.", settings.bulk_queue_name),
+    ];
+    let mut strays = Vec::new();
+    for name in queue.view().list_queues().await? {
+        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || ours.contains(name.as_str()) {
+            continue;
+        }
+        let stats = queue.view().stats(&name).await?;
+        if stats.pending + stats.scheduled + stats.claimed > 0 {
+            strays.push(name);
+        }
+    }
+    Ok(strays)
+}
+
 impl std::fmt::Debug for SupervisorState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SupervisorState")
@@ -262,66 +343,55 @@ impl std::fmt::Debug for SupervisorState {
     }
 }
 
-fn claimer_args(
-    services: &Arc<Services>,
-    notify: &Notify,
-    registrations: &HashMap<String, Registration>,
-    kind: Kind,
-) -> ClaimerArguments {
-    let settings = services.settings();
-    let (queue_name, credits) = match kind {
-        Kind::Job => (settings.queue_name.clone(), settings.max_concurrent_jobs),
-        Kind::Pipeline => (
-            settings.bulk_queue_name.clone(),
-            registrations
-                .values()
-                .filter(|r| r.kind == Kind::Pipeline)
-                .map(|r| r.concurrency.unwrap_or(DEFAULT_PIPELINE_CONCURRENCY))
-                .sum::<usize>()
-                .max(1),
-        ),
-    };
-    ClaimerArguments {
-        services: services.clone(),
-        notify: notify.clone(),
-        queue_name,
-        credits,
-    }
-}
-
 impl SupervisorState {
     fn notify(&self) -> Notify {
-        Notify {
-            waiters: self.waiters.clone(),
-            batches: self.batches.clone(),
-        }
+        Notify::new(self.book.subscribe())
     }
 
     fn engine_ref(&self) -> crate::EngineRef {
         crate::EngineRef::from_parts(self.me.clone(), self.services.clone())
     }
 
-    async fn spawn_child(&mut self, child: Child) -> Result<(), ActorProcessingErr> {
+    fn pool_args(
+        &self,
+        name: &str,
+        queue: String,
+        handler: Arc<dyn crate::ErasedHandler>,
+        concurrency: usize,
+    ) -> PoolArguments {
+        PoolArguments {
+            job_type: name.to_string(),
+            queue,
+            handler,
+            concurrency,
+            services: self.services.clone(),
+            notify: self.notify(),
+            engine: self.me.clone(),
+        }
+    }
+
+    async fn spawn_child(
+        &mut self,
+        child: Child,
+        restarted: bool,
+    ) -> Result<(), ActorProcessingErr> {
         let cell = self.me.get_cell();
         let services = self.services.clone();
         let id = match &child {
             Child::Waiters => {
-                let (a, _) = Actor::spawn_linked(None, Waiters, services, cell).await?;
+                let args = WaitersArguments {
+                    services,
+                    restarted,
+                };
+                let (a, _) = Actor::spawn_linked(None, Waiters, args, cell).await?;
                 self.waiters = a.clone();
+                self.book.send_modify(|book| book.waiters = a.clone());
                 a.get_id()
             }
             Child::Batches => {
                 let (a, _) = Actor::spawn_linked(None, Batches, services, cell).await?;
                 self.batches = a.clone();
-                a.get_id()
-            }
-            Child::Claimer(kind) => {
-                let args = claimer_args(&services, &self.notify(), &self.registrations, *kind);
-                let (a, _) = Actor::spawn_linked(None, Claimer, args, cell).await?;
-                match kind {
-                    Kind::Job => self.claimer = a.clone(),
-                    Kind::Pipeline => self.bulk_claimer = a.clone(),
-                }
+                self.book.send_modify(|book| book.batches = a.clone());
                 a.get_id()
             }
             Child::Sweeper => {
@@ -333,86 +403,30 @@ impl SupervisorState {
                 self.sweeper = a.clone();
                 a.get_id()
             }
-            Child::Pool(job_type) => {
-                let Some(reg) = self.registrations.get(job_type).cloned() else {
+            Child::Pool(name) => {
+                let (Some(reg), Some(route)) = (
+                    self.registrations.get(name).cloned(),
+                    self.services.route(name).cloned(),
+                ) else {
                     return Ok(());
                 };
-                let args = PoolArguments {
-                    job_type: reg.job_type.clone(),
-                    handler: reg.handler.clone(),
-                    concurrency: reg.concurrency.unwrap_or(match reg.kind {
-                        Kind::Job => services.settings().max_concurrent_jobs,
-                        Kind::Pipeline => DEFAULT_PIPELINE_CONCURRENCY,
-                    }),
-                    services,
-                    notify: self.notify(),
-                    claimer: match reg.kind {
-                        Kind::Job => self.claimer.clone(),
-                        Kind::Pipeline => self.bulk_claimer.clone(),
-                    },
-                    engine: self.me.clone(),
-                };
+                let concurrency = reg.concurrency.unwrap_or(match reg.kind {
+                    Kind::Job => services.settings().max_concurrent_jobs,
+                    Kind::Pipeline => DEFAULT_PIPELINE_CONCURRENCY,
+                });
+                let args = self.pool_args(name, route.queue, reg.handler.clone(), concurrency);
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
-                self.pools.insert(reg.job_type.clone(), a.clone());
+                self.pools.insert(name.clone(), a.clone());
+                a.get_id()
+            }
+            Child::Stray(queue) => {
+                let args = self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1);
+                let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
+                self.pools.insert(queue.clone(), a.clone());
                 a.get_id()
             }
         };
         self.children.insert(id, child);
-        Ok(())
-    }
-
-    fn route(&self) {
-        for (kind, claimer) in [
-            (Kind::Job, &self.claimer),
-            (Kind::Pipeline, &self.bulk_claimer),
-        ] {
-            let routes: HashMap<String, ActorRef<PoolMessage>> = self
-                .pools
-                .iter()
-                .filter(|(t, _)| self.registrations.get(*t).is_some_and(|r| r.kind == kind))
-                .map(|(t, p)| (t.clone(), p.clone()))
-                .collect();
-            let _ = claimer.cast(ClaimerMessage::Route(routes));
-        }
-    }
-
-    async fn restart(&mut self, child: Child) -> Result<(), ActorProcessingErr> {
-        self.spawn_child(child.clone()).await?;
-        match child {
-            // Everyone holding the old reference is renewed.
-            Child::Waiters | Child::Batches => {
-                let notify = self.notify();
-                for claimer in [&self.claimer, &self.bulk_claimer] {
-                    let _ = claimer.cast(ClaimerMessage::SetNotify(notify.clone()));
-                }
-                for pool in self.pools.values() {
-                    let _ = pool.cast(PoolMessage::SetNotify(notify.clone()));
-                }
-                let _ = self.sweeper.cast(SweeperMessage::SetNotify(notify));
-            }
-            Child::Claimer(kind) => {
-                // Reconcile credits: the new claimer starts with the capacity
-                // its pools do not hold now, and the pools send credits to it.
-                let claimer = match kind {
-                    Kind::Job => self.claimer.clone(),
-                    Kind::Pipeline => self.bulk_claimer.clone(),
-                };
-                let capacity =
-                    claimer_args(&self.services, &self.notify(), &self.registrations, kind).credits;
-                let _ = ractor::call!(claimer, ClaimerMessage::SetCredits, 0);
-                let mut held = 0;
-                for (t, pool) in &self.pools {
-                    if self.registrations.get(t).is_some_and(|r| r.kind == kind) {
-                        held += ractor::call!(pool, PoolMessage::SetClaimer, claimer.clone())
-                            .unwrap_or(0);
-                    }
-                }
-                let _ = claimer.cast(ClaimerMessage::Credit(capacity.saturating_sub(held)));
-                self.route();
-            }
-            Child::Pool(_) => self.route(),
-            Child::Sweeper => {}
-        }
         Ok(())
     }
 
@@ -430,10 +444,13 @@ impl SupervisorState {
             .get_cell()
             .stop_children_and_wait(Some(reason.clone()), Some(Duration::from_secs(10)))
             .await;
-        if let Some(queue) = self.queue.take()
-            && let Ok(queue) = Arc::try_unwrap(queue)
+        // Close what can be closed (its background tasks stop); the close
+        // itself fails on a fenced store, which is expected.
+        self.queue = None;
+        if let Some(back) = self.queue_back.take()
+            && let Ok(Ok(queue)) = tokio::time::timeout(SHUTDOWN_SLACK, back).await
         {
-            let _ = queue.close().await;
+            let _ = tokio::time::timeout(SHUTDOWN_SLACK, queue.close()).await;
         }
         myself.stop(Some(reason));
     }
@@ -441,14 +458,8 @@ impl SupervisorState {
     async fn shutdown(&mut self, myself: &ActorRef<EngineMessage>) -> ShutdownReport {
         self.shutting_down = true;
         let mut report = ShutdownReport::default();
-        // 1. Stop claiming.
-        for claimer in [&self.claimer, &self.bulk_claimer] {
-            if let Err(e) = ractor::call!(claimer, ClaimerMessage::Drain) {
-                report.problems.push(format!("claimer drain: {e}"));
-            }
-        }
-        // 2. Let running jobs finish and their settlements commit.
-        // Drain every pool at once, so the grace period is one period.
+        // 1. Stop claiming and let running jobs finish and their settlements
+        // commit. Every pool drains at once, so the grace period is one period.
         let grace = self.services.settings().shutdown_grace;
         // With a grace period the whole shutdown is bounded: settlements stuck
         // behind an unavailable store are given up on (their jobs stay claimed
@@ -483,48 +494,40 @@ impl SupervisorState {
                 Err(e) => report.problems.push(format!("pool drain task: {e}")),
             }
         }
-        // 3. Fail callers still waiting, stop every child.
+        // 2. Fail callers still waiting, stop every child.
         let _ = self.waiters.cast(WaitersMessage::FailAll);
         self.children.clear();
         myself
             .get_cell()
             .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
             .await;
-        // 4. Close the queue once the last short-lived user of it lets go.
-        if let Some(queue) = self.queue.take() {
-            let mut queue = queue;
-            let unwrap_until = deadline
-                .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(5))
+        // 3. Close the queue once the last short-lived user of it lets go: it
+        // comes back on `queue_back` when its last reference drops.
+        self.queue = None;
+        if let Some(back) = self.queue_back.take() {
+            let until = deadline
+                .unwrap_or_else(|| tokio::time::Instant::now() + RELEASE_WAIT)
                 .max(tokio::time::Instant::now() + Duration::from_secs(1));
-            loop {
-                match Arc::try_unwrap(queue) {
-                    Ok(q) => {
-                        let closed = match deadline {
-                            Some(_) => tokio::time::timeout(SHUTDOWN_SLACK, q.close()).await,
-                            None => Ok(q.close().await),
-                        };
-                        match closed {
-                            Ok(Ok(())) => report.queue_closed = true,
-                            Ok(Err(e)) => report.problems.push(format!("queue close: {e}")),
-                            Err(_) => report.problems.push(
-                                "the queue did not close in time (is the store unavailable?)"
-                                    .into(),
-                            ),
-                        }
-                        break;
-                    }
-                    Err(q) if tokio::time::Instant::now() < unwrap_until => {
-                        queue = q;
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    Err(_) => {
-                        report.problems.push(
-                            "the queue was still in use at the deadline; dropped without close"
-                                .into(),
-                        );
-                        break;
+            match tokio::time::timeout_at(until, back).await {
+                Ok(Ok(queue)) => {
+                    let closed = match deadline {
+                        Some(_) => tokio::time::timeout(SHUTDOWN_SLACK, queue.close()).await,
+                        None => Ok(queue.close().await),
+                    };
+                    match closed {
+                        Ok(Ok(())) => report.queue_closed = true,
+                        Ok(Err(e)) => report.problems.push(format!("queue close: {e}")),
+                        Err(_) => report.problems.push(
+                            "the queue did not close in time (is the store unavailable?)".into(),
+                        ),
                     }
                 }
+                Ok(Err(_)) => report
+                    .problems
+                    .push("the queue was dropped without being closed".into()),
+                Err(_) => report.problems.push(
+                    "the queue was still in use at the deadline; dropped without close".into(),
+                ),
             }
         }
         info!(?report, "engine shut down");
@@ -550,61 +553,75 @@ impl Actor for Supervisor {
             }
             registrations.insert(reg.job_type.clone(), reg);
         }
+        let routes = routes(&config.settings, &registrations)?;
         let (queue, store) = open(config.source, &config.settings).await?;
-        if let Err(e) = check_layout(&queue).await {
-            let _ = queue.close().await;
-            return Err(e.into());
-        }
-        let queue = Arc::new(queue);
+        let strays = match check_layout(&queue).await {
+            Ok(()) => stray_queues(&queue, &config.settings, &routes).await,
+            Err(e) => Err(e),
+        };
+        let strays = match strays {
+            Ok(strays) => strays,
+            Err(e) => {
+                let _ = queue.close().await;
+                return Err(e.into());
+            }
+        };
         let clock = queue.clock();
-        let services = Arc::new(Services::new(&queue, store, config.settings, clock));
+        let (queue, queue_back) = SharedQueue::new(queue);
+        let events = config.events.unwrap_or_else(crate::events::channel);
+        let services = Arc::new(Services::new(
+            &queue,
+            store,
+            config.settings,
+            clock,
+            routes,
+            events,
+        ));
         let cell = myself.get_cell();
-        let (waiters, _) =
-            Actor::spawn_linked(None, Waiters, services.clone(), cell.clone()).await?;
+        let waiters_args = WaitersArguments {
+            services: services.clone(),
+            restarted: false,
+        };
+        let (waiters, _) = Actor::spawn_linked(None, Waiters, waiters_args, cell.clone()).await?;
         let (batches, _) =
             Actor::spawn_linked(None, Batches, services.clone(), cell.clone()).await?;
-        let notify = Notify {
+        let (book, _) = watch::channel(Addresses {
             waiters: waiters.clone(),
             batches: batches.clone(),
-        };
-        let mut children = HashMap::from([
-            (waiters.get_id(), Child::Waiters),
-            (batches.get_id(), Child::Batches),
-        ]);
-        let mut claimers = Vec::new();
-        for kind in [Kind::Job, Kind::Pipeline] {
-            let args = claimer_args(&services, &notify, &registrations, kind);
-            let (claimer, _) = Actor::spawn_linked(None, Claimer, args, cell.clone()).await?;
-            children.insert(claimer.get_id(), Child::Claimer(kind));
-            claimers.push(claimer);
-        }
+        });
         let sweeper_args = SweeperArguments {
             services: services.clone(),
-            notify,
+            notify: Notify::new(book.subscribe()),
         };
         let (sweeper, _) = Actor::spawn_linked(None, Sweeper, sweeper_args, cell).await?;
-        children.insert(sweeper.get_id(), Child::Sweeper);
-        let bulk_claimer = claimers.pop().ok_or("claimer missing")?;
-        let claimer = claimers.pop().ok_or("claimer missing")?;
+        let children = HashMap::from([
+            (waiters.get_id(), Child::Waiters),
+            (batches.get_id(), Child::Batches),
+            (sweeper.get_id(), Child::Sweeper),
+        ]);
         let mut state = SupervisorState {
             me: myself.clone(),
             queue: Some(queue),
+            queue_back: Some(queue_back),
             services,
             registrations,
+            strays,
+            book,
             children,
-            claimer,
-            bulk_claimer,
             sweeper,
             waiters,
             batches,
             pools: HashMap::new(),
             shutting_down: false,
         };
-        let types: Vec<String> = state.registrations.keys().cloned().collect();
-        for t in types {
-            state.spawn_child(Child::Pool(t)).await?;
+        let names: Vec<String> = state.registrations.keys().cloned().collect();
+        for name in names {
+            state.spawn_child(Child::Pool(name), false).await?;
         }
-        state.route();
+        for queue in state.strays.clone() {
+            warn!(%queue, "a queue of an unregistered job type or pipeline holds jobs; they fail as unregistered");
+            state.spawn_child(Child::Stray(queue), false).await?;
+        }
         Ok(state)
     }
 
@@ -624,24 +641,27 @@ impl Actor for Supervisor {
                 });
             }
             EngineMessage::AwaitJob(run_id, reply) => {
+                // A dead waiters actor drops the reply port: the caller asks again.
                 let _ = state.waiters.cast(WaitersMessage::Await {
                     run_id,
-                    waiter: Waiter::Reply(reply),
+                    reply,
                     recorded: None,
                 });
             }
             EngineMessage::AwaitRecorded(run_id, record, reply) => {
                 let _ = state.waiters.cast(WaitersMessage::Await {
                     run_id,
-                    waiter: Waiter::Reply(reply),
+                    reply,
                     recorded: Some(record),
                 });
             }
             EngineMessage::WatchJob(run_id, to) => {
-                let _ = state.waiters.cast(WaitersMessage::Await {
-                    run_id,
-                    waiter: Waiter::Notify(to),
-                    recorded: None,
+                // A watch is a wait in a task: it asks the waiters again if
+                // they restart, so it is never lost.
+                let engine = state.engine_ref();
+                tokio::spawn(async move {
+                    let result = engine.wait_for(&run_id, None).await;
+                    let _ = to.send_message(JobFinished { run_id, result });
                 });
             }
             EngineMessage::JobStatus(run_id, reply) => {
@@ -653,24 +673,21 @@ impl Actor for Supervisor {
             }
             EngineMessage::CancelJob(run_id, reply) => {
                 let services = state.services.clone();
-                let waiters = state.waiters.clone();
+                let notify = state.notify();
                 tokio::spawn(async move {
                     // A cancel may commit a record: announce it (see the waiters).
-                    let _ = waiters.cast(WaitersMessage::Settling(run_id.clone()));
+                    notify.waiters(WaitersMessage::Settling(run_id.clone()));
                     let result = services.cancel(&run_id).await;
                     match &result {
                         Ok((_, Some(record))) => {
-                            let _ = waiters.cast(WaitersMessage::Settled {
+                            notify.waiters(WaitersMessage::Settled {
                                 run_id: run_id.clone(),
                                 record: Box::new(record.clone()),
                             });
                         }
-                        _ => {
-                            let _ = waiters.cast(WaitersMessage::SettleAborted(run_id.clone()));
-                        }
+                        _ => notify.waiters(WaitersMessage::SettleAborted(run_id.clone())),
                     }
-                    let result = result.map(|(result, _)| result);
-                    let _ = reply.send(result);
+                    let _ = reply.send(result.map(|(result, _)| result));
                 });
             }
             EngineMessage::Shutdown(reply) => {
@@ -686,17 +703,17 @@ impl Actor for Supervisor {
                 let _ = reply.send(report);
                 myself.stop(Some("shutdown".into()));
             }
-            EngineMessage::StartBatch(spec, reply) => {
+            EngineMessage::StartBatch(spec, replacing, reply) => {
                 if state.shutting_down {
                     let _ = reply.send(Err(EngineError::ShutDown));
-                } else if !state
-                    .registrations
-                    .get(&spec.pipeline)
-                    .is_some_and(|r| r.kind == Kind::Pipeline)
-                {
-                    let _ = reply.send(Err(EngineError::UnknownPipeline(spec.pipeline.clone())));
+                } else if let Err(e) = state.services.pipeline_queue(&spec.pipeline) {
+                    let _ = reply.send(Err(e));
                 } else {
-                    let _ = state.batches.cast(BatchesMessage::Start(spec, reply));
+                    let _ = state.batches.cast(BatchesMessage::Start {
+                        spec,
+                        replacing,
+                        reply,
+                    });
                 }
             }
             EngineMessage::RunBatch(spec, items, reply) => {
@@ -712,9 +729,14 @@ impl Actor for Supervisor {
                 tokio::spawn(async move {
                     let batch_id = spec.batch_id.clone();
                     let items = futures_util::stream::iter(items.into_iter().map(Ok));
-                    let result = crate::batch::drive_batch(&engine, *spec, Some(items))
-                        .await
-                        .map_err(|e| e.to_string());
+                    let result = crate::batch::drive_batch(&engine, *spec, Some(items)).await;
+                    let _ = to.send_message(BatchFinished { batch_id, result });
+                });
+            }
+            EngineMessage::WatchBatch(batch_id, to) => {
+                let notify = state.notify();
+                tokio::spawn(async move {
+                    let result = watch_batch(&notify, &batch_id).await;
                     let _ = to.send_message(BatchFinished { batch_id, result });
                 });
             }
@@ -724,8 +746,14 @@ impl Actor for Supervisor {
                     let _ = reply.send(crate::batch::resume_batch(&engine, *spec).await);
                 });
             }
-            EngineMessage::ReleaseBatch(batch_id, reply) => {
-                let _ = state.batches.cast(BatchesMessage::Release(batch_id, reply));
+            EngineMessage::ReleaseBatch(batch_id, coordinator, error, done) => {
+                let _ = state.batches.cast(BatchesMessage::Release {
+                    batch_id,
+                    coordinator,
+                    result: Err(error),
+                    reply: None,
+                    done: Some(done),
+                });
             }
             EngineMessage::BatchProgress(batch_id, reply) => {
                 let _ = state
@@ -742,9 +770,21 @@ impl Actor for Supervisor {
                 let services = state.services.clone();
                 let batches = state.batches.clone();
                 tokio::spawn(async move {
-                    let _ = reply.send(forget(&services, &batches, &batch_id).await);
+                    let _ = reply.send(crate::batch::forget(&services, &batches, &batch_id).await);
                 });
             }
+            EngineMessage::ResumeJobType(name, reply) => match state.pools.get(&name).cloned() {
+                Some(pool) if state.registrations.contains_key(&name) => {
+                    tokio::spawn(async move {
+                        let resumed = ractor::call!(pool, PoolMessage::Resume)
+                            .map_err(|e| EngineError::ActorUnavailable(e.to_string()));
+                        let _ = reply.send(resumed);
+                    });
+                }
+                _ => {
+                    let _ = reply.send(Err(EngineError::UnknownJobType(name)));
+                }
+            },
             EngineMessage::GetServices(reply) => {
                 let _ = reply.send(state.services.clone());
             }
@@ -769,8 +809,6 @@ impl Actor for Supervisor {
                 let cell = match &kind {
                     ChildKind::Waiters => Some(state.waiters.get_cell()),
                     ChildKind::Batches => Some(state.batches.get_cell()),
-                    ChildKind::Claimer => Some(state.claimer.get_cell()),
-                    ChildKind::BulkClaimer => Some(state.bulk_claimer.get_cell()),
                     ChildKind::Sweeper => Some(state.sweeper.get_cell()),
                     ChildKind::Pool(t) => state.pools.get(t).map(|p| p.get_cell()),
                     ChildKind::Coordinator(id) => {
@@ -809,16 +847,15 @@ impl Actor for Supervisor {
         if state.shutting_down {
             return Ok(());
         }
-        if why.starts_with(crate::claimer::STORE_CLOSED)
-            && let Some(Child::Claimer(_)) = state.children.get(&who.get_id())
+        if why.starts_with(crate::pool::STORE_CLOSED)
+            && let Some(Child::Pool(_) | Child::Stray(_)) = state.children.get(&who.get_id())
         {
             state.store_closed(&myself, why).await;
             return Ok(());
         }
         if let Some(child) = state.children.remove(&who.get_id()) {
             warn!(?child, reason = %why, "engine child exited; restarting it");
-            let _ = &myself;
-            state.restart(child).await?;
+            state.spawn_child(child, true).await?;
         }
         Ok(())
     }
@@ -836,19 +873,28 @@ impl Actor for Supervisor {
     }
 }
 
-/// Forget a batch under its in-process lock (no run may start meanwhile).
-pub(crate) async fn forget(
-    services: &Services,
-    batches: &ActorRef<BatchesMessage>,
-    batch_id: &str,
-) -> Result<bool> {
-    crate::batch::check_batch_id(batch_id)?;
-    let locked = ractor::call!(batches, BatchesMessage::Lock, batch_id.to_string())
-        .map_err(|e| EngineError::ActorUnavailable(e.to_string()))?;
-    if !locked {
-        return Err(EngineError::BatchRunning(batch_id.to_string()));
+/// Attempts of a watch whose registry keeps dying before the run ends.
+const WATCH_ATTEMPTS: u32 = 20;
+
+/// Wait for the end of the run of `batch_id` in progress. A registry that
+/// restarts drops the wait: it is asked again (the run goes on: its driver
+/// replaces the coordinator).
+async fn watch_batch(notify: &Notify, batch_id: &str) -> Result<BatchOutcome> {
+    let mut last = String::new();
+    for attempt in 0..WATCH_ATTEMPTS {
+        match ractor::call!(
+            notify.batches_ref(),
+            BatchesMessage::Watch,
+            batch_id.to_string()
+        ) {
+            Ok(result) => return result,
+            Err(e) => {
+                last = e.to_string();
+                tokio::time::sleep(Duration::from_millis(10) * (attempt + 1)).await;
+            }
+        }
     }
-    let result = crate::batch::forget_batch_data(services, batch_id).await;
-    let _ = batches.cast(BatchesMessage::Unlock(batch_id.to_string()));
-    result
+    Err(EngineError::ActorUnavailable(format!(
+        "the batches registry kept restarting while the run of `{batch_id}` was watched: {last}"
+    )))
 }

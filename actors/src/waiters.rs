@@ -1,16 +1,31 @@
 //! Waiters: the one actor that resolves callers waiting for a job to end.
 //!
 //! Owns the map run id → waiting callers. Completions are pushed to it by the
-//! settlement that ended the run (or by the sweeper's reconciliation, or a
-//! cancel); it never polls per handle. A new waiter triggers one read of the
-//! durable records, so a run that ended before the waiter arrived (or in an
-//! earlier process) answers from its outcome record.
+//! settlement that ended the run (or by a cancel); it never polls per handle.
+//! A new waiter triggers one read of the durable records, so a run that ended
+//! before the waiter arrived (or in an earlier process) answers from its
+//! outcome record.
+//!
+//! Durability. taquba's reads see commits that are not yet durable, so every
+//! ending commit is announced (`Settling`) before it starts and a record read
+//! while its run is settling does not answer: the pushed `Settled` (sent once
+//! the commit is durable) does. A waiters actor started to replace one that
+//! died never saw the announcements of the commits then in flight, so it runs
+//! in *barrier mode* for its life: an answer drawn from a read (a record found
+//! by a late waiter, a `Peek`, a record a submission carried) waits for one
+//! durable barrier write ([`keys::BARRIER_KEY`]) issued after the read; once
+//! the barrier is durable, so is everything the read could see. Barriers are
+//! shared: every answer held while one is in flight waits for the next.
+//! Settlements address the waiters through the supervisor's address book
+//! (`Notify`), so a settlement that began before a restart tells the new
+//! actor when it ends.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::keys;
 use crate::records::OutcomeRecord;
 use crate::services::Services;
 
@@ -37,30 +52,10 @@ pub struct JobFinished {
     pub result: Result<OutcomeRecord, WaitError>,
 }
 
-/// Someone waiting for a job to end.
-#[derive(Debug)]
-pub enum Waiter {
-    /// A caller blocked in `call!`.
-    Reply(RpcReplyPort<Result<OutcomeRecord, WaitError>>),
-    /// An actor told by message.
-    Notify(DerivedActorRef<JobFinished>),
-}
-
-impl Waiter {
-    fn resolve(self, run_id: &str, result: Result<OutcomeRecord, WaitError>) {
-        match self {
-            Self::Reply(port) => {
-                let _ = port.send(result);
-            }
-            Self::Notify(to) => {
-                let _ = to.send_message(JobFinished {
-                    run_id: run_id.to_string(),
-                    result,
-                });
-            }
-        }
-    }
-}
+/// A caller waiting for a job to end.
+pub type WaitReply = RpcReplyPort<Result<OutcomeRecord, WaitError>>;
+/// A caller asking whether a job has durably ended.
+pub type PeekReply = RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>;
 
 /// Messages of the waiters actor.
 #[derive(Debug)]
@@ -70,10 +65,10 @@ pub enum WaitersMessage {
         /// Run id.
         run_id: String,
         /// Who to tell.
-        waiter: Waiter,
+        reply: WaitReply,
         /// Its outcome record as the caller already read it (a submission
-        /// answered from it): it answers at once, without a read, unless a
-        /// terminal commit of this run is in flight.
+        /// answered from it): it answers without a read, unless a terminal
+        /// commit of this run is in flight.
         recorded: Option<Box<OutcomeRecord>>,
     },
     /// A settlement ended `run_id`.
@@ -91,16 +86,9 @@ pub enum WaitersMessage {
     SettleAborted(String),
     /// The outcome of a run if it has durably ended (`None` while running or
     /// settling); answers `fetch_result` and `status` without waiting.
-    Peek(
-        String,
-        RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>,
-    ),
+    Peek(String, PeekReply),
     /// The read started by `Peek` finished.
-    Peeked(
-        String,
-        Result<Option<OutcomeRecord>, WaitError>,
-        RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>,
-    ),
+    Peeked(String, Result<Option<OutcomeRecord>, WaitError>, PeekReply),
     /// The durable check started by `Await` finished: `Ok(None)` = still running.
     Checked {
         /// Run id.
@@ -108,6 +96,8 @@ pub enum WaitersMessage {
         /// What the records said.
         result: Result<Option<OutcomeRecord>, WaitError>,
     },
+    /// A barrier write finished (barrier mode).
+    Barrier(Result<(), String>),
     /// The engine is shutting down: fail every waiter.
     FailAll,
     /// How many runs have waiters.
@@ -118,13 +108,48 @@ pub enum WaitersMessage {
 #[derive(Debug)]
 pub struct Waiters;
 
+/// Arguments of the waiters actor.
+#[derive(Debug)]
+pub struct WaitersArguments {
+    /// Engine services.
+    pub services: Arc<Services>,
+    /// Whether this actor replaces one that died (barrier mode).
+    pub restarted: bool,
+}
+
+/// An answer drawn from a read, held until a barrier makes it durable.
+#[derive(Debug)]
+enum Held {
+    /// Every waiter of `run_id` is answered with `record`.
+    Await(String, Box<OutcomeRecord>),
+    /// One peek is answered with `result`.
+    Peek(String, Option<OutcomeRecord>, PeekReply),
+}
+
+/// Barrier mode: answers waiting for the next barrier, and those waiting for
+/// the one in flight.
+#[derive(Debug, Default)]
+struct Barrier {
+    next: Vec<Held>,
+    in_flight: Option<Vec<Held>>,
+}
+
 /// State of the waiters actor.
 #[derive(Debug)]
 pub struct WaitersState {
     services: Arc<Services>,
-    waiting: HashMap<String, Vec<Waiter>>,
+    waiting: HashMap<String, Vec<WaitReply>>,
     /// Runs whose terminal commit is in flight (count of commits).
     settling: HashMap<String, usize>,
+    /// `Some` in barrier mode.
+    barrier: Option<Barrier>,
+}
+
+fn read_error(e: crate::EngineError) -> WaitError {
+    match e {
+        crate::EngineError::ShutDown => WaitError::ShutDown,
+        e => WaitError::Read(e.to_string()),
+    }
 }
 
 impl WaitersState {
@@ -132,9 +157,10 @@ impl WaitersState {
         &mut self,
         myself: &ActorRef<WaitersMessage>,
         run_id: String,
-        waiter: Waiter,
+        reply: WaitReply,
         recorded: Option<Box<OutcomeRecord>>,
     ) {
+        self.waiting.entry(run_id.clone()).or_default().push(reply);
         // A record the caller read is durable unless its commit is in flight:
         // a commit is announced (`Settling`) before it begins and leaves
         // `settling` only once it is durable (or aborted, as a read here would
@@ -142,16 +168,93 @@ impl WaitersState {
         if let Some(record) = recorded
             && !self.settling.contains_key(&run_id)
         {
-            waiter.resolve(&run_id, Ok(*record));
+            self.answer(myself, Held::Await(run_id, record));
             return;
         }
-        self.waiting.entry(run_id.clone()).or_default().push(waiter);
         let services = self.services.clone();
         let myself = myself.clone();
         tokio::spawn(async move {
             let result = check(&services, &run_id).await;
             let _ = myself.cast(WaitersMessage::Checked { run_id, result });
         });
+    }
+
+    /// Give an answer drawn from a read: at once, or (barrier mode) once a
+    /// barrier issued after the read is durable.
+    fn answer(&mut self, myself: &ActorRef<WaitersMessage>, held: Held) {
+        match &mut self.barrier {
+            None => self.deliver(held),
+            Some(barrier) => {
+                barrier.next.push(held);
+                if barrier.in_flight.is_none() {
+                    self.start_barrier(myself);
+                }
+            }
+        }
+    }
+
+    fn start_barrier(&mut self, myself: &ActorRef<WaitersMessage>) {
+        let Some(barrier) = &mut self.barrier else {
+            return;
+        };
+        if barrier.next.is_empty() {
+            return;
+        }
+        barrier.in_flight = Some(std::mem::take(&mut barrier.next));
+        let services = self.services.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let result = match services.queue() {
+                Ok(queue) => queue
+                    .kv_put(keys::BARRIER_KEY, b"".as_slice())
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = myself.cast(WaitersMessage::Barrier(result));
+        });
+    }
+
+    fn barrier_done(&mut self, myself: &ActorRef<WaitersMessage>, result: Result<(), String>) {
+        let held = self
+            .barrier
+            .as_mut()
+            .and_then(|b| b.in_flight.take())
+            .unwrap_or_default();
+        for h in held {
+            match &result {
+                Ok(()) => self.deliver(h),
+                Err(e) => match h {
+                    Held::Await(run_id, _) => {
+                        self.resolve(&run_id, Err(WaitError::Read(e.clone())));
+                    }
+                    Held::Peek(_, _, reply) => {
+                        let _ = reply.send(Err(WaitError::Read(e.clone())));
+                    }
+                },
+            }
+        }
+        self.start_barrier(myself);
+    }
+
+    /// Deliver an answer whose read is durable. A run whose terminal commit
+    /// began meanwhile is answered by that commit's push instead.
+    fn deliver(&mut self, held: Held) {
+        match held {
+            Held::Await(run_id, record) => {
+                if !self.settling.contains_key(&run_id) {
+                    self.resolve(&run_id, Ok(*record));
+                }
+            }
+            Held::Peek(run_id, record, reply) => {
+                let answer = if self.settling.contains_key(&run_id) {
+                    None
+                } else {
+                    record
+                };
+                let _ = reply.send(Ok(answer));
+            }
+        }
     }
 
     fn settle_done(&mut self, run_id: &str) {
@@ -164,8 +267,8 @@ impl WaitersState {
     }
 
     fn resolve(&mut self, run_id: &str, result: Result<OutcomeRecord, WaitError>) {
-        for waiter in self.waiting.remove(run_id).unwrap_or_default() {
-            waiter.resolve(run_id, result.clone());
+        for reply in self.waiting.remove(run_id).unwrap_or_default() {
+            let _ = reply.send(result.clone());
         }
     }
 }
@@ -178,22 +281,18 @@ impl WaitersState {
 /// same transaction that deletes its run record): the outcome record is read
 /// once more, and if it is still absent nothing is known.
 async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord>, WaitError> {
-    let read = |e: crate::EngineError| match e {
-        crate::EngineError::ShutDown => WaitError::ShutDown,
-        e => WaitError::Read(e.to_string()),
-    };
-    if let Some(rec) = services.outcome(run_id).await.map_err(read)? {
+    if let Some(rec) = services.outcome(run_id).await.map_err(read_error)? {
         return Ok(Some(rec));
     }
     if services
         .run_record_of(run_id)
         .await
-        .map_err(read)?
+        .map_err(read_error)?
         .is_some()
     {
         return Ok(None);
     }
-    match services.outcome(run_id).await.map_err(read)? {
+    match services.outcome(run_id).await.map_err(read_error)? {
         Some(rec) => Ok(Some(rec)),
         None => Err(WaitError::NotFound(run_id.to_string())),
     }
@@ -202,17 +301,18 @@ async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord
 impl Actor for Waiters {
     type Msg = WaitersMessage;
     type State = WaitersState;
-    type Arguments = Arc<Services>;
+    type Arguments = WaitersArguments;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        services: Arc<Services>,
+        args: WaitersArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(WaitersState {
-            services,
+            services: args.services,
             waiting: HashMap::new(),
             settling: HashMap::new(),
+            barrier: args.restarted.then(Barrier::default),
         })
     }
 
@@ -225,9 +325,9 @@ impl Actor for Waiters {
         match message {
             WaitersMessage::Await {
                 run_id,
-                waiter,
+                reply,
                 recorded,
-            } => state.add(&myself, run_id, waiter, recorded),
+            } => state.add(&myself, run_id, reply, recorded),
             WaitersMessage::Settled { run_id, record } => {
                 state.settle_done(&run_id);
                 state.resolve(&run_id, Ok(*record))
@@ -241,10 +341,7 @@ impl Actor for Waiters {
                     let services = state.services.clone();
                     let me = myself.clone();
                     tokio::spawn(async move {
-                        let result = services.outcome(&run_id).await.map_err(|e| match e {
-                            crate::EngineError::ShutDown => WaitError::ShutDown,
-                            e => WaitError::Read(e.to_string()),
-                        });
+                        let result = services.outcome(&run_id).await.map_err(read_error);
                         let _ = me.cast(WaitersMessage::Peeked(run_id, result, reply));
                     });
                 }
@@ -252,22 +349,26 @@ impl Actor for Waiters {
             // A commit whose record this read may have seen was announced
             // (Settling) before it began, so it is in `settling` now unless it
             // is durable: only then does the read answer.
-            WaitersMessage::Peeked(run_id, result, reply) => {
-                let answer = if state.settling.contains_key(&run_id) {
-                    Ok(None)
-                } else {
-                    result
-                };
-                let _ = reply.send(answer);
-            }
+            WaitersMessage::Peeked(run_id, result, reply) => match result {
+                Ok(Some(record)) if !state.settling.contains_key(&run_id) => {
+                    state.answer(&myself, Held::Peek(run_id, Some(record), reply));
+                }
+                Ok(_) => {
+                    let _ = reply.send(Ok(None));
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             // A record read while its commit was in flight may not be durable:
             // the pushed `Settled` (sent once it is) answers instead.
             WaitersMessage::Checked { run_id, .. } if state.settling.contains_key(&run_id) => {}
             WaitersMessage::Checked { run_id, result } => match result {
                 Ok(None) => {}
-                Ok(Some(record)) => state.resolve(&run_id, Ok(record)),
+                Ok(Some(record)) => state.answer(&myself, Held::Await(run_id, Box::new(record))),
                 Err(e) => state.resolve(&run_id, Err(e)),
             },
+            WaitersMessage::Barrier(result) => state.barrier_done(&myself, result),
             WaitersMessage::FailAll => {
                 let ids: Vec<String> = state.waiting.keys().cloned().collect();
                 for id in ids {
@@ -291,6 +392,7 @@ mod tests {
 
     use super::*;
     use crate::records::{Outcome, OutputRef};
+    use crate::services::SharedQueue;
     use crate::settings::Settings;
 
     const LIMIT: Duration = Duration::from_secs(5);
@@ -307,13 +409,23 @@ mod tests {
     }
 
     /// A waiters actor over an empty store: a read of any run finds nothing.
-    async fn waiters() -> (ActorRef<WaitersMessage>, Arc<Queue>) {
+    async fn waiters() -> (ActorRef<WaitersMessage>, Arc<SharedQueue>) {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let queue = Arc::new(Queue::open(store.clone(), "q").await.unwrap());
-        let services = Services::new(&queue, store, Settings::default(), queue.clock());
-        let (actor, _) = Actor::spawn(None, Waiters, Arc::new(services))
-            .await
-            .unwrap();
+        let (queue, _) = SharedQueue::new(Queue::open(store.clone(), "q").await.unwrap());
+        let clock = queue.clock();
+        let services = Services::new(
+            &queue,
+            store,
+            Settings::default(),
+            clock,
+            HashMap::new(),
+            crate::events::channel(),
+        );
+        let args = WaitersArguments {
+            services: Arc::new(services),
+            restarted: false,
+        };
+        let (actor, _) = Actor::spawn(None, Waiters, args).await.unwrap();
         (actor, queue)
     }
 
@@ -329,7 +441,7 @@ mod tests {
                 .call(
                     |reply| WaitersMessage::Await {
                         run_id,
-                        waiter: Waiter::Reply(reply),
+                        reply,
                         recorded: recorded.map(Box::new),
                     },
                     Some(LIMIT),

@@ -118,3 +118,41 @@ pub fn shared_memory_builder(
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
 }
+
+/// The counts of every queue in the store, summed: the engine keeps one queue
+/// per job type and pipeline.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub pending: i64,
+    pub claimed: i64,
+    pub scheduled: i64,
+    pub done: i64,
+    pub dead: i64,
+}
+
+/// [`Totals`] of the queues whose names start with `prefix` (`""`: all).
+pub async fn totals(view: &gaffer::taquba::QueueView, prefix: &str) -> Totals {
+    let mut t = Totals::default();
+    for name in view.list_queues().await.unwrap() {
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let s = view.stats(&name).await.unwrap();
+        t.pending += s.pending;
+        t.claimed += s.claimed;
+        t.scheduled += s.scheduled;
+        t.done += s.done;
+        t.dead += s.dead;
+    }
+    t
+}
+
+/// The queue of job type `name` under the default prefix.
+pub fn job_queue(name: &str) -> String {
+    gaffer_actors::keys::queue_for("jobs", name)
+}
+
+/// The queue of pipeline `name` under the default prefix.
+pub fn item_queue(name: &str) -> String {
+    gaffer_actors::keys::queue_for("bulk-items", name)
+}

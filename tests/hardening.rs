@@ -1,0 +1,967 @@
+//! Hardening: the places where the engine could hang, drop data silently or
+//! let one job type hold up another. Each test names the defect it guards.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gaffer::ractor::{self, Actor, ActorProcessingErr, ActorRef};
+use gaffer::taquba::EnqueueOptions;
+use gaffer::{
+    BulkCtx, Engine, EngineEvent, EngineMessage, ItemError, Job, JobContext, JobFinished,
+    OutputRecord, OutputSink, Pipeline,
+};
+use gaffer_actors::ChildKind;
+use gaffer_actors::testing::{FaultyStore, Ops};
+use serde::{Deserialize, Serialize};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+async fn within<F: std::future::IntoFuture>(f: F) -> F::Output {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("did not finish within the limit")
+}
+
+/// Opened by the test; jobs wait for it.
+#[derive(Clone)]
+struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Gate {
+    fn closed() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+    fn open(&self) {
+        self.0.send_replace(true);
+    }
+    async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+}
+
+/// Runs until the gate opens.
+#[derive(Serialize, Deserialize)]
+struct Gated(u32);
+
+impl Job for Gated {
+    const NAME: &'static str = "gated";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Gate>().wait().await;
+        Ok(self.0)
+    }
+}
+
+async fn kill(engine: &Engine, kind: ChildKind) {
+    let found = ractor::call!(engine.actor(), EngineMessage::KillChild, kind.clone()).unwrap();
+    assert!(found, "{kind:?} not found");
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn running(engine: &Engine, job_type: &str) -> usize {
+    engine
+        .engine_ref()
+        .pool_stats()
+        .await
+        .unwrap()
+        .get(job_type)
+        .map_or(0, |s| s.running)
+}
+
+async fn settling(engine: &Engine, job_type: &str) -> usize {
+    engine
+        .engine_ref()
+        .pool_stats()
+        .await
+        .unwrap()
+        .get(job_type)
+        .map_or(0, |s| s.settling)
+}
+
+// ---------------------------------------------------------------------------
+// 1. A waiters restart in the middle of a settlement's commit.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_waiting_when_the_waiters_die_mid_commit_gets_the_durable_outcome_and_never_an_early_one()
+ {
+    let (store, faults) = FaultyStore::wrap(common::shared_store());
+    let gate = Gate::closed();
+    let engine = common::store_builder(store, common::mock_clock())
+        .state(gate.clone())
+        .register::<Gated>()
+        .start()
+        .await
+        .unwrap();
+    let handle = engine.submit(Gated(5)).await.unwrap();
+    wait_for("the job runs", async || {
+        running(&engine, "gated").await == 1
+    })
+    .await;
+    let waiting = tokio::spawn({
+        let h = handle.clone();
+        async move { h.join().await }
+    });
+    // Hold the settlement's commit: every write stalls (SlateDB retries).
+    faults.fail(Ops::WRITES);
+    gate.open();
+    wait_for("the settlement is in flight", async || {
+        settling(&engine, "gated").await == 1
+    })
+    .await;
+    kill(&engine, ChildKind::Waiters).await;
+
+    // The commit is not durable: neither the old join nor a new one may answer.
+    let fresh = tokio::time::timeout(Duration::from_secs(1), handle.join()).await;
+    assert!(
+        fresh.is_err(),
+        "a join after the restart answered {fresh:?} before the outcome was durable"
+    );
+    assert!(
+        !waiting.is_finished(),
+        "the waiting join answered before the outcome was durable: {:?}",
+        waiting.await
+    );
+
+    faults.heal();
+    let told = within(waiting).await.unwrap().unwrap().unwrap();
+    assert_eq!(told, 5);
+    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 5);
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 2. WatchJob subscriptions survive a waiters restart.
+
+struct Watcher;
+
+impl Actor for Watcher {
+    type Msg = JobFinished;
+    type State = tokio::sync::mpsc::UnboundedSender<JobFinished>;
+    type Arguments = tokio::sync::mpsc::UnboundedSender<JobFinished>;
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        tx: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tx)
+    }
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: JobFinished,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _ = tx.send(message);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_registered_before_a_waiters_restart_is_still_told() {
+    let gate = Gate::closed();
+    let engine = common::memory_builder(common::mock_clock())
+        .state(gate.clone())
+        .register::<Gated>()
+        .start()
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (watcher, _) = Actor::spawn(None, Watcher, tx).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let h = engine.submit(Gated(i)).await.unwrap();
+        engine
+            .actor()
+            .cast(EngineMessage::WatchJob(
+                h.id().to_string(),
+                watcher.get_derived(),
+            ))
+            .unwrap();
+        ids.push(h.id().to_string());
+    }
+    wait_for("the jobs run", async || {
+        running(&engine, "gated").await == 3
+    })
+    .await;
+    kill(&engine, ChildKind::Waiters).await;
+    // Let the supervisor restart it before the jobs end.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.open();
+    let mut told = Vec::new();
+    for _ in 0..3 {
+        let finished = within(rx.recv()).await.expect("the watcher is told");
+        assert!(finished.result.is_ok(), "{finished:?}");
+        told.push(finished.run_id);
+    }
+    told.sort();
+    ids.sort();
+    assert_eq!(told, ids);
+    watcher.stop(None);
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 3. A batch item whose output blob cannot be read.
+
+struct Big;
+
+impl Pipeline for Big {
+    const NAME: &'static str = "big";
+    type Input = u32;
+    type Output = String;
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<String, ItemError> {
+        // Over the KV cap: kept as a blob.
+        Ok("x".repeat(2 << 20) + &ctx.input.to_string())
+    }
+}
+
+#[derive(Default)]
+struct Collect(Mutex<Vec<OutputRecord>>);
+
+impl OutputSink for Collect {
+    fn write(&self, record: &OutputRecord) -> gaffer::Result<()> {
+        self.0.lock().unwrap().push(record.clone());
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_whose_output_cannot_be_read_reaches_the_sink_as_an_error_never_as_a_success() {
+    let (store, faults) = FaultyStore::wrap(common::shared_store());
+    let engine = common::store_builder(store, common::mock_clock())
+        .pipeline(Big)
+        .start()
+        .await
+        .unwrap();
+    // Reads of output blobs fail; writes pass.
+    faults.only_prefix("gaffer-blobs/");
+    faults.fail(Ops::GET);
+    let sink = Arc::new(Collect::default());
+    let report = within(
+        engine
+            .batch::<Big>("unreadable")
+            .unwrap()
+            .sink(sink.clone())
+            .run([1u32]),
+    )
+    .await
+    .unwrap();
+    let records = sink.0.lock().unwrap().clone();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert!(
+        !(record.status == "succeeded" && record.output.is_none()),
+        "written as succeeded without its output: {record:?}"
+    );
+    assert_eq!(
+        record.status,
+        gaffer::STATUS_OUTPUT_UNAVAILABLE,
+        "{record:?}"
+    );
+    let error = record.error.as_deref().unwrap_or_default();
+    assert!(error.contains("could not be read"), "{record:?}");
+    assert_eq!(report.sink_errors, 1, "{report:?}");
+    assert_eq!(report.sink_error_keys, vec!["item-0".to_string()]);
+    // The item did succeed: its marker stands, and a later run reads the
+    // output again.
+    assert_eq!(report.succeeded, 1);
+    faults.heal();
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 5. A parent that awaits the children it submitted.
+
+#[derive(Serialize, Deserialize)]
+struct Child(u32);
+
+impl Job for Child {
+    const NAME: &'static str = "child";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
+        Ok(self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Failed(String);
+
+#[derive(Serialize, Deserialize)]
+struct Parent(u32);
+
+impl Job for Parent {
+    const NAME: &'static str = "parent";
+    type Output = u32;
+    type Error = Failed;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
+        // Every parent is queued before any submits its children.
+        if let Some(gate) = ctx.try_state::<Gate>() {
+            gate.wait().await;
+        }
+        let mut handles = Vec::new();
+        for i in 0..3 {
+            handles.push(
+                ctx.submit(Child(self.0 * 10 + i))
+                    .await
+                    .map_err(|e| Failed(e.to_string()))?,
+            );
+        }
+        let mut sum = 0;
+        for h in handles {
+            sum += h.await.map_err(|e| Failed(e.to_string()))?;
+        }
+        Ok(sum)
+    }
+}
+
+/// Awaits two children of its own type down to depth 0.
+#[derive(Serialize, Deserialize)]
+struct Tree(u32);
+
+impl Job for Tree {
+    const NAME: &'static str = "tree";
+    type Output = u32;
+    type Error = Failed;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
+        if self.0 == 0 {
+            return Ok(1);
+        }
+        let a = ctx
+            .submit(Tree(self.0 - 1))
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        let b = ctx
+            .submit(Tree(self.0 - 1))
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        let a = a.await.map_err(|e| Failed(e.to_string()))?;
+        let b = b.await.map_err(|e| Failed(e.to_string()))?;
+        Ok(a + b)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn parents_awaiting_their_children_complete_at_a_concurrency_of_four_and_shutdown_returns() {
+    let gate = Gate::closed();
+    let engine = common::memory_builder(common::mock_clock())
+        .max_concurrent_jobs(4)
+        .state(gate.clone())
+        .register::<Parent>()
+        .register::<Child>()
+        .start()
+        .await
+        .unwrap();
+    let mut parents = Vec::new();
+    for p in 0..20 {
+        parents.push(engine.submit(Parent(p)).await.unwrap());
+    }
+    gate.open();
+    for (p, h) in parents.into_iter().enumerate() {
+        let p = p as u32;
+        assert_eq!(within(h).await.unwrap(), 3 * p * 10 + 3);
+    }
+    within(engine.shutdown()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_type_awaiting_children_of_its_own_type_completes_with_two_workers() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with_concurrency::<Tree>(2)
+        .start()
+        .await
+        .unwrap();
+    let root = engine.submit(Tree(4)).await.unwrap();
+    assert_eq!(within(root).await.unwrap(), 16);
+    within(engine.shutdown()).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 7. A sink that blocks does not block the runtime.
+
+struct Quick;
+
+impl Pipeline for Quick {
+    const NAME: &'static str = "quick";
+    type Input = u32;
+    type Output = u32;
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<u32, ItemError> {
+        Ok(ctx.input)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Ping;
+
+impl Job for Ping {
+    const NAME: &'static str = "ping";
+    type Output = ();
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// Its first write blocks (the thread, as a slow disk does) until released,
+/// for at most 5 s.
+struct Stuck {
+    entered: AtomicBool,
+    release: Mutex<std::sync::mpsc::Receiver<()>>,
+    timed_out: AtomicBool,
+    written: AtomicUsize,
+}
+
+impl OutputSink for Stuck {
+    fn write(&self, _record: &OutputRecord) -> gaffer::Result<()> {
+        if !self.entered.swap(true, Ordering::SeqCst) {
+            let rx = self.release.lock().unwrap();
+            if rx.recv_timeout(Duration::from_secs(5)).is_err() {
+                self.timed_out.store(true, Ordering::SeqCst);
+            }
+        }
+        self.written.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_sink_blocked_in_a_write_does_not_stop_the_engine_from_running_jobs() {
+    let engine = Engine::builder()
+        .in_memory()
+        .flush_interval(Duration::from_millis(1))
+        .pipeline(Quick)
+        .register::<Ping>()
+        .start()
+        .await
+        .unwrap();
+    let (release, rx) = std::sync::mpsc::channel();
+    let sink = Arc::new(Stuck {
+        entered: AtomicBool::new(false),
+        release: Mutex::new(rx),
+        timed_out: AtomicBool::new(false),
+        written: AtomicUsize::new(0),
+    });
+    let batch = tokio::spawn({
+        let (engine, sink) = (engine.clone(), sink.clone());
+        async move {
+            engine
+                .batch::<Quick>("stuck")
+                .unwrap()
+                .sink(sink)
+                .run(0..10u32)
+                .await
+        }
+    });
+    wait_for("the sink is written", async || {
+        sink.entered.load(Ordering::SeqCst)
+    })
+    .await;
+    // While the sink blocks its thread, a job runs to its end.
+    engine.submit(Ping).await.unwrap().await.unwrap();
+    release.send(()).unwrap();
+    let report = within(batch).await.unwrap().unwrap();
+    assert!(
+        !sink.timed_out.load(Ordering::SeqCst),
+        "the job could not run until the blocked sink write gave up"
+    );
+    assert_eq!(report.succeeded, 10);
+    assert_eq!(sink.written.load(Ordering::SeqCst), 10);
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 8. Shutdown closes the queue as soon as its last user lets go (no polling).
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_closes_the_queue_the_moment_its_last_user_lets_go() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Ping>()
+        .start()
+        .await
+        .unwrap();
+    let held = engine.engine_ref().services().queue().unwrap();
+    let shutdown = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            let report = engine.shutdown().await.unwrap();
+            (report, tokio::time::Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let released = tokio::time::Instant::now();
+    drop(held);
+    let (report, done) = within(shutdown).await.unwrap();
+    assert!(report.queue_closed, "{report:?}");
+    assert!(
+        done.duration_since(released) < Duration::from_millis(1),
+        "the queue closed {:?} after its last user let go",
+        done.duration_since(released)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 9. A crashing job type does not hold up a healthy one.
+
+#[derive(Serialize, Deserialize)]
+struct PanicsOnce(u32);
+
+impl Job for PanicsOnce {
+    const NAME: &'static str = "panics-once";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.attempt() == 1 {
+            panic!("first attempt of {}", self.0);
+        }
+        Ok(self.0)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Healthy;
+
+impl Job for Healthy {
+    const NAME: &'static str = "healthy";
+    type Output = ();
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_healthy_type_runs_at_once_while_another_type_crashes() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<PanicsOnce>()
+        .register::<Healthy>()
+        .start()
+        .await
+        .unwrap();
+    let mut crashing = Vec::new();
+    for i in 0..48 {
+        crashing.push(engine.submit(PanicsOnce(i)).await.unwrap());
+    }
+    let mut events = engine.subscribe();
+    common::wait_event(&mut events, LIMIT, |e| {
+        matches!(e, EngineEvent::HandlerCrashed { .. })
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    within(engine.submit(Healthy).await.unwrap()).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(500),
+        "the healthy job took {took:?} while the other type crashed"
+    );
+    for h in crashing {
+        within(h).await.unwrap();
+    }
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 10. A settlement ends only the run whose record names its queue job.
+
+#[derive(Serialize, Deserialize)]
+struct Keyed(u32);
+
+impl Job for Keyed {
+    const NAME: &'static str = "keyed";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if let Some(gate) = ctx.try_state::<Gate>() {
+            gate.wait().await;
+        }
+        Ok(self.0)
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("keyed-{}", self.0))
+    }
+}
+
+/// Enqueue by hand a job that carries `run_id` but does not decode as a
+/// `Keyed`: it fails permanently when it runs.
+async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let headers = [
+        ("gaffer.type".to_string(), "keyed".to_string()),
+        ("gaffer.run".to_string(), run_id.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    queue
+        .enqueue_with(
+            "jobs.keyed",
+            b"\xc1 not a job".to_vec(),
+            EnqueueOptions::default().headers(headers),
+        )
+        .await
+        .unwrap()
+}
+
+/// The impostor ran and was dead-lettered as its own failure.
+async fn impostor_settled(engine: &Engine) {
+    wait_for("the impostor is dead-lettered", async || {
+        let queue = engine.engine_ref().services().queue().unwrap();
+        queue.view().stats("jobs.keyed").await.unwrap().dead == 1
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stray_job_carrying_a_finished_runs_id_does_not_replace_its_outcome() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Keyed>()
+        .start()
+        .await
+        .unwrap();
+    let handle = engine.submit(Keyed(1)).await.unwrap();
+    assert_eq!(within(handle.clone()).await.unwrap(), 1);
+    enqueue_impostor(&engine, handle.id()).await;
+    impostor_settled(&engine).await;
+    let again = engine.submit(Keyed(1)).await.unwrap();
+    assert!(!again.newly_submitted());
+    assert_eq!(within(again).await.unwrap(), 1, "the success was replaced");
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stray_job_carrying_a_live_runs_id_does_not_end_that_run() {
+    let gate = Gate::closed();
+    let engine = common::memory_builder(common::mock_clock())
+        .state(gate.clone())
+        .register::<Keyed>()
+        .start()
+        .await
+        .unwrap();
+    let handle = engine.submit(Keyed(2)).await.unwrap();
+    wait_for("the keyed job runs", async || {
+        running(&engine, "keyed").await == 1
+    })
+    .await;
+    enqueue_impostor(&engine, handle.id()).await;
+    impostor_settled(&engine).await;
+    // The live run still owns its id: a duplicate joins it, no second run starts.
+    let again = engine.submit(Keyed(2)).await.unwrap();
+    assert!(!again.newly_submitted(), "a second run of the id started");
+    gate.open();
+    assert_eq!(within(handle).await.unwrap(), 2);
+    assert_eq!(within(again).await.unwrap(), 2);
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 11. A restarted service re-attaches to the batch it started.
+
+/// Items wait for the gate; every run of every item is counted.
+struct Counted {
+    gate: Gate,
+    runs: Arc<Vec<AtomicUsize>>,
+}
+
+impl Pipeline for Counted {
+    const NAME: &'static str = "counted";
+    type Input = u32;
+    type Output = u32;
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<u32, ItemError> {
+        self.runs[ctx.input as usize].fetch_add(1, Ordering::SeqCst);
+        self.gate.wait().await;
+        Ok(ctx.input * 2)
+    }
+}
+
+#[derive(Debug)]
+enum RunnerMsg {
+    Finished(gaffer::BatchFinished),
+    Crash,
+}
+
+impl From<gaffer::BatchFinished> for RunnerMsg {
+    fn from(f: gaffer::BatchFinished) -> Self {
+        Self::Finished(f)
+    }
+}
+
+impl TryFrom<RunnerMsg> for gaffer::BatchFinished {
+    type Error = RunnerMsg;
+    fn try_from(m: RunnerMsg) -> Result<Self, RunnerMsg> {
+        match m {
+            RunnerMsg::Finished(f) => Ok(f),
+            other => Err(other),
+        }
+    }
+}
+
+/// A service that runs batch `b`; restarted, it re-attaches to it.
+struct Runner;
+
+/// The runner's registry name (unique in this test binary).
+const RUNNER: &str = "hardening-batch-runner";
+
+struct RunnerArgs {
+    engine: Engine,
+    restarted: bool,
+    told: tokio::sync::mpsc::UnboundedSender<(bool, gaffer::BatchFinished)>,
+}
+
+impl Actor for Runner {
+    type Msg = RunnerMsg;
+    type State = RunnerArgs;
+    type Arguments = RunnerArgs;
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RunnerMsg>,
+        args: RunnerArgs,
+    ) -> Result<RunnerArgs, ActorProcessingErr> {
+        let batch = args.engine.batch::<Counted>("b")?;
+        // Started (again): run the batch. Restarted, that is refused with a
+        // typed error (it runs already), and the service re-attaches.
+        let items = batch.encode_items(0..20u32)?;
+        args.engine.actor().cast(EngineMessage::RunBatchAndTell(
+            Box::new(batch.spec()),
+            items,
+            myself.get_derived(),
+        ))?;
+        if args.restarted {
+            args.engine.watch_batch("b", myself.get_derived())?;
+        }
+        Ok(args)
+    }
+    async fn handle(
+        &self,
+        _myself: ActorRef<RunnerMsg>,
+        message: RunnerMsg,
+        state: &mut RunnerArgs,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RunnerMsg::Finished(f) => {
+                let _ = state.told.send((state.restarted, f));
+                Ok(())
+            }
+            RunnerMsg::Crash => panic!("the service crashed"),
+        }
+    }
+}
+
+/// Restarts its runner when it fails.
+struct Boss;
+
+impl Actor for Boss {
+    type Msg = ();
+    type State = (
+        Engine,
+        tokio::sync::mpsc::UnboundedSender<(bool, gaffer::BatchFinished)>,
+    );
+    type Arguments = Self::State;
+    async fn pre_start(
+        &self,
+        myself: ActorRef<()>,
+        (engine, told): Self::State,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let args = RunnerArgs {
+            engine: engine.clone(),
+            restarted: false,
+            told: told.clone(),
+        };
+        Actor::spawn_linked(Some(RUNNER.to_string()), Runner, args, myself.get_cell()).await?;
+        Ok((engine, told))
+    }
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<()>,
+        event: ractor::SupervisionEvent,
+        (engine, told): &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let ractor::SupervisionEvent::ActorFailed(..) = event {
+            let args = RunnerArgs {
+                engine: engine.clone(),
+                restarted: true,
+                told: told.clone(),
+            };
+            Actor::spawn_linked(Some(RUNNER.to_string()), Runner, args, myself.get_cell()).await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
+    let gate = Gate::closed();
+    let runs: Arc<Vec<AtomicUsize>> = Arc::new((0..20).map(|_| AtomicUsize::new(0)).collect());
+    let engine = common::memory_builder(common::mock_clock())
+        .pipeline_with_concurrency(
+            Counted {
+                gate: gate.clone(),
+                runs: runs.clone(),
+            },
+            8,
+        )
+        .start()
+        .await
+        .unwrap();
+    let (told, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let (boss, _) = Actor::spawn(None, Boss, (engine.clone(), told))
+        .await
+        .unwrap();
+    wait_for("items run", async || {
+        runs.iter().map(|r| r.load(Ordering::SeqCst)).sum::<usize>() >= 8
+    })
+    .await;
+    let runner = ActorRef::<RunnerMsg>::where_is(RUNNER).expect("the runner");
+    runner.cast(RunnerMsg::Crash).unwrap();
+    // The restarted service's second RunBatchAndTell is refused, typed.
+    let (restarted, refused) = within(reports.recv()).await.unwrap();
+    assert!(restarted);
+    assert!(
+        matches!(&refused.result, Err(gaffer::EngineError::BatchRunning(id)) if id == "b"),
+        "{refused:?}"
+    );
+    gate.open();
+    let (restarted, finished) = within(reports.recv()).await.unwrap();
+    assert!(restarted, "the report reaches the restarted service");
+    let outcome = finished.result.expect("the run succeeded");
+    assert_eq!(
+        (outcome.total, outcome.succeeded, outcome.failed),
+        (20, 20, 0),
+        "{outcome:?}"
+    );
+    for (i, r) in runs.iter().enumerate() {
+        assert_eq!(r.load(Ordering::SeqCst), 1, "item {i} ran more than once");
+    }
+    // A watch of a batch no longer running is told so, typed.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (watcher, _) = Actor::spawn(None, BatchWatcher, tx).await.unwrap();
+    engine.watch_batch("b", watcher.get_derived()).unwrap();
+    let late = within(rx.recv()).await.unwrap();
+    assert!(
+        matches!(&late.result, Err(gaffer::EngineError::BatchNotRunning(id)) if id == "b"),
+        "{late:?}"
+    );
+    watcher.stop(None);
+    boss.stop(None);
+    engine.shutdown().await.unwrap();
+}
+
+struct BatchWatcher;
+
+impl Actor for BatchWatcher {
+    type Msg = gaffer::BatchFinished;
+    type State = tokio::sync::mpsc::UnboundedSender<gaffer::BatchFinished>;
+    type Arguments = Self::State;
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        tx: Self::State,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tx)
+    }
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: gaffer::BatchFinished,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _ = tx.send(message);
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 4. Jobs whose last attempt lost its lease, among thousands of dead jobs.
+
+#[derive(Serialize, Deserialize)]
+struct Doomed(u32);
+
+impl Job for Doomed {
+    const NAME: &'static str = "doomed";
+    type Output = ();
+    type Error = Failed;
+    async fn run(&self, _ctx: JobContext) -> Result<(), Failed> {
+        Err(Failed(format!("doomed {}", self.0)))
+    }
+    fn classify(&self, _error: &Failed) -> gaffer::FailureKind {
+        gaffer::FailureKind::Permanent
+    }
+}
+
+/// Hangs until the gate opens; one attempt.
+#[derive(Serialize, Deserialize)]
+struct Hangs(u32);
+
+impl Job for Hangs {
+    const NAME: &'static str = "hangs";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Gate>().wait().await;
+        Ok(self.0)
+    }
+    fn max_attempts(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs() {
+    let clock = common::mock_clock();
+    let gate = Gate::closed();
+    let engine = common::memory_builder(clock.clone())
+        .state(gate.clone())
+        .register::<Doomed>()
+        .register_with_concurrency::<Hangs>(100)
+        .start()
+        .await
+        .unwrap();
+    let doomed: Vec<_> =
+        futures_util::future::join_all((0..2_000).map(|i| engine.submit(Doomed(i))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    for h in doomed {
+        assert!(within(h.join()).await.unwrap().is_err());
+    }
+    let mut hung = Vec::new();
+    for i in 0..50 {
+        hung.push(engine.submit(Hangs(i)).await.unwrap());
+    }
+    wait_for("the jobs hang", async || {
+        running(&engine, "hangs").await == 50
+    })
+    .await;
+    // Their leases run out on their last attempt.
+    clock.advance(Duration::from_secs(31));
+    let queue = engine.engine_ref().services().queue().unwrap();
+    queue.reap_now().await.unwrap();
+    drop(queue);
+    for h in &hung {
+        let err = within(h.join()).await.unwrap().unwrap_err();
+        assert_eq!(err.kind, gaffer::FailureKind::Transient, "{err:?}");
+        assert!(err.message.contains("lease expired"), "{err:?}");
+    }
+    // Every dead job of the queues was dead-lettered by a settlement, with
+    // its record: 2,050 records, and no dead job without one.
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let totals = common::totals(queue.view(), "jobs.").await;
+    drop(queue);
+    assert_eq!(totals.dead, 2_050, "{totals:?}");
+    gate.open();
+    engine.shutdown().await.unwrap();
+}
