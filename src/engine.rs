@@ -403,9 +403,9 @@ impl EngineBuilder {
         self
     }
 
-    /// How long a graceful shutdown lets running jobs finish before nacking
-    /// them (their attempt counts; they run again after the next start).
-    /// Default: wait as long as they take.
+    /// How long a graceful shutdown lets running jobs finish before giving
+    /// them back to the queue (their attempt is not counted; they run again
+    /// after the next start). Default: wait as long as they take.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.settings.shutdown_grace = Some(grace);
         self

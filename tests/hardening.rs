@@ -965,3 +965,109 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     gate.open();
     engine.shutdown().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// 5 (continued). Several waits at once, and a shutdown during a wait.
+
+/// Awaits two children of its own type at once.
+#[derive(Serialize, Deserialize)]
+struct Pair(u32);
+
+impl Job for Pair {
+    const NAME: &'static str = "pair";
+    type Output = u32;
+    type Error = Failed;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
+        if self.0 == 0 {
+            return Ok(1);
+        }
+        let a = ctx
+            .submit(Pair(self.0 - 1))
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        let b = ctx
+            .submit(Pair(self.0 - 1))
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        let (a, b) = tokio::join!(a.join(), b.join());
+        let a = a.map_err(|e| Failed(e.to_string()))?;
+        let b = b.map_err(|e| Failed(e.to_string()))?;
+        Ok(a.map_err(|e| Failed(e.to_string()))? + b.map_err(|e| Failed(e.to_string()))?)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_awaiting_two_children_of_its_own_type_at_once_completes_with_one_worker() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with_concurrency::<Pair>(1)
+        .start()
+        .await
+        .unwrap();
+    let root = engine.submit(Pair(3)).await.unwrap();
+    assert_eq!(within(root).await.unwrap(), 8);
+    // Back to one worker once nothing waits.
+    wait_for("the extra workers retire", async || {
+        let stats = engine.engine_ref().pool_stats().await.unwrap();
+        stats["pair"].workers == 1 && stats["pair"].parked == 0
+    })
+    .await;
+    within(engine.shutdown()).await.unwrap();
+}
+
+/// Awaits a `Gated` child; one attempt only.
+#[derive(Serialize, Deserialize)]
+struct Waits(u32);
+
+impl Job for Waits {
+    const NAME: &'static str = "waits";
+    type Output = u32;
+    type Error = Failed;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
+        let child = ctx
+            .submit(Gated(self.0))
+            .await
+            .map_err(|e| Failed(e.to_string()))?;
+        child.await.map_err(|e| Failed(e.to_string()))
+    }
+    fn max_attempts(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_a_wait_for_a_child_gives_the_parent_back_without_spending_its_attempt() {
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let gate = Gate::closed();
+    let engine = common::shared_memory_builder(store.clone(), clock.clone())
+        .shutdown_grace(Duration::from_secs(1))
+        .state(gate.clone())
+        .register::<Waits>()
+        .register::<Gated>()
+        .start()
+        .await
+        .unwrap();
+    let parent = engine.submit(Waits(9)).await.unwrap();
+    wait_for("the parent waits for its running child", async || {
+        let stats = engine.engine_ref().pool_stats().await.unwrap();
+        stats["waits"].parked == 1 && stats["gated"].running == 1
+    })
+    .await;
+    let report = within(engine.shutdown()).await.unwrap();
+    assert!(report.queue_closed, "{report:?}");
+
+    // The next start: the parent has its one attempt still, and completes.
+    gate.open();
+    let engine = common::shared_memory_builder(store, clock)
+        .state(gate.clone())
+        .register::<Waits>()
+        .register::<Gated>()
+        .start()
+        .await
+        .unwrap();
+    let value = within(engine.handle::<Waits>(parent.id()).unwrap().join())
+        .await
+        .unwrap();
+    assert_eq!(value, Ok(9), "the shutdown spent the parent's only attempt");
+    engine.shutdown().await.unwrap();
+}

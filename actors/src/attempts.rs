@@ -4,8 +4,9 @@
 //! whose process died under it, and a job out of attempts is dead-lettered by
 //! the queue itself, without an outcome record. gaffer counts instead: it
 //! gives the queue a limit out of reach ([`keys::QUEUE_ATTEMPTS`]), keeps the
-//! job's real limit in a header ([`keys::HEADER_ATTEMPTS`]), and reads the
-//! job's attempt history when it claims a job that was claimed before:
+//! job's real limit in a header ([`keys::HEADER_ATTEMPTS`]) when it is not
+//! the queue's default, and reads the job's attempt history when it claims a
+//! job that was claimed before:
 //!
 //! - an attempt that failed (a nack) or whose lease expired counts;
 //! - an attempt interrupted by a process exit does not: the job did not fail,
@@ -53,11 +54,11 @@ pub(crate) enum Fate {
 }
 
 impl Attempts {
-    /// A job claimed for the first time.
-    pub fn first(claim: &Claim) -> Self {
+    /// A job claimed for the first time; `default_limit` is its queue's.
+    pub fn first(claim: &Claim, default_limit: u32) -> Self {
         Self {
             number: 1,
-            limit: limit_of(claim),
+            limit: limit_of(claim, default_limit),
             interrupted: 0,
             episodes: 0,
         }
@@ -88,20 +89,30 @@ impl Attempts {
     }
 }
 
-/// The attempt limit a job carries (a job enqueued without gaffer's header
-/// keeps the queue's).
-pub fn limit_of(claim: &Claim) -> u32 {
-    claim
+/// The attempt limit of a job: its header's; or, for a job gaffer enqueued
+/// without one, its queue's default (`default_limit`); or, for a job enqueued
+/// by other means, the limit taquba keeps for it.
+pub fn limit_of(claim: &Claim, default_limit: u32) -> u32 {
+    match claim
         .headers
         .get(keys::HEADER_ATTEMPTS)
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(claim.max_attempts)
+    {
+        Some(limit) => limit,
+        None if claim.max_attempts == keys::QUEUE_ATTEMPTS => default_limit.max(1),
+        None => claim.max_attempts,
+    }
 }
 
 /// Count the attempts of `claim` from its history (entries recorded before
 /// this claim, in write order).
-pub fn count(claim: &Claim, history: &[JobAttempt], window_ms: u64) -> Attempts {
+pub fn count(
+    claim: &Claim,
+    default_limit: u32,
+    history: &[JobAttempt],
+    window_ms: u64,
+) -> Attempts {
     // An operator's revival restarts the count.
     let since = history
         .iter()
@@ -134,7 +145,7 @@ pub fn count(claim: &Claim, history: &[JobAttempt], window_ms: u64) -> Attempts 
     }
     Attempts {
         number: real.saturating_add(1),
-        limit: limit_of(claim),
+        limit: limit_of(claim, default_limit),
         interrupted,
         episodes,
     }
@@ -144,14 +155,15 @@ pub fn count(claim: &Claim, history: &[JobAttempt], window_ms: u64) -> Attempts 
 /// history is read. If that read fails the job runs as if on its last attempt
 /// (never past its limit), so it is neither lost nor run beyond it.
 pub(crate) async fn of(queue: &taquba::Queue, claim: &Claim, settings: &Settings) -> Attempts {
+    let default_limit = queue.queue_config(&claim.queue).max_attempts;
     if claim.attempts <= 1 {
-        return Attempts::first(claim);
+        return Attempts::first(claim, default_limit);
     }
     let window_ms = u64::try_from(settings.interruption_window.as_millis()).unwrap_or(u64::MAX);
     match queue.view().attempt_history(&claim.id).await {
-        Ok(history) => count(claim, &history, window_ms),
+        Ok(history) => count(claim, default_limit, &history, window_ms),
         Err(e) => {
-            let limit = limit_of(claim);
+            let limit = limit_of(claim, default_limit);
             tracing::warn!(job_id = %claim.id, error = %e, "reading the job's attempt history failed; running it as its last attempt");
             Attempts {
                 number: claim.attempts.min(limit).max(1),
@@ -179,6 +191,8 @@ mod tests {
         }
     }
 
+    /// A claimed job enqueued as gaffer does (queue limit out of reach), with
+    /// `limit` in its header if given.
     async fn a_claim(limit: Option<&str>) -> (taquba::Queue, Claim) {
         let store = std::sync::Arc::new(taquba::object_store::memory::InMemory::new());
         let queue = taquba::Queue::open(store, "q").await.unwrap();
@@ -192,7 +206,7 @@ mod tests {
                 b"x".to_vec(),
                 taquba::EnqueueOptions::default()
                     .headers(headers)
-                    .max_attempts(Some(7)),
+                    .max_attempts(keys::QUEUE_ATTEMPTS),
             )
             .await
             .unwrap();
@@ -215,7 +229,7 @@ mod tests {
             entry(Interrupted, 200_000, None),
             entry(LeaseExpired, 300_000, None),
         ];
-        let a = count(&claim, &history, 60_000);
+        let a = count(&claim, 7, &history, 60_000);
         assert_eq!(
             a,
             Attempts {
@@ -238,7 +252,7 @@ mod tests {
         let burst: Vec<_> = (0..50)
             .map(|i| entry(Interrupted, i * 1_000, None))
             .collect();
-        let a = count(&claim, &burst, 60_000);
+        let a = count(&claim, 7, &burst, 60_000);
         assert_eq!(
             (a.number, a.limit, a.interrupted, a.episodes),
             (1, 7, 50, 1)
@@ -248,12 +262,37 @@ mod tests {
         let spread: Vec<_> = (0..3)
             .map(|i| entry(Interrupted, i * 60_000, None))
             .collect();
-        let a = count(&claim, &spread, 60_000);
+        let a = count(&claim, 7, &spread, 60_000);
         assert_eq!(a.episodes, 3);
         assert!(
             matches!(a.fate(&Settings::default()), Fate::Poisoned(m) if m.contains("3 separate episodes"))
         );
         queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_limit_is_the_header_then_the_queue_default_then_the_records() {
+        let (queue, with_header) = a_claim(Some("5")).await;
+        assert_eq!(limit_of(&with_header, 3), 5);
+        let (queue2, default) = a_claim(None).await;
+        assert_eq!(limit_of(&default, 3), 3, "a gaffer job without a header");
+        // A job enqueued by other means keeps the limit taquba holds for it.
+        queue2
+            .enqueue_with(
+                "v",
+                b"y".to_vec(),
+                taquba::EnqueueOptions::default().max_attempts(4),
+            )
+            .await
+            .unwrap();
+        let foreign = queue2
+            .claim("v", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(limit_of(&foreign, 3), 4);
+        queue.close().await.unwrap();
+        queue2.close().await.unwrap();
     }
 
     #[tokio::test]
@@ -267,7 +306,7 @@ mod tests {
             entry(LeaseExpired, 4, None),
             entry(LeaseExpired, 5, None),
         ];
-        let a = count(&claim, &history, 60_000);
+        let a = count(&claim, 7, &history, 60_000);
         assert_eq!((a.number, a.limit), (3, 2));
         assert!(matches!(a.fate(&Settings::default()), Fate::Exhausted(_)));
         queue.close().await.unwrap();

@@ -753,7 +753,13 @@ async fn start_coordinator(
         Box::new(spec),
         replacing
     )
-    .map_err(|_| EngineError::ShutDown)?
+    .map_err(|e| {
+        if engine.actor().get_status() == ractor::ActorStatus::Running {
+            EngineError::ActorUnavailable(format!("the batches registry: {e}"))
+        } else {
+            EngineError::ShutDown
+        }
+    })?
 }
 
 /// Forget a batch under its in-process lock (no run may start meanwhile).

@@ -310,12 +310,6 @@ impl CoordinatorState {
         };
         let queue = services.queue()?;
         let item_queue = services.pipeline_queue(&head.pipeline)?.to_string();
-        // gaffer counts attempts itself (see `attempts`).
-        let limit = queue
-            .queue_config(&item_queue)
-            .max_attempts
-            .max(1)
-            .to_string();
         let mut fx = SettlementEffects::default();
         let mut answered = Vec::new();
         for (item, found) in found {
@@ -338,7 +332,6 @@ impl CoordinatorState {
             headers.insert(keys::HEADER_RUN.into(), run_id);
             headers.insert(keys::HEADER_BATCH.into(), batch_id.clone());
             headers.insert(keys::HEADER_KEY.into(), item.key.clone());
-            headers.insert(keys::HEADER_ATTEMPTS.into(), limit.clone());
             fx = fx
                 .kv_put(
                     keys::item_active_key(&batch_id, &item.key),
@@ -350,6 +343,8 @@ impl CoordinatorState {
                     options: EnqueueOptions::default()
                         .headers(headers)
                         .id_override(job_id.clone())
+                        // gaffer counts attempts (see `attempts`); an item
+                        // has its queue's default limit.
                         .max_attempts(keys::QUEUE_ATTEMPTS),
                 });
             self.outstanding.insert(item.key, job_id);

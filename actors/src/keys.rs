@@ -20,8 +20,9 @@ pub const RESERVED_HEADER_PREFIX: &str = "gaffer.";
 pub const HEADER_TYPE: &str = "gaffer.type";
 /// Header carrying the run id (the id a handle answers to).
 pub const HEADER_RUN: &str = "gaffer.run";
-/// Header carrying the job's attempt limit (gaffer counts attempts itself:
-/// the queue's own limit is set out of reach, see [`QUEUE_ATTEMPTS`]).
+/// Header carrying the job's attempt limit when it is not its queue's default
+/// (gaffer counts attempts itself: the queue's own limit is set out of reach,
+/// see [`QUEUE_ATTEMPTS`]).
 pub const HEADER_ATTEMPTS: &str = "gaffer.attempts";
 /// The attempt limit gaffer gives taquba for every job it enqueues: out of
 /// reach, so the queue never ends a job on its own (a claim interrupted by a

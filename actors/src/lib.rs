@@ -72,6 +72,8 @@ fn unavailable(e: impl std::fmt::Display) -> EngineError {
 const WAIT_ATTEMPTS: u32 = 20;
 /// The pause before asking again grows by this much each time (2.1 s in all).
 const WAIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+/// A wait that lasted this long before it was dropped counts from 1 again.
+const WAIT_RESET: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl EngineRef {
     /// Start an engine: open the queue, check the layout, spawn the tree.
@@ -168,7 +170,9 @@ impl EngineRef {
         ask: impl Fn(ractor::RpcReplyPort<T>) -> EngineMessage,
     ) -> std::result::Result<T, WaitError> {
         let mut last = String::new();
-        for attempt in 0..WAIT_ATTEMPTS {
+        let mut attempt = 0;
+        while attempt < WAIT_ATTEMPTS {
+            let asked = tokio::time::Instant::now();
             match self.actor.call(&ask, None).await {
                 Ok(ractor::rpc::CallResult::Success(answer)) => return Ok(answer),
                 Ok(ractor::rpc::CallResult::Timeout) => last = "timed out".into(),
@@ -180,7 +184,14 @@ impl EngineRef {
             if self.actor.get_status() != ractor::ActorStatus::Running {
                 return Err(WaitError::ShutDown);
             }
-            tokio::time::sleep(WAIT_PAUSE * (attempt + 1)).await;
+            // A wait that was in place for a while before a restart dropped it
+            // counts again from 1: only restarts in a row end a wait.
+            attempt = if asked.elapsed() > WAIT_RESET {
+                1
+            } else {
+                attempt + 1
+            };
+            tokio::time::sleep(WAIT_PAUSE * attempt).await;
         }
         Err(WaitError::Read(format!(
             "the waiters kept restarting while `{run_id}` was asked for: {last}"
@@ -256,7 +267,7 @@ impl EngineRef {
         ractor::call!(self.actor, EngineMessage::GetPoolStats).map_err(unavailable)
     }
 
-    /// Run one sweeper pass (reconciliation and retention) now.
+    /// Run one sweeper pass (retention) now.
     pub async fn sweep_now(&self) -> Result<SweepReport> {
         ractor::call!(self.actor, EngineMessage::SweepNow).map_err(unavailable)
     }

@@ -7,16 +7,24 @@
 //! parked; the pool then runs one more job of the type meanwhile (it starts an
 //! extra worker), and retires a worker once the wait is over and a slot is
 //! free. So a parent awaiting its children never holds the capacity the
-//! children need, whatever their type and the concurrency. A wait made from a
-//! task the job spawned is outside the scope and does not park.
+//! children need, whatever their type and the concurrency. Several waits at
+//! once (`join_all`) park the slot once: it is unparked when the last ends. A
+//! wait made from a task the job spawned is outside the scope and does not
+//! park.
 //!
-//! When the engine shuts down, a parked wait ends with `ShutDown` (the job can
-//! return an error and run again after the next start) instead of waiting for
-//! children that are no longer claimed.
+//! While parked, the job's lease is kept alive (a parent may wait longer than
+//! its lease for its children). When the engine shuts down, a parked wait
+//! ends with `ShutDown` and the pool gives the job back to the queue without
+//! spending an attempt, whatever the job then returns (it runs again after
+//! the next start).
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use ractor::ActorRef;
+use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::pool::{PoolMessage, SlotId};
@@ -32,6 +40,29 @@ pub(crate) struct Parking {
     pub(crate) slot: SlotId,
     /// Cancelled when the pool starts draining.
     pub(crate) draining: CancellationToken,
+    /// The delivery's lease, kept alive while parked.
+    pub(crate) lease: LeaseHandle,
+    /// How long a lease is granted for (renewed at a third of it).
+    pub(crate) lease_duration: Duration,
+    /// Shared by the delivery's waits (attempt-local, like its effects).
+    pub(crate) state: Arc<ParkState>,
+}
+
+/// What the waits of one delivery share.
+#[derive(Debug, Default)]
+pub(crate) struct ParkState {
+    /// Waits in progress.
+    waits: AtomicUsize,
+    /// A wait was cut short by the pool's drain.
+    cut: AtomicBool,
+}
+
+impl ParkState {
+    /// Whether a wait of this delivery was cut short by a shutdown: its end
+    /// is then not the job's own doing.
+    pub(crate) fn cut_by_shutdown(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
+    }
 }
 
 /// Run `f` (a delivery) in `parking`'s slot.
@@ -39,29 +70,46 @@ pub(crate) async fn scope<F: Future>(parking: Parking, f: F) -> F::Output {
     PARKING.scope(parking, f).await
 }
 
-/// Unparks the slot when the wait ends, however it ends.
-struct Unpark(Parking);
+/// Ends one wait: the last one unparks the slot, however it ends.
+struct EndWait(Parking);
 
-impl Drop for Unpark {
+impl Drop for EndWait {
     fn drop(&mut self) {
-        let _ = self.0.pool.cast(PoolMessage::Unpark(self.0.slot));
+        if self.0.state.waits.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _ = self.0.pool.cast(PoolMessage::Unpark(self.0.slot));
+        }
     }
 }
 
 /// Await `wait` (a wait for a job's end). Inside a delivery its slot is
-/// parked for the wait, and the wait ends with `None` when the pool starts
-/// draining; outside one it is awaited as it is.
+/// parked for the wait, its lease kept alive, and the wait ends with `None`
+/// when the pool starts draining; outside one it is awaited as it is.
 pub(crate) async fn wait<F: Future>(wait: F) -> Option<F::Output> {
     let Ok(parking) = PARKING.try_with(Parking::clone) else {
         return Some(wait.await);
     };
     if parking.draining.is_cancelled() {
+        parking.state.cut.store(true, Ordering::SeqCst);
         return None;
     }
-    let _ = parking.pool.cast(PoolMessage::Park(parking.slot));
-    let _unpark = Unpark(parking.clone());
+    if parking.state.waits.fetch_add(1, Ordering::SeqCst) == 0 {
+        let _ = parking.pool.cast(PoolMessage::Park(parking.slot));
+    }
+    let _end = EndWait(parking.clone());
+    let renew_every = (parking.lease_duration / 3).max(Duration::from_millis(10));
+    let renew = async {
+        loop {
+            // A lost lease (the claim ended) or a cancel is the job's to see.
+            let _ = parking.lease.ensure_at_least(parking.lease_duration);
+            tokio::time::sleep(renew_every).await;
+        }
+    };
     tokio::select! {
         out = wait => Some(out),
-        _ = parking.draining.cancelled() => None,
+        _ = parking.draining.cancelled() => {
+            parking.state.cut.store(true, Ordering::SeqCst);
+            None
+        }
+        _ = renew => None,
     }
 }

@@ -35,7 +35,7 @@ use crate::events::EngineEvent;
 use crate::handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Verdict};
 use crate::keys;
 use crate::memo::{Memo, UnwrittenEntries};
-use crate::parking::{self, Parking};
+use crate::parking::{self, ParkState, Parking};
 use crate::records::Cost;
 use crate::services::Services;
 use crate::settle::{Ending, Notify, Target, identify, settle};
@@ -60,6 +60,17 @@ pub(crate) fn store_closed(e: &taquba::Error) -> Option<String> {
 
 /// A worker slot of a pool.
 pub type SlotId = u64;
+
+/// Give claims back to the queue without counting an attempt (the pool that
+/// claimed them is gone or stopping).
+async fn release_all(queue: &taquba::Queue, held: Vec<Held>, why: &str) {
+    let reason = format!("{}{why}", keys::RELEASED_PREFIX);
+    for h in held {
+        if let Err(e) = queue.nack(&h.claim, &reason).await {
+            warn!(job_id = %h.claim.id, error = %e, "giving a claim back failed; it runs again once its lease expires");
+        }
+    }
+}
 
 /// A claimed job and its attempts, as gaffer counts them.
 #[derive(Debug)]
@@ -183,6 +194,8 @@ struct Slot {
     job: Option<Held>,
     /// The running job's memo (shares the attempt's unwritten entries).
     memo: Option<Memo>,
+    /// What the running job's waits share (whether one was cut by a drain).
+    waits: Option<Arc<ParkState>>,
     /// The running job waits for another job.
     parked: bool,
 }
@@ -197,7 +210,8 @@ pub struct PoolState {
     idle: VecDeque<SlotId>,
     backlog: VecDeque<Held>,
     parked: usize,
-    claiming: bool,
+    /// The claim in flight and how many jobs it may bring.
+    claiming: Option<usize>,
     /// Cancelled when the pool drains, or its state is dropped (the pool
     /// stopped or was killed): stops the claim task and ends parked waits.
     draining_token: CancellationToken,
@@ -239,13 +253,13 @@ impl PoolState {
 
     fn maybe_claim(&mut self, myself: &ActorRef<PoolMessage>) {
         let want = self.want();
-        if self.claiming || want == 0 {
+        if self.claiming.is_some() || want == 0 {
             return;
         }
         let Ok(queue) = self.args.services.queue() else {
             return;
         };
-        self.claiming = true;
+        self.claiming = Some(want);
         let name = self.args.queue.clone();
         let services = self.args.services.clone();
         let stop = self.draining_token.clone();
@@ -264,17 +278,6 @@ impl PoolState {
                             _ = stop.cancelled() => break Ok(claims),
                         }
                     }
-                    // The pool stopped (or began draining) during the claim:
-                    // give the jobs back at once rather than let their leases
-                    // run out.
-                    Ok(claims) if stop.is_cancelled() => {
-                        for claim in &claims {
-                            let reason =
-                                format!("{}the pool stopped claiming", keys::RELEASED_PREFIX);
-                            let _ = queue.nack(claim, &reason).await;
-                        }
-                        break Ok(Vec::new());
-                    }
                     other => break other,
                 }
             };
@@ -292,8 +295,20 @@ impl PoolState {
                 }
                 Err(e) => Err(e),
             };
-            drop(queue);
-            let _ = myself.cast(PoolMessage::Claimed(result));
+            // The pool stopped (or began draining) during the claim: give the
+            // jobs back at once rather than let their leases run out.
+            let result = match result {
+                Ok(held) if stop.is_cancelled() => {
+                    release_all(&queue, held, "the pool stopped claiming").await;
+                    Ok(Vec::new())
+                }
+                other => other,
+            };
+            if let Err(ractor::MessagingErr::SendErr(PoolMessage::Claimed(Ok(held)))) =
+                myself.cast(PoolMessage::Claimed(result))
+            {
+                release_all(&queue, held, "the pool stopped").await;
+            }
         });
     }
 
@@ -302,12 +317,14 @@ impl PoolState {
         myself: &ActorRef<PoolMessage>,
         result: Result<Vec<Held>, taquba::Error>,
     ) {
-        self.claiming = false;
+        self.claiming = None;
         match result {
             Ok(held) => {
                 for h in held {
                     self.dispatch(myself, h);
                 }
+                self.shrink();
+                self.maybe_claim(myself);
             }
             Err(e) => {
                 if let Some(reason) = store_closed(&e) {
@@ -318,11 +335,11 @@ impl PoolState {
                     myself.stop(Some(format!("{STORE_CLOSED}: {reason}")));
                     return;
                 }
+                // Claim again after the poll interval, not at once.
                 warn!(job_type = %self.args.job_type, error = %e, "claiming failed; retrying after the poll interval");
                 myself.send_after(self.settings().poll_interval, || PoolMessage::Retry);
             }
         }
-        self.maybe_claim(myself);
         self.check_drained();
     }
 
@@ -372,7 +389,9 @@ impl PoolState {
 
     /// Retire idle slots while there are more than the type needs.
     fn shrink(&mut self) {
-        while self.excess() > 0 {
+        // Idle slots the claim in flight (and the backlog) may need are kept.
+        let promised = self.claiming.unwrap_or(0) + self.backlog.len();
+        while self.excess() > 0 && self.idle.len() > promised {
             let Some(slot) = self.idle.pop_back() else {
                 return;
             };
@@ -443,6 +462,7 @@ impl PoolState {
                     worker.kill();
                 }
                 slot.parked = false;
+                slot.waits = None;
                 held.push((job, slot.memo.take().map(|m| m.take_unwritten())));
             }
         }
@@ -502,6 +522,7 @@ impl PoolState {
         let delivery = self.delivery(myself, slot, &held);
         if let Some(s) = self.slots.get_mut(&slot) {
             s.memo = Some(delivery.memo.clone());
+            s.waits = Some(delivery.parking.state.clone());
             s.job = Some(held);
         }
         // A worker that died between its last report and now is handled by its
@@ -532,9 +553,12 @@ impl PoolState {
                 Some(ItemInfo { batch_id, key }),
             ),
         };
-        let lease = match services.queue() {
-            Ok(queue) => queue.lease_handle(claim),
-            Err(_) => taquba::LeaseHandle::detached(),
+        let (lease, lease_duration) = match services.queue() {
+            Ok(queue) => (
+                queue.lease_handle(claim),
+                queue.queue_config(&claim.queue).lease_duration,
+            ),
+            Err(_) => (taquba::LeaseHandle::detached(), Duration::from_secs(30)),
         };
         let mut headers = claim.headers.clone();
         headers.retain(|k, _| !k.starts_with(keys::RESERVED_HEADER_PREFIX));
@@ -550,13 +574,16 @@ impl PoolState {
             headers: Arc::new(headers),
             payload: claim.payload.clone().into(),
             cancel: claim.cancel_token().clone(),
-            lease,
+            lease: lease.clone(),
             effects: Effects::default(),
             engine: crate::EngineRef::from_parts(self.args.engine.clone(), services.clone()),
             parking: Parking {
                 pool: myself.clone(),
                 slot,
                 draining: self.draining_token.clone(),
+                lease,
+                lease_duration,
+                state: Arc::default(),
             },
         }
     }
@@ -576,12 +603,21 @@ impl PoolState {
             return;
         };
         let memo = s.memo.take().map(|m| m.take_unwritten());
+        let cut = s.waits.take().is_some_and(|w| w.cut_by_shutdown());
         let was_parked = std::mem::take(&mut s.parked);
         let alive = s.worker.is_some();
         if was_parked {
             self.parked -= 1;
         }
-        self.start_settlement(myself, held, Ending::Verdict(verdict), effects, cost, memo);
+        // A job whose wait for another job was cut short by the shutdown did
+        // not fail by itself: it is given back, its attempt not spent.
+        let ending = match verdict {
+            Verdict::Failed { .. } if cut => {
+                Ending::Release("the engine shut down while the job waited for another job".into())
+            }
+            verdict => Ending::Verdict(verdict),
+        };
+        self.start_settlement(myself, held, ending, effects, cost, memo);
         if alive {
             if self.excess() > 0 {
                 self.retire(slot);
@@ -639,7 +675,7 @@ impl PoolState {
             || self.running() > 0
             || !self.backlog.is_empty()
             || self.settling > 0
-            || self.claiming
+            || self.claiming.is_some()
         {
             return;
         }
@@ -663,6 +699,7 @@ impl PoolState {
             return;
         };
         s.worker = None;
+        s.waits = None;
         let was_parked = std::mem::take(&mut s.parked);
         let job = s.job.take();
         let memo = s.memo.take().map(|m| m.take_unwritten());
@@ -729,7 +766,7 @@ impl Actor for HandlerPool {
             idle: VecDeque::new(),
             backlog: VecDeque::new(),
             parked: 0,
-            claiming: false,
+            claiming: None,
             _cancel_on_drop: draining_token.clone().drop_guard(),
             draining_token,
             settling: 0,
@@ -765,10 +802,11 @@ impl Actor for HandlerPool {
             } => state.finish(&myself, slot, verdict, effects, cost),
             PoolMessage::Settled => state.settled(&myself),
             PoolMessage::RestartWorker(slot) => {
-                if !state.paused
-                    && !state.draining
-                    && state.slots.get(&slot).is_some_and(|s| s.worker.is_none())
-                {
+                let down = state.slots.get(&slot).is_some_and(|s| s.worker.is_none());
+                if down && state.excess() > 0 {
+                    // A slot added for a parked job: not needed any more.
+                    state.retire(slot);
+                } else if down && !state.paused && !state.draining {
                     state.spawn_worker(&myself, slot).await;
                     state.args.services.emit(EngineEvent::HandlerRestarted {
                         job_type: state.args.job_type.clone(),
@@ -789,7 +827,9 @@ impl Actor for HandlerPool {
                 };
                 if parked {
                     state.parked += 1;
-                    if !state.draining {
+                    // One more slot, unless surplus slots are still there.
+                    if !state.draining && state.slots.len() < state.args.concurrency + state.parked
+                    {
                         state.add_slot(&myself).await;
                         if let Some(next) = state.backlog.pop_front() {
                             state.dispatch(&myself, next);
@@ -816,6 +856,10 @@ impl Actor for HandlerPool {
                 state.draining = true;
                 state.draining_token.cancel();
                 state.drains.push(reply);
+                // Jobs waiting for a worker have not started: give them back.
+                while let Some(held) = state.backlog.pop_front() {
+                    state.release(&myself, held, "the engine shut down".into(), None);
+                }
                 if let Some(grace) = grace {
                     myself.send_after(grace, || PoolMessage::DrainDeadline);
                 }

@@ -299,7 +299,7 @@ impl Services {
                 keys::run_key(&job_id),
                 self.run_record(&job_id, &req.job_type, hash)?,
             );
-            let (opts, payload) = self.enqueue_options(&queue, job_queue, &req, &job_id, &job_id);
+            let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
             queue
                 .enqueue_with_effects(job_queue, payload, opts, effects)
                 .await?;
@@ -326,8 +326,7 @@ impl Services {
         let run_key = keys::run_key(&run_id);
         for _ in 0..MAX_SUBMIT_ROUNDS {
             let job_id = queue.next_job_id();
-            let (options, payload) =
-                self.enqueue_options(&queue, job_queue, &req, &run_id, &job_id);
+            let (options, payload) = self.enqueue_options(&req, &run_id, &job_id);
             let effects = SettlementEffects::default()
                 .kv_put(
                     run_key.clone(),
@@ -401,8 +400,6 @@ impl Services {
 
     fn enqueue_options(
         &self,
-        queue: &Queue,
-        job_queue: &str,
         req: &SubmitRequest,
         run_id: &str,
         job_id: &str,
@@ -410,13 +407,12 @@ impl Services {
         let mut headers = req.headers.clone();
         headers.insert(keys::HEADER_TYPE.into(), req.job_type.clone());
         headers.insert(keys::HEADER_RUN.into(), run_id.into());
-        // gaffer counts attempts itself (see `attempts`): the limit travels in
-        // a header and the queue's own is out of reach.
-        let limit = req
-            .max_attempts
-            .unwrap_or_else(|| queue.queue_config(job_queue).max_attempts)
-            .max(1);
-        headers.insert(keys::HEADER_ATTEMPTS.into(), limit.to_string());
+        // gaffer counts attempts itself (see `attempts`): the queue's own
+        // limit is out of reach, and a limit other than the queue's default
+        // travels in a header.
+        if let Some(limit) = req.max_attempts {
+            headers.insert(keys::HEADER_ATTEMPTS.into(), limit.max(1).to_string());
+        }
         let opts = EnqueueOptions::default()
             .headers(headers)
             .id_override(job_id.to_string())
@@ -466,8 +462,8 @@ impl Services {
             return Ok(Some(match record.map(|r| r.status) {
                 Some(JobStatus::Scheduled) => JobState::Scheduled,
                 Some(JobStatus::Pending) | None => JobState::Queued,
-                // Done/Dead with the run record still present: the settlement or
-                // the reconciliation is in progress.
+                // Done/Dead with the run record still present: the settlement
+                // is in progress.
                 Some(JobStatus::Claimed | JobStatus::Done | JobStatus::Dead) => JobState::Running,
             }));
         }

@@ -21,9 +21,9 @@ pub struct Settings {
     /// count of its own. Each job type has its own workers and its own queue:
     /// a type never takes another's capacity. Default 16.
     pub max_concurrent_jobs: usize,
-    /// Longest idle wait of the claimer before it looks at the queue again, and
-    /// period of the sweeper (reconciliation and retention). In-process
-    /// submissions, retries and scheduled promotions wake the claimer at once.
+    /// Longest idle wait of a pool before it looks at its queue again, and
+    /// period of the sweeper (retention). In-process submissions, retries and
+    /// scheduled promotions wake the pool at once.
     /// Default 100 ms.
     pub poll_interval: Duration,
     /// Keep outcome records this long after a job ends; `None` keeps them
@@ -43,8 +43,9 @@ pub struct Settings {
     /// Longest restart delay. Default 5 s.
     pub restart_backoff_max: Duration,
     /// How long a graceful shutdown lets running jobs finish; at its end they
-    /// are nacked (their attempt counts) and reported as abandoned. `None`
-    /// waits for them however long they take. Default `None`.
+    /// are given back to the queue (their attempt is not counted: they run
+    /// again after the next start) and reported as abandoned. `None` waits
+    /// for them however long they take. Default `None`.
     pub shutdown_grace: Option<Duration>,
     /// Crashes of one job type's workers tolerated within `restart_window`
     /// before the type is paused. Default 100.

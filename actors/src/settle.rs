@@ -287,6 +287,12 @@ pub(crate) async fn settle(
                     retrying: true,
                 });
             }
+            // A failure message that reads like a release is not one.
+            let message = if message.starts_with(keys::RELEASED_PREFIX) {
+                format!("error: {message}")
+            } else {
+                message
+            };
             if let Err(e) = queue.nack(&claim, &message).await {
                 warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
             }

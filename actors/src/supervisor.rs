@@ -9,9 +9,9 @@
 //! the batches registry it publishes the new address, which every settlement
 //! task reads when it reports.
 //!
-//! Nothing slow runs inside its `handle` except the shutdown sequence (which is
-//! the last thing it does): submissions, status reads, cancels and watches run
-//! in short tasks that answer the caller themselves.
+//! Nothing slow runs inside its `handle`: submissions, status reads, cancels,
+//! watches and the shutdown sequence run in tasks that answer the caller
+//! themselves.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -293,6 +293,12 @@ fn routes(
             Kind::Pipeline => &settings.bulk_queue_name,
         };
         let queue = keys::queue_for(prefix, name);
+        if taquba::QueueName::new(queue.as_str()).is_err() {
+            return Err(EngineError::InvalidConfig(format!(
+                "`{name}` needs a queue named `{queue}`, which taquba refuses; use a shorter \
+                 queue prefix or name"
+            )));
+        }
         if let Some(other) = taken.insert(queue.clone(), name) {
             return Err(EngineError::InvalidConfig(format!(
                 "`{name}` and `{other}` map to the same queue `{queue}`; rename one of them"
@@ -454,85 +460,99 @@ impl SupervisorState {
         }
         myself.stop(Some(reason));
     }
+}
 
-    async fn shutdown(&mut self, myself: &ActorRef<EngineMessage>) -> ShutdownReport {
-        self.shutting_down = true;
-        let mut report = ShutdownReport::default();
-        // 1. Stop claiming and let running jobs finish and their settlements
-        // commit. Every pool drains at once, so the grace period is one period.
-        let grace = self.services.settings().shutdown_grace;
-        // With a grace period the whole shutdown is bounded: settlements stuck
-        // behind an unavailable store are given up on (their jobs stay claimed
-        // in the store and run again after the next open).
-        let deadline = grace.map(|g| tokio::time::Instant::now() + g + SHUTDOWN_SLACK);
-        let drains: Vec<_> = self
-            .pools
-            .iter()
-            .map(|(t, pool)| {
-                let (t, pool) = (t.clone(), pool.clone());
-                tokio::spawn(async move { (t, ractor::call!(pool, PoolMessage::Drain, grace)) })
-            })
-            .collect();
-        for drain in drains {
-            let finished = match deadline {
-                Some(d) => match tokio::time::timeout_at(d, drain).await {
-                    Ok(finished) => finished,
-                    Err(_) => {
-                        report.problems.push(
-                            "a pool was still settling at the deadline (is the store unavailable?); \
-                             its jobs run again after the next open"
-                                .into(),
-                        );
-                        continue;
-                    }
-                },
-                None => drain.await,
-            };
-            match finished {
-                Ok((_, Ok(abandoned))) => report.abandoned += abandoned,
-                Ok((t, Err(e))) => report.problems.push(format!("pool `{t}` drain: {e}")),
-                Err(e) => report.problems.push(format!("pool drain task: {e}")),
-            }
-        }
-        // 2. Fail callers still waiting, stop every child.
-        let _ = self.waiters.cast(WaitersMessage::FailAll);
-        self.children.clear();
-        myself
-            .get_cell()
-            .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
-            .await;
-        // 3. Close the queue once the last short-lived user of it lets go: it
-        // comes back on `queue_back` when its last reference drops.
-        self.queue = None;
-        if let Some(back) = self.queue_back.take() {
-            let until = deadline
-                .unwrap_or_else(|| tokio::time::Instant::now() + RELEASE_WAIT)
-                .max(tokio::time::Instant::now() + Duration::from_secs(1));
-            match tokio::time::timeout_at(until, back).await {
-                Ok(Ok(queue)) => {
-                    let closed = match deadline {
-                        Some(_) => tokio::time::timeout(SHUTDOWN_SLACK, queue.close()).await,
-                        None => Ok(queue.close().await),
-                    };
-                    match closed {
-                        Ok(Ok(())) => report.queue_closed = true,
-                        Ok(Err(e)) => report.problems.push(format!("queue close: {e}")),
-                        Err(_) => report.problems.push(
-                            "the queue did not close in time (is the store unavailable?)".into(),
-                        ),
-                    }
+/// What the shutdown sequence works on, taken from the supervisor's state.
+struct Closing {
+    cell: ractor::ActorCell,
+    pools: Vec<(String, ActorRef<PoolMessage>)>,
+    waiters: ActorRef<WaitersMessage>,
+    queue: Option<Arc<SharedQueue>>,
+    queue_back: Option<tokio::sync::oneshot::Receiver<Queue>>,
+    grace: Option<Duration>,
+}
+
+/// The shutdown sequence, in a task of its own: the supervisor goes on
+/// answering messages (a job that asks it something while it drains is
+/// answered), and ignores its children's exits from now on.
+async fn shut_down(closing: Closing) -> ShutdownReport {
+    let Closing {
+        cell,
+        pools,
+        waiters,
+        queue,
+        queue_back,
+        grace,
+    } = closing;
+    let mut report = ShutdownReport::default();
+    // 1. Stop claiming and let running jobs finish and their settlements
+    // commit. Every pool drains at once, so the grace period is one period.
+    // With a grace period the whole shutdown is bounded: settlements stuck
+    // behind an unavailable store are given up on (their jobs stay claimed in
+    // the store and run again after the next open).
+    let deadline = grace.map(|g| tokio::time::Instant::now() + g + SHUTDOWN_SLACK);
+    let drains: Vec<_> = pools
+        .into_iter()
+        .map(|(t, pool)| {
+            tokio::spawn(async move { (t, ractor::call!(pool, PoolMessage::Drain, grace)) })
+        })
+        .collect();
+    for drain in drains {
+        let finished = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, drain).await {
+                Ok(finished) => finished,
+                Err(_) => {
+                    report.problems.push(
+                        "a pool was still settling at the deadline (is the store unavailable?); \
+                         its jobs run again after the next open"
+                            .into(),
+                    );
+                    continue;
                 }
-                Ok(Err(_)) => report
-                    .problems
-                    .push("the queue was dropped without being closed".into()),
-                Err(_) => report.problems.push(
-                    "the queue was still in use at the deadline; dropped without close".into(),
-                ),
-            }
+            },
+            None => drain.await,
+        };
+        match finished {
+            Ok((_, Ok(abandoned))) => report.abandoned += abandoned,
+            Ok((t, Err(e))) => report.problems.push(format!("pool `{t}` drain: {e}")),
+            Err(e) => report.problems.push(format!("pool drain task: {e}")),
         }
-        info!(?report, "engine shut down");
-        report
     }
+    // 2. Fail callers still waiting, stop every child.
+    let _ = waiters.cast(WaitersMessage::FailAll);
+    cell.stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
+        .await;
+    // 3. Close the queue once the last short-lived user of it lets go: it
+    // comes back on `queue_back` when its last reference drops.
+    drop(queue);
+    if let Some(back) = queue_back {
+        let until = deadline
+            .unwrap_or_else(|| tokio::time::Instant::now() + RELEASE_WAIT)
+            .max(tokio::time::Instant::now() + Duration::from_secs(1));
+        match tokio::time::timeout_at(until, back).await {
+            Ok(Ok(queue)) => {
+                let closed = match deadline {
+                    Some(_) => tokio::time::timeout(SHUTDOWN_SLACK, queue.close()).await,
+                    None => Ok(queue.close().await),
+                };
+                match closed {
+                    Ok(Ok(())) => report.queue_closed = true,
+                    Ok(Err(e)) => report.problems.push(format!("queue close: {e}")),
+                    Err(_) => report
+                        .problems
+                        .push("the queue did not close in time (is the store unavailable?)".into()),
+                }
+            }
+            Ok(Err(_)) => report
+                .problems
+                .push("the queue was dropped without being closed".into()),
+            Err(_) => report
+                .problems
+                .push("the queue was still in use at the deadline; dropped without close".into()),
+        }
+    }
+    info!(?report, "engine shut down");
+    report
 }
 
 impl Actor for Supervisor {
@@ -699,9 +719,26 @@ impl Actor for Supervisor {
                     });
                     return Ok(());
                 }
-                let report = state.shutdown(&myself).await;
-                let _ = reply.send(report);
-                myself.stop(Some("shutdown".into()));
+                state.shutting_down = true;
+                let closing = Closing {
+                    cell: myself.get_cell(),
+                    pools: state
+                        .pools
+                        .iter()
+                        .map(|(t, p)| (t.clone(), p.clone()))
+                        .collect(),
+                    waiters: state.waiters.clone(),
+                    queue: state.queue.take(),
+                    queue_back: state.queue_back.take(),
+                    grace: state.services.settings().shutdown_grace,
+                };
+                state.children.clear();
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let report = shut_down(closing).await;
+                    let _ = reply.send(report);
+                    me.stop(Some("shutdown".into()));
+                });
             }
             EngineMessage::StartBatch(spec, replacing, reply) => {
                 if state.shutting_down {

@@ -61,8 +61,11 @@ pub struct Sweeper;
 pub struct SweeperState {
     services: Arc<Services>,
     notify: Notify,
-    /// A pass is in flight; `true` if the timer started it.
-    in_flight: Option<bool>,
+    /// A pass is in flight.
+    in_flight: bool,
+    /// A timer tick is owed: the timer is re-armed when the pass in flight
+    /// ends (ticks never pile up, and never get lost).
+    tick_owed: bool,
     /// Callers answered when the pass in flight ends.
     current: Vec<RpcReplyPort<SweepReport>>,
     /// Callers whose pass has not started yet.
@@ -71,7 +74,8 @@ pub struct SweeperState {
 
 impl SweeperState {
     fn start(&mut self, myself: &ActorRef<SweeperMessage>, timer: bool) {
-        self.in_flight = Some(timer);
+        self.in_flight = true;
+        self.tick_owed |= timer;
         self.current = std::mem::take(&mut self.next);
         let services = self.services.clone();
         let batches = self.notify.batches_ref();
@@ -239,7 +243,8 @@ impl Actor for Sweeper {
         Ok(SweeperState {
             services: args.services,
             notify: args.notify,
-            in_flight: None,
+            in_flight: false,
+            tick_owed: false,
             current: Vec::new(),
             next: Vec::new(),
         })
@@ -253,13 +258,17 @@ impl Actor for Sweeper {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SweeperMessage::Sweep => {
-                if state.in_flight.is_none() {
+                if state.in_flight {
+                    // The pass in flight serves this tick; the timer is
+                    // re-armed when it ends.
+                    state.tick_owed = true;
+                } else {
                     state.start(&myself, true);
                 }
             }
             SweeperMessage::SweepNow(reply) => {
                 state.next.push(reply);
-                if state.in_flight.is_none() {
+                if !state.in_flight {
                     state.start(&myself, false);
                 }
             }
@@ -276,8 +285,8 @@ impl Actor for Sweeper {
                 for reply in state.current.drain(..) {
                     let _ = reply.send(report);
                 }
-                let timer = state.in_flight.take().unwrap_or(false);
-                if timer {
+                state.in_flight = false;
+                if std::mem::take(&mut state.tick_owed) {
                     let every = state.services.settings().poll_interval;
                     myself.send_after(every, || SweeperMessage::Sweep);
                 }

@@ -141,8 +141,15 @@ pub struct WaitersState {
     waiting: HashMap<String, Vec<WaitReply>>,
     /// Runs whose terminal commit is in flight (count of commits).
     settling: HashMap<String, usize>,
-    /// `Some` in barrier mode.
-    barrier: Option<Barrier>,
+    /// Answers waiting for a durability barrier.
+    barrier: Barrier,
+    /// Barrier mode (a restarted actor): every answer from a read waits for
+    /// a barrier.
+    always_barrier: bool,
+    /// Runs whose terminal commit was aborted while callers waited: they are
+    /// read again, and answered from that read only after a barrier (an
+    /// aborted commit may have left its record visible).
+    recheck: std::collections::HashSet<String>,
 }
 
 fn read_error(e: crate::EngineError) -> WaitError {
@@ -179,24 +186,26 @@ impl WaitersState {
         });
     }
 
-    /// Give an answer drawn from a read: at once, or (barrier mode) once a
-    /// barrier issued after the read is durable.
+    /// Give an answer drawn from a read: at once, or (barrier mode, or a run
+    /// whose commit was aborted) once a barrier issued after the read is
+    /// durable.
     fn answer(&mut self, myself: &ActorRef<WaitersMessage>, held: Held) {
-        match &mut self.barrier {
-            None => self.deliver(held),
-            Some(barrier) => {
-                barrier.next.push(held);
-                if barrier.in_flight.is_none() {
-                    self.start_barrier(myself);
-                }
-            }
+        let run_id = match &held {
+            Held::Await(run_id, _) | Held::Peek(run_id, _, _) => run_id,
+        };
+        let forced = self.recheck.remove(run_id);
+        if !self.always_barrier && !forced {
+            self.deliver(held);
+            return;
+        }
+        self.barrier.next.push(held);
+        if self.barrier.in_flight.is_none() {
+            self.start_barrier(myself);
         }
     }
 
     fn start_barrier(&mut self, myself: &ActorRef<WaitersMessage>) {
-        let Some(barrier) = &mut self.barrier else {
-            return;
-        };
+        let barrier = &mut self.barrier;
         if barrier.next.is_empty() {
             return;
         }
@@ -216,11 +225,7 @@ impl WaitersState {
     }
 
     fn barrier_done(&mut self, myself: &ActorRef<WaitersMessage>, result: Result<(), String>) {
-        let held = self
-            .barrier
-            .as_mut()
-            .and_then(|b| b.in_flight.take())
-            .unwrap_or_default();
+        let held = self.barrier.in_flight.take().unwrap_or_default();
         for h in held {
             match &result {
                 Ok(()) => self.deliver(h),
@@ -312,7 +317,9 @@ impl Actor for Waiters {
             services: args.services,
             waiting: HashMap::new(),
             settling: HashMap::new(),
-            barrier: args.restarted.then(Barrier::default),
+            barrier: Barrier::default(),
+            always_barrier: args.restarted,
+            recheck: Default::default(),
         })
     }
 
@@ -333,7 +340,20 @@ impl Actor for Waiters {
                 state.resolve(&run_id, Ok(*record))
             }
             WaitersMessage::Settling(run_id) => *state.settling.entry(run_id).or_default() += 1,
-            WaitersMessage::SettleAborted(run_id) => state.settle_done(&run_id),
+            WaitersMessage::SettleAborted(run_id) => {
+                state.settle_done(&run_id);
+                // Callers waiting for the push that will not come: read the
+                // records again (the run may be retried, or may have ended).
+                if state.waiting.contains_key(&run_id) && !state.settling.contains_key(&run_id) {
+                    state.recheck.insert(run_id.clone());
+                    let services = state.services.clone();
+                    let me = myself.clone();
+                    tokio::spawn(async move {
+                        let result = check(&services, &run_id).await;
+                        let _ = me.cast(WaitersMessage::Checked { run_id, result });
+                    });
+                }
+            }
             WaitersMessage::Peek(run_id, reply) => {
                 if state.settling.contains_key(&run_id) {
                     let _ = reply.send(Ok(None));
@@ -364,7 +384,9 @@ impl Actor for Waiters {
             // the pushed `Settled` (sent once it is) answers instead.
             WaitersMessage::Checked { run_id, .. } if state.settling.contains_key(&run_id) => {}
             WaitersMessage::Checked { run_id, result } => match result {
-                Ok(None) => {}
+                Ok(None) => {
+                    state.recheck.remove(&run_id);
+                }
                 Ok(Some(record)) => state.answer(&myself, Held::Await(run_id, Box::new(record))),
                 Err(e) => state.resolve(&run_id, Err(e)),
             },
