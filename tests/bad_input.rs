@@ -616,15 +616,8 @@ async fn a_queued_job_of_a_type_no_longer_registered_fails_permanently_with_its_
         .await
         .unwrap();
     // Queued for later, so it is still queued when this version stops.
-    let later = std::time::UNIX_EPOCH + Duration::from_millis(common::T0_MS + 60_000);
     let handle = old
-        .submit_with(
-            Retired(1),
-            gaffer::SubmitOptions {
-                run_at: Some(later),
-                ..Default::default()
-            },
-        )
+        .submit_with(Retired(1), common::a_minute_later())
         .await
         .unwrap();
     let id = handle.id().to_string();
@@ -636,10 +629,7 @@ async fn a_queued_job_of_a_type_no_longer_registered_fails_permanently_with_its_
         .start()
         .await
         .unwrap();
-    clock.advance(Duration::from_secs(61));
-    let queue = new.engine_ref().services().queue().unwrap();
-    queue.promote_scheduled_now().await.unwrap();
-    drop(queue);
+    common::a_minute_passes(&new, &clock).await;
     let r = tokio::time::timeout(LIMIT, new.handle::<Retired>(&id).unwrap().join())
         .await
         .expect("the job ends")

@@ -143,23 +143,34 @@ async fn a_join_waiting_when_the_waiters_die_mid_commit_gets_the_durable_outcome
 // ---------------------------------------------------------------------------
 // 2. WatchJob subscriptions survive a waiters restart.
 
-struct Watcher;
+/// Forwards every message it gets to a channel (a watcher of jobs or batches).
+struct Forward<M>(std::marker::PhantomData<fn() -> M>);
 
-impl Actor for Watcher {
-    type Msg = JobFinished;
-    type State = tokio::sync::mpsc::UnboundedSender<JobFinished>;
-    type Arguments = tokio::sync::mpsc::UnboundedSender<JobFinished>;
+impl<M: ractor::Message> Forward<M> {
+    async fn spawn() -> (ActorRef<M>, tokio::sync::mpsc::UnboundedReceiver<M>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (actor, _) = Actor::spawn(None, Forward(std::marker::PhantomData), tx)
+            .await
+            .unwrap();
+        (actor, rx)
+    }
+}
+
+impl<M: ractor::Message> Actor for Forward<M> {
+    type Msg = M;
+    type State = tokio::sync::mpsc::UnboundedSender<M>;
+    type Arguments = Self::State;
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        tx: Self::Arguments,
+        _myself: ActorRef<M>,
+        tx: Self::State,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(tx)
     }
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        message: JobFinished,
+        _myself: ActorRef<M>,
+        message: M,
         tx: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let _ = tx.send(message);
@@ -176,8 +187,7 @@ async fn a_watch_registered_before_a_waiters_restart_is_still_told() {
         .start()
         .await
         .unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let (watcher, _) = Actor::spawn(None, Watcher, tx).await.unwrap();
+    let (watcher, mut rx) = Forward::<JobFinished>::spawn().await;
     let mut ids = Vec::new();
     for i in 0..3 {
         let h = engine.submit(Gated(i)).await.unwrap();
@@ -328,28 +338,36 @@ impl Job for Parent {
     }
 }
 
-/// Awaits two children of its own type down to depth 0.
+/// Awaits two children of its own type down to depth 0: one after the other,
+/// or both at once (`together`).
 #[derive(Serialize, Deserialize)]
-struct Tree(u32);
+struct Tree {
+    depth: u32,
+    together: bool,
+}
 
 impl Job for Tree {
     const NAME: &'static str = "tree";
     type Output = u32;
     type Error = Failed;
     async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
-        if self.0 == 0 {
+        let failed = |e: &dyn std::fmt::Display| Failed(e.to_string());
+        if self.depth == 0 {
             return Ok(1);
         }
-        let a = ctx
-            .submit(Tree(self.0 - 1))
-            .await
-            .map_err(|e| Failed(e.to_string()))?;
-        let b = ctx
-            .submit(Tree(self.0 - 1))
-            .await
-            .map_err(|e| Failed(e.to_string()))?;
-        let a = a.await.map_err(|e| Failed(e.to_string()))?;
-        let b = b.await.map_err(|e| Failed(e.to_string()))?;
+        let child = || Tree {
+            depth: self.depth - 1,
+            together: self.together,
+        };
+        let a = ctx.submit(child()).await.map_err(|e| failed(&e))?;
+        let b = ctx.submit(child()).await.map_err(|e| failed(&e))?;
+        let (a, b) = if self.together {
+            tokio::join!(a.join(), b.join())
+        } else {
+            (a.join().await, b.join().await)
+        };
+        let a = a.map_err(|e| failed(&e))?.map_err(|e| failed(&e))?;
+        let b = b.map_err(|e| failed(&e))?.map_err(|e| failed(&e))?;
         Ok(a + b)
     }
 }
@@ -377,15 +395,23 @@ async fn parents_awaiting_their_children_complete_at_a_concurrency_of_four_and_s
     within(engine.shutdown()).await.unwrap();
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_job_type_awaiting_children_of_its_own_type_completes_with_two_workers() {
+/// Run a `Tree` of `depth` on an engine with `workers` tree workers; the
+/// engine and the tree's leaf count.
+async fn grow(workers: usize, depth: u32, together: bool) -> (Engine, u32) {
     let engine = common::memory_builder(common::mock_clock())
-        .register_with_concurrency::<Tree>(2)
+        .register_with_concurrency::<Tree>(workers)
         .start()
         .await
         .unwrap();
-    let root = engine.submit(Tree(4)).await.unwrap();
-    assert_eq!(within(root).await.unwrap(), 16);
+    let root = engine.submit(Tree { depth, together }).await.unwrap();
+    let leaves = within(root).await.unwrap();
+    (engine, leaves)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_type_awaiting_children_of_its_own_type_completes_with_two_workers() {
+    let (engine, leaves) = grow(2, 4, false).await;
+    assert_eq!(leaves, 16);
     within(engine.shutdown()).await.unwrap();
 }
 
@@ -846,8 +872,7 @@ async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
         assert_eq!(r.load(Ordering::SeqCst), 1, "item {i} ran more than once");
     }
     // A watch of a batch no longer running is told so, typed.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let (watcher, _) = Actor::spawn(None, BatchWatcher, tx).await.unwrap();
+    let (watcher, mut rx) = Forward::<gaffer::BatchFinished>::spawn().await;
     engine.watch_batch("b", watcher.get_derived()).unwrap();
     let late = within(rx.recv()).await.unwrap();
     assert!(
@@ -857,30 +882,6 @@ async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
     watcher.stop(None);
     boss.stop(None);
     engine.shutdown().await.unwrap();
-}
-
-struct BatchWatcher;
-
-impl Actor for BatchWatcher {
-    type Msg = gaffer::BatchFinished;
-    type State = tokio::sync::mpsc::UnboundedSender<gaffer::BatchFinished>;
-    type Arguments = Self::State;
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        tx: Self::State,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(tx)
-    }
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        message: gaffer::BatchFinished,
-        tx: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let _ = tx.send(message);
-        Ok(())
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -969,46 +970,14 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
 // ---------------------------------------------------------------------------
 // 5 (continued). Several waits at once, and a shutdown during a wait.
 
-/// Awaits two children of its own type at once.
-#[derive(Serialize, Deserialize)]
-struct Pair(u32);
-
-impl Job for Pair {
-    const NAME: &'static str = "pair";
-    type Output = u32;
-    type Error = Failed;
-    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
-        if self.0 == 0 {
-            return Ok(1);
-        }
-        let a = ctx
-            .submit(Pair(self.0 - 1))
-            .await
-            .map_err(|e| Failed(e.to_string()))?;
-        let b = ctx
-            .submit(Pair(self.0 - 1))
-            .await
-            .map_err(|e| Failed(e.to_string()))?;
-        let (a, b) = tokio::join!(a.join(), b.join());
-        let a = a.map_err(|e| Failed(e.to_string()))?;
-        let b = b.map_err(|e| Failed(e.to_string()))?;
-        Ok(a.map_err(|e| Failed(e.to_string()))? + b.map_err(|e| Failed(e.to_string()))?)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_job_awaiting_two_children_of_its_own_type_at_once_completes_with_one_worker() {
-    let engine = common::memory_builder(common::mock_clock())
-        .register_with_concurrency::<Pair>(1)
-        .start()
-        .await
-        .unwrap();
-    let root = engine.submit(Pair(3)).await.unwrap();
-    assert_eq!(within(root).await.unwrap(), 8);
+    let (engine, leaves) = grow(1, 3, true).await;
+    assert_eq!(leaves, 8);
     // Back to one worker once nothing waits.
     wait_for("the extra workers retire", async || {
         let stats = engine.engine_ref().pool_stats().await.unwrap();
-        stats["pair"].workers == 1 && stats["pair"].parked == 0
+        stats["tree"].workers == 1 && stats["tree"].parked == 0
     })
     .await;
     within(engine.shutdown()).await.unwrap();

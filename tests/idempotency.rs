@@ -481,15 +481,8 @@ async fn a_keyed_resubmission_after_an_unknown_type_failure_answers_from_its_rec
         .start()
         .await
         .unwrap();
-    let later = std::time::UNIX_EPOCH + Duration::from_millis(common::T0_MS + 60_000);
     let first = old
-        .submit_with(
-            ghost.clone(),
-            gaffer::SubmitOptions {
-                run_at: Some(later),
-                ..Default::default()
-            },
-        )
+        .submit_with(ghost.clone(), common::a_minute_later())
         .await
         .unwrap();
     assert!(first.newly_submitted());
@@ -502,10 +495,7 @@ async fn a_keyed_resubmission_after_an_unknown_type_failure_answers_from_its_rec
         .start()
         .await
         .unwrap();
-    clock.advance(Duration::from_secs(61));
-    let queue = new.engine_ref().services().queue().unwrap();
-    queue.promote_scheduled_now().await.unwrap();
-    drop(queue);
+    common::a_minute_passes(&new, &clock).await;
     let err = new
         .handle::<Ghost>(first.id())
         .unwrap()

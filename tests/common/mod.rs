@@ -156,3 +156,20 @@ pub fn job_queue(name: &str) -> String {
 pub fn item_queue(name: &str) -> String {
     gaffer_actors::keys::queue_for("bulk-items", name)
 }
+
+/// Submit options that queue a job for a minute after [`T0_MS`] on the mock
+/// clock, so it is still queued when the engine that submitted it stops.
+pub fn a_minute_later() -> gaffer::SubmitOptions {
+    gaffer::SubmitOptions {
+        run_at: Some(std::time::UNIX_EPOCH + Duration::from_millis(T0_MS + 60_000)),
+        ..Default::default()
+    }
+}
+
+/// Move `clock` past [`a_minute_later`] and have `engine`'s queue promote what
+/// was scheduled for then.
+pub async fn a_minute_passes(engine: &gaffer::Engine, clock: &MockClock) {
+    clock.advance(Duration::from_secs(61));
+    let queue = engine.engine_ref().services().queue().unwrap();
+    queue.promote_scheduled_now().await.unwrap();
+}
