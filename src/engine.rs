@@ -394,9 +394,9 @@ impl EngineBuilder {
     }
 
     /// When memo entries are written to the object store. Default
-    /// [`MemoWrites::OnFailure`]: an attempt keeps its entries in memory and
+    /// [`MemoWrites::OnFailure`](crate::MemoWrites::OnFailure): an attempt keeps its entries in memory and
     /// writes them only if it does not succeed, so a successful attempt pays
-    /// no object write. [`MemoWrites::Immediate`] writes each entry as it is
+    /// no object write. [`MemoWrites::Immediate`](crate::MemoWrites::Immediate) writes each entry as it is
     /// put, so entries survive a process crash mid-attempt too.
     pub fn memo_writes(mut self, writes: crate::MemoWrites) -> Self {
         self.settings.memo_writes = writes;

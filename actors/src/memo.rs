@@ -4,7 +4,7 @@
 //! (a bulk item's under its batch's directory). When it reaches the store
 //! depends on [`MemoWrites`]: by default the attempt keeps its new entries in
 //! memory and the handler pool writes them only when the attempt does not
-//! succeed ([`Memo::take_unwritten`] then [`write_entries`]), so a successful
+//! succeed ([`Memo::take_unwritten`] then [`UnwrittenEntries::write`]), so a successful
 //! attempt costs no object write; with [`MemoWrites::Immediate`] each `put`
 //! writes at once. Removed with the run's outcome by the retention sweeper.
 //!
