@@ -261,7 +261,7 @@ impl<P: Pipeline> Batch<P> {
         });
         let items = Box::pin(items);
         let outcome =
-            gaffer_actors::batch::drive_batch(&self.engine, self.spec(), Some(items)).await?;
+            gaffer_actors::driver::drive_batch(&self.engine, self.spec(), Some(items)).await?;
         self.report(outcome)
     }
 
@@ -269,7 +269,7 @@ impl<P: Pipeline> Batch<P> {
     /// dropped run): items still queued continue, succeeded ones are answered
     /// from their markers, failed ones run again.
     pub async fn resume(&self) -> Result<BulkReport> {
-        let outcome = gaffer_actors::batch::resume_batch(&self.engine, self.spec()).await?;
+        let outcome = gaffer_actors::driver::resume_batch(&self.engine, self.spec()).await?;
         self.report(outcome)
     }
 

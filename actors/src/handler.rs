@@ -135,3 +135,20 @@ impl std::fmt::Debug for Registration {
             .finish_non_exhaustive()
     }
 }
+/// The handler of a queue whose job type or pipeline is not registered (jobs
+/// a previous version of the program left): each job fails permanently, with
+/// its record, so its handles learn why.
+pub(crate) struct Unregistered;
+
+impl ErasedHandler for Unregistered {
+    fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
+        let message = if delivery.job_type.is_empty() {
+            "job has no `gaffer.type` header: it was not submitted through gaffer".to_string()
+        } else if delivery.item.is_some() {
+            format!("no pipeline `{}` is registered", delivery.job_type)
+        } else {
+            format!("no handler registered for job type `{}`", delivery.job_type)
+        };
+        Box::pin(async move { Verdict::permanent(message) })
+    }
+}

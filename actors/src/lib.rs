@@ -12,29 +12,33 @@ pub mod attempts;
 pub mod batch;
 pub mod batches;
 pub mod coordinator;
+pub mod driver;
 pub mod effects;
 pub mod error;
 pub mod events;
 pub mod handler;
 pub mod keys;
+mod lookups;
+pub mod manifest;
 pub mod memo;
 mod parking;
 pub mod pool;
+pub mod protocol;
 pub mod records;
+mod restarts;
 pub mod services;
 pub mod settings;
 mod settle;
+mod shutdown;
+mod sink_writer;
 pub use settle::Notify;
+mod startup;
 pub mod supervisor;
 pub mod sweeper;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod waiters;
-
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use ractor::{Actor, ActorRef, DerivedActorRef};
+pub mod worker;
 
 pub use attempts::Attempts;
 pub use batch::{
@@ -44,248 +48,14 @@ pub use error::{EngineError, Result};
 pub use events::EngineEvent;
 pub use handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use pool::PoolStats;
+#[cfg(feature = "testing")]
+pub use protocol::ChildKind;
+pub use protocol::{EngineConfig, EngineMessage, EngineRef, QueueSource, ShutdownReport};
 pub use records::{Cost, ItemStatus};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
 pub use services::{
     CancelResult, JobState, Route, Services, SharedQueue, SubmitRequest, Submitted,
 };
 pub use settings::{MemoWrites, Settings};
-#[cfg(feature = "testing")]
-pub use supervisor::ChildKind;
-pub use supervisor::{EngineConfig, EngineMessage, QueueSource, ShutdownReport};
 pub use sweeper::SweepReport;
 pub use waiters::{JobFinished, WaitError};
-
-/// A clonable handle on a running engine: the supervisor's `ActorRef` plus the
-/// engine's shared services.
-#[derive(Debug, Clone)]
-pub struct EngineRef {
-    actor: ActorRef<EngineMessage>,
-    services: Arc<Services>,
-}
-
-fn unavailable(e: impl std::fmt::Display) -> EngineError {
-    EngineError::ActorUnavailable(e.to_string())
-}
-
-/// Times a wait for a job asks the waiters, at most, while they restart.
-const WAIT_ATTEMPTS: u32 = 20;
-/// The pause before asking again grows by this much each time (2.1 s in all).
-const WAIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
-/// A wait that lasted this long before it was dropped counts from 1 again.
-const WAIT_RESET: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl EngineRef {
-    /// Start an engine: open the queue, check the layout, spawn the tree.
-    pub async fn start(config: EngineConfig) -> Result<Self> {
-        let (actor, _) = Actor::spawn(None, supervisor::Supervisor, config)
-            .await
-            .map_err(|e| match e {
-                ractor::SpawnErr::StartupFailed(inner) => match inner.downcast::<EngineError>() {
-                    Ok(engine) => *engine,
-                    Err(other) => EngineError::Startup(other.to_string()),
-                },
-                other => EngineError::Startup(other.to_string()),
-            })?;
-        let services = ractor::call!(actor, EngineMessage::GetServices).map_err(unavailable)?;
-        Ok(Self { actor, services })
-    }
-
-    pub(crate) fn from_parts(actor: ActorRef<EngineMessage>, services: Arc<Services>) -> Self {
-        Self { actor, services }
-    }
-
-    /// The supervisor's `ActorRef`: send it [`EngineMessage`]s.
-    pub fn actor(&self) -> &ActorRef<EngineMessage> {
-        &self.actor
-    }
-
-    /// The engine's shared services.
-    pub fn services(&self) -> &Arc<Services> {
-        &self.services
-    }
-
-    /// Submit a job (directly, without a hop through the supervisor).
-    pub async fn submit(&self, request: SubmitRequest) -> Result<Submitted> {
-        self.services.submit(request).await
-    }
-
-    /// Wait for a job to end and return its outcome record.
-    pub async fn await_job(&self, run_id: &str) -> Result<OutcomeRecord> {
-        self.await_outcome(run_id, None).await
-    }
-
-    /// The outcome of a job whose submission was answered from its outcome
-    /// record (`Submitted::recorded`): that record once it is durable, without
-    /// reading it again.
-    pub async fn await_recorded(
-        &self,
-        run_id: &str,
-        record: OutcomeRecord,
-    ) -> Result<OutcomeRecord> {
-        self.await_outcome(run_id, Some(Box::new(record))).await
-    }
-
-    async fn await_outcome(
-        &self,
-        run_id: &str,
-        recorded: Option<Box<OutcomeRecord>>,
-    ) -> Result<OutcomeRecord> {
-        if !keys::is_valid_id(run_id) {
-            return Err(EngineError::InvalidJobId(run_id.to_string()));
-        }
-        // From inside a job, the wait parks the job's slot (see `parking`).
-        let waited = parking::wait(self.wait_for(run_id, recorded))
-            .await
-            .unwrap_or(Err(WaitError::ShutDown));
-        waited.map_err(|e| match e {
-            WaitError::NotFound(id) => EngineError::JobNotFound(id),
-            WaitError::ShutDown => EngineError::ShutDown,
-            WaitError::Read(e) => EngineError::ActorUnavailable(e),
-        })
-    }
-
-    /// Wait for a job to end. A waiters restart drops the reply port: the
-    /// wait asks again (the records are never read here directly: only the
-    /// waiters know whether a record read now is durable).
-    pub(crate) async fn wait_for(
-        &self,
-        run_id: &str,
-        recorded: Option<Box<OutcomeRecord>>,
-    ) -> std::result::Result<OutcomeRecord, WaitError> {
-        self.ask_waiters(run_id, |reply| match &recorded {
-            None => EngineMessage::AwaitJob(run_id.to_string(), reply),
-            Some(record) => EngineMessage::AwaitRecorded(run_id.to_string(), record.clone(), reply),
-        })
-        .await
-        .and_then(|answer| answer)
-    }
-
-    /// Ask the waiters (through the supervisor) and get their answer. If they
-    /// restart meanwhile the reply port is dropped: ask again, after a short
-    /// growing pause, a bounded number of times.
-    async fn ask_waiters<T: Send + 'static>(
-        &self,
-        run_id: &str,
-        ask: impl Fn(ractor::RpcReplyPort<T>) -> EngineMessage,
-    ) -> std::result::Result<T, WaitError> {
-        let mut last = String::new();
-        let mut attempt = 0;
-        while attempt < WAIT_ATTEMPTS {
-            let asked = tokio::time::Instant::now();
-            match self.actor.call(&ask, None).await {
-                Ok(ractor::rpc::CallResult::Success(answer)) => return Ok(answer),
-                Ok(ractor::rpc::CallResult::Timeout) => last = "timed out".into(),
-                Ok(ractor::rpc::CallResult::SenderError) => {
-                    last = "the reply port was dropped".into()
-                }
-                Err(e) => last = e.to_string(),
-            }
-            if self.actor.get_status() != ractor::ActorStatus::Running {
-                return Err(WaitError::ShutDown);
-            }
-            // A wait that was in place for a while before a restart dropped it
-            // counts again from 1: only restarts in a row end a wait.
-            attempt = if asked.elapsed() > WAIT_RESET {
-                1
-            } else {
-                attempt + 1
-            };
-            tokio::time::sleep(WAIT_PAUSE * attempt).await;
-        }
-        Err(WaitError::Read(format!(
-            "the waiters kept restarting while `{run_id}` was asked for: {last}"
-        )))
-    }
-
-    /// Have `to` told (by a [`JobFinished`] message) when the job ends.
-    pub fn watch_job(&self, run_id: &str, to: DerivedActorRef<JobFinished>) -> Result<()> {
-        self.actor
-            .cast(EngineMessage::WatchJob(run_id.to_string(), to))
-            .map_err(|_| EngineError::ShutDown)
-    }
-
-    /// Have `to` told (by a [`BatchFinished`] message) when the run of this
-    /// batch in progress here ends; a service restarted by its supervisor
-    /// re-attaches to its batch with this. `to` gets `BatchNotRunning` if no
-    /// run is in progress.
-    pub fn watch_batch(&self, batch_id: &str, to: DerivedActorRef<BatchFinished>) -> Result<()> {
-        batch::check_batch_id(batch_id)?;
-        self.actor
-            .cast(EngineMessage::WatchBatch(batch_id.to_string(), to))
-            .map_err(|_| EngineError::ShutDown)
-    }
-
-    /// Resume a job type (or pipeline) paused after crashing too often.
-    /// Answers whether it was paused.
-    pub async fn resume_job_type(&self, name: &str) -> Result<bool> {
-        ractor::call!(self.actor, EngineMessage::ResumeJobType, name.to_string())
-            .map_err(|_| EngineError::ShutDown)?
-    }
-
-    /// The outcome of a job if it has durably ended; `None` while it runs (or
-    /// while its ending commit is not yet durable), or if it is unknown.
-    pub async fn peek_outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
-        if !keys::is_valid_id(run_id) {
-            return Err(EngineError::InvalidJobId(run_id.to_string()));
-        }
-        let peeked = self
-            .ask_waiters(run_id, |reply| {
-                EngineMessage::PeekOutcome(run_id.to_string(), reply)
-            })
-            .await
-            .and_then(|answer| answer);
-        match peeked {
-            Ok(record) => Ok(record),
-            Err(WaitError::ShutDown) => Err(EngineError::ShutDown),
-            Err(WaitError::NotFound(id)) => Err(EngineError::JobNotFound(id)),
-            Err(WaitError::Read(e)) => Err(EngineError::ActorUnavailable(e)),
-        }
-    }
-
-    /// Where a job is now (durable; works after a restart). A job whose ending
-    /// commit is not yet durable is still `Running`.
-    pub async fn status(&self, run_id: &str) -> Result<Option<JobState>> {
-        let state = self.services.state(run_id).await?;
-        if state.is_some_and(JobState::is_terminal) && self.peek_outcome(run_id).await?.is_none() {
-            return Ok(Some(JobState::Running));
-        }
-        Ok(state)
-    }
-
-    /// Cancel a job.
-    pub async fn cancel(&self, run_id: &str) -> Result<CancelResult> {
-        if !keys::is_valid_id(run_id) {
-            return Err(EngineError::InvalidJobId(run_id.to_string()));
-        }
-        ractor::call!(self.actor, EngineMessage::CancelJob, run_id.to_string())
-            .map_err(|_| EngineError::ShutDown)?
-    }
-
-    /// Counters of each job type's handler pool.
-    pub async fn pool_stats(&self) -> Result<HashMap<String, PoolStats>> {
-        ractor::call!(self.actor, EngineMessage::GetPoolStats).map_err(unavailable)
-    }
-
-    /// Run one sweeper pass (retention) now.
-    pub async fn sweep_now(&self) -> Result<SweepReport> {
-        ractor::call!(self.actor, EngineMessage::SweepNow).map_err(unavailable)
-    }
-
-    /// Subscribe to lifecycle events.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
-        self.services.subscribe()
-    }
-
-    /// Shut down gracefully and wait for the supervisor to exit.
-    pub async fn shutdown(&self) -> Result<ShutdownReport> {
-        let report = ractor::call!(self.actor, EngineMessage::Shutdown)
-            .map_err(|_| EngineError::ShutDown)?;
-        // Wait for the supervisor itself to be gone.
-        let _ = self
-            .actor
-            .wait(Some(std::time::Duration::from_secs(30)))
-            .await;
-        Ok(report)
-    }
-}

@@ -17,196 +17,26 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{
-    Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
-};
-use taquba::object_store::ObjectStore;
-use taquba::{OpenOptions, Queue};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use taquba::Queue;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{error, warn};
 
-use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
+use crate::batch::{BatchFinished, BatchOutcome};
 use crate::batches::{Batches, BatchesMessage};
-use crate::coordinator::CoordinatorMessage;
 use crate::error::{EngineError, Result};
+use crate::handler::Unregistered;
 use crate::handler::{DEFAULT_PIPELINE_CONCURRENCY, Kind, Registration};
-use crate::keys;
-use crate::pool::{HandlerPool, PoolArguments, PoolMessage, PoolStats, Unregistered};
-use crate::records::OutcomeRecord;
-use crate::services::{
-    CancelResult, JobState, Route, Services, SharedQueue, SubmitRequest, Submitted,
-};
-use crate::settings::Settings;
-use crate::settle::{Addresses, Notify};
-use crate::sweeper::{SweepReport, Sweeper, SweeperArguments, SweeperMessage};
-use crate::waiters::{
-    JobFinished, PeekReply, WaitReply, Waiters, WaitersArguments, WaitersMessage,
-};
-
-/// The engine's public protocol: what a service (or another actor) sends the
-/// supervisor. Tuple variants with the reply port last, so `call!` works:
-/// `call!(engine, EngineMessage::SubmitJob, request)`.
-#[derive(Debug)]
-pub enum EngineMessage {
-    /// Submit a job; answers once the submission is durable.
-    SubmitJob(SubmitRequest, RpcReplyPort<Result<Submitted>>),
-    /// Wait for a job to end; answers with its outcome record. If the
-    /// waiters actor restarts meanwhile the reply port is dropped: ask again
-    /// (`EngineRef::await_job` does).
-    AwaitJob(String, WaitReply),
-    /// As `AwaitJob` for a job whose outcome record a submission was answered
-    /// from ([`Submitted::recorded`]): answers with that record once it is
-    /// durable, without reading it again.
-    AwaitRecorded(String, Box<OutcomeRecord>, WaitReply),
-    /// Tell this actor (by a [`JobFinished`] message) when the job ends. The
-    /// watch survives restarts of the engine's actors.
-    WatchJob(String, DerivedActorRef<JobFinished>),
-    /// Where a job is now.
-    JobStatus(String, RpcReplyPort<Result<Option<JobState>>>),
-    /// Cancel a job.
-    CancelJob(String, RpcReplyPort<Result<CancelResult>>),
-    /// Shut down gracefully: stop claiming, let running jobs finish and settle,
-    /// close the queue. Answers when done.
-    Shutdown(RpcReplyPort<ShutdownReport>),
-    /// Start a coordinator for a run of a batch (used by the batch driver);
-    /// the id names a coordinator of the same run that died, which the new
-    /// one replaces.
-    StartBatch(
-        Box<BatchSpec>,
-        Option<ActorId>,
-        RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>,
-    ),
-    /// Run a batch of encoded inputs (keys given) to completion.
-    RunBatch(
-        Box<BatchSpec>,
-        Vec<(String, Vec<u8>)>,
-        RpcReplyPort<Result<BatchOutcome>>,
-    ),
-    /// Run a batch like `RunBatch`, and tell this actor (a [`BatchFinished`]
-    /// message) when it completes (or why it could not run: a typed error,
-    /// e.g. `BatchRunning` if it already runs; then use `WatchBatch`).
-    RunBatchAndTell(
-        Box<BatchSpec>,
-        Vec<(String, Vec<u8>)>,
-        DerivedActorRef<BatchFinished>,
-    ),
-    /// Tell this actor (a [`BatchFinished`] message) when the run of this
-    /// batch in progress here ends: how a restarted service re-attaches to the
-    /// batch it started (`BatchNotRunning` if no run is in progress).
-    WatchBatch(String, DerivedActorRef<BatchFinished>),
-    /// Resume a batch from its manifest to completion.
-    ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
-    /// End a run of a batch that failed or was dropped (used by the batch
-    /// driver): its coordinator, if it is still the batch's, leaves the
-    /// registry, and the batch's watchers get the error.
-    ReleaseBatch(String, Option<ActorId>, EngineError, RpcReplyPort<()>),
-    /// Counters of a batch running in this process (`None` if not running).
-    BatchProgress(String, RpcReplyPort<Option<BatchProgress>>),
-    /// What a batch's records say.
-    BatchStatus(String, RpcReplyPort<Result<BatchState>>),
-    /// Remove everything a batch wrote (refused while it runs or has live items).
-    ForgetBatch(String, RpcReplyPort<Result<bool>>),
-    /// Resume a job type (or pipeline) paused after too many crashes;
-    /// answers whether it was paused.
-    ResumeJobType(String, RpcReplyPort<Result<bool>>),
-    /// The engine's shared services (for handles built over this engine).
-    GetServices(RpcReplyPort<Arc<Services>>),
-    /// Counters of each job type's pool.
-    GetPoolStats(RpcReplyPort<HashMap<String, PoolStats>>),
-    /// Run one sweeper pass now and answer what it did.
-    SweepNow(RpcReplyPort<SweepReport>),
-    /// The outcome of a job if it has durably ended, without waiting.
-    PeekOutcome(String, PeekReply),
-    /// Kill one of the engine's actors, to test that it is restarted and that
-    /// nothing is lost (feature `testing`). Answers whether it was found.
-    #[cfg(feature = "testing")]
-    KillChild(ChildKind, RpcReplyPort<bool>),
-}
-
-/// Which actor [`EngineMessage::KillChild`] kills.
+use crate::pool::{HandlerPool, PoolArguments, PoolMessage};
 #[cfg(feature = "testing")]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChildKind {
-    /// The waiters.
-    Waiters,
-    /// The batches registry (its coordinators die with it).
-    Batches,
-    /// The sweeper.
-    Sweeper,
-    /// The handler pool of this job type or pipeline.
-    Pool(String),
-    /// The coordinator of this running batch.
-    Coordinator(String),
-}
-
-/// What a shutdown did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ShutdownReport {
-    /// Whether the queue was closed (flushed) cleanly.
-    pub queue_closed: bool,
-    /// Jobs still running when the grace period ended: given back to the
-    /// queue (their attempt is not counted), to run again after the next
-    /// start.
-    pub abandoned: usize,
-    /// Problems met on the way (empty on a clean shutdown).
-    pub problems: Vec<String>,
-}
-
-/// Where the supervisor gets its queue.
-// Built once per engine: the size of the variants does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum QueueSource {
-    /// Open the queue at `path` in `store`.
-    Open {
-        /// The object store.
-        store: Arc<dyn ObjectStore>,
-        /// The queue's path in the store.
-        path: String,
-        /// taquba open options (flush interval, clock, queue configs …).
-        options: OpenOptions,
-    },
-    /// Use this already-open queue (the engine takes ownership and closes it).
-    Given {
-        /// The queue.
-        queue: Box<Queue>,
-        /// The object store for memo entries and large outputs.
-        store: Arc<dyn ObjectStore>,
-    },
-}
-
-impl std::fmt::Debug for QueueSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Open { path, .. } => f
-                .debug_struct("Open")
-                .field("path", path)
-                .finish_non_exhaustive(),
-            Self::Given { .. } => f.debug_struct("Given").finish_non_exhaustive(),
-        }
-    }
-}
-
-/// Everything the engine starts from.
-#[derive(Debug)]
-pub struct EngineConfig {
-    /// The queue.
-    pub source: QueueSource,
-    /// Settings.
-    pub settings: Settings,
-    /// Job types.
-    pub registrations: Vec<Registration>,
-    /// The event channel (subscribers taken before the start see every
-    /// event); `None` makes a new one.
-    pub events: Option<crate::events::EventSender>,
-}
-
-/// Extra time a bounded shutdown gives settlements and the queue's close
-/// beyond the grace period.
-const SHUTDOWN_SLACK: Duration = Duration::from_secs(2);
-
-/// How long an unbounded shutdown waits for the last short-lived user of the
-/// queue to let go before dropping it unclosed.
-const RELEASE_WAIT: Duration = Duration::from_secs(5);
+use crate::protocol::ChildKind;
+use crate::protocol::{EngineConfig, EngineMessage, ShutdownReport};
+use crate::services::{Services, SharedQueue};
+use crate::settle::{Addresses, Notify};
+use crate::shutdown::{Closing, SHUTDOWN_SLACK, shut_down};
+use crate::startup::{check_layout, open, routes, stray_queues};
+use crate::sweeper::{Sweeper, SweeperArguments, SweeperMessage};
+use crate::waiters::{JobFinished, Waiters, WaitersArguments, WaitersMessage};
 
 /// The supervisor actor.
 #[derive(Debug)]
@@ -243,101 +73,6 @@ pub struct SupervisorState {
     pools: HashMap<String, ActorRef<PoolMessage>>,
     children: HashMap<ractor::ActorId, Child>,
     shutting_down: bool,
-}
-
-async fn open(source: QueueSource, settings: &Settings) -> Result<(Queue, Arc<dyn ObjectStore>)> {
-    match source {
-        QueueSource::Open {
-            store,
-            path,
-            options,
-        } => {
-            if path.trim_matches('/') == settings.blob_prefix.trim_matches('/') {
-                return Err(EngineError::InvalidConfig(format!(
-                    "the queue path `{path}` and the blob prefix must differ"
-                )));
-            }
-            let queue = Queue::open_with_options(store.clone(), &path, options).await?;
-            Ok((queue, store))
-        }
-        QueueSource::Given { queue, store } => Ok((*queue, store)),
-    }
-}
-
-async fn check_layout(queue: &Queue) -> Result<()> {
-    match queue.view().kv_get(keys::LAYOUT_KEY).await? {
-        None => {
-            queue
-                .kv_put(keys::LAYOUT_KEY, keys::LAYOUT_VERSION.as_bytes())
-                .await?;
-            Ok(())
-        }
-        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => Ok(()),
-        Some(found) => Err(EngineError::LayoutMismatch {
-            found: String::from_utf8_lossy(&found).into_owned(),
-            expected: keys::LAYOUT_VERSION.into(),
-        }),
-    }
-}
-
-/// The queue of every registration (distinct, or `InvalidConfig`).
-fn routes(
-    settings: &Settings,
-    registrations: &HashMap<String, Registration>,
-) -> Result<HashMap<String, Route>> {
-    let mut routes = HashMap::new();
-    let mut taken: HashMap<String, &str> = HashMap::new();
-    for (name, reg) in registrations {
-        let prefix = match reg.kind {
-            Kind::Job => &settings.queue_name,
-            Kind::Pipeline => &settings.bulk_queue_name,
-        };
-        let queue = keys::queue_for(prefix, name);
-        if taquba::QueueName::new(queue.as_str()).is_err() {
-            return Err(EngineError::InvalidConfig(format!(
-                "`{name}` needs a queue named `{queue}`, which taquba refuses; use a shorter \
-                 queue prefix or name"
-            )));
-        }
-        if let Some(other) = taken.insert(queue.clone(), name) {
-            return Err(EngineError::InvalidConfig(format!(
-                "`{name}` and `{other}` map to the same queue `{queue}`; rename one of them"
-            )));
-        }
-        routes.insert(
-            name.clone(),
-            Route {
-                queue,
-                kind: reg.kind,
-            },
-        );
-    }
-    Ok(routes)
-}
-
-/// Queues under the engine's prefixes that no registration owns and that
-/// still hold jobs to run.
-async fn stray_queues(
-    queue: &Queue,
-    settings: &Settings,
-    routes: &HashMap<String, Route>,
-) -> Result<Vec<String>> {
-    let ours: std::collections::HashSet<&str> = routes.values().map(|r| r.queue.as_str()).collect();
-    let prefixes = [
-        format!("{}.", settings.queue_name),
-        format!("{}.", settings.bulk_queue_name),
-    ];
-    let mut strays = Vec::new();
-    for name in queue.view().list_queues().await? {
-        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || ours.contains(name.as_str()) {
-            continue;
-        }
-        let stats = queue.view().stats(&name).await?;
-        if stats.pending + stats.scheduled + stats.claimed > 0 {
-            strays.push(name);
-        }
-    }
-    Ok(strays)
 }
 
 impl std::fmt::Debug for SupervisorState {
@@ -460,99 +195,6 @@ impl SupervisorState {
         }
         myself.stop(Some(reason));
     }
-}
-
-/// What the shutdown sequence works on, taken from the supervisor's state.
-struct Closing {
-    cell: ractor::ActorCell,
-    pools: Vec<(String, ActorRef<PoolMessage>)>,
-    waiters: ActorRef<WaitersMessage>,
-    queue: Option<Arc<SharedQueue>>,
-    queue_back: Option<tokio::sync::oneshot::Receiver<Queue>>,
-    grace: Option<Duration>,
-}
-
-/// The shutdown sequence, in a task of its own: the supervisor goes on
-/// answering messages (a job that asks it something while it drains is
-/// answered), and ignores its children's exits from now on.
-async fn shut_down(closing: Closing) -> ShutdownReport {
-    let Closing {
-        cell,
-        pools,
-        waiters,
-        queue,
-        queue_back,
-        grace,
-    } = closing;
-    let mut report = ShutdownReport::default();
-    // 1. Stop claiming and let running jobs finish and their settlements
-    // commit. Every pool drains at once, so the grace period is one period.
-    // With a grace period the whole shutdown is bounded: settlements stuck
-    // behind an unavailable store are given up on (their jobs stay claimed in
-    // the store and run again after the next open).
-    let deadline = grace.map(|g| tokio::time::Instant::now() + g + SHUTDOWN_SLACK);
-    let drains: Vec<_> = pools
-        .into_iter()
-        .map(|(t, pool)| {
-            tokio::spawn(async move { (t, ractor::call!(pool, PoolMessage::Drain, grace)) })
-        })
-        .collect();
-    for drain in drains {
-        let finished = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, drain).await {
-                Ok(finished) => finished,
-                Err(_) => {
-                    report.problems.push(
-                        "a pool was still settling at the deadline (is the store unavailable?); \
-                         its jobs run again after the next open"
-                            .into(),
-                    );
-                    continue;
-                }
-            },
-            None => drain.await,
-        };
-        match finished {
-            Ok((_, Ok(abandoned))) => report.abandoned += abandoned,
-            Ok((t, Err(e))) => report.problems.push(format!("pool `{t}` drain: {e}")),
-            Err(e) => report.problems.push(format!("pool drain task: {e}")),
-        }
-    }
-    // 2. Fail callers still waiting, stop every child.
-    let _ = waiters.cast(WaitersMessage::FailAll);
-    cell.stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
-        .await;
-    // 3. Close the queue once the last short-lived user of it lets go: it
-    // comes back on `queue_back` when its last reference drops.
-    drop(queue);
-    if let Some(back) = queue_back {
-        let until = deadline
-            .unwrap_or_else(|| tokio::time::Instant::now() + RELEASE_WAIT)
-            .max(tokio::time::Instant::now() + Duration::from_secs(1));
-        match tokio::time::timeout_at(until, back).await {
-            Ok(Ok(queue)) => {
-                let closed = match deadline {
-                    Some(_) => tokio::time::timeout(SHUTDOWN_SLACK, queue.close()).await,
-                    None => Ok(queue.close().await),
-                };
-                match closed {
-                    Ok(Ok(())) => report.queue_closed = true,
-                    Ok(Err(e)) => report.problems.push(format!("queue close: {e}")),
-                    Err(_) => report
-                        .problems
-                        .push("the queue did not close in time (is the store unavailable?)".into()),
-                }
-            }
-            Ok(Err(_)) => report
-                .problems
-                .push("the queue was dropped without being closed".into()),
-            Err(_) => report
-                .problems
-                .push("the queue was still in use at the deadline; dropped without close".into()),
-        }
-    }
-    info!(?report, "engine shut down");
-    report
 }
 
 impl Actor for Supervisor {
@@ -758,7 +400,7 @@ impl Actor for Supervisor {
                 tokio::spawn(async move {
                     let items = futures_util::stream::iter(items.into_iter().map(Ok));
                     let _ =
-                        reply.send(crate::batch::drive_batch(&engine, *spec, Some(items)).await);
+                        reply.send(crate::driver::drive_batch(&engine, *spec, Some(items)).await);
                 });
             }
             EngineMessage::RunBatchAndTell(spec, items, to) => {
@@ -766,7 +408,7 @@ impl Actor for Supervisor {
                 tokio::spawn(async move {
                     let batch_id = spec.batch_id.clone();
                     let items = futures_util::stream::iter(items.into_iter().map(Ok));
-                    let result = crate::batch::drive_batch(&engine, *spec, Some(items)).await;
+                    let result = crate::driver::drive_batch(&engine, *spec, Some(items)).await;
                     let _ = to.send_message(BatchFinished { batch_id, result });
                 });
             }
@@ -780,7 +422,7 @@ impl Actor for Supervisor {
             EngineMessage::ResumeBatch(spec, reply) => {
                 let engine = state.engine_ref();
                 tokio::spawn(async move {
-                    let _ = reply.send(crate::batch::resume_batch(&engine, *spec).await);
+                    let _ = reply.send(crate::driver::resume_batch(&engine, *spec).await);
                 });
             }
             EngineMessage::ReleaseBatch(batch_id, coordinator, error, done) => {
@@ -807,7 +449,7 @@ impl Actor for Supervisor {
                 let services = state.services.clone();
                 let batches = state.batches.clone();
                 tokio::spawn(async move {
-                    let _ = reply.send(crate::batch::forget(&services, &batches, &batch_id).await);
+                    let _ = reply.send(crate::driver::forget(&services, &batches, &batch_id).await);
                 });
             }
             EngineMessage::ResumeJobType(name, reply) => match state.pools.get(&name).cloned() {

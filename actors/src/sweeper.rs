@@ -220,7 +220,7 @@ async fn expire_batch(
     if head.generation != generation {
         return Expired::Delete(SettlementEffects::default());
     }
-    match crate::batch::forget(services, batches, batch_id).await {
+    match crate::driver::forget(services, batches, batch_id).await {
         Ok(_) => Expired::Delete(SettlementEffects::default()),
         Err(e) => {
             tracing::debug!(%batch_id, error = %e, "retention: batch kept for now");

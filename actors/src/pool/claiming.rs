@@ -1,0 +1,142 @@
+//! Claiming: the pool's one claim in flight, sized by its idle workers, run
+//! in a task that waits on the queue's wake-up and counts each job's attempts
+//! (see `attempts`) before it reports back; claims that land after the pool
+//! stopped are given back.
+
+use ractor::ActorRef;
+use taquba::Claim;
+use tracing::warn;
+
+use super::{PoolMessage, PoolState};
+use crate::attempts::{self, Attempts};
+use crate::keys;
+
+/// Prefix of the exit reason of a pool whose store closed under it.
+pub(crate) const STORE_CLOSED: &str = "store closed";
+
+/// `Some(reason)` when `e` says the store is closed for good (fenced by
+/// another writer, closed, or its background tasks died).
+pub(crate) fn store_closed(e: &taquba::Error) -> Option<String> {
+    match e {
+        taquba::Error::Storage(s) => match s.kind() {
+            slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
+                Some("fenced: another process opened this store as its writer".into())
+            }
+            slatedb::ErrorKind::Closed(reason) => Some(format!("{reason:?}")),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Give claims back to the queue without counting an attempt (the pool that
+/// claimed them is gone or stopping).
+async fn release_all(queue: &taquba::Queue, held: Vec<Held>, why: &str) {
+    let reason = format!("{}{why}", keys::RELEASED_PREFIX);
+    for h in held {
+        if let Err(e) = queue.nack(&h.claim, &reason).await {
+            warn!(job_id = %h.claim.id, error = %e, "giving a claim back failed; it runs again once its lease expires");
+        }
+    }
+}
+
+/// A claimed job and its attempts, as gaffer counts them.
+#[derive(Debug)]
+pub struct Held {
+    pub(super) claim: Claim,
+    pub(super) attempts: Attempts,
+}
+
+impl PoolState {
+    pub(super) fn maybe_claim(&mut self, myself: &ActorRef<PoolMessage>) {
+        let want = self.want();
+        if self.claiming.is_some() || want == 0 {
+            return;
+        }
+        let Ok(queue) = self.args.services.queue() else {
+            return;
+        };
+        self.claiming = Some(want);
+        let name = self.args.queue.clone();
+        let services = self.args.services.clone();
+        let stop = self.draining_token.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let poll = services.settings().poll_interval;
+            let lease = queue.queue_config(&name).lease_duration;
+            let claimed = loop {
+                if stop.is_cancelled() {
+                    break Ok(Vec::new());
+                }
+                match queue.claim_batch(&name, want, lease).await {
+                    Ok(claims) if claims.is_empty() => {
+                        tokio::select! {
+                            _ = queue.wait_for_jobs_on(&name, poll) => {}
+                            _ = stop.cancelled() => break Ok(claims),
+                        }
+                    }
+                    other => break other,
+                }
+            };
+            let result = match claimed {
+                Ok(claims) => {
+                    let settings = services.settings();
+                    let counted = claims.into_iter().map(|claim| {
+                        let queue = &queue;
+                        async move {
+                            let attempts = attempts::of(queue, &claim, settings).await;
+                            Held { claim, attempts }
+                        }
+                    });
+                    Ok(futures_util::future::join_all(counted).await)
+                }
+                Err(e) => Err(e),
+            };
+            // The pool stopped (or began draining) during the claim: give the
+            // jobs back at once rather than let their leases run out.
+            let result = match result {
+                Ok(held) if stop.is_cancelled() => {
+                    release_all(&queue, held, "the pool stopped claiming").await;
+                    Ok(Vec::new())
+                }
+                other => other,
+            };
+            if let Err(ractor::MessagingErr::SendErr(PoolMessage::Claimed(Ok(held)))) =
+                myself.cast(PoolMessage::Claimed(result))
+            {
+                release_all(&queue, held, "the pool stopped").await;
+            }
+        });
+    }
+
+    pub(super) fn claimed(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        result: Result<Vec<Held>, taquba::Error>,
+    ) {
+        self.claiming = None;
+        match result {
+            Ok(held) => {
+                for h in held {
+                    self.dispatch(myself, h);
+                }
+                self.shrink();
+                self.maybe_claim(myself);
+            }
+            Err(e) => {
+                if let Some(reason) = store_closed(&e) {
+                    // The store is gone (another process opened it as its
+                    // writer, or it was closed): nothing this engine settles
+                    // can commit any more. Exit; the supervisor takes the tree
+                    // down.
+                    myself.stop(Some(format!("{STORE_CLOSED}: {reason}")));
+                    return;
+                }
+                // Claim again after the poll interval, not at once.
+                warn!(job_type = %self.args.job_type, error = %e, "claiming failed; retrying after the poll interval");
+                myself.send_after(self.settings().poll_interval, || PoolMessage::Retry);
+            }
+        }
+        self.check_drained();
+    }
+}

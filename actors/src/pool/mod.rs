@@ -1,0 +1,366 @@
+//! Handler pool: one per job type or pipeline, over the type's own taquba
+//! queue. Owns the type's worker actors, the claims they hold, the claim in
+//! flight, and the count of settlements in flight.
+//!
+//! Capacity belongs to the type. The pool claims from its queue only as many
+//! jobs as it has idle, live workers (one claim in flight at a time, in a
+//! task), so a type whose workers are restarting after crashes, a paused type
+//! or a type waiting for its own children holds nothing another type could
+//! use, and no type ever waits behind another's jobs.
+//!
+//! The pool, not the worker, holds each `Claim`: a worker gets a copy of the
+//! job and its lease, runs the user's code and reports a verdict. So when a
+//! worker crashes (a panic in user code), the pool still holds the claim and
+//! nacks it at once, then restarts the worker after a backoff. Settlements run
+//! in short tasks so a worker takes its next job while the last one's commit
+//! waits for the queue's flush (unless `settlement_window` commits are in
+//! flight). A job waiting for another job from inside its run parks its slot
+//! (see `parking`): the pool runs an extra worker meanwhile.
+//!
+//! Files: `claiming` (the claim in flight), `slots` (workers and the jobs they
+//! run), `lifecycle` (crashes, pause and resume, releases, drain).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio_util::sync::CancellationToken;
+
+use crate::effects::StagedEffects;
+use crate::events::EngineEvent;
+use crate::handler::{ErasedHandler, Verdict};
+use crate::memo::Memo;
+use crate::parking::ParkState;
+use crate::records::Cost;
+use crate::restarts::Restarts;
+use crate::services::Services;
+use crate::settle::Notify;
+use crate::worker::WorkerMessage;
+
+mod claiming;
+mod lifecycle;
+mod slots;
+
+pub(crate) use claiming::{Held, STORE_CLOSED};
+
+/// A worker slot of a pool.
+pub type SlotId = u64;
+
+/// Messages of a handler pool.
+#[derive(Debug)]
+pub enum PoolMessage {
+    /// A claim finished (jobs claimed, with their attempts).
+    Claimed(Result<Vec<Held>, taquba::Error>),
+    /// Claim again (after an error).
+    Retry,
+    /// A worker finished its job.
+    WorkerDone {
+        /// Slot of the worker.
+        slot: SlotId,
+        /// What the job came to.
+        verdict: Verdict,
+        /// What it staged.
+        effects: StagedEffects,
+        /// What it recorded as cost.
+        cost: Cost,
+    },
+    /// A settlement task finished.
+    Settled,
+    /// Start the worker of `slot` again (after a crash and its backoff).
+    RestartWorker(SlotId),
+    /// The job in `slot` waits for another job: run one more meanwhile.
+    Park(SlotId),
+    /// The wait of the job in `slot` is over.
+    Unpark(SlotId),
+    /// Resume a type paused after too many crashes.
+    Resume(RpcReplyPort<bool>),
+    /// Stop claiming; reply once nothing is held: no job running, queued here
+    /// or settling. With a grace period, jobs still running at its end are
+    /// given back to the queue (their attempt is not counted) and their
+    /// workers stopped; the reply counts them.
+    Drain(Option<Duration>, RpcReplyPort<usize>),
+    /// The drain's grace period ended.
+    DrainDeadline,
+    /// Counters, for tests and status pages.
+    GetStats(RpcReplyPort<PoolStats>),
+}
+
+/// Counters of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Workers alive.
+    pub workers: usize,
+    /// Jobs running in workers (parked ones included).
+    pub running: usize,
+    /// Running jobs waiting for another job (their slots parked).
+    pub parked: usize,
+    /// Jobs waiting here for a free worker.
+    pub backlog: usize,
+    /// Settlements in flight.
+    pub settling: usize,
+    /// Worker crashes so far.
+    pub crashes: u64,
+    /// Whether the type crashed past its restart limit and is paused.
+    pub paused: bool,
+}
+
+/// Arguments of a pool.
+#[derive(Clone)]
+pub struct PoolArguments {
+    /// Job type or pipeline name.
+    pub job_type: String,
+    /// The taquba queue it claims from.
+    pub queue: String,
+    /// User code.
+    pub handler: Arc<dyn ErasedHandler>,
+    /// Workers.
+    pub concurrency: usize,
+    /// Engine services.
+    pub services: Arc<Services>,
+    /// Who settlements tell.
+    pub(crate) notify: Notify,
+    /// The engine's supervisor (handed to jobs for child submissions).
+    pub engine: ActorRef<crate::EngineMessage>,
+}
+
+impl std::fmt::Debug for PoolArguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolArguments")
+            .field("job_type", &self.job_type)
+            .field("queue", &self.queue)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The handler pool actor.
+#[derive(Debug)]
+pub struct HandlerPool;
+
+#[derive(Debug, Default)]
+struct Slot {
+    worker: Option<ActorRef<WorkerMessage>>,
+    job: Option<Held>,
+    /// The running job's memo (shares the attempt's unwritten entries).
+    memo: Option<Memo>,
+    /// What the running job's waits share (whether one was cut by a drain).
+    waits: Option<Arc<ParkState>>,
+    /// The running job waits for another job.
+    parked: bool,
+}
+
+/// State of a pool.
+#[derive(Debug)]
+pub struct PoolState {
+    args: PoolArguments,
+    slots: BTreeMap<SlotId, Slot>,
+    next_slot: SlotId,
+    by_actor: HashMap<ActorId, SlotId>,
+    idle: VecDeque<SlotId>,
+    backlog: VecDeque<Held>,
+    parked: usize,
+    /// The claim in flight and how many jobs it may bring.
+    claiming: Option<usize>,
+    /// Cancelled when the pool drains, or its state is dropped (the pool
+    /// stopped or was killed): stops the claim task and ends parked waits.
+    draining_token: CancellationToken,
+    _cancel_on_drop: tokio_util::sync::DropGuard,
+    settling: usize,
+    restarts: Restarts,
+    crashes: u64,
+    drains: Vec<RpcReplyPort<usize>>,
+    draining: bool,
+    abandoned: usize,
+    paused: bool,
+}
+
+impl PoolState {
+    fn settings(&self) -> &crate::Settings {
+        self.args.services.settings()
+    }
+
+    fn running(&self) -> usize {
+        self.slots.values().filter(|s| s.job.is_some()).count()
+    }
+
+    /// Slots beyond the type's concurrency plus its parked slots.
+    fn excess(&self) -> usize {
+        self.slots
+            .len()
+            .saturating_sub(self.args.concurrency + self.parked)
+    }
+
+    /// Jobs to claim now: one per idle live worker not already promised to
+    /// the backlog; none while paused, draining or too many settlements are in
+    /// flight.
+    fn want(&self) -> usize {
+        if self.paused || self.draining || self.settling >= self.settings().settlement_window {
+            return 0;
+        }
+        self.idle.len().saturating_sub(self.backlog.len())
+    }
+}
+
+impl Actor for HandlerPool {
+    type Msg = PoolMessage;
+    type State = PoolState;
+    type Arguments = PoolArguments;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: PoolArguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let n = args.concurrency.max(1);
+        let draining_token = CancellationToken::new();
+        let restarts = Restarts::new(args.services.settings());
+        let mut state = PoolState {
+            args,
+            slots: BTreeMap::new(),
+            next_slot: 0,
+            by_actor: HashMap::new(),
+            idle: VecDeque::new(),
+            backlog: VecDeque::new(),
+            parked: 0,
+            claiming: None,
+            _cancel_on_drop: draining_token.clone().drop_guard(),
+            draining_token,
+            settling: 0,
+            restarts,
+            crashes: 0,
+            drains: Vec::new(),
+            draining: false,
+            abandoned: 0,
+            paused: false,
+        };
+        state.args.concurrency = n;
+        for _ in 0..n {
+            state.add_slot(&myself).await;
+        }
+        state.maybe_claim(&myself);
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            PoolMessage::Claimed(result) => state.claimed(&myself, result),
+            PoolMessage::Retry => state.maybe_claim(&myself),
+            PoolMessage::WorkerDone {
+                slot,
+                verdict,
+                effects,
+                cost,
+            } => state.finish(&myself, slot, verdict, effects, cost),
+            PoolMessage::Settled => state.settled(&myself),
+            PoolMessage::RestartWorker(slot) => {
+                let down = state.slots.get(&slot).is_some_and(|s| s.worker.is_none());
+                if down && state.excess() > 0 {
+                    // A slot added for a parked job: not needed any more.
+                    state.retire(slot);
+                } else if down && !state.paused && !state.draining {
+                    state.spawn_worker(&myself, slot).await;
+                    state.args.services.emit(EngineEvent::HandlerRestarted {
+                        job_type: state.args.job_type.clone(),
+                    });
+                    if let Some(next) = state.backlog.pop_front() {
+                        state.dispatch(&myself, next);
+                    }
+                    state.maybe_claim(&myself);
+                }
+            }
+            PoolMessage::Park(slot) => {
+                let parked = match state.slots.get_mut(&slot) {
+                    Some(s) if s.job.is_some() && !s.parked => {
+                        s.parked = true;
+                        true
+                    }
+                    _ => false,
+                };
+                if parked {
+                    state.parked += 1;
+                    // One more slot, unless surplus slots are still there.
+                    if !state.draining && state.slots.len() < state.args.concurrency + state.parked
+                    {
+                        state.add_slot(&myself).await;
+                        if let Some(next) = state.backlog.pop_front() {
+                            state.dispatch(&myself, next);
+                        }
+                        state.maybe_claim(&myself);
+                    }
+                }
+            }
+            PoolMessage::Unpark(slot) => {
+                let was_parked = state
+                    .slots
+                    .get_mut(&slot)
+                    .is_some_and(|s| std::mem::take(&mut s.parked));
+                if was_parked {
+                    state.parked -= 1;
+                    state.shrink();
+                }
+            }
+            PoolMessage::Resume(reply) => {
+                let resumed = state.resume(&myself).await;
+                let _ = reply.send(resumed);
+            }
+            PoolMessage::Drain(grace, reply) => {
+                state.draining = true;
+                state.draining_token.cancel();
+                state.drains.push(reply);
+                // Jobs waiting for a worker have not started: give them back.
+                while let Some(held) = state.backlog.pop_front() {
+                    state.release(&myself, held, "the engine shut down".into(), None);
+                }
+                if let Some(grace) = grace {
+                    myself.send_after(grace, || PoolMessage::DrainDeadline);
+                }
+                state.check_drained();
+            }
+            PoolMessage::DrainDeadline => state.abandon(&myself),
+            PoolMessage::GetStats(reply) => {
+                let _ = reply.send(PoolStats {
+                    workers: state.slots.values().filter(|s| s.worker.is_some()).count(),
+                    running: state.running(),
+                    parked: state.parked,
+                    backlog: state.backlog.len(),
+                    settling: state.settling,
+                    crashes: state.crashes,
+                    paused: state.paused,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(who, err) => state.crashed(&myself, who, err.to_string()),
+            SupervisionEvent::ActorTerminated(who, _, reason) => {
+                let reason = reason.unwrap_or_else(|| "stopped".into());
+                state.crashed(&myself, who, reason)
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.draining_token.cancel();
+        Ok(())
+    }
+}

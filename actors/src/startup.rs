@@ -1,0 +1,114 @@
+//! What the supervisor does before it starts its children: open the queue,
+//! check the store's layout version, give each registration its queue, and
+//! find queues of types no longer registered.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use taquba::Queue;
+use taquba::object_store::ObjectStore;
+
+use crate::error::{EngineError, Result};
+use crate::handler::{Kind, Registration};
+use crate::keys;
+use crate::protocol::QueueSource;
+use crate::services::Route;
+use crate::settings::Settings;
+
+pub(crate) async fn open(
+    source: QueueSource,
+    settings: &Settings,
+) -> Result<(Queue, Arc<dyn ObjectStore>)> {
+    match source {
+        QueueSource::Open {
+            store,
+            path,
+            options,
+        } => {
+            if path.trim_matches('/') == settings.blob_prefix.trim_matches('/') {
+                return Err(EngineError::InvalidConfig(format!(
+                    "the queue path `{path}` and the blob prefix must differ"
+                )));
+            }
+            let queue = Queue::open_with_options(store.clone(), &path, options).await?;
+            Ok((queue, store))
+        }
+        QueueSource::Given { queue, store } => Ok((*queue, store)),
+    }
+}
+
+pub(crate) async fn check_layout(queue: &Queue) -> Result<()> {
+    match queue.view().kv_get(keys::LAYOUT_KEY).await? {
+        None => {
+            queue
+                .kv_put(keys::LAYOUT_KEY, keys::LAYOUT_VERSION.as_bytes())
+                .await?;
+            Ok(())
+        }
+        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => Ok(()),
+        Some(found) => Err(EngineError::LayoutMismatch {
+            found: String::from_utf8_lossy(&found).into_owned(),
+            expected: keys::LAYOUT_VERSION.into(),
+        }),
+    }
+}
+
+/// The queue of every registration (distinct, or `InvalidConfig`).
+pub(crate) fn routes(
+    settings: &Settings,
+    registrations: &HashMap<String, Registration>,
+) -> Result<HashMap<String, Route>> {
+    let mut routes = HashMap::new();
+    let mut taken: HashMap<String, &str> = HashMap::new();
+    for (name, reg) in registrations {
+        let prefix = match reg.kind {
+            Kind::Job => &settings.queue_name,
+            Kind::Pipeline => &settings.bulk_queue_name,
+        };
+        let queue = keys::queue_for(prefix, name);
+        if taquba::QueueName::new(queue.as_str()).is_err() {
+            return Err(EngineError::InvalidConfig(format!(
+                "`{name}` needs a queue named `{queue}`, which taquba refuses; use a shorter \
+                 queue prefix or name"
+            )));
+        }
+        if let Some(other) = taken.insert(queue.clone(), name) {
+            return Err(EngineError::InvalidConfig(format!(
+                "`{name}` and `{other}` map to the same queue `{queue}`; rename one of them"
+            )));
+        }
+        routes.insert(
+            name.clone(),
+            Route {
+                queue,
+                kind: reg.kind,
+            },
+        );
+    }
+    Ok(routes)
+}
+
+/// Queues under the engine's prefixes that no registration owns and that
+/// still hold jobs to run.
+pub(crate) async fn stray_queues(
+    queue: &Queue,
+    settings: &Settings,
+    routes: &HashMap<String, Route>,
+) -> Result<Vec<String>> {
+    let ours: std::collections::HashSet<&str> = routes.values().map(|r| r.queue.as_str()).collect();
+    let prefixes = [
+        format!("{}.", settings.queue_name),
+        format!("{}.", settings.bulk_queue_name),
+    ];
+    let mut strays = Vec::new();
+    for name in queue.view().list_queues().await? {
+        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || ours.contains(name.as_str()) {
+            continue;
+        }
+        let stats = queue.view().stats(&name).await?;
+        if stats.pending + stats.scheduled + stats.claimed > 0 {
+            strays.push(name);
+        }
+    }
+    Ok(strays)
+}

@@ -1,0 +1,80 @@
+//! A handler worker: one slot of a pool. It runs the user's code for one job
+//! at a time inside its `handle`, within the slot's parking scope, so a panic
+//! in user code fails this actor only (its pool nacks the job and restarts
+//! it), and reports the verdict to its pool.
+
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::events::EngineEvent;
+use crate::handler::{Delivery, ErasedHandler};
+use crate::parking;
+use crate::pool::{PoolMessage, SlotId};
+use crate::services::Services;
+
+/// Messages of a handler worker.
+#[derive(Debug)]
+pub enum WorkerMessage {
+    /// Run this delivery.
+    Run(Box<Delivery>),
+}
+
+/// A handler worker: runs the user's code for one job at a time, inside
+/// `handle`, so a panic fails this actor only.
+pub struct HandlerWorker {
+    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) pool: ActorRef<PoolMessage>,
+    pub(crate) slot: SlotId,
+    pub(crate) services: Arc<Services>,
+}
+
+impl std::fmt::Debug for HandlerWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerWorker")
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Actor for HandlerWorker {
+    type Msg = WorkerMessage;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        _state: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        let WorkerMessage::Run(delivery) = message;
+        if delivery.item.is_none() {
+            self.services.emit(EngineEvent::JobStarted {
+                run_id: delivery.run_id.clone(),
+                job_type: delivery.job_type.clone(),
+                attempt: delivery.attempt,
+            });
+        }
+        let effects = delivery.effects.clone();
+        let cost = delivery.cost.clone();
+        let parking = delivery.parking.clone();
+        let verdict = parking::scope(parking, self.handler.run(*delivery)).await;
+        let effects = effects.seal();
+        let _ = self.pool.cast(PoolMessage::WorkerDone {
+            slot: self.slot,
+            verdict,
+            effects,
+            cost: cost.snapshot(),
+        });
+        Ok(())
+    }
+}
