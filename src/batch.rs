@@ -8,111 +8,13 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 use gaffer_actors::{BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, RecordSink};
 
-use crate::cost::CostReport;
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
+use crate::report::{BatchStatus, BulkReport, ProgressSnapshot};
 use crate::sink::{
     OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED, STATUS_OUTPUT_UNAVAILABLE,
     STATUS_SUCCEEDED,
 };
-
-/// What a completed run of a batch counted. Every manifest item is counted
-/// exactly once: from its settlement in this run, or from the marker an
-/// earlier run left (succeeded items are not run again).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BulkReport {
-    /// Batch id.
-    pub batch_id: String,
-    /// Items in the batch.
-    pub total: u64,
-    /// Items succeeded.
-    pub succeeded: u64,
-    /// Items failed.
-    pub failed: u64,
-    /// Items cancelled.
-    pub cancelled: u64,
-    /// Wall time of this run.
-    pub elapsed: Duration,
-    /// Cost rollup.
-    pub cost: CostReport,
-    /// Keys of failed items, in completion order.
-    pub failed_keys: Vec<String>,
-    /// Item records the sink rejected, or could not be given their output
-    /// (it could not be read, or failed JSON conversion): written with status
-    /// `output_unavailable`.
-    pub sink_errors: u64,
-    /// Keys of those items, in order.
-    pub sink_error_keys: Vec<String>,
-}
-
-/// A running batch's progress.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProgressSnapshot {
-    /// Items in the batch.
-    pub total: u64,
-    /// Items done (`succeeded + failed + cancelled`).
-    pub completed: u64,
-    /// Items succeeded.
-    pub succeeded: u64,
-    /// Items failed.
-    pub failed: u64,
-    /// Items cancelled.
-    pub cancelled: u64,
-    /// Since the run started.
-    pub elapsed: Duration,
-    /// `completed / elapsed` (0 before any time passed).
-    pub rate_per_sec: f64,
-    /// `remaining / rate` when both are positive.
-    pub time_remaining: Option<Duration>,
-    /// Cost rollup so far.
-    pub cost: CostReport,
-}
-
-impl ProgressSnapshot {
-    pub(crate) fn from_progress(p: gaffer_actors::BatchProgress) -> Self {
-        let completed = p.succeeded + p.failed + p.cancelled;
-        let secs = p.elapsed.as_secs_f64();
-        let rate = if secs > 0.0 {
-            completed as f64 / secs
-        } else {
-            0.0
-        };
-        let remaining = p.total.saturating_sub(completed);
-        Self {
-            total: p.total,
-            completed,
-            succeeded: p.succeeded,
-            failed: p.failed,
-            cancelled: p.cancelled,
-            elapsed: p.elapsed,
-            rate_per_sec: rate,
-            time_remaining: (rate > 0.0 && remaining > 0)
-                .then(|| Duration::from_secs_f64(remaining as f64 / rate)),
-            cost: p.cost.into(),
-        }
-    }
-}
-
-/// What a batch's durable records say (no run needed; works after a restart).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BatchStatus {
-    /// Batch id.
-    pub batch_id: String,
-    /// Items in the batch.
-    pub total: u64,
-    /// Items whose latest outcome is a success.
-    pub succeeded: u64,
-    /// Items whose latest outcome is a failure.
-    pub failed: u64,
-    /// Items whose latest outcome is a cancel.
-    pub cancelled: u64,
-    /// Items queued or running now.
-    pub pending: u64,
-    /// Cost rollup of the recorded outcomes.
-    pub cost: CostReport,
-    /// Failed keys, in key order.
-    pub failed_keys: Vec<String>,
-}
 
 type KeyFn<I> = Arc<dyn Fn(&I) -> String + Send + Sync>;
 
@@ -260,8 +162,7 @@ impl<P: Pipeline> Batch<P> {
                 })
         });
         let items = Box::pin(items);
-        let outcome =
-            gaffer_actors::driver::drive_batch(&self.engine, self.spec(), Some(items)).await?;
+        let outcome = self.engine.run_batch(self.spec(), items).await?;
         self.report(outcome)
     }
 
@@ -269,7 +170,7 @@ impl<P: Pipeline> Batch<P> {
     /// dropped run): items still queued continue, succeeded ones are answered
     /// from their markers, failed ones run again.
     pub async fn resume(&self) -> Result<BulkReport> {
-        let outcome = gaffer_actors::driver::resume_batch(&self.engine, self.spec()).await?;
+        let outcome = self.engine.resume_batch(self.spec()).await?;
         self.report(outcome)
     }
 
@@ -313,7 +214,7 @@ impl<P: Pipeline> Batch<P> {
 
     /// What the batch's records say.
     pub async fn status(&self) -> Result<BatchStatus> {
-        let s = gaffer_actors::batch::batch_state(self.engine.services(), &self.id).await?;
+        let s = gaffer_actors::status::batch_state(self.engine.services(), &self.id).await?;
         Ok(BatchStatus {
             batch_id: self.id.clone(),
             total: s.total,

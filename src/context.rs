@@ -13,13 +13,11 @@ use tokio_util::sync::CancellationToken;
 use gaffer_actors::Delivery;
 use gaffer_actors::effects::Effects;
 
-use crate::engine::{SubmitOptions, submit_typed};
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
 use crate::job::Job;
-
-/// Application state registered on the builder, by exact type.
-pub(crate) type StateMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
+use crate::state::StateMap;
+use crate::submit::{SubmitOptions, submit_typed};
 
 /// The context of one delivery of a job: its id and attempt, the application
 /// state, the lease, the cancel token, the memo, the effects, KV reads and
@@ -113,7 +111,7 @@ impl JobContext {
     /// A committed value of the queue's KV namespace (this job's staged effects
     /// are not visible).
     pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.delivery.engine.services().kv_get(key).await?)
+        Ok(self.delivery.engine.kv_get(key.to_vec()).await?)
     }
 
     /// Submit another job now. It is independent of this one: it runs even if

@@ -2,11 +2,10 @@
 //! submit jobs.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use ractor::ActorRef;
 use taquba::object_store::ObjectStore;
@@ -14,63 +13,27 @@ use taquba::object_store::local::LocalFileSystem;
 use taquba::object_store::memory::InMemory;
 use taquba::{Clock, OpenOptions, Queue};
 
+use gaffer_actors::handler::JobEngine;
 use gaffer_actors::{
-    BoxFuture, CancelResult, Delivery, EngineConfig, EngineError, EngineEvent, EngineMessage,
-    EngineRef, ErasedHandler, JobState, Kind, OutcomeRecord, QueueSource, Registration, Settings,
-    ShutdownReport, SubmitRequest, Verdict,
+    CancelResult, EngineConfig, EngineError, EngineEvent, EngineMessage, EngineRef, ErasedHandler,
+    JobState, Kind, OutcomeRecord, QueueSource, Registration, Settings, ShutdownReport,
 };
 
+use crate::adapters::{TypedHandler, TypedPipeline};
 use crate::batch::Batch;
-use crate::context::{JobContext, StateMap};
-use crate::error::{Error, JobError, Result};
+use crate::error::{JobError, Result};
 use crate::handle::{JobHandle, decode_outcome};
 use crate::job::Job;
-use crate::pipeline::{Pipeline, TypedPipeline};
-
-/// Options of one submission. Only the payload decides whether two keyed
-/// submissions are the same job; options of a duplicate are ignored.
-#[derive(Debug, Clone, Default)]
-pub struct SubmitOptions {
-    /// Attempt limit; beats [`Job::max_attempts`], which beats the queue's.
-    pub max_attempts: Option<u32>,
-    /// Priority: lower is claimed first (taquba's `PRIORITY_HIGH` = 100,
-    /// `PRIORITY_NORMAL` = 1000, `PRIORITY_LOW` = 10000).
-    pub priority: Option<u32>,
-    /// Do not run before this time (queue clock).
-    pub run_at: Option<SystemTime>,
-    /// Headers stored with the job and readable by it; the `gaffer.` prefix is
-    /// reserved.
-    pub headers: HashMap<String, String>,
-}
-
-/// The bytes-level request for a typed job.
-pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequest> {
-    let payload = rmp_serde::to_vec_named(job).map_err(|e| Error::encode(J::NAME, e))?;
-    Ok(SubmitRequest {
-        job_type: J::NAME.to_string(),
-        payload,
-        idempotency_key: job.idempotency_key(),
-        headers: opts.headers,
-        priority: opts.priority,
-        max_attempts: opts.max_attempts.or(job.max_attempts()),
-        run_at: opts.run_at,
-    })
-}
-
-pub(crate) async fn submit_typed<J: Job>(
-    engine: &EngineRef,
-    job: J,
-    opts: SubmitOptions,
-) -> Result<JobHandle<J>> {
-    let request = submit_request(&job, opts)?;
-    let submitted = engine.submit(request).await?;
-    Ok(JobHandle::submitted(submitted, engine.clone()))
-}
+use crate::pipeline::Pipeline;
+use crate::state::StateMap;
+use crate::submit::{SubmitOptions, submit_typed};
 
 /// A running engine. Cheap to clone; every clone talks to the same actor tree.
 #[derive(Debug, Clone)]
 pub struct Engine {
     inner: EngineRef,
+    /// The same engine, as jobs and handles see it.
+    jobs: Arc<dyn JobEngine>,
 }
 
 impl Engine {
@@ -81,12 +44,12 @@ impl Engine {
 
     /// Submit a job.
     pub async fn submit<J: Job>(&self, job: J) -> Result<JobHandle<J>> {
-        submit_typed(&self.inner, job, SubmitOptions::default()).await
+        submit_typed(&self.jobs, job, SubmitOptions::default()).await
     }
 
     /// Submit a job with options.
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
-        submit_typed(&self.inner, job, opts).await
+        submit_typed(&self.jobs, job, opts).await
     }
 
     /// A handle on the job with this id (from [`JobHandle::id`]), for example
@@ -96,7 +59,7 @@ impl Engine {
         if !gaffer_actors::keys::is_valid_id(id) {
             return Err(EngineError::InvalidJobId(id.to_string()).into());
         }
-        Ok(JobHandle::new(id.to_string(), false, self.inner.clone()))
+        Ok(JobHandle::new(id.to_string(), false, self.jobs.clone()))
     }
 
     /// The batch `id` of pipeline `P` (1-128 characters of `[A-Za-z0-9_-]`).
@@ -126,7 +89,7 @@ impl Engine {
         &self,
         record: &OutcomeRecord,
     ) -> Result<Result<J::Output, JobError>> {
-        decode_outcome::<J>(&self.inner, record).await
+        decode_outcome::<J>(self.jobs.as_ref(), record).await
     }
 
     /// Lifecycle events.
@@ -490,39 +453,7 @@ impl EngineBuilder {
             events: Some(self.events),
         })
         .await?;
-        Ok(Engine { inner })
-    }
-}
-
-struct TypedHandler<J> {
-    state: Arc<StateMap>,
-    _job: PhantomData<fn() -> J>,
-}
-
-impl<J: Job> ErasedHandler for TypedHandler<J> {
-    fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
-        let state = self.state.clone();
-        Box::pin(async move {
-            let job: J = match rmp_serde::from_slice(&delivery.payload) {
-                Ok(job) => job,
-                Err(e) => {
-                    return Verdict::permanent(format!("invalid input for `{}`: {e}", J::NAME));
-                }
-            };
-            let ctx = JobContext::new(delivery, state);
-            match job.run(ctx).await {
-                Ok(output) => match rmp_serde::to_vec_named(&output) {
-                    Ok(bytes) => Verdict::Succeeded(bytes),
-                    Err(e) => Verdict::permanent(format!(
-                        "`{}` produced an output that failed to serialize: {e}",
-                        J::NAME
-                    )),
-                },
-                Err(e) => Verdict::Failed {
-                    kind: job.classify(&e),
-                    message: e.to_string(),
-                },
-            }
-        })
+        let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());
+        Ok(Engine { inner, jobs })
     }
 }

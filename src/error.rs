@@ -48,7 +48,7 @@ pub enum Error {
         /// The threshold, percent.
         threshold: f64,
         /// The run's report.
-        report: Box<crate::batch::BulkReport>,
+        report: Box<crate::report::BulkReport>,
     },
     /// The job id belongs to a job of another type.
     #[error("job `{id}` is a `{actual}` job, not a `{expected}` job")]

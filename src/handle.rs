@@ -6,9 +6,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer_actors::{
-    CancelResult, EngineRef, JobState, Outcome, OutcomeRecord, OutputRef, Submitted,
-};
+use gaffer_actors::handler::JobEngine;
+use gaffer_actors::{CancelResult, JobState, Outcome, OutcomeRecord, OutputRef, Submitted};
 
 use crate::error::{Error, JobError, JoinError, Result};
 use crate::job::Job;
@@ -21,7 +20,7 @@ pub struct JobHandle<J: Job> {
     /// The outcome record the submission was answered from (the job had
     /// already ended): `join` waits only for it to be durable, not for a read.
     recorded: Option<Arc<OutcomeRecord>>,
-    engine: EngineRef,
+    engine: Arc<dyn JobEngine>,
     _job: PhantomData<fn() -> J>,
 }
 
@@ -49,7 +48,7 @@ impl<J: Job> std::fmt::Debug for JobHandle<J> {
 
 /// Decode an outcome record as job `J`'s result.
 pub(crate) async fn decode_outcome<J: Job>(
-    engine: &EngineRef,
+    engine: &dyn JobEngine,
     record: &OutcomeRecord,
 ) -> Result<Result<J::Output, JobError>> {
     if record.job_type != J::NAME {
@@ -68,7 +67,7 @@ pub(crate) async fn decode_outcome<J: Job>(
             // An inline output decodes in place; a blob is fetched first.
             let value = match output {
                 OutputRef::Inline(bytes) => decode(bytes)?,
-                OutputRef::Blob(_) => decode(&engine.services().output_bytes(output).await?)?,
+                OutputRef::Blob(_) => decode(&engine.output_bytes(output.clone()).await?)?,
             };
             Ok(Ok(value))
         }
@@ -78,7 +77,7 @@ pub(crate) async fn decode_outcome<J: Job>(
 }
 
 impl<J: Job> JobHandle<J> {
-    pub(crate) fn new(id: String, newly_submitted: bool, engine: EngineRef) -> Self {
+    pub(crate) fn new(id: String, newly_submitted: bool, engine: Arc<dyn JobEngine>) -> Self {
         Self {
             id,
             newly_submitted,
@@ -89,7 +88,7 @@ impl<J: Job> JobHandle<J> {
     }
 
     /// The handle a submission returns.
-    pub(crate) fn submitted(submitted: Submitted, engine: EngineRef) -> Self {
+    pub(crate) fn submitted(submitted: Submitted, engine: Arc<dyn JobEngine>) -> Self {
         Self {
             id: submitted.run_id,
             newly_submitted: submitted.newly_submitted,
@@ -118,12 +117,12 @@ impl<J: Job> JobHandle<J> {
         let record = match &self.recorded {
             Some(recorded) => {
                 self.engine
-                    .await_recorded(&self.id, OutcomeRecord::clone(recorded))
+                    .await_recorded(self.id.clone(), OutcomeRecord::clone(recorded))
                     .await?
             }
-            None => self.engine.await_job(&self.id).await?,
+            None => self.engine.await_job(self.id.clone()).await?,
         };
-        decode_outcome::<J>(&self.engine, &record).await
+        decode_outcome::<J>(self.engine.as_ref(), &record).await
     }
 
     /// Wait at most `timeout`; `Ok(None)` if the job has not ended by then.
@@ -140,20 +139,22 @@ impl<J: Job> JobHandle<J> {
     /// The recorded result, without waiting: `None` while the job runs (or if
     /// retention removed its record).
     pub async fn fetch_result(&self) -> Result<Option<Result<J::Output, JobError>>> {
-        match self.engine.peek_outcome(&self.id).await? {
-            Some(record) => decode_outcome::<J>(&self.engine, &record).await.map(Some),
+        match self.engine.peek_outcome(self.id.clone()).await? {
+            Some(record) => decode_outcome::<J>(self.engine.as_ref(), &record)
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }
 
     /// Where the job is now; `None` if unknown (retention removed its record).
     pub async fn status(&self) -> Result<Option<JobState>> {
-        Ok(self.engine.status(&self.id).await?)
+        Ok(self.engine.status(self.id.clone()).await?)
     }
 
     /// Cancel the job.
     pub async fn cancel(&self) -> Result<CancelResult> {
-        Ok(self.engine.cancel(&self.id).await?)
+        Ok(self.engine.cancel(self.id.clone()).await?)
     }
 }
 

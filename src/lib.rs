@@ -38,6 +38,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+mod adapters;
 mod batch;
 mod context;
 mod cost;
@@ -46,20 +47,25 @@ mod error;
 mod handle;
 mod job;
 mod pipeline;
+mod report;
 mod sink;
+mod state;
+mod submit;
 
-pub use batch::{Batch, BatchStatus, BulkReport, ProgressSnapshot};
+pub use batch::Batch;
 pub use context::{JobContext, Memo};
 pub use cost::CostReport;
-pub use engine::{Engine, EngineBuilder, SubmitOptions, submit_request};
+pub use engine::{Engine, EngineBuilder};
 pub use error::{Error, JobError, JoinError, Result};
 pub use handle::JobHandle;
 pub use job::{Job, payload_idempotency_key};
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
+pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
 pub use sink::{
     ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED,
     STATUS_OUTPUT_UNAVAILABLE, STATUS_SUCCEEDED, read_jsonl,
 };
+pub use submit::{SubmitOptions, submit_request};
 
 pub use gaffer_actors::effects::Effects;
 /// Test helpers (feature `testing`): a fault-injecting object store.

@@ -2,8 +2,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::marker::PhantomData;
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -11,7 +9,7 @@ use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
 use gaffer_actors::effects::Effects;
-use gaffer_actors::{BoxFuture, Delivery, ErasedHandler, FailureKind, Verdict};
+use gaffer_actors::{Delivery, FailureKind};
 
 use crate::context::Memo;
 use crate::cost::CostReport;
@@ -94,7 +92,7 @@ pub struct BulkCtx<T> {
     pub run_id: String,
     /// The batch's headers.
     pub headers: HashMap<String, String>,
-    delivery: Delivery,
+    pub(crate) delivery: Delivery,
 }
 
 impl<T> BulkCtx<T> {
@@ -138,8 +136,7 @@ impl<T> BulkCtx<T> {
     pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ItemError> {
         self.delivery
             .engine
-            .services()
-            .kv_get(key)
+            .kv_get(key.to_vec())
             .await
             .map_err(|e| ItemError::from(Error::from(e)))
     }
@@ -176,60 +173,5 @@ impl<T> BulkCtx<T> {
     {
         let key = Memo::content_key(input)?;
         self.memoized_with_cached_cost(&key, f).await
-    }
-}
-
-pub(crate) struct TypedPipeline<P> {
-    pub(crate) pipeline: Arc<P>,
-    pub(crate) _p: PhantomData<fn() -> P>,
-}
-
-impl<P: Pipeline> ErasedHandler for TypedPipeline<P> {
-    fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
-        let pipeline = self.pipeline.clone();
-        Box::pin(async move {
-            let input: P::Input = match rmp_serde::from_slice(&delivery.payload) {
-                Ok(i) => i,
-                Err(e) => {
-                    return Verdict::permanent(format!(
-                        "invalid input for pipeline `{}`: {e}",
-                        P::NAME
-                    ));
-                }
-            };
-            let (batch_id, key) = match &delivery.item {
-                Some(item) => (item.batch_id.clone(), item.key.clone()),
-                None => {
-                    return Verdict::permanent(format!(
-                        "pipeline `{}` got a job that is not a batch item",
-                        P::NAME
-                    ));
-                }
-            };
-            let ctx = BulkCtx {
-                input,
-                batch_id,
-                key,
-                run_id: delivery.run_id.clone(),
-                headers: (*delivery.headers).clone(),
-                delivery,
-            };
-            match pipeline.run(&ctx).await {
-                Ok(output) => match rmp_serde::to_vec_named(&output) {
-                    Ok(bytes) => Verdict::Succeeded(bytes),
-                    Err(e) => Verdict::permanent(format!(
-                        "pipeline `{}` produced an output that failed to serialize: {e}",
-                        P::NAME
-                    )),
-                },
-                Err(e) => {
-                    let e: ItemError = e.into();
-                    Verdict::Failed {
-                        kind: e.kind,
-                        message: e.message,
-                    }
-                }
-            }
-        })
     }
 }

@@ -17,8 +17,8 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec};
 use crate::coordinator::{Coordinator, CoordinatorArguments, CoordinatorMessage};
 use crate::error::{EngineError, Result};
-use crate::records::ItemMarker;
 use crate::services::Services;
+use crate::settle::ItemEnd;
 
 /// A caller waiting for a run's end.
 pub type WatchReply = RpcReplyPort<Result<BatchOutcome>>;
@@ -40,16 +40,7 @@ pub enum BatchesMessage {
         reply: StartReply,
     },
     /// An item settled: forward to its batch's coordinator, if running.
-    ItemSettled {
-        /// Batch.
-        batch_id: String,
-        /// Item key.
-        key: String,
-        /// Job id of the settling delivery.
-        job_id: String,
-        /// Its marker.
-        marker: Box<ItemMarker>,
-    },
+    ItemSettled(ItemEnd),
     /// Progress of a running batch (`None` if not running here).
     GetProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// Lock a batch that is not running, so no run starts while it is forgotten.
@@ -74,9 +65,44 @@ pub enum BatchesMessage {
     /// Answer `reply` when the run of this batch in progress ends
     /// (`BatchNotRunning` if none is).
     Watch(String, WatchReply),
+    /// The engine is shutting down: start no more runs.
+    Close,
     /// Kill the coordinator of a running batch (feature `testing`).
     #[cfg(feature = "testing")]
     Kill(String),
+}
+
+impl From<ItemEnd> for BatchesMessage {
+    fn from(end: ItemEnd) -> Self {
+        Self::ItemSettled(end)
+    }
+}
+
+impl TryFrom<BatchesMessage> for ItemEnd {
+    type Error = BatchesMessage;
+    fn try_from(m: BatchesMessage) -> Result<Self, BatchesMessage> {
+        match m {
+            BatchesMessage::ItemSettled(end) => Ok(end),
+            other => Err(other),
+        }
+    }
+}
+
+/// Where the batches registry is now (republished by the supervisor when it
+/// restarts it): for those that reach it from outside the tree (a run's
+/// driver, the sweeper's retention pass, a watch).
+#[derive(Debug, Clone)]
+pub struct Registry(tokio::sync::watch::Receiver<ActorRef<BatchesMessage>>);
+
+impl Registry {
+    pub(crate) fn new(book: tokio::sync::watch::Receiver<ActorRef<BatchesMessage>>) -> Self {
+        Self(book)
+    }
+
+    /// The registry now.
+    pub fn get(&self) -> ActorRef<BatchesMessage> {
+        self.0.borrow().clone()
+    }
 }
 
 /// The batches registry actor.
@@ -93,6 +119,8 @@ pub struct BatchesState {
     /// and its replacement).
     runs: HashSet<String>,
     locked: HashSet<String>,
+    /// The engine is shutting down.
+    closed: bool,
     watchers: HashMap<String, Vec<WatchReply>>,
     /// Replacements waiting for the coordinator they replace to leave.
     replacing: HashMap<ActorId, (Box<BatchSpec>, StartReply)>,
@@ -163,6 +191,7 @@ impl Actor for Batches {
             by_actor: HashMap::new(),
             runs: HashSet::new(),
             locked: HashSet::new(),
+            closed: false,
             watchers: HashMap::new(),
             replacing: HashMap::new(),
         })
@@ -181,6 +210,10 @@ impl Actor for Batches {
                 reply,
             } => {
                 let id = &spec.batch_id;
+                if state.closed {
+                    let _ = reply.send(Err(EngineError::ShutDown));
+                    return Ok(());
+                }
                 match (state.running.get(id), replacing) {
                     // The coordinator it replaces has not left yet.
                     (Some(c), Some(dead)) if c.get_id() == dead => {
@@ -198,12 +231,12 @@ impl Actor for Batches {
                     (None, _) => state.start(&myself, spec, reply).await,
                 }
             }
-            BatchesMessage::ItemSettled {
+            BatchesMessage::ItemSettled(ItemEnd {
                 batch_id,
                 key,
                 job_id,
                 marker,
-            } => {
+            }) => {
                 if let Some(c) = state.running.get(&batch_id) {
                     let _ = c.cast(CoordinatorMessage::ItemSettled {
                         key,
@@ -257,6 +290,7 @@ impl Actor for Batches {
                     let _ = reply.send(Err(EngineError::BatchNotRunning(batch_id)));
                 }
             }
+            BatchesMessage::Close => state.closed = true,
             #[cfg(feature = "testing")]
             BatchesMessage::Kill(batch_id) => {
                 if let Some(c) = state.running.get(&batch_id) {

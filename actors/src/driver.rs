@@ -1,23 +1,24 @@
-//! The driver of a batch run: it registers a coordinator, writes (or
-//! reopens) the manifest, begins the run and waits for its end, replacing a
-//! coordinator that dies (at most 3 times); and forgetting a batch under the
-//! registry's lock. Both go through the engine's actors, so they run in the
-//! caller's task (or a task of the supervisor's), never inside an actor.
+//! The driver of a batch run: it registers a coordinator with the batches
+//! registry, writes (or reopens) the manifest, begins the run and waits for
+//! its end, replacing a coordinator that dies (at most 3 times); and
+//! forgetting a batch under the registry's lock. It runs in the caller's task
+//! (or a task of the supervisor's), never inside an actor, and reaches the
+//! registry through its address (`Registry`), which follows a restart.
 
 use ractor::ActorRef;
 
 use crate::batch::{BatchOutcome, BatchSpec, check_batch_id, forget_batch_data};
-use crate::batches::BatchesMessage;
+use crate::batches::{BatchesMessage, Registry};
 use crate::coordinator::CoordinatorMessage;
 use crate::error::{EngineError, Result};
 use crate::manifest::{reopen_manifest, write_manifest};
 use crate::services::Services;
-use crate::{EngineMessage, EngineRef};
 
 /// Run (inputs given) or resume (inputs `None`) a batch to completion: the
 /// driver of both the typed API and the `RunBatch` message.
 pub async fn drive_batch<I>(
-    engine: &EngineRef,
+    services: &Services,
+    registry: &Registry,
     spec: BatchSpec,
     items: Option<I>,
 ) -> Result<BatchOutcome>
@@ -25,15 +26,14 @@ where
     I: futures_util::Stream<Item = Result<(String, Vec<u8>)>> + Unpin,
 {
     check_batch_id(&spec.batch_id)?;
-    let coordinator = start_coordinator(engine, spec.clone(), None).await?;
+    let coordinator = start_coordinator(services, registry, spec.clone(), None).await?;
     // Dropping this future (or an error below) ends the run: the coordinator
     // stops; queued items keep running and `resume` completes them.
     let mut run = Run {
-        engine: engine.actor().clone(),
+        registry: registry.clone(),
         batch_id: spec.batch_id.clone(),
         coordinator: Some(coordinator.clone()),
     };
-    let services = engine.services();
     let head = match items {
         Some(items) => write_manifest(services, &spec, items).await,
         None => reopen_manifest(services, &spec.batch_id).await,
@@ -65,13 +65,14 @@ where
                 restarts += 1;
                 tracing::warn!(batch_id = %spec.batch_id, error = %e, restarts, "batch coordinator died; resuming the run with a new one");
                 let dead = coordinator.get_id();
-                coordinator = match start_coordinator(engine, spec.clone(), Some(dead)).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        run.coordinator = None;
-                        return Err(run.end(e).await);
-                    }
-                };
+                coordinator =
+                    match start_coordinator(services, registry, spec.clone(), Some(dead)).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            run.coordinator = None;
+                            return Err(run.end(e).await);
+                        }
+                    };
                 run.coordinator = Some(coordinator.clone());
                 head = match reopen_manifest(services, &spec.batch_id).await {
                     Ok(h) => h,
@@ -87,8 +88,18 @@ where
 }
 
 /// Resume a batch from its manifest to completion.
-pub async fn resume_batch(engine: &EngineRef, spec: BatchSpec) -> Result<BatchOutcome> {
-    drive_batch(engine, spec, None::<futures_util::stream::Empty<_>>).await
+pub async fn resume_batch(
+    services: &Services,
+    registry: &Registry,
+    spec: BatchSpec,
+) -> Result<BatchOutcome> {
+    drive_batch(
+        services,
+        registry,
+        spec,
+        None::<futures_util::stream::Empty<_>>,
+    )
+    .await
 }
 
 /// Times a run replaces a coordinator that died under it.
@@ -97,7 +108,7 @@ const MAX_COORDINATOR_RESTARTS: usize = 3;
 /// A run in progress: while its coordinator is set, dropping it ends the run
 /// as abandoned (the coordinator stops, the batch's watchers are told).
 struct Run {
-    engine: ActorRef<EngineMessage>,
+    registry: Registry,
     batch_id: String,
     coordinator: Option<ActorRef<CoordinatorMessage>>,
 }
@@ -107,13 +118,20 @@ impl Run {
     /// batch's watchers are told) and return the error.
     async fn end(&mut self, error: EngineError) -> EngineError {
         let coordinator = self.coordinator.take().map(|c| c.get_id());
-        let _ = ractor::call!(
-            self.engine,
-            EngineMessage::ReleaseBatch,
-            self.batch_id.clone(),
-            coordinator,
-            error.clone()
-        );
+        let _ = self
+            .registry
+            .get()
+            .call(
+                |done| BatchesMessage::Release {
+                    batch_id: self.batch_id.clone(),
+                    coordinator,
+                    result: Err(error.clone()),
+                    reply: None,
+                    done: Some(done),
+                },
+                None,
+            )
+            .await;
         error
     }
 }
@@ -121,37 +139,50 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         if let Some(c) = self.coordinator.take() {
-            let (reply, _) = tokio::sync::oneshot::channel::<()>();
-            let _ = self.engine.cast(EngineMessage::ReleaseBatch(
-                self.batch_id.clone(),
-                Some(c.get_id()),
-                EngineError::BatchAbandoned(self.batch_id.clone()),
-                reply.into(),
-            ));
+            let _ = self.registry.get().cast(BatchesMessage::Release {
+                batch_id: self.batch_id.clone(),
+                coordinator: Some(c.get_id()),
+                result: Err(EngineError::BatchAbandoned(self.batch_id.clone())),
+                reply: None,
+                done: None,
+            });
         }
     }
 }
 
-/// Start a coordinator for a run of `spec`; `replacing` names a coordinator
-/// of this run that died (the new one starts once the registry saw it go).
+/// Start a coordinator for a run of `spec` (a registered pipeline's);
+/// `replacing` names a coordinator of this run that died (the new one starts
+/// once the registry saw it go).
 async fn start_coordinator(
-    engine: &EngineRef,
+    services: &Services,
+    registry: &Registry,
     spec: BatchSpec,
     replacing: Option<ractor::ActorId>,
 ) -> Result<ActorRef<CoordinatorMessage>> {
-    ractor::call!(
-        engine.actor(),
-        EngineMessage::StartBatch,
-        Box::new(spec),
-        replacing
-    )
-    .map_err(|e| {
-        if engine.actor().get_status() == ractor::ActorStatus::Running {
-            EngineError::ActorUnavailable(format!("the batches registry: {e}"))
-        } else {
-            EngineError::ShutDown
-        }
-    })?
+    services.pipeline_queue(&spec.pipeline)?;
+    registry
+        .get()
+        .call(
+            |reply| BatchesMessage::Start {
+                spec: Box::new(spec),
+                replacing,
+                reply,
+            },
+            None,
+        )
+        .await
+        .ok()
+        .and_then(|answer| answer.success_or(()).ok())
+        .unwrap_or_else(|| {
+            Err(match services.queue() {
+                Err(shut_down) => shut_down,
+                Ok(_) => EngineError::ActorUnavailable(
+                    "the batches registry stopped before it answered (it restarted): run the \
+                     batch again"
+                        .into(),
+                ),
+            })
+        })
 }
 
 /// Forget a batch under its in-process lock (no run may start meanwhile).

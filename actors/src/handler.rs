@@ -10,8 +10,12 @@ use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::effects::{CostMeter, Effects};
+use crate::error::Result;
 use crate::memo::Memo;
 use crate::records::FailureKind;
+use crate::records::{OutcomeRecord, OutputRef};
+pub use crate::services::Kind;
+use crate::services::{CancelResult, JobState, SubmitRequest, Submitted};
 
 /// One delivery of a job to its handler.
 #[derive(Debug, Clone)]
@@ -42,8 +46,9 @@ pub struct Delivery {
     pub cost: CostMeter,
     /// For a bulk item: its batch id and key.
     pub item: Option<ItemInfo>,
-    /// The engine running the job (KV reads, child submissions).
-    pub engine: crate::EngineRef,
+    /// What the job can reach of its engine (KV reads, child submissions and
+    /// waits for them).
+    pub engine: Arc<dyn JobEngine>,
     /// The worker slot it runs in (a wait for another job parks it).
     pub(crate) parking: crate::parking::Parking,
 }
@@ -92,6 +97,34 @@ impl Verdict {
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// What a running job can reach of its engine: submit jobs, follow them, read
+/// a success output, read the KV namespace. The engine's handle (`EngineRef`)
+/// implements it; a delivery carries it, so the handler seam knows nothing of
+/// the engine's actors. A wait made through it from inside a job parks the
+/// job's slot (see `parking`).
+pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
+    /// Submit a job.
+    fn submit(&self, request: SubmitRequest) -> BoxFuture<Result<Submitted>>;
+    /// Wait for a job to end.
+    fn await_job(&self, run_id: String) -> BoxFuture<Result<OutcomeRecord>>;
+    /// Wait for a job whose submission was answered from this record.
+    fn await_recorded(
+        &self,
+        run_id: String,
+        record: OutcomeRecord,
+    ) -> BoxFuture<Result<OutcomeRecord>>;
+    /// The outcome of a job if it has durably ended.
+    fn peek_outcome(&self, run_id: String) -> BoxFuture<Result<Option<OutcomeRecord>>>;
+    /// Where a job is now.
+    fn status(&self, run_id: String) -> BoxFuture<Result<Option<JobState>>>;
+    /// Cancel a job.
+    fn cancel(&self, run_id: String) -> BoxFuture<Result<CancelResult>>;
+    /// The bytes of a success output (a blob is fetched).
+    fn output_bytes(&self, output: OutputRef) -> BoxFuture<Result<Vec<u8>>>;
+    /// A committed value of the queue's KV namespace.
+    fn kv_get(&self, key: Vec<u8>) -> BoxFuture<Result<Option<Vec<u8>>>>;
+}
+
 /// User code behind a job type, with its types erased.
 pub trait ErasedHandler: Send + Sync + 'static {
     /// Run one delivery. May panic: the handler worker that runs it fails and
@@ -112,15 +145,6 @@ pub struct Registration {
     pub concurrency: Option<usize>,
     /// Job type or pipeline.
     pub kind: Kind,
-}
-
-/// What a registration is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A job type, on the jobs queue.
-    Job,
-    /// A bulk pipeline, on the bulk queue.
-    Pipeline,
 }
 
 /// Default workers of a pipeline (the reference's `max_concurrent`).

@@ -33,6 +33,7 @@ mod shutdown;
 mod sink_writer;
 pub use settle::Notify;
 mod startup;
+pub mod status;
 pub mod supervisor;
 pub mod sweeper;
 #[cfg(feature = "testing")]

@@ -23,11 +23,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ractor::ActorRef;
+use ractor::DerivedActorRef;
 use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::pool::{PoolMessage, SlotId};
+/// A worker slot of a pool.
+pub type SlotId = u64;
+
+/// What a wait tells its pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotWait {
+    /// The job in this slot waits for another job: run one more meanwhile.
+    Park(SlotId),
+    /// Its wait is over.
+    Unpark(SlotId),
+}
 
 tokio::task_local! {
     static PARKING: Parking;
@@ -36,7 +46,7 @@ tokio::task_local! {
 /// The slot a delivery runs in.
 #[derive(Debug, Clone)]
 pub(crate) struct Parking {
-    pub(crate) pool: ActorRef<PoolMessage>,
+    pub(crate) pool: DerivedActorRef<SlotWait>,
     pub(crate) slot: SlotId,
     /// Cancelled when the pool starts draining.
     pub(crate) draining: CancellationToken,
@@ -76,7 +86,7 @@ struct EndWait(Parking);
 impl Drop for EndWait {
     fn drop(&mut self) {
         if self.0.state.waits.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let _ = self.0.pool.cast(PoolMessage::Unpark(self.0.slot));
+            let _ = self.0.pool.send_message(SlotWait::Unpark(self.0.slot));
         }
     }
 }
@@ -93,7 +103,7 @@ pub(crate) async fn wait<F: Future>(wait: F) -> Option<F::Output> {
         return None;
     }
     if parking.state.waits.fetch_add(1, Ordering::SeqCst) == 0 {
-        let _ = parking.pool.cast(PoolMessage::Park(parking.slot));
+        let _ = parking.pool.send_message(SlotWait::Park(parking.slot));
     }
     let _end = EndWait(parking.clone());
     let renew_every = (parking.lease_duration / 3).max(Duration::from_millis(10));

@@ -6,21 +6,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorId, ActorRef, DerivedActorRef, RpcReplyPort};
-use taquba::object_store::ObjectStore;
-use taquba::{OpenOptions, Queue};
+use ractor::{Actor, ActorRef, DerivedActorRef, RpcReplyPort};
 
 use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
-use crate::coordinator::CoordinatorMessage;
+use crate::batches::Registry;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
-use crate::handler::Registration;
+use crate::handler::{BoxFuture, JobEngine, Registration};
 use crate::keys;
 use crate::parking;
 use crate::pool::PoolStats;
-use crate::records::OutcomeRecord;
+use crate::records::{OutcomeRecord, OutputRef};
 use crate::services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
 use crate::settings::Settings;
+pub use crate::shutdown::ShutdownReport;
+pub use crate::startup::QueueSource;
 use crate::supervisor::Supervisor;
 use crate::sweeper::SweepReport;
 use crate::waiters::{JobFinished, PeekReply, WaitError, WaitReply};
@@ -50,14 +50,6 @@ pub enum EngineMessage {
     /// Shut down gracefully: stop claiming, let running jobs finish and settle,
     /// close the queue. Answers when done.
     Shutdown(RpcReplyPort<ShutdownReport>),
-    /// Start a coordinator for a run of a batch (used by the batch driver);
-    /// the id names a coordinator of the same run that died, which the new
-    /// one replaces.
-    StartBatch(
-        Box<BatchSpec>,
-        Option<ActorId>,
-        RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>,
-    ),
     /// Run a batch of encoded inputs (keys given) to completion.
     RunBatch(
         Box<BatchSpec>,
@@ -78,10 +70,6 @@ pub enum EngineMessage {
     WatchBatch(String, DerivedActorRef<BatchFinished>),
     /// Resume a batch from its manifest to completion.
     ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
-    /// End a run of a batch that failed or was dropped (used by the batch
-    /// driver): its coordinator, if it is still the batch's, leaves the
-    /// registry, and the batch's watchers get the error.
-    ReleaseBatch(String, Option<ActorId>, EngineError, RpcReplyPort<()>),
     /// Counters of a batch running in this process (`None` if not running).
     BatchProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// What a batch's records say.
@@ -93,6 +81,8 @@ pub enum EngineMessage {
     ResumeJobType(String, RpcReplyPort<Result<bool>>),
     /// The engine's shared services (for handles built over this engine).
     GetServices(RpcReplyPort<Arc<Services>>),
+    /// Where the batches registry is (for handles built over this engine).
+    GetRegistry(RpcReplyPort<Registry>),
     /// Counters of each job type's pool.
     GetPoolStats(RpcReplyPort<HashMap<String, PoolStats>>),
     /// Run one sweeper pass now and answer what it did.
@@ -121,53 +111,6 @@ pub enum ChildKind {
     Coordinator(String),
 }
 
-/// What a shutdown did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ShutdownReport {
-    /// Whether the queue was closed (flushed) cleanly.
-    pub queue_closed: bool,
-    /// Jobs still running when the grace period ended: given back to the
-    /// queue (their attempt is not counted), to run again after the next
-    /// start.
-    pub abandoned: usize,
-    /// Problems met on the way (empty on a clean shutdown).
-    pub problems: Vec<String>,
-}
-
-/// Where the supervisor gets its queue.
-// Built once per engine: the size of the variants does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum QueueSource {
-    /// Open the queue at `path` in `store`.
-    Open {
-        /// The object store.
-        store: Arc<dyn ObjectStore>,
-        /// The queue's path in the store.
-        path: String,
-        /// taquba open options (flush interval, clock, queue configs …).
-        options: OpenOptions,
-    },
-    /// Use this already-open queue (the engine takes ownership and closes it).
-    Given {
-        /// The queue.
-        queue: Box<Queue>,
-        /// The object store for memo entries and large outputs.
-        store: Arc<dyn ObjectStore>,
-    },
-}
-
-impl std::fmt::Debug for QueueSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Open { path, .. } => f
-                .debug_struct("Open")
-                .field("path", path)
-                .finish_non_exhaustive(),
-            Self::Given { .. } => f.debug_struct("Given").finish_non_exhaustive(),
-        }
-    }
-}
-
 /// Everything the engine starts from.
 #[derive(Debug)]
 pub struct EngineConfig {
@@ -188,6 +131,7 @@ pub struct EngineConfig {
 pub struct EngineRef {
     actor: ActorRef<EngineMessage>,
     services: Arc<Services>,
+    registry: Registry,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> EngineError {
@@ -214,11 +158,37 @@ impl EngineRef {
                 other => EngineError::Startup(other.to_string()),
             })?;
         let services = ractor::call!(actor, EngineMessage::GetServices).map_err(unavailable)?;
-        Ok(Self { actor, services })
+        let registry = ractor::call!(actor, EngineMessage::GetRegistry).map_err(unavailable)?;
+        Ok(Self {
+            actor,
+            services,
+            registry,
+        })
     }
 
-    pub(crate) fn from_parts(actor: ActorRef<EngineMessage>, services: Arc<Services>) -> Self {
-        Self { actor, services }
+    pub(crate) fn from_parts(
+        actor: ActorRef<EngineMessage>,
+        services: Arc<Services>,
+        registry: Registry,
+    ) -> Self {
+        Self {
+            actor,
+            services,
+            registry,
+        }
+    }
+
+    /// Run a batch (its items given as a stream) to completion.
+    pub async fn run_batch<I>(&self, spec: BatchSpec, items: I) -> Result<BatchOutcome>
+    where
+        I: futures_util::Stream<Item = Result<(String, Vec<u8>)>> + Unpin,
+    {
+        crate::driver::drive_batch(&self.services, &self.registry, spec, Some(items)).await
+    }
+
+    /// Resume a batch from its manifest to completion.
+    pub async fn resume_batch(&self, spec: BatchSpec) -> Result<BatchOutcome> {
+        crate::driver::resume_batch(&self.services, &self.registry, spec).await
     }
 
     /// The supervisor's `ActorRef`: send it [`EngineMessage`]s.
@@ -413,5 +383,51 @@ impl EngineRef {
             .wait(Some(std::time::Duration::from_secs(30)))
             .await;
         Ok(report)
+    }
+}
+
+impl JobEngine for EngineRef {
+    fn submit(&self, request: SubmitRequest) -> BoxFuture<Result<Submitted>> {
+        let this = self.clone();
+        Box::pin(async move { this.submit(request).await })
+    }
+
+    fn await_job(&self, run_id: String) -> BoxFuture<Result<OutcomeRecord>> {
+        let this = self.clone();
+        Box::pin(async move { this.await_job(&run_id).await })
+    }
+
+    fn await_recorded(
+        &self,
+        run_id: String,
+        record: OutcomeRecord,
+    ) -> BoxFuture<Result<OutcomeRecord>> {
+        let this = self.clone();
+        Box::pin(async move { this.await_recorded(&run_id, record).await })
+    }
+
+    fn peek_outcome(&self, run_id: String) -> BoxFuture<Result<Option<OutcomeRecord>>> {
+        let this = self.clone();
+        Box::pin(async move { this.peek_outcome(&run_id).await })
+    }
+
+    fn status(&self, run_id: String) -> BoxFuture<Result<Option<JobState>>> {
+        let this = self.clone();
+        Box::pin(async move { this.status(&run_id).await })
+    }
+
+    fn cancel(&self, run_id: String) -> BoxFuture<Result<CancelResult>> {
+        let this = self.clone();
+        Box::pin(async move { this.cancel(&run_id).await })
+    }
+
+    fn output_bytes(&self, output: OutputRef) -> BoxFuture<Result<Vec<u8>>> {
+        let services = self.services.clone();
+        Box::pin(async move { services.output_bytes(&output).await })
+    }
+
+    fn kv_get(&self, key: Vec<u8>) -> BoxFuture<Result<Option<Vec<u8>>>> {
+        let services = self.services.clone();
+        Box::pin(async move { services.kv_get(&key).await })
     }
 }

@@ -22,7 +22,6 @@ use taquba::{
 
 use crate::error::{EngineError, Result};
 use crate::events::{EngineEvent, EventSender};
-use crate::handler::Kind;
 use crate::keys;
 use crate::records::{self, Outcome, OutcomeRecord, OutputRef, RunRecord};
 use crate::settings::Settings;
@@ -152,6 +151,15 @@ impl std::fmt::Debug for SharedQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedQueue").finish_non_exhaustive()
     }
+}
+
+/// What a registration is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A job type, on the jobs queues.
+    Job,
+    /// A bulk pipeline, on the bulk queues.
+    Pipeline,
 }
 
 /// The taquba queue of a registered job type or pipeline.

@@ -17,6 +17,7 @@
 //! job's own terminal settlement (this one: a lost claim fails its commit with
 //! `ClaimLost`), and a cancel of a claimed job only requests it.
 
+use ractor::DerivedActorRef;
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::PutPayload;
 use taquba::object_store::path::Path;
@@ -25,7 +26,6 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use crate::attempts::Attempts;
-use crate::batches::BatchesMessage;
 use crate::effects::StagedEffects;
 use crate::events::EngineEvent;
 use crate::handler::Verdict;
@@ -34,44 +34,69 @@ use crate::records::{
     self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef, RunRecord,
 };
 use crate::services::Services;
-use crate::waiters::WaitersMessage;
 
 /// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
 
-/// The current addresses of the actors that settlements tell.
-#[derive(Debug, Clone)]
-pub(crate) struct Addresses {
-    pub(crate) waiters: ractor::ActorRef<WaitersMessage>,
-    pub(crate) batches: ractor::ActorRef<BatchesMessage>,
+/// What a job's terminal commit tells the waiters.
+#[derive(Debug)]
+pub enum JobEnd {
+    /// A terminal commit of this run is starting: until it is durable (an
+    /// `Ended` or `Aborted` follows), a record read from the store may not be
+    /// durable yet.
+    Settling(String),
+    /// The run ended with this record; the commit is durable.
+    Ended {
+        /// Run id.
+        run_id: String,
+        /// Its outcome record.
+        record: Box<OutcomeRecord>,
+    },
+    /// The terminal commit announced by `Settling` did not happen.
+    Aborted(String),
 }
 
-/// Who settlements tell: the waiters (jobs) and the batches registry (items),
-/// looked up when a message is sent. The supervisor publishes a new address
-/// when it restarts one of them, so a settlement that began before a restart
-/// tells the new actor when it ends (an address book, not engine state: see
-/// ARCHITECTURE.md, "Shared state").
+/// What a batch item's terminal commit tells the batches registry.
+#[derive(Debug)]
+pub struct ItemEnd {
+    /// Batch.
+    pub batch_id: String,
+    /// Item key.
+    pub key: String,
+    /// Job id of the delivery that settled it.
+    pub job_id: String,
+    /// Its marker.
+    pub marker: Box<ItemMarker>,
+}
+
+/// Where settlements report: a view of the waiters (jobs) and of the batches
+/// registry (items) that accepts only these reports.
 #[derive(Debug, Clone)]
-pub struct Notify(watch::Receiver<Addresses>);
+pub(crate) struct Reports {
+    pub(crate) jobs: DerivedActorRef<JobEnd>,
+    pub(crate) items: DerivedActorRef<ItemEnd>,
+}
+
+/// Who settlements tell, looked up when a report is sent. The supervisor
+/// publishes new addresses when it restarts the waiters or the registry, so
+/// a settlement that began before a restart tells the new actor when it ends
+/// (an address book, not engine state: see ARCHITECTURE.md, "Shared state").
+#[derive(Debug, Clone)]
+pub struct Notify(watch::Receiver<Reports>);
 
 impl Notify {
-    pub(crate) fn new(book: watch::Receiver<Addresses>) -> Self {
+    pub(crate) fn new(book: watch::Receiver<Reports>) -> Self {
         Self(book)
     }
 
-    /// Cast `message` to the current waiters.
-    pub(crate) fn waiters(&self, message: WaitersMessage) {
-        let _ = self.0.borrow().waiters.cast(message);
+    /// Tell the current waiters.
+    pub(crate) fn job(&self, end: JobEnd) {
+        let _ = self.0.borrow().jobs.send_message(end);
     }
 
-    /// Cast `message` to the current batches registry.
-    pub(crate) fn batches(&self, message: BatchesMessage) {
-        let _ = self.0.borrow().batches.cast(message);
-    }
-
-    /// The current batches registry.
-    pub(crate) fn batches_ref(&self) -> ractor::ActorRef<BatchesMessage> {
-        self.0.borrow().batches.clone()
+    /// Tell the current batches registry.
+    pub(crate) fn item(&self, end: ItemEnd) {
+        let _ = self.0.borrow().items.send_message(end);
     }
 }
 
@@ -349,7 +374,7 @@ pub(crate) async fn settle(
     // Announce the commit before it starts: until it is durable, a record read
     // from the store must not answer for this run (see the waiters).
     if is_job {
-        notify.waiters(WaitersMessage::Settling(run_id.clone()));
+        notify.job(JobEnd::Settling(run_id.clone()));
     }
     let result = match &told {
         Told::Job(record) => match &record.outcome {
@@ -368,7 +393,7 @@ pub(crate) async fn settle(
     };
     if let Err(e) = result {
         if is_job {
-            notify.waiters(WaitersMessage::SettleAborted(run_id.clone()));
+            notify.job(JobEnd::Aborted(run_id.clone()));
         }
         match e {
             // Another delivery owns the job now (our lease expired): its
@@ -401,10 +426,10 @@ pub(crate) async fn settle(
                     retrying: false,
                 },
             });
-            notify.waiters(WaitersMessage::Settled { run_id, record });
+            notify.job(JobEnd::Ended { run_id, record });
         }
         (Told::Item(marker), Target::Item { batch_id, key, .. }) => {
-            notify.batches(BatchesMessage::ItemSettled {
+            notify.item(ItemEnd {
                 batch_id,
                 key,
                 job_id: claim.id.clone(),

@@ -11,9 +11,21 @@ use taquba::Queue;
 use tracing::info;
 
 use crate::pool::PoolMessage;
-use crate::protocol::ShutdownReport;
 use crate::services::SharedQueue;
 use crate::waiters::WaitersMessage;
+
+/// What a shutdown did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShutdownReport {
+    /// Whether the queue was closed (flushed) cleanly.
+    pub queue_closed: bool,
+    /// Jobs still running when the grace period ended: given back to the
+    /// queue (their attempt is not counted), to run again after the next
+    /// start.
+    pub abandoned: usize,
+    /// Problems met on the way (empty on a clean shutdown).
+    pub problems: Vec<String>,
+}
 
 /// Extra time a bounded shutdown gives settlements and the queue's close
 /// beyond the grace period.

@@ -5,15 +5,48 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use taquba::Queue;
 use taquba::object_store::ObjectStore;
+use taquba::{OpenOptions, Queue};
 
 use crate::error::{EngineError, Result};
 use crate::handler::{Kind, Registration};
 use crate::keys;
-use crate::protocol::QueueSource;
 use crate::services::Route;
 use crate::settings::Settings;
+
+/// Where the supervisor gets its queue.
+// Built once per engine: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum QueueSource {
+    /// Open the queue at `path` in `store`.
+    Open {
+        /// The object store.
+        store: Arc<dyn ObjectStore>,
+        /// The queue's path in the store.
+        path: String,
+        /// taquba open options (flush interval, clock, queue configs …).
+        options: OpenOptions,
+    },
+    /// Use this already-open queue (the engine takes ownership and closes it).
+    Given {
+        /// The queue.
+        queue: Box<Queue>,
+        /// The object store for memo entries and large outputs.
+        store: Arc<dyn ObjectStore>,
+    },
+}
+
+impl std::fmt::Debug for QueueSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Open { path, .. } => f
+                .debug_struct("Open")
+                .field("path", path)
+                .finish_non_exhaustive(),
+            Self::Given { .. } => f.debug_struct("Given").finish_non_exhaustive(),
+        }
+    }
+}
 
 pub(crate) async fn open(
     source: QueueSource,

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tracing::{error, warn};
 
 use crate::batch::{BatchFinished, BatchOutcome};
+use crate::batches::Registry;
 use crate::batches::{Batches, BatchesMessage};
 use crate::error::{EngineError, Result};
 use crate::handler::Unregistered;
@@ -32,7 +33,7 @@ use crate::pool::{HandlerPool, PoolArguments, PoolMessage};
 use crate::protocol::ChildKind;
 use crate::protocol::{EngineConfig, EngineMessage, ShutdownReport};
 use crate::services::{Services, SharedQueue};
-use crate::settle::{Addresses, Notify};
+use crate::settle::{JobEnd, Notify, Reports};
 use crate::shutdown::{Closing, SHUTDOWN_SLACK, shut_down};
 use crate::startup::{check_layout, open, routes, stray_queues};
 use crate::sweeper::{Sweeper, SweeperArguments, SweeperMessage};
@@ -64,8 +65,10 @@ pub struct SupervisorState {
     registrations: HashMap<String, Registration>,
     /// Queues of unregistered types found at start.
     strays: Vec<String>,
-    /// The address book of settlements (waiters, batches).
-    book: watch::Sender<Addresses>,
+    /// The address book of settlements (waiters, batches), and the batches
+    /// registry's own address.
+    book: watch::Sender<Reports>,
+    registry: watch::Sender<ActorRef<BatchesMessage>>,
     waiters: ActorRef<WaitersMessage>,
     batches: ActorRef<BatchesMessage>,
     sweeper: ActorRef<SweeperMessage>,
@@ -89,8 +92,12 @@ impl SupervisorState {
         Notify::new(self.book.subscribe())
     }
 
+    fn registry(&self) -> Registry {
+        Registry::new(self.registry.subscribe())
+    }
+
     fn engine_ref(&self) -> crate::EngineRef {
-        crate::EngineRef::from_parts(self.me.clone(), self.services.clone())
+        crate::EngineRef::from_parts(self.me.clone(), self.services.clone(), self.registry())
     }
 
     fn pool_args(
@@ -107,7 +114,7 @@ impl SupervisorState {
             concurrency,
             services: self.services.clone(),
             notify: self.notify(),
-            engine: self.me.clone(),
+            jobs: Arc::new(self.engine_ref()),
         }
     }
 
@@ -126,19 +133,20 @@ impl SupervisorState {
                 };
                 let (a, _) = Actor::spawn_linked(None, Waiters, args, cell).await?;
                 self.waiters = a.clone();
-                self.book.send_modify(|book| book.waiters = a.clone());
+                self.book.send_modify(|book| book.jobs = a.get_derived());
                 a.get_id()
             }
             Child::Batches => {
                 let (a, _) = Actor::spawn_linked(None, Batches, services, cell).await?;
                 self.batches = a.clone();
-                self.book.send_modify(|book| book.batches = a.clone());
+                self.book.send_modify(|book| book.items = a.get_derived());
+                self.registry.send_replace(a.clone());
                 a.get_id()
             }
             Child::Sweeper => {
                 let args = SweeperArguments {
                     services,
-                    notify: self.notify(),
+                    registry: self.registry(),
                 };
                 let (a, _) = Actor::spawn_linked(None, Sweeper, args, cell).await?;
                 self.sweeper = a.clone();
@@ -247,13 +255,14 @@ impl Actor for Supervisor {
         let (waiters, _) = Actor::spawn_linked(None, Waiters, waiters_args, cell.clone()).await?;
         let (batches, _) =
             Actor::spawn_linked(None, Batches, services.clone(), cell.clone()).await?;
-        let (book, _) = watch::channel(Addresses {
-            waiters: waiters.clone(),
-            batches: batches.clone(),
+        let (book, _) = watch::channel(Reports {
+            jobs: waiters.get_derived(),
+            items: batches.get_derived(),
         });
+        let (registry, _) = watch::channel(batches.clone());
         let sweeper_args = SweeperArguments {
             services: services.clone(),
-            notify: Notify::new(book.subscribe()),
+            registry: Registry::new(registry.subscribe()),
         };
         let (sweeper, _) = Actor::spawn_linked(None, Sweeper, sweeper_args, cell).await?;
         let children = HashMap::from([
@@ -269,6 +278,7 @@ impl Actor for Supervisor {
             registrations,
             strays,
             book,
+            registry,
             children,
             sweeper,
             waiters,
@@ -338,16 +348,14 @@ impl Actor for Supervisor {
                 let notify = state.notify();
                 tokio::spawn(async move {
                     // A cancel may commit a record: announce it (see the waiters).
-                    notify.waiters(WaitersMessage::Settling(run_id.clone()));
+                    notify.job(JobEnd::Settling(run_id.clone()));
                     let result = services.cancel(&run_id).await;
                     match &result {
-                        Ok((_, Some(record))) => {
-                            notify.waiters(WaitersMessage::Settled {
-                                run_id: run_id.clone(),
-                                record: Box::new(record.clone()),
-                            });
-                        }
-                        _ => notify.waiters(WaitersMessage::SettleAborted(run_id.clone())),
+                        Ok((_, Some(record))) => notify.job(JobEnd::Ended {
+                            run_id: run_id.clone(),
+                            record: Box::new(record.clone()),
+                        }),
+                        _ => notify.job(JobEnd::Aborted(run_id.clone())),
                     }
                     let _ = reply.send(result.map(|(result, _)| result));
                 });
@@ -362,6 +370,8 @@ impl Actor for Supervisor {
                     return Ok(());
                 }
                 state.shutting_down = true;
+                // No batch run starts any more.
+                let _ = state.batches.cast(BatchesMessage::Close);
                 let closing = Closing {
                     cell: myself.get_cell(),
                     pools: state
@@ -382,25 +392,11 @@ impl Actor for Supervisor {
                     me.stop(Some("shutdown".into()));
                 });
             }
-            EngineMessage::StartBatch(spec, replacing, reply) => {
-                if state.shutting_down {
-                    let _ = reply.send(Err(EngineError::ShutDown));
-                } else if let Err(e) = state.services.pipeline_queue(&spec.pipeline) {
-                    let _ = reply.send(Err(e));
-                } else {
-                    let _ = state.batches.cast(BatchesMessage::Start {
-                        spec,
-                        replacing,
-                        reply,
-                    });
-                }
-            }
             EngineMessage::RunBatch(spec, items, reply) => {
                 let engine = state.engine_ref();
                 tokio::spawn(async move {
                     let items = futures_util::stream::iter(items.into_iter().map(Ok));
-                    let _ =
-                        reply.send(crate::driver::drive_batch(&engine, *spec, Some(items)).await);
+                    let _ = reply.send(engine.run_batch(*spec, items).await);
                 });
             }
             EngineMessage::RunBatchAndTell(spec, items, to) => {
@@ -408,30 +404,21 @@ impl Actor for Supervisor {
                 tokio::spawn(async move {
                     let batch_id = spec.batch_id.clone();
                     let items = futures_util::stream::iter(items.into_iter().map(Ok));
-                    let result = crate::driver::drive_batch(&engine, *spec, Some(items)).await;
+                    let result = engine.run_batch(*spec, items).await;
                     let _ = to.send_message(BatchFinished { batch_id, result });
                 });
             }
             EngineMessage::WatchBatch(batch_id, to) => {
-                let notify = state.notify();
+                let registry = state.registry();
                 tokio::spawn(async move {
-                    let result = watch_batch(&notify, &batch_id).await;
+                    let result = watch_batch(&registry, &batch_id).await;
                     let _ = to.send_message(BatchFinished { batch_id, result });
                 });
             }
             EngineMessage::ResumeBatch(spec, reply) => {
                 let engine = state.engine_ref();
                 tokio::spawn(async move {
-                    let _ = reply.send(crate::driver::resume_batch(&engine, *spec).await);
-                });
-            }
-            EngineMessage::ReleaseBatch(batch_id, coordinator, error, done) => {
-                let _ = state.batches.cast(BatchesMessage::Release {
-                    batch_id,
-                    coordinator,
-                    result: Err(error),
-                    reply: None,
-                    done: Some(done),
+                    let _ = reply.send(engine.resume_batch(*spec).await);
                 });
             }
             EngineMessage::BatchProgress(batch_id, reply) => {
@@ -442,7 +429,7 @@ impl Actor for Supervisor {
             EngineMessage::BatchStatus(batch_id, reply) => {
                 let services = state.services.clone();
                 tokio::spawn(async move {
-                    let _ = reply.send(crate::batch::batch_state(&services, &batch_id).await);
+                    let _ = reply.send(crate::status::batch_state(&services, &batch_id).await);
                 });
             }
             EngineMessage::ForgetBatch(batch_id, reply) => {
@@ -466,6 +453,9 @@ impl Actor for Supervisor {
             },
             EngineMessage::GetServices(reply) => {
                 let _ = reply.send(state.services.clone());
+            }
+            EngineMessage::GetRegistry(reply) => {
+                let _ = reply.send(state.registry());
             }
             EngineMessage::GetPoolStats(reply) => {
                 let pools: Vec<(String, ActorRef<PoolMessage>)> = state
@@ -558,14 +548,10 @@ const WATCH_ATTEMPTS: u32 = 20;
 /// Wait for the end of the run of `batch_id` in progress. A registry that
 /// restarts drops the wait: it is asked again (the run goes on: its driver
 /// replaces the coordinator).
-async fn watch_batch(notify: &Notify, batch_id: &str) -> Result<BatchOutcome> {
+async fn watch_batch(registry: &Registry, batch_id: &str) -> Result<BatchOutcome> {
     let mut last = String::new();
     for attempt in 0..WATCH_ATTEMPTS {
-        match ractor::call!(
-            notify.batches_ref(),
-            BatchesMessage::Watch,
-            batch_id.to_string()
-        ) {
+        match ractor::call!(registry.get(), BatchesMessage::Watch, batch_id.to_string()) {
             Ok(result) => return result,
             Err(e) => {
                 last = e.to_string();

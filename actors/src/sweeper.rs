@@ -16,13 +16,13 @@ use taquba::{Expired, Queue, SettlementEffects};
 use tracing::warn;
 
 use crate::batches::BatchesMessage;
+use crate::batches::Registry;
 use crate::error::Result;
 use crate::events::EngineEvent;
 use crate::keys;
 use crate::memo::delete_prefix;
 use crate::records::{self, BatchHead, OutcomeRecord};
 use crate::services::Services;
-use crate::settle::Notify;
 
 /// Messages of the sweeper.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ pub struct SweeperArguments {
     /// Engine services.
     pub services: Arc<Services>,
     /// Where the batches registry is.
-    pub(crate) notify: Notify,
+    pub(crate) registry: Registry,
 }
 
 /// The sweeper actor.
@@ -60,7 +60,7 @@ pub struct Sweeper;
 #[derive(Debug)]
 pub struct SweeperState {
     services: Arc<Services>,
-    notify: Notify,
+    registry: Registry,
     /// A pass is in flight.
     in_flight: bool,
     /// A timer tick is owed: the timer is re-armed when the pass in flight
@@ -78,7 +78,7 @@ impl SweeperState {
         self.tick_owed |= timer;
         self.current = std::mem::take(&mut self.next);
         let services = self.services.clone();
-        let batches = self.notify.batches_ref();
+        let batches = self.registry.get();
         let myself = myself.clone();
         tokio::spawn(async move {
             let done = pass(&services, batches).await.map_err(|e| e.to_string());
@@ -242,7 +242,7 @@ impl Actor for Sweeper {
         let _ = myself.cast(SweeperMessage::Sweep);
         Ok(SweeperState {
             services: args.services,
-            notify: args.notify,
+            registry: args.registry,
             in_flight: false,
             tick_owed: false,
             current: Vec::new(),

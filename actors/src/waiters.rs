@@ -28,6 +28,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::keys;
 use crate::records::OutcomeRecord;
 use crate::services::Services;
+use crate::settle::JobEnd;
 
 /// Why a wait ended without an outcome.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,19 +72,8 @@ pub enum WaitersMessage {
         /// commit of this run is in flight.
         recorded: Option<Box<OutcomeRecord>>,
     },
-    /// A settlement ended `run_id`.
-    Settled {
-        /// Run id.
-        run_id: String,
-        /// Its outcome record.
-        record: Box<OutcomeRecord>,
-    },
-    /// A terminal commit of `run_id` is starting: until it is durable (a
-    /// `Settled` or `SettleAborted` follows), a record read from the store may
-    /// not be durable yet, so reads do not answer for this run.
-    Settling(String),
-    /// The terminal commit announced by `Settling` did not happen.
-    SettleAborted(String),
+    /// A settlement (or a cancel) reports on a run's terminal commit.
+    End(JobEnd),
     /// The outcome of a run if it has durably ended (`None` while running or
     /// settling); answers `fetch_result` and `status` without waiting.
     Peek(String, PeekReply),
@@ -102,6 +92,22 @@ pub enum WaitersMessage {
     FailAll,
     /// How many runs have waiters.
     GetWaiting(RpcReplyPort<usize>),
+}
+
+impl From<JobEnd> for WaitersMessage {
+    fn from(end: JobEnd) -> Self {
+        Self::End(end)
+    }
+}
+
+impl TryFrom<WaitersMessage> for JobEnd {
+    type Error = WaitersMessage;
+    fn try_from(m: WaitersMessage) -> Result<Self, WaitersMessage> {
+        match m {
+            WaitersMessage::End(end) => Ok(end),
+            other => Err(other),
+        }
+    }
 }
 
 /// The waiters actor.
@@ -335,12 +341,14 @@ impl Actor for Waiters {
                 reply,
                 recorded,
             } => state.add(&myself, run_id, reply, recorded),
-            WaitersMessage::Settled { run_id, record } => {
+            WaitersMessage::End(JobEnd::Ended { run_id, record }) => {
                 state.settle_done(&run_id);
                 state.resolve(&run_id, Ok(*record))
             }
-            WaitersMessage::Settling(run_id) => *state.settling.entry(run_id).or_default() += 1,
-            WaitersMessage::SettleAborted(run_id) => {
+            WaitersMessage::End(JobEnd::Settling(run_id)) => {
+                *state.settling.entry(run_id).or_default() += 1
+            }
+            WaitersMessage::End(JobEnd::Aborted(run_id)) => {
                 state.settle_done(&run_id);
                 // Callers waiting for the push that will not come: read the
                 // records again (the run may be retried, or may have ended).
@@ -493,7 +501,9 @@ mod tests {
     #[tokio::test]
     async fn a_record_read_while_its_commit_is_in_flight_waits_for_the_durable_settlement() {
         let (actor, _queue) = waiters().await;
-        actor.cast(WaitersMessage::Settling("r".into())).unwrap();
+        actor
+            .cast(WaitersMessage::End(JobEnd::Settling("r".into())))
+            .unwrap();
         let waiting = await_recorded(&actor, "r", Some(record(7)));
         // Messages are handled in order: once the count is 1, the `Await` was
         // handled and did not answer from the record it carried.
@@ -511,10 +521,10 @@ mod tests {
         );
         assert!(!waiting.is_finished());
         actor
-            .cast(WaitersMessage::Settled {
+            .cast(WaitersMessage::End(JobEnd::Ended {
                 run_id: "r".into(),
                 record: Box::new(record(8)),
-            })
+            }))
             .unwrap();
         assert_eq!(waiting.await.unwrap(), Ok(record(8)));
         actor.stop(None);

@@ -31,7 +31,7 @@ use crate::effects::StagedEffects;
 use crate::events::EngineEvent;
 use crate::handler::{ErasedHandler, Verdict};
 use crate::memo::Memo;
-use crate::parking::ParkState;
+use crate::parking::{ParkState, SlotWait};
 use crate::records::Cost;
 use crate::restarts::Restarts;
 use crate::services::Services;
@@ -44,8 +44,7 @@ mod slots;
 
 pub(crate) use claiming::{Held, STORE_CLOSED};
 
-/// A worker slot of a pool.
-pub type SlotId = u64;
+pub use crate::parking::SlotId;
 
 /// Messages of a handler pool.
 #[derive(Debug)]
@@ -69,10 +68,8 @@ pub enum PoolMessage {
     Settled,
     /// Start the worker of `slot` again (after a crash and its backoff).
     RestartWorker(SlotId),
-    /// The job in `slot` waits for another job: run one more meanwhile.
-    Park(SlotId),
-    /// The wait of the job in `slot` is over.
-    Unpark(SlotId),
+    /// A job's wait for another job began or ended.
+    Wait(SlotWait),
     /// Resume a type paused after too many crashes.
     Resume(RpcReplyPort<bool>),
     /// Stop claiming; reply once nothing is held: no job running, queued here
@@ -84,6 +81,22 @@ pub enum PoolMessage {
     DrainDeadline,
     /// Counters, for tests and status pages.
     GetStats(RpcReplyPort<PoolStats>),
+}
+
+impl From<SlotWait> for PoolMessage {
+    fn from(wait: SlotWait) -> Self {
+        Self::Wait(wait)
+    }
+}
+
+impl TryFrom<PoolMessage> for SlotWait {
+    type Error = PoolMessage;
+    fn try_from(m: PoolMessage) -> Result<Self, PoolMessage> {
+        match m {
+            PoolMessage::Wait(wait) => Ok(wait),
+            other => Err(other),
+        }
+    }
 }
 
 /// Counters of a pool.
@@ -120,8 +133,8 @@ pub struct PoolArguments {
     pub services: Arc<Services>,
     /// Who settlements tell.
     pub(crate) notify: Notify,
-    /// The engine's supervisor (handed to jobs for child submissions).
-    pub engine: ActorRef<crate::EngineMessage>,
+    /// What jobs can reach of their engine (child submissions and waits).
+    pub jobs: Arc<dyn crate::handler::JobEngine>,
 }
 
 impl std::fmt::Debug for PoolArguments {
@@ -274,7 +287,7 @@ impl Actor for HandlerPool {
                     state.maybe_claim(&myself);
                 }
             }
-            PoolMessage::Park(slot) => {
+            PoolMessage::Wait(SlotWait::Park(slot)) => {
                 let parked = match state.slots.get_mut(&slot) {
                     Some(s) if s.job.is_some() && !s.parked => {
                         s.parked = true;
@@ -295,7 +308,7 @@ impl Actor for HandlerPool {
                     }
                 }
             }
-            PoolMessage::Unpark(slot) => {
+            PoolMessage::Wait(SlotWait::Unpark(slot)) => {
                 let was_parked = state
                     .slots
                     .get_mut(&slot)

@@ -178,9 +178,9 @@ impl PoolState {
             cancel: claim.cancel_token().clone(),
             lease: lease.clone(),
             effects: Effects::default(),
-            engine: crate::EngineRef::from_parts(self.args.engine.clone(), services.clone()),
+            engine: self.args.jobs.clone(),
             parking: Parking {
-                pool: myself.clone(),
+                pool: myself.get_derived(),
                 slot,
                 draining: self.draining_token.clone(),
                 lease,

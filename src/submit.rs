@@ -1,0 +1,52 @@
+//! Submissions of typed jobs: their options and the bytes-level request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use gaffer_actors::SubmitRequest;
+use gaffer_actors::handler::JobEngine;
+
+use crate::error::{Error, Result};
+use crate::handle::JobHandle;
+use crate::job::Job;
+
+/// Options of one submission. Only the payload decides whether two keyed
+/// submissions are the same job; options of a duplicate are ignored.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    /// Attempt limit; beats [`Job::max_attempts`], which beats the queue's.
+    pub max_attempts: Option<u32>,
+    /// Priority: lower is claimed first (taquba's `PRIORITY_HIGH` = 100,
+    /// `PRIORITY_NORMAL` = 1000, `PRIORITY_LOW` = 10000).
+    pub priority: Option<u32>,
+    /// Do not run before this time (queue clock).
+    pub run_at: Option<SystemTime>,
+    /// Headers stored with the job and readable by it; the `gaffer.` prefix is
+    /// reserved.
+    pub headers: HashMap<String, String>,
+}
+
+/// The bytes-level request for a typed job.
+pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequest> {
+    let payload = rmp_serde::to_vec_named(job).map_err(|e| Error::encode(J::NAME, e))?;
+    Ok(SubmitRequest {
+        job_type: J::NAME.to_string(),
+        payload,
+        idempotency_key: job.idempotency_key(),
+        headers: opts.headers,
+        priority: opts.priority,
+        max_attempts: opts.max_attempts.or(job.max_attempts()),
+        run_at: opts.run_at,
+    })
+}
+
+pub(crate) async fn submit_typed<J: Job>(
+    engine: &Arc<dyn JobEngine>,
+    job: J,
+    opts: SubmitOptions,
+) -> Result<JobHandle<J>> {
+    let request = submit_request(&job, opts)?;
+    let submitted = engine.submit(request).await?;
+    Ok(JobHandle::submitted(submitted, engine.clone()))
+}
