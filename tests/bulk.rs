@@ -27,6 +27,8 @@ use gaffer_actors::{BatchSpec, ItemRecord, ItemStatus, RecordSink};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use common::Gate;
+
 // ---------------------------------------------------------------------------
 // Shared test plumbing
 // ---------------------------------------------------------------------------
@@ -51,25 +53,6 @@ async fn shutdown(engine: Engine) {
     let report = engine.shutdown().await.expect("shutdown");
     assert!(report.queue_closed, "{report:?}");
     assert!(report.problems.is_empty(), "{report:?}");
-}
-
-/// A gate items wait on until the test opens it; stays open once opened.
-#[derive(Clone)]
-struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
-
-impl Gate {
-    fn closed() -> Self {
-        Self(Arc::new(tokio::sync::watch::channel(false).0))
-    }
-
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-
-    async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|open| *open).await;
-    }
 }
 
 /// What a [`Probe`] saw.

@@ -8,20 +8,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::Gate;
 use gaffer::{BulkCtx, ItemError, OutputRecord, OutputSink, Pipeline};
-use tokio::sync::Notify;
 
 #[derive(Default)]
 struct Runs(Mutex<HashMap<u64, usize>>);
 
-struct Gate {
+struct Gated {
     runs: Arc<Runs>,
-    /// Inputs at or above this wait for `open` (never, in the first process).
+    /// Inputs at or above this wait at `gate` (never opened).
     gate_from: u64,
-    open: Arc<Notify>,
+    gate: Gate,
 }
 
-impl Pipeline for Gate {
+impl Pipeline for Gated {
     const NAME: &'static str = "gate";
     type Input = u64;
     type Output = u64;
@@ -30,7 +30,7 @@ impl Pipeline for Gate {
     async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
         *self.runs.0.lock().unwrap().entry(ctx.input).or_default() += 1;
         if ctx.input >= self.gate_from {
-            self.open.notified().await;
+            self.gate.wait().await;
         }
         Ok(ctx.input * 10)
     }
@@ -70,10 +70,10 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
     // First process: half the items finish, the rest hang until it "crashes".
     let engine = common::disk_builder(dir.path(), clock.clone())
         .pipeline_with_concurrency(
-            Gate {
+            Gated {
                 runs: runs.clone(),
                 gate_from: 50,
-                open: Arc::new(Notify::new()),
+                gate: Gate::closed(),
             },
             4,
         )
@@ -82,11 +82,11 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         .unwrap();
     let first_sink = Arc::new(Collect::default());
     let batch = engine
-        .batch::<Gate>("crashy")
+        .batch::<Gated>("crashy")
         .unwrap()
         .sink(first_sink.clone());
     let run = tokio::spawn(async move { batch.run(0..100u64).await });
-    let probe = engine.batch::<Gate>("crashy").unwrap();
+    let probe = engine.batch::<Gated>("crashy").unwrap();
     eventually("50 items to succeed", || async {
         probe.progress().await.is_some_and(|p| p.succeeded == 50)
     })
@@ -98,13 +98,12 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
     drop(engine);
 
     // Second process on the same directory.
-    let open = Arc::new(Notify::new());
     let engine = common::disk_builder(dir.path(), clock.clone())
         .pipeline_with_concurrency(
-            Gate {
+            Gated {
                 runs: runs.clone(),
                 gate_from: u64::MAX,
-                open,
+                gate: Gate::closed(),
             },
             4,
         )
@@ -112,7 +111,7 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         .await
         .unwrap();
     let sink = Arc::new(Collect::default());
-    let batch = engine.batch::<Gate>("crashy").unwrap().sink(sink.clone());
+    let batch = engine.batch::<Gated>("crashy").unwrap().sink(sink.clone());
     let report = batch.resume().await.unwrap();
     assert_eq!(
         (

@@ -15,6 +15,8 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
+use common::Gate;
+
 /// Wall-clock limit for anything a test waits on (real time: local disk).
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -25,32 +27,6 @@ struct Runs(AtomicUsize);
 impl Runs {
     fn get(&self) -> usize {
         self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// Holds gated jobs until the test adds permits to `release`; each gated job
-/// adds one permit to `entered` once it is inside its handler.
-#[derive(Debug)]
-struct Gate {
-    release: tokio::sync::Semaphore,
-    entered: tokio::sync::Semaphore,
-}
-
-impl Gate {
-    fn closed() -> Arc<Self> {
-        Arc::new(Self {
-            release: tokio::sync::Semaphore::new(0),
-            entered: tokio::sync::Semaphore::new(0),
-        })
-    }
-
-    /// Wait until `n` gated jobs are inside their handlers.
-    async fn wait_entered(&self, n: u32) {
-        tokio::time::timeout(LIMIT, self.entered.acquire_many(n))
-            .await
-            .expect("the gated jobs start")
-            .expect("the semaphore is never closed")
-            .forget();
     }
 }
 
@@ -76,7 +52,8 @@ impl Job for Double {
     }
 }
 
-/// Waits for a permit of the registered [`Gate`], then returns its number.
+/// Waits at the registered [`Gate`] (released one job at a time), then
+/// returns its number.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Gated {
     n: u32,
@@ -89,11 +66,7 @@ impl Job for Gated {
 
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
         ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
-        let gate = ctx.state::<Arc<Gate>>();
-        gate.entered.add_permits(1);
-        if let Ok(permit) = gate.release.acquire().await {
-            permit.forget();
-        }
+        ctx.state::<Gate>().wait().await;
         Ok(self.n)
     }
 }
@@ -109,15 +82,10 @@ impl Job for Hang {
 
     async fn run(&self, ctx: JobContext) -> Result<(), Self::Error> {
         ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
-        let gate = ctx.state::<Arc<Gate>>();
-        gate.entered.add_permits(1);
+        let released = ctx.state::<Gate>().wait();
         tokio::select! {
             _ = ctx.cancel_token().cancelled() => {}
-            permit = gate.release.acquire() => {
-                if let Ok(permit) = permit {
-                    permit.forget();
-                }
-            }
+            _ = released => {}
         }
         Ok(())
     }
@@ -407,7 +375,7 @@ async fn nothing_is_left_claimed_after_a_clean_shutdown() {
         ids.push(engine.submit(Gated { n }).await.unwrap().id().to_string());
     }
     // Every job is running (held by the gate) before shutdown is asked for.
-    gate.wait_entered(JOBS).await;
+    gate.wait_entered(JOBS as usize, LIMIT).await;
     assert_eq!(runs.get(), JOBS as usize);
     for id in &ids {
         assert_eq!(engine.status(id).await.unwrap(), Some(JobState::Running));
@@ -422,7 +390,7 @@ async fn nothing_is_left_claimed_after_a_clean_shutdown() {
             .is_err(),
         "shutdown ended while its jobs were still running"
     );
-    gate.release.add_permits(JOBS as usize);
+    gate.release(JOBS as usize);
     let report = tokio::time::timeout(LIMIT, shutdown)
         .await
         .expect("shutdown ends once the jobs return")
@@ -483,7 +451,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
         .await
         .unwrap();
     let id = handle.id().to_string();
-    gate.wait_entered(1).await;
+    gate.wait_entered(1, LIMIT).await;
     assert_eq!(handle.status().await.unwrap(), Some(JobState::Running));
 
     // The lease (30 s by default) runs out on the queue's clock; the reaper
@@ -517,7 +485,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
 
     // Let the stale delivery return (if the reap did not cancel it already)
     // and wait until its settlement is over: it must not change the record.
-    gate.release.add_permits(1);
+    gate.release(1);
     tokio::time::timeout(LIMIT, async {
         loop {
             let stats = engine.engine_ref().pool_stats().await.unwrap();

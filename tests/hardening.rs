@@ -17,29 +17,14 @@ use gaffer_actors::ChildKind;
 use gaffer_actors::testing::{FaultyStore, Ops};
 use serde::{Deserialize, Serialize};
 
+use common::Gate;
+
 const LIMIT: Duration = Duration::from_secs(120);
 
 async fn within<F: std::future::IntoFuture>(f: F) -> F::Output {
     tokio::time::timeout(LIMIT, f)
         .await
         .expect("did not finish within the limit")
-}
-
-/// Opened by the test; jobs wait for it.
-#[derive(Clone)]
-struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
-
-impl Gate {
-    fn closed() -> Self {
-        Self(Arc::new(tokio::sync::watch::channel(false).0))
-    }
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-    async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|open| *open).await;
-    }
 }
 
 /// Runs until the gate opens.

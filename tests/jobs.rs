@@ -21,38 +21,14 @@ use gaffer::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use common::Gate;
+
 // ---------------------------------------------------------------------------
 // Shared test plumbing
 // ---------------------------------------------------------------------------
 
 /// Upper bound (virtual time) for anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// A gate jobs wait on until the test opens it. Stays open once opened, so a
-/// later attempt of the same job passes straight through.
-#[derive(Clone)]
-struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
-
-impl Gate {
-    fn closed() -> Self {
-        Self(Arc::new(tokio::sync::watch::channel(false).0))
-    }
-
-    fn opened() -> Self {
-        let gate = Self::closed();
-        gate.open();
-        gate
-    }
-
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-
-    async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|open| *open).await;
-    }
-}
 
 /// Per-engine probe: counts handler runs and memo computations, and holds the
 /// gate blocking jobs wait on.

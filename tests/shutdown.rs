@@ -6,32 +6,35 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use gaffer::taquba::MockClock;
+use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::{
     EngineError, EngineMessage, Error, Job, JobContext, JobState, OutcomeRecord, SubmitOptions,
     WaitError,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
+
+use common::Gate;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Held jobs report that they started, then wait for a permit.
-struct Gate {
-    permits: Arc<Semaphore>,
-    started: mpsc::UnboundedSender<u64>,
-}
+/// Where held jobs report that they started (engine state).
+type Started = mpsc::UnboundedSender<u64>;
 
-fn new_gate() -> (Gate, Arc<Semaphore>, mpsc::UnboundedReceiver<u64>) {
+/// A builder on `store` whose [`Held`] jobs wait at `gate`; the receiver hears
+/// of each held job as it starts.
+fn held_builder(
+    store: Arc<InMemory>,
+    clock: Arc<MockClock>,
+    gate: &Gate,
+) -> (gaffer::EngineBuilder, mpsc::UnboundedReceiver<u64>) {
     let (started, rx) = mpsc::unbounded_channel();
-    let permits = Arc::new(Semaphore::new(0));
-    (
-        Gate {
-            permits: permits.clone(),
-            started,
-        },
-        permits,
-        rx,
-    )
+    let builder = common::store_builder(store, clock)
+        .register::<Held>()
+        .state(gate.clone())
+        .state::<Started>(started);
+    (builder, rx)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,13 +45,8 @@ impl Job for Held {
     type Output = u64;
     type Error = std::convert::Infallible;
     async fn run(&self, ctx: JobContext) -> Result<u64, Self::Error> {
-        let gate = ctx.state::<Gate>();
-        let _ = gate.started.send(self.0);
-        gate.permits
-            .acquire()
-            .await
-            .expect("the gate is never closed")
-            .forget();
+        let _ = ctx.state::<Started>().send(self.0);
+        ctx.state::<Gate>().wait().await;
         Ok(self.0 * 10)
     }
 }
@@ -105,13 +103,9 @@ fn await_by_port(
 async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
     let store = common::shared_store();
     let clock = common::mock_clock();
-    let (gate, permits, mut started) = new_gate();
-    let engine = common::store_builder(store.clone(), clock.clone())
-        .register::<Held>()
-        .state(gate)
-        .start()
-        .await
-        .unwrap();
+    let gate = Gate::closed();
+    let (builder, mut started) = held_builder(store.clone(), clock.clone(), &gate);
+    let engine = builder.start().await.unwrap();
 
     const N: u64 = 3;
     let mut handles = Vec::new();
@@ -168,7 +162,7 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
     }
 
     // Release the jobs: the shutdown completes cleanly.
-    permits.add_permits(N as usize);
+    gate.release(N as usize);
     let report = tokio::time::timeout(LIMIT, shutting_down)
         .await
         .expect("shutdown finishes once the jobs are released")
@@ -199,13 +193,8 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
     }
 
     // The outcomes are durable: a new engine on the same store sees them.
-    let (gate2, _permits2, _started2) = new_gate();
-    let reopened = common::store_builder(store, clock)
-        .register::<Held>()
-        .state(gate2)
-        .start()
-        .await
-        .unwrap();
+    let (builder, _started2) = held_builder(store, clock, &Gate::closed());
+    let reopened = builder.start().await.unwrap();
     for h in &handles {
         let n = record_input(&handles, h.id());
         let again = reopened.handle::<Held>(h.id()).unwrap();
@@ -394,13 +383,9 @@ async fn a_second_engine_opened_on_the_same_in_memory_store_after_shutdown_sees_
 async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
     let store = common::shared_store();
     let clock = common::mock_clock();
-    let (gate, permits, mut started) = new_gate();
-    let engine = common::store_builder(store.clone(), clock.clone())
-        .register::<Held>()
-        .state(gate)
-        .start()
-        .await
-        .unwrap();
+    let gate = Gate::closed();
+    let (builder, mut started) = held_builder(store.clone(), clock.clone(), &gate);
+    let engine = builder.start().await.unwrap();
     let running = engine.submit(Held(1)).await.unwrap();
     tokio::time::timeout(LIMIT, started.recv())
         .await
@@ -417,7 +402,7 @@ async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
     // Submitted while the engine drains: either refused with a typed error,
     // or accepted durably (then it runs after the next start).
     let racing = engine.submit(Held(2)).await;
-    permits.add_permits(1);
+    gate.release(1);
     let report = tokio::time::timeout(LIMIT, shutting_down)
         .await
         .expect("shutdown finishes")
@@ -425,14 +410,10 @@ async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
         .unwrap();
     assert!(report.queue_closed, "{report:?}");
 
-    let (gate2, permits2, _started2) = new_gate();
-    permits2.add_permits(10);
-    let reopened = common::store_builder(store, clock)
-        .register::<Held>()
-        .state(gate2)
-        .start()
-        .await
-        .unwrap();
+    let gate2 = Gate::closed();
+    gate2.release(10);
+    let (builder, _started2) = held_builder(store, clock, &gate2);
+    let reopened = builder.start().await.unwrap();
     assert_eq!(
         reopened
             .handle::<Held>(running.id())

@@ -54,6 +54,8 @@ use gaffer_actors::testing::{FaultControl, FaultyStore, Op, Ops};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
+use common::Gate;
+
 /// Upper bound (virtual time) for anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -132,31 +134,6 @@ impl Job for Keyed {
     }
     fn idempotency_key(&self) -> Option<String> {
         Some(format!("keyed-{}", self.0))
-    }
-}
-
-/// A gate jobs wait on until the test opens it; stays open once opened.
-#[derive(Clone)]
-struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
-
-impl Gate {
-    fn closed() -> Self {
-        Self(Arc::new(tokio::sync::watch::channel(false).0))
-    }
-
-    fn opened() -> Self {
-        let gate = Self::closed();
-        gate.open();
-        gate
-    }
-
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-
-    async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|open| *open).await;
     }
 }
 

@@ -10,18 +10,8 @@ use std::time::Duration;
 use gaffer::{BulkCtx, EngineMessage, ItemError, Job, JobContext, Pipeline};
 use gaffer_actors::ChildKind;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
-/// Opened by the test; jobs and items wait for it.
-#[derive(Clone)]
-struct Gate(watch::Receiver<bool>);
-
-impl Gate {
-    async fn wait(&self) {
-        let mut rx = self.0.clone();
-        let _ = rx.wait_for(|open| *open).await;
-    }
-}
+use common::Gate;
 
 #[derive(Default)]
 struct Gauge {
@@ -95,9 +85,12 @@ fn jobs_engine(gate: Gate, gauge: Arc<Gauge>) -> gaffer::EngineBuilder {
 
 #[tokio::test(start_paused = true)]
 async fn a_killed_waiters_actor_is_restarted_and_waiting_handles_still_resolve() {
-    let (open, rx) = watch::channel(false);
+    let gate = Gate::closed();
     let gauge = Arc::new(Gauge::default());
-    let engine = jobs_engine(Gate(rx), gauge.clone()).start().await.unwrap();
+    let engine = jobs_engine(gate.clone(), gauge.clone())
+        .start()
+        .await
+        .unwrap();
     let handle = engine.submit(Gated(7)).await.unwrap();
     let waiting = tokio::spawn({
         let h = handle.clone();
@@ -105,7 +98,7 @@ async fn a_killed_waiters_actor_is_restarted_and_waiting_handles_still_resolve()
     });
     started(&engine, 1, &gauge).await;
     kill(&engine, ChildKind::Waiters).await;
-    open.send(true).unwrap();
+    gate.open();
     assert_eq!(waiting.await.unwrap().unwrap(), 7);
     // The new waiters serve new handles too.
     assert_eq!(engine.submit(Gated(8)).await.unwrap().await.unwrap(), 8);
@@ -115,11 +108,9 @@ async fn a_killed_waiters_actor_is_restarted_and_waiting_handles_still_resolve()
 #[tokio::test(start_paused = true)]
 async fn a_killed_sweeper_is_restarted_and_retention_still_runs() {
     let clock = common::mock_clock();
-    let (open, rx) = watch::channel(true);
-    drop(open);
     let engine = common::memory_builder(clock.clone())
         .retention(Duration::from_secs(60))
-        .state(Gate(rx))
+        .state(Gate::opened())
         .state(Arc::new(Gauge::default()))
         .register::<Gated>()
         .start()
@@ -148,10 +139,10 @@ async fn a_killed_sweeper_is_restarted_and_retention_still_runs() {
 #[tokio::test(start_paused = true)]
 async fn a_killed_pool_is_restarted_and_its_lost_job_runs_again_after_its_lease() {
     let clock = common::mock_clock();
-    let (open, rx) = watch::channel(false);
+    let gate = Gate::closed();
     let gauge = Arc::new(Gauge::default());
     let engine = common::memory_builder(clock.clone())
-        .state(Gate(rx))
+        .state(gate.clone())
         .state(gauge.clone())
         .register::<Gated>()
         .start()
@@ -160,7 +151,7 @@ async fn a_killed_pool_is_restarted_and_its_lost_job_runs_again_after_its_lease(
     let h = engine.submit(Gated(5)).await.unwrap();
     started(&engine, 1, &gauge).await;
     kill(&engine, ChildKind::Pool("gated".into())).await;
-    open.send(true).unwrap();
+    gate.open();
     // The claim died with the pool: the lease expires and the queue redelivers.
     clock.advance(Duration::from_secs(31));
     let queue = engine.engine_ref().services().queue().unwrap();
@@ -180,9 +171,9 @@ async fn batch_engine(gate: Gate, runs: Arc<AtomicUsize>) -> gaffer::Engine {
 }
 
 async fn run_with_a_kill(kind: ChildKind) {
-    let (open, rx) = watch::channel(false);
+    let gate = Gate::closed();
     let runs = Arc::new(AtomicUsize::new(0));
-    let engine = batch_engine(Gate(rx), runs.clone()).await;
+    let engine = batch_engine(gate.clone(), runs.clone()).await;
     let batch = engine.batch::<GatedItems>("b").unwrap();
     let run = tokio::spawn(async move { batch.run(0..50u32).await });
     let probe = engine.batch::<GatedItems>("b").unwrap();
@@ -193,7 +184,7 @@ async fn run_with_a_kill(kind: ChildKind) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     kill(&engine, kind).await;
-    open.send(true).unwrap();
+    gate.open();
     let report = run.await.unwrap().unwrap();
     assert_eq!(
         (report.total, report.succeeded, report.failed),

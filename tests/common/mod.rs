@@ -173,3 +173,78 @@ pub async fn a_minute_passes(engine: &gaffer::Engine, clock: &MockClock) {
     let queue = engine.engine_ref().services().queue().unwrap();
     queue.promote_scheduled_now().await.unwrap();
 }
+
+/// A gate that jobs (or batch items) wait at until the test lets them through.
+///
+/// [`Gate::open`] lets every waiter through, now and later: the gate stays
+/// open, so a later attempt of the same job passes straight on.
+/// [`Gate::release`] lets `n` more waiters through, one each, and keeps the
+/// gate closed for the rest. The gate counts the waiters that reached it
+/// ([`Gate::entered`], [`Gate::wait_entered`]). Clones share the gate.
+#[derive(Clone, Debug)]
+pub struct Gate(Arc<GateInner>);
+
+#[derive(Debug)]
+struct GateInner {
+    open: tokio::sync::watch::Sender<bool>,
+    permits: tokio::sync::Semaphore,
+    entered: tokio::sync::watch::Sender<usize>,
+}
+
+impl Gate {
+    /// A closed gate: waiters wait until it opens or is released.
+    pub fn closed() -> Self {
+        Self(Arc::new(GateInner {
+            open: tokio::sync::watch::channel(false).0,
+            permits: tokio::sync::Semaphore::new(0),
+            entered: tokio::sync::watch::channel(0).0,
+        }))
+    }
+
+    /// An open gate: waiters pass straight through.
+    pub fn opened() -> Self {
+        let gate = Self::closed();
+        gate.open();
+        gate
+    }
+
+    /// Let every waiter through, now and from now on.
+    pub fn open(&self) {
+        self.0.open.send_replace(true);
+    }
+
+    /// Let `n` more waiters through (one each); the gate stays closed.
+    pub fn release(&self, n: usize) {
+        self.0.permits.add_permits(n);
+    }
+
+    /// Count this waiter as entered (at once, when called), then wait until
+    /// the gate is open or a released place is free for it.
+    pub fn wait(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.0.entered.send_modify(|n| *n += 1);
+        async move {
+            let mut open = self.0.open.subscribe();
+            tokio::select! {
+                biased;
+                _ = open.wait_for(|open| *open) => {}
+                permit = self.0.permits.acquire() => {
+                    permit.expect("the gate's semaphore is never closed").forget();
+                }
+            }
+        }
+    }
+
+    /// How many waiters have reached the gate so far (through or not).
+    pub fn entered(&self) -> usize {
+        *self.0.entered.borrow()
+    }
+
+    /// Wait until `n` waiters have reached the gate; panics after `limit`.
+    pub async fn wait_entered(&self, n: usize, limit: Duration) {
+        let mut entered = self.0.entered.subscribe();
+        tokio::time::timeout(limit, entered.wait_for(|e| *e >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} waiters did not reach the gate within {limit:?}"))
+            .expect("the gate is alive while borrowed");
+    }
+}
