@@ -46,21 +46,6 @@ impl OutputSink for Collect {
     }
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,7 +72,7 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         .sink(first_sink.clone());
     let run = tokio::spawn(async move { batch.run(0..100u64).await });
     let probe = engine.batch::<Gated>("crashy").unwrap();
-    eventually("50 items to succeed", || async {
+    common::eventually("50 items succeed", Duration::from_secs(60), async || {
         probe.progress().await.is_some_and(|p| p.succeeded == 50)
     })
     .await;

@@ -129,14 +129,16 @@ async fn a_thousand_panicking_jobs_across_two_types_all_end_right_and_the_health
         assert_eq!(handle.await.unwrap(), i as u32 * 2);
     }
     // Every crashed worker is restarted after its backoff (virtual time).
-    let mut stats = engine.engine_ref().pool_stats().await.unwrap();
-    for _ in 0..100 {
-        if stats.values().all(|s| s.workers == 16) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        stats = engine.engine_ref().pool_stats().await.unwrap();
-    }
+    let mut stats = Default::default();
+    common::eventually(
+        "every pool has its 16 workers",
+        Duration::from_secs(5),
+        async || {
+            stats = engine.engine_ref().pool_stats().await.unwrap();
+            stats.values().all(|s| s.workers == 16)
+        },
+    )
+    .await;
     assert_eq!(stats["panic-once"].crashes, 500);
     assert_eq!(stats["panic-once-too"].crashes, 500);
     assert_eq!(stats["healthy"].crashes, 0);

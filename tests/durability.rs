@@ -486,18 +486,16 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
     // Let the stale delivery return (if the reap did not cancel it already)
     // and wait until its settlement is over: it must not change the record.
     gate.release(1);
-    tokio::time::timeout(LIMIT, async {
-        loop {
+    common::eventually(
+        "the stale delivery returns and settles",
+        LIMIT,
+        async || {
             let stats = engine.engine_ref().pool_stats().await.unwrap();
             let pool = stats[Hang::NAME];
-            if pool.running == 0 && pool.settling == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the stale delivery returns and settles");
+            pool.running == 0 && pool.settling == 0
+        },
+    )
+    .await;
     assert_eq!(handle.fetch_result().await.unwrap(), Some(Err(err)));
     assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
     shut_down_cleanly(&engine).await;

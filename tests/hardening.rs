@@ -17,9 +17,12 @@ use gaffer_actors::ChildKind;
 use gaffer_actors::testing::{FaultyStore, Ops};
 use serde::{Deserialize, Serialize};
 
-use common::Gate;
+use common::{Gate, eventually};
 
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// Upper bound (tokio time) for a state polled with [`eventually`].
+const WAIT: Duration = Duration::from_secs(30);
 
 async fn within<F: std::future::IntoFuture>(f: F) -> F::Output {
     tokio::time::timeout(LIMIT, f)
@@ -44,14 +47,6 @@ impl Job for Gated {
 async fn kill(engine: &Engine, kind: ChildKind) {
     let found = ractor::call!(engine.actor(), EngineMessage::KillChild, kind.clone()).unwrap();
     assert!(found, "{kind:?} not found");
-}
-
-async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !done().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn running(engine: &Engine, job_type: &str) -> usize {
@@ -89,7 +84,7 @@ async fn a_join_waiting_when_the_waiters_die_mid_commit_gets_the_durable_outcome
         .await
         .unwrap();
     let handle = engine.submit(Gated(5)).await.unwrap();
-    wait_for("the job runs", async || {
+    eventually("the job runs", WAIT, async || {
         running(&engine, "gated").await == 1
     })
     .await;
@@ -100,7 +95,7 @@ async fn a_join_waiting_when_the_waiters_die_mid_commit_gets_the_durable_outcome
     // Hold the settlement's commit: every write stalls (SlateDB retries).
     faults.fail(Ops::WRITES);
     gate.open();
-    wait_for("the settlement is in flight", async || {
+    eventually("the settlement is in flight", WAIT, async || {
         settling(&engine, "gated").await == 1
     })
     .await;
@@ -185,7 +180,7 @@ async fn a_watch_registered_before_a_waiters_restart_is_still_told() {
             .unwrap();
         ids.push(h.id().to_string());
     }
-    wait_for("the jobs run", async || {
+    eventually("the jobs run", WAIT, async || {
         running(&engine, "gated").await == 3
     })
     .await;
@@ -477,7 +472,7 @@ async fn a_sink_blocked_in_a_write_does_not_stop_the_engine_from_running_jobs() 
                 .await
         }
     });
-    wait_for("the sink is written", async || {
+    eventually("the sink is written", WAIT, async || {
         sink.entered.load(Ordering::SeqCst)
     })
     .await;
@@ -628,7 +623,7 @@ async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
 
 /// The impostor ran and was dead-lettered as its own failure.
 async fn impostor_settled(engine: &Engine) {
-    wait_for("the impostor is dead-lettered", async || {
+    eventually("the impostor is dead-lettered", WAIT, async || {
         let queue = engine.engine_ref().services().queue().unwrap();
         queue.view().stats("jobs.keyed").await.unwrap().dead == 1
     })
@@ -662,7 +657,7 @@ async fn a_stray_job_carrying_a_live_runs_id_does_not_end_that_run() {
         .await
         .unwrap();
     let handle = engine.submit(Keyed(2)).await.unwrap();
-    wait_for("the keyed job runs", async || {
+    eventually("the keyed job runs", WAIT, async || {
         running(&engine, "keyed").await == 1
     })
     .await;
@@ -831,7 +826,7 @@ async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
     let (boss, _) = Actor::spawn(None, Boss, (engine.clone(), told))
         .await
         .unwrap();
-    wait_for("items run", async || {
+    eventually("items run", WAIT, async || {
         runs.iter().map(|r| r.load(Ordering::SeqCst)).sum::<usize>() >= 8
     })
     .await;
@@ -928,7 +923,7 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     for i in 0..50 {
         hung.push(engine.submit(Hangs(i)).await.unwrap());
     }
-    wait_for("the jobs hang", async || {
+    eventually("the jobs hang", WAIT, async || {
         running(&engine, "hangs").await == 50
     })
     .await;
@@ -960,7 +955,7 @@ async fn a_job_awaiting_two_children_of_its_own_type_at_once_completes_with_one_
     let (engine, leaves) = grow(1, 3, true).await;
     assert_eq!(leaves, 8);
     // Back to one worker once nothing waits.
-    wait_for("the extra workers retire", async || {
+    eventually("the extra workers retire", WAIT, async || {
         let stats = engine.engine_ref().pool_stats().await.unwrap();
         stats["tree"].workers == 1 && stats["tree"].parked == 0
     })
@@ -1002,7 +997,7 @@ async fn a_shutdown_during_a_wait_for_a_child_gives_the_parent_back_without_spen
         .await
         .unwrap();
     let parent = engine.submit(Waits(9)).await.unwrap();
-    wait_for("the parent waits for its running child", async || {
+    eventually("the parent waits for its running child", WAIT, async || {
         let stats = engine.engine_ref().pool_stats().await.unwrap();
         stats["waits"].parked == 1 && stats["gated"].running == 1
     })

@@ -421,14 +421,17 @@ async fn wait_settling(
     job_type: &str,
     n: usize,
 ) -> HashMap<String, gaffer::PoolStats> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = assert_engine_up(engine).await;
-        if stats[job_type].settling >= n || tokio::time::Instant::now() > deadline {
-            return stats;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut stats = HashMap::new();
+    common::eventually(
+        "the settlements are in flight",
+        Duration::from_secs(10),
+        async || {
+            stats = assert_engine_up(engine).await;
+            stats[job_type].settling >= n
+        },
+    )
+    .await;
+    stats
 }
 
 /// Durable check on a fresh engine over the raw store: every job reported

@@ -62,17 +62,14 @@ async fn kill(engine: &gaffer::Engine, kind: ChildKind) {
     assert!(found, "{kind:?} not found");
 }
 
-async fn started(engine: &gaffer::Engine, n: usize, gauge: &Gauge) {
-    for _ in 0..1000 {
-        if gauge.now.load(Ordering::SeqCst) >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!(
-        "jobs did not start; pools: {:?}",
-        engine.engine_ref().pool_stats().await
-    );
+/// Upper bound (tokio time) for a state polled with [`common::eventually`].
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn started(n: usize, gauge: &Gauge) {
+    common::eventually("the jobs start", WAIT, async || {
+        gauge.now.load(Ordering::SeqCst) >= n
+    })
+    .await;
 }
 
 fn jobs_engine(gate: Gate, gauge: Arc<Gauge>) -> gaffer::EngineBuilder {
@@ -96,7 +93,7 @@ async fn a_killed_waiters_actor_is_restarted_and_waiting_handles_still_resolve()
         let h = handle.clone();
         async move { h.await }
     });
-    started(&engine, 1, &gauge).await;
+    started(1, &gauge).await;
     kill(&engine, ChildKind::Waiters).await;
     gate.open();
     assert_eq!(waiting.await.unwrap().unwrap(), 7);
@@ -120,15 +117,10 @@ async fn a_killed_sweeper_is_restarted_and_retention_still_runs() {
     assert_eq!(h.clone().await.unwrap(), 1);
     kill(&engine, ChildKind::Sweeper).await;
     clock.advance(Duration::from_secs(61));
-    let mut swept = None;
-    for _ in 0..100 {
-        if let Ok(report) = engine.engine_ref().sweep_now().await {
-            swept = Some(report);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(swept.is_some(), "the sweeper never came back");
+    common::eventually("the sweeper is back", Duration::from_secs(1), async || {
+        engine.engine_ref().sweep_now().await.is_ok()
+    })
+    .await;
     assert!(
         h.fetch_result().await.unwrap().is_none(),
         "the expired record was not removed"
@@ -149,7 +141,7 @@ async fn a_killed_pool_is_restarted_and_its_lost_job_runs_again_after_its_lease(
         .await
         .unwrap();
     let h = engine.submit(Gated(5)).await.unwrap();
-    started(&engine, 1, &gauge).await;
+    started(1, &gauge).await;
     kill(&engine, ChildKind::Pool("gated".into())).await;
     gate.open();
     // The claim died with the pool: the lease expires and the queue redelivers.
@@ -177,12 +169,10 @@ async fn run_with_a_kill(kind: ChildKind) {
     let batch = engine.batch::<GatedItems>("b").unwrap();
     let run = tokio::spawn(async move { batch.run(0..50u32).await });
     let probe = engine.batch::<GatedItems>("b").unwrap();
-    for _ in 0..1000 {
-        if probe.progress().await.is_some_and(|p| p.succeeded >= 10) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::eventually("10 items succeed", WAIT, async || {
+        probe.progress().await.is_some_and(|p| p.succeeded >= 10)
+    })
+    .await;
     kill(&engine, kind).await;
     gate.open();
     let report = run.await.unwrap().unwrap();

@@ -61,6 +61,21 @@ pub async fn wait_event(
     .expect("the expected event did not arrive in time")
 }
 
+/// Poll `check` every 5 ms of tokio time (paused tests advance it) until it
+/// says yes; panics, naming `what`, if it has not said so within `limit`.
+/// For states that no event announces; wait for an event with [`wait_event`].
+pub async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let polled = tokio::time::timeout(limit, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    if polled.is_err() {
+        panic!("timed out after {limit:?} waiting until {what}");
+    }
+}
+
 /// A fresh in-memory object store that several engines (one after another)
 /// can open, to check what survives a shutdown.
 pub fn shared_store() -> Arc<gaffer::taquba::object_store::memory::InMemory> {
