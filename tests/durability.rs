@@ -5,7 +5,6 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gaffer::taquba::object_store::local::LocalFileSystem;
@@ -15,20 +14,10 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
-use common::Gate;
+use common::{Gate, Runs};
 
 /// Wall-clock limit for anything a test waits on (real time: local disk).
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// Counts handler runs, shared between the test and every engine it starts.
-#[derive(Debug, Default)]
-struct Runs(AtomicUsize);
-
-impl Runs {
-    fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// Doubles its value; optionally keyed; counts its runs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,7 +32,7 @@ impl Job for Double {
     type Error = std::convert::Infallible;
 
     async fn run(&self, ctx: JobContext) -> Result<u64, Self::Error> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         Ok(self.value * 2)
     }
 
@@ -65,7 +54,7 @@ impl Job for Gated {
     type Error = std::convert::Infallible;
 
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         ctx.state::<Gate>().wait().await;
         Ok(self.n)
     }
@@ -81,7 +70,7 @@ impl Job for Hang {
     type Error = std::convert::Infallible;
 
     async fn run(&self, ctx: JobContext) -> Result<(), Self::Error> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         let released = ctx.state::<Gate>().wait();
         tokio::select! {
             _ = ctx.cancel_token().cancelled() => {}

@@ -16,18 +16,10 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
+use common::Runs;
+
 /// Limit of anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// Counts handler runs.
-#[derive(Debug, Default)]
-struct Runs(AtomicUsize);
-
-impl Runs {
-    fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 // ---------------------------------------------------------------------------
 // The race: concurrent duplicates against the first run's completion.
@@ -202,7 +194,7 @@ impl Job for Shout {
     type Error = Refused;
 
     async fn run(&self, ctx: JobContext) -> Result<String, Refused> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         if self.fail {
             Err(Refused(self.text.clone()))
         } else {
@@ -235,7 +227,7 @@ impl Job for Left {
     type Output = u32;
     type Error = std::convert::Infallible;
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         Ok(self.n)
     }
     fn idempotency_key(&self) -> Option<String> {
@@ -248,7 +240,7 @@ impl Job for Right {
     type Output = u32;
     type Error = std::convert::Infallible;
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         Ok(self.n + 1)
     }
     fn idempotency_key(&self) -> Option<String> {

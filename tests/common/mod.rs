@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::taquba::{MockClock, OpenOptions, QueueConfig};
@@ -261,5 +262,22 @@ impl Gate {
             .await
             .unwrap_or_else(|_| panic!("{n} waiters did not reach the gate within {limit:?}"))
             .expect("the gate is alive while borrowed");
+    }
+}
+
+/// Counts handler runs; shared (in an `Arc`, as engine state) between a test
+/// and every engine it starts.
+#[derive(Debug, Default)]
+pub struct Runs(AtomicUsize);
+
+impl Runs {
+    /// Count one run.
+    pub fn hit(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The runs counted so far.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
     }
 }
