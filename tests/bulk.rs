@@ -20,14 +20,14 @@ use gaffer::ractor::{self, Actor, ActorProcessingErr, ActorRef};
 use gaffer::taquba::KvOrder;
 use gaffer::{
     ActorSink, Batch, BulkCtx, CostReport, Engine, EngineError, Error, ItemError, Job, JobContext,
-    JsonlSink, OutputRecord, OutputSink, Pipeline, Settings,
+    JsonlSink, OutputRecord, Pipeline, Settings,
 };
 use gaffer_actors::records::ItemMarker;
 use gaffer_actors::{BatchSpec, ItemRecord, ItemStatus, RecordSink};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use common::Gate;
+use common::{CollectSink, Gate};
 
 // ---------------------------------------------------------------------------
 // Shared test plumbing
@@ -164,46 +164,6 @@ async fn wait_not_running<P: Pipeline>(batch: &Batch<P>) {
         tokio::task::yield_now().await;
     }
     panic!("the dropped run of `{}` never stopped", batch.id());
-}
-
-/// Collects records; `wait_for(n)` waits until `n` were written.
-struct CollectSink {
-    records: Mutex<Vec<OutputRecord>>,
-    count: tokio::sync::watch::Sender<usize>,
-}
-
-impl CollectSink {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            records: Mutex::new(Vec::new()),
-            count: tokio::sync::watch::channel(0).0,
-        })
-    }
-
-    fn records(&self) -> Vec<OutputRecord> {
-        self.records.lock().unwrap().clone()
-    }
-
-    fn by_key(&self) -> HashMap<String, OutputRecord> {
-        self.records()
-            .into_iter()
-            .map(|r| (r.key.clone(), r))
-            .collect()
-    }
-
-    async fn wait_for(&self, n: usize) {
-        let mut rx = self.count.subscribe();
-        within(rx.wait_for(|c| *c >= n)).await.unwrap();
-    }
-}
-
-impl OutputSink for CollectSink {
-    fn write(&self, record: &OutputRecord) -> gaffer::Result<()> {
-        let mut records = self.records.lock().unwrap();
-        records.push(record.clone());
-        self.count.send_replace(records.len());
-        Ok(())
-    }
 }
 
 /// A writer over a shared buffer, readable after the sink took the writer.
@@ -698,7 +658,7 @@ async fn a_resume_waits_for_items_still_running_and_answers_the_rest_from_marker
         async move { batch.run(inputs).await }
     });
     wait_started(&mut rx, 300).await;
-    sink.wait_for(290).await;
+    sink.wait_for(290, LIMIT).await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
     wait_not_running(&batch).await;
@@ -712,7 +672,7 @@ async fn a_resume_waits_for_items_still_running_and_answers_the_rest_from_marker
             .sink(sink.clone());
         async move { batch.resume().await }
     });
-    sink.wait_for(290 + 290).await;
+    sink.wait_for(290 + 290, LIMIT).await;
     let progress = batch.progress().await.expect("the resume is running");
     assert_eq!(progress.completed, 290);
     shared.gate.open();
@@ -1413,7 +1373,7 @@ async fn progress_reports_rate_and_time_remaining() {
             .run([1u64, 2, BLOCKING, BLOCKING + 1])
             .await
     });
-    sink.wait_for(2).await;
+    sink.wait_for(2, LIMIT).await;
     let batch = engine.batch::<Probe>("prog").unwrap();
 
     tokio::time::advance(Duration::from_secs(10)).await;

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Gate;
-use gaffer::{BulkCtx, ItemError, OutputRecord, OutputSink, Pipeline};
+use gaffer::{BulkCtx, ItemError, OutputRecord, Pipeline};
+
+use common::{CollectSink, Gate};
 
 #[derive(Default)]
 struct Runs(Mutex<HashMap<u64, usize>>);
@@ -36,16 +37,6 @@ impl Pipeline for Gated {
     }
 }
 
-#[derive(Default)]
-struct Collect(Mutex<Vec<OutputRecord>>);
-
-impl OutputSink for Collect {
-    fn write(&self, record: &OutputRecord) -> gaffer::Result<()> {
-        self.0.lock().unwrap().push(record.clone());
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,7 +56,7 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         .start()
         .await
         .unwrap();
-    let first_sink = Arc::new(Collect::default());
+    let first_sink = CollectSink::new();
     let batch = engine
         .batch::<Gated>("crashy")
         .unwrap()
@@ -95,7 +86,7 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         .start()
         .await
         .unwrap();
-    let sink = Arc::new(Collect::default());
+    let sink = CollectSink::new();
     let batch = engine.batch::<Gated>("crashy").unwrap().sink(sink.clone());
     let report = batch.resume().await.unwrap();
     assert_eq!(
@@ -123,7 +114,7 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
             "item {input} never ran"
         );
     }
-    let records = sink.0.lock().unwrap().clone();
+    let records = sink.records();
     assert_eq!(records.len(), 100, "one record per item in the resumed run");
     let mut by_key: HashMap<String, OutputRecord> = HashMap::new();
     for r in records {

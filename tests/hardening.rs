@@ -17,7 +17,7 @@ use gaffer_actors::ChildKind;
 use gaffer_actors::testing::{FaultyStore, Ops};
 use serde::{Deserialize, Serialize};
 
-use common::{Gate, eventually};
+use common::{CollectSink, Gate, eventually, kill};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -42,11 +42,6 @@ impl Job for Gated {
         ctx.state::<Gate>().wait().await;
         Ok(self.0)
     }
-}
-
-async fn kill(engine: &Engine, kind: ChildKind) {
-    let found = ractor::call!(engine.actor(), EngineMessage::KillChild, kind.clone()).unwrap();
-    assert!(found, "{kind:?} not found");
 }
 
 async fn running(engine: &Engine, job_type: &str) -> usize {
@@ -217,16 +212,6 @@ impl Pipeline for Big {
     }
 }
 
-#[derive(Default)]
-struct Collect(Mutex<Vec<OutputRecord>>);
-
-impl OutputSink for Collect {
-    fn write(&self, record: &OutputRecord) -> gaffer::Result<()> {
-        self.0.lock().unwrap().push(record.clone());
-        Ok(())
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_item_whose_output_cannot_be_read_reaches_the_sink_as_an_error_never_as_a_success() {
     let (store, faults) = FaultyStore::wrap(common::shared_store());
@@ -238,7 +223,7 @@ async fn an_item_whose_output_cannot_be_read_reaches_the_sink_as_an_error_never_
     // Reads of output blobs fail; writes pass.
     faults.only_prefix("gaffer-blobs/");
     faults.fail(Ops::GET);
-    let sink = Arc::new(Collect::default());
+    let sink = CollectSink::new();
     let report = within(
         engine
             .batch::<Big>("unreadable")
@@ -248,7 +233,7 @@ async fn an_item_whose_output_cannot_be_read_reaches_the_sink_as_an_error_never_
     )
     .await
     .unwrap();
-    let records = sink.0.lock().unwrap().clone();
+    let records = sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
     let record = &records[0];
     assert!(

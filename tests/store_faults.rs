@@ -47,14 +47,13 @@ use gaffer::taquba::MockClock;
 use gaffer::taquba::object_store::ObjectStore;
 use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::{
-    BulkCtx, Engine, EngineBuilder, EngineEvent, FailureKind, ItemError, Job, JobContext,
-    OutputRecord, OutputSink, Pipeline,
+    BulkCtx, Engine, EngineBuilder, EngineEvent, FailureKind, ItemError, Job, JobContext, Pipeline,
 };
 use gaffer_actors::testing::{FaultControl, FaultyStore, Op, Ops};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
-use common::Gate;
+use common::{CollectSink, Gate};
 
 /// Upper bound (virtual time) for anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -237,39 +236,6 @@ impl Pipeline for Double {
 
 fn item_runs(n: usize) -> Arc<Vec<AtomicUsize>> {
     Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect())
-}
-
-/// Keeps every record; publishes the count.
-struct CollectSink {
-    records: Mutex<Vec<OutputRecord>>,
-    count: tokio::sync::watch::Sender<usize>,
-}
-
-impl CollectSink {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            records: Mutex::new(Vec::new()),
-            count: tokio::sync::watch::channel(0).0,
-        })
-    }
-
-    fn len(&self) -> usize {
-        self.records.lock().unwrap().len()
-    }
-
-    async fn wait_for(&self, n: usize) {
-        let mut rx = self.count.subscribe();
-        within(rx.wait_for(|c| *c >= n)).await.unwrap();
-    }
-}
-
-impl OutputSink for CollectSink {
-    fn write(&self, record: &OutputRecord) -> gaffer::Result<()> {
-        let mut records = self.records.lock().unwrap();
-        records.push(record.clone());
-        self.count.send_replace(records.len());
-        Ok(())
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -689,7 +655,7 @@ async fn a_batch_interrupted_by_a_put_outage_completes_every_item_exactly_once()
 
     // The items below HELD settle; the others wait in their handlers until
     // the outage has started, then end with settlements that cannot commit.
-    sink.wait_for(HELD as usize).await;
+    sink.wait_for(HELD as usize, LIMIT).await;
     faults.fail(Ops::PUT | Ops::MULTIPART);
     gate.open();
     tokio::time::sleep(SETTLE).await;
@@ -733,7 +699,7 @@ async fn a_batch_interrupted_by_a_put_outage_completes_every_item_exactly_once()
         (ITEMS as u64, ITEMS as u64, 0, 0),
         "{status:?}"
     );
-    let records = sink.records.lock().unwrap().clone();
+    let records = sink.records();
     let keys: HashSet<_> = records.iter().map(|r| r.key.clone()).collect();
     let duplicated = records.len() - keys.len();
     assert_eq!(duplicated, 0, "an item was streamed twice");

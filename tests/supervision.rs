@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, EngineMessage, ItemError, Job, JobContext, Pipeline};
+use gaffer::{BulkCtx, ItemError, Job, JobContext, Pipeline};
 use gaffer_actors::ChildKind;
 use serde::{Deserialize, Serialize};
 
-use common::Gate;
+use common::{Gate, kill};
 
 #[derive(Default)]
 struct Gauge {
@@ -55,11 +55,6 @@ impl Pipeline for GatedItems {
         }
         Ok(ctx.input)
     }
-}
-
-async fn kill(engine: &gaffer::Engine, kind: ChildKind) {
-    let found = ractor::call!(engine.actor(), EngineMessage::KillChild, kind.clone()).unwrap();
-    assert!(found, "{kind:?} not found");
 }
 
 /// Upper bound (tokio time) for a state polled with [`common::eventually`].

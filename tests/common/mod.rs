@@ -281,3 +281,66 @@ impl Runs {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// A batch sink that keeps every record it is given, in order, and publishes
+/// how many it has.
+pub struct CollectSink {
+    records: std::sync::Mutex<Vec<gaffer::OutputRecord>>,
+    count: tokio::sync::watch::Sender<usize>,
+}
+
+impl CollectSink {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            records: std::sync::Mutex::new(Vec::new()),
+            count: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// The records so far, in the order they were written.
+    pub fn records(&self) -> Vec<gaffer::OutputRecord> {
+        self.records.lock().unwrap().clone()
+    }
+
+    /// The records so far by item key.
+    pub fn by_key(&self) -> std::collections::HashMap<String, gaffer::OutputRecord> {
+        self.records()
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect()
+    }
+
+    /// How many records were written so far.
+    pub fn len(&self) -> usize {
+        self.records.lock().unwrap().len()
+    }
+
+    /// Wait until `n` records were written; panics after `limit`.
+    pub async fn wait_for(&self, n: usize, limit: Duration) {
+        let mut count = self.count.subscribe();
+        tokio::time::timeout(limit, count.wait_for(|c| *c >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} records were not written within {limit:?}"))
+            .expect("the sink is alive while borrowed");
+    }
+}
+
+impl gaffer::OutputSink for CollectSink {
+    fn write(&self, record: &gaffer::OutputRecord) -> gaffer::Result<()> {
+        let mut records = self.records.lock().unwrap();
+        records.push(record.clone());
+        self.count.send_replace(records.len());
+        Ok(())
+    }
+}
+
+/// Kill the engine's child `kind` (feature `testing`); panics if it has none.
+pub async fn kill(engine: &gaffer::Engine, kind: gaffer_actors::ChildKind) {
+    let found = gaffer::ractor::call!(
+        engine.actor(),
+        gaffer::EngineMessage::KillChild,
+        kind.clone()
+    )
+    .unwrap();
+    assert!(found, "{kind:?} not found");
+}
