@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use gaffer_actors::{BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, RecordSink};
+use gaffer_actors::{
+    BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, RecordSink, SinkError,
+};
 
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
@@ -154,11 +156,10 @@ impl<P: Pipeline> Batch<P> {
             };
             rmp_serde::to_vec_named(&input)
                 .map(|bytes| (key, bytes))
-                .map_err(|e| {
-                    gaffer_actors::EngineError::InvalidConfig(format!(
-                        "an input of `{}` failed to encode: {e}",
-                        P::NAME
-                    ))
+                .map_err(|e| gaffer_actors::EngineError::InputEncoding {
+                    pipeline: P::NAME.to_string(),
+                    index: i as u64,
+                    reason: e.to_string(),
                 })
         });
         let items = Box::pin(items);
@@ -247,7 +248,7 @@ struct SinkAdapter<P> {
 }
 
 impl<P: Pipeline> RecordSink for SinkAdapter<P> {
-    fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), String> {
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), SinkError> {
         // A succeeded item is written as succeeded only with its output; an
         // output that cannot be read or converted is an error record.
         let (status, output, error) = match record {
@@ -282,14 +283,14 @@ impl<P: Pipeline> RecordSink for SinkAdapter<P> {
             output,
             error,
         };
-        self.sink.write(&record).map_err(|e| e.to_string())?;
+        self.sink.write(&record)?;
         match (unavailable, record.error) {
-            (true, Some(e)) => Err(e),
+            (true, Some(e)) => Err(e.into()),
             _ => Ok(()),
         }
     }
 
-    fn flush(&self) -> std::result::Result<(), String> {
-        self.sink.flush().map_err(|e| e.to_string())
+    fn flush(&self) -> std::result::Result<(), SinkError> {
+        Ok(self.sink.flush()?)
     }
 }

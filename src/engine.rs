@@ -13,7 +13,7 @@ use taquba::object_store::local::LocalFileSystem;
 use taquba::object_store::memory::InMemory;
 use taquba::{Clock, OpenOptions, Queue};
 
-use gaffer_actors::handler::JobEngine;
+use gaffer_actors::erased::JobEngine;
 use gaffer_actors::{
     CancelResult, EngineConfig, EngineError, EngineEvent, EngineMessage, EngineRef, ErasedHandler,
     JobState, Kind, OutcomeRecord, QueueSource, Registration, Settings, ShutdownReport,
@@ -290,7 +290,7 @@ impl EngineBuilder {
     pub fn pipeline<P: Pipeline>(self, pipeline: P) -> Self {
         self.pipeline_with_concurrency(
             pipeline,
-            gaffer_actors::handler::DEFAULT_PIPELINE_CONCURRENCY,
+            gaffer_actors::erased::DEFAULT_PIPELINE_CONCURRENCY,
         )
     }
 

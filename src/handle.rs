@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer_actors::handler::JobEngine;
+use gaffer_actors::erased::JobEngine;
 use gaffer_actors::{CancelResult, JobState, Outcome, OutcomeRecord, OutputRef, Submitted};
 
 use crate::error::{Error, JobError, JoinError, Result};

@@ -117,8 +117,9 @@ impl ActorSink {
 impl OutputSink for ActorSink {
     fn write(&self, record: &OutputRecord) -> Result<()> {
         self.to.send_message(record.clone()).map_err(|_| {
-            Error::Engine(gaffer_actors::EngineError::ActorUnavailable(
-                "sink actor stopped".into(),
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the sink's actor has stopped; give the batch a live actor's ActorSink",
             ))
         })
     }

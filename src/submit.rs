@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use gaffer_actors::SubmitRequest;
-use gaffer_actors::handler::JobEngine;
+use gaffer_actors::erased::JobEngine;
 
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;

@@ -1153,7 +1153,7 @@ async fn memoized_with_cached_cost_records_cost_on_compute_and_memo_hit() {
 struct RawSink(Mutex<Vec<(String, ItemStatus, Option<String>)>>);
 
 impl RecordSink for RawSink {
-    fn write(&self, key: &str, record: ItemRecord<'_>) -> Result<(), String> {
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> Result<(), gaffer_actors::SinkError> {
         let (status, error) = match record {
             ItemRecord::Succeeded { .. } => (ItemStatus::Succeeded, None),
             ItemRecord::Failed { error } => (ItemStatus::Failed, Some(error.to_string())),

@@ -194,5 +194,5 @@ async fn a_killed_coordinator_is_replaced_and_rebuilds_its_counts_from_the_marke
 
 #[tokio::test(start_paused = true)]
 async fn a_killed_batches_registry_is_restarted_and_the_running_batch_completes_exactly() {
-    run_with_a_kill(ChildKind::Batches).await;
+    run_with_a_kill(ChildKind::BatchRegistry).await;
 }

@@ -1,4 +1,4 @@
-//! Batches, bytes-level: what a run is given and reports (`BatchSpec`,
+//! BatchRegistry, bytes-level: what a run is given and reports (`BatchSpec`,
 //! `BatchOutcome`, the sink seam), the checks of ids and keys, the status read
 //! from the item markers, and the removal of a batch's data.
 //!
@@ -46,6 +46,10 @@ pub enum ItemRecord<'a> {
     },
 }
 
+/// What a [`RecordSink`] failed with: any error (its `Display` is logged and
+/// reported).
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Receives one record per item per run, in order, on a thread of the run's
 /// own (writes may block: a slow disk holds up only the sink, never the
 /// engine).
@@ -53,9 +57,10 @@ pub trait RecordSink: Send + Sync + 'static {
     /// One item's record. An `Err` is counted in
     /// [`BatchOutcome::sink_errors`], the key named in
     /// [`BatchOutcome::sink_error_keys`], and logged; the run goes on.
-    fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), String>;
-    /// Called once when the run completes, after its last record.
-    fn flush(&self) -> std::result::Result<(), String> {
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), SinkError>;
+    /// Called once when the run completes, after its last record. An `Err`
+    /// fails the run with [`EngineError::SinkFailed`](crate::EngineError::SinkFailed).
+    fn flush(&self) -> std::result::Result<(), SinkError> {
         Ok(())
     }
 }

@@ -22,13 +22,13 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec, output_of};
-use crate::batches::BatchesMessage;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::keys;
 use crate::lookups::{Found, look_up_all};
 use crate::manifest::read_chunk;
 use crate::records::{BatchHead, ItemMarker, ItemStatus, ManifestItem, merge_cost};
+use crate::registry::RegistryMessage;
 use crate::services::Services;
 use crate::sink_writer::{OwnedRecord, SinkReport, SinkWriter};
 
@@ -66,14 +66,14 @@ pub struct CoordinatorArguments {
     /// Engine services.
     pub services: Arc<Services>,
     /// The registry, told before the run's caller is answered.
-    pub batches: ActorRef<BatchesMessage>,
+    pub batches: ActorRef<RegistryMessage>,
 }
 
 /// State of a coordinator.
 pub struct CoordinatorState {
     spec: BatchSpec,
     services: Arc<Services>,
-    batches: ActorRef<BatchesMessage>,
+    batches: ActorRef<RegistryMessage>,
     head: Option<BatchHead>,
     reply: Option<BatchReply>,
     next_chunk: u32,
@@ -322,9 +322,10 @@ impl CoordinatorState {
             warn!(batch_id = %self.spec.batch_id, error = %e, "flushing the batch's sink failed");
             self.end(
                 myself,
-                Err(EngineError::ActorUnavailable(format!(
-                    "sink flush failed: {e}"
-                ))),
+                Err(EngineError::SinkFailed {
+                    batch_id: self.spec.batch_id.clone(),
+                    reason: e.to_string(),
+                }),
             );
             return;
         }
@@ -345,7 +346,7 @@ impl CoordinatorState {
     /// caller (so the caller's next run, resume or forget of this batch is
     /// not refused as running) and the watchers. Then stop.
     fn end(&mut self, myself: &ActorRef<CoordinatorMessage>, result: Result<BatchOutcome>) {
-        let _ = self.batches.cast(BatchesMessage::Release {
+        let _ = self.batches.cast(RegistryMessage::Release {
             batch_id: self.spec.batch_id.clone(),
             coordinator: Some(myself.get_id()),
             result,

@@ -3,22 +3,19 @@
 //! its end, replacing a coordinator that dies (at most 3 times); and
 //! forgetting a batch under the registry's lock. It runs in the caller's task
 //! (or a task of the supervisor's), never inside an actor, and reaches the
-//! registry through its address (`Registry`), which follows a restart.
-
-use ractor::ActorRef;
+//! registry through its address (`RegistryRef`), which follows a restart.
 
 use crate::batch::{BatchOutcome, BatchSpec, check_batch_id, forget_batch_data};
-use crate::batches::{BatchesMessage, Registry};
-use crate::coordinator::CoordinatorMessage;
 use crate::error::{EngineError, Result};
 use crate::manifest::{reopen_manifest, write_manifest};
+use crate::registry::{CoordinatorRef, RegistryRef};
 use crate::services::Services;
 
 /// Run (inputs given) or resume (inputs `None`) a batch to completion: the
 /// driver of both the typed API and the `RunBatch` message.
 pub async fn drive_batch<I>(
     services: &Services,
-    registry: &Registry,
+    registry: &RegistryRef,
     spec: BatchSpec,
     items: Option<I>,
 ) -> Result<BatchOutcome>
@@ -46,11 +43,7 @@ where
     let mut coordinator = coordinator;
     let mut restarts = 0;
     loop {
-        match ractor::call!(
-            coordinator,
-            CoordinatorMessage::Begin,
-            Box::new(head.clone())
-        ) {
+        match coordinator.begin(head.clone()).await {
             Ok(outcome) => {
                 // The coordinator answered, so it finished (or failed) on its
                 // own and left the registry.
@@ -80,7 +73,7 @@ where
                 };
             }
             Err(e) => {
-                let e = EngineError::ActorUnavailable(format!("batch coordinator: {e}"));
+                let e = EngineError::unavailable("batch coordinator", e);
                 return Err(run.end(e).await);
             }
         }
@@ -90,7 +83,7 @@ where
 /// Resume a batch from its manifest to completion.
 pub async fn resume_batch(
     services: &Services,
-    registry: &Registry,
+    registry: &RegistryRef,
     spec: BatchSpec,
 ) -> Result<BatchOutcome> {
     drive_batch(
@@ -108,9 +101,9 @@ const MAX_COORDINATOR_RESTARTS: usize = 3;
 /// A run in progress: while its coordinator is set, dropping it ends the run
 /// as abandoned (the coordinator stops, the batch's watchers are told).
 struct Run {
-    registry: Registry,
+    registry: RegistryRef,
     batch_id: String,
-    coordinator: Option<ActorRef<CoordinatorMessage>>,
+    coordinator: Option<CoordinatorRef>,
 }
 
 impl Run {
@@ -118,19 +111,8 @@ impl Run {
     /// batch's watchers are told) and return the error.
     async fn end(&mut self, error: EngineError) -> EngineError {
         let coordinator = self.coordinator.take().map(|c| c.get_id());
-        let _ = self
-            .registry
-            .get()
-            .call(
-                |done| BatchesMessage::Release {
-                    batch_id: self.batch_id.clone(),
-                    coordinator,
-                    result: Err(error.clone()),
-                    reply: None,
-                    done: Some(done),
-                },
-                None,
-            )
+        self.registry
+            .release(&self.batch_id, coordinator, Err(error.clone()))
             .await;
         error
     }
@@ -139,13 +121,7 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         if let Some(c) = self.coordinator.take() {
-            let _ = self.registry.get().cast(BatchesMessage::Release {
-                batch_id: self.batch_id.clone(),
-                coordinator: Some(c.get_id()),
-                result: Err(EngineError::BatchAbandoned(self.batch_id.clone())),
-                reply: None,
-                done: None,
-            });
+            self.registry.abandon(&self.batch_id, c.get_id());
         }
     }
 }
@@ -155,49 +131,29 @@ impl Drop for Run {
 /// once the registry saw it go).
 async fn start_coordinator(
     services: &Services,
-    registry: &Registry,
+    registry: &RegistryRef,
     spec: BatchSpec,
     replacing: Option<ractor::ActorId>,
-) -> Result<ActorRef<CoordinatorMessage>> {
+) -> Result<CoordinatorRef> {
     services.pipeline_queue(&spec.pipeline)?;
-    registry
-        .get()
-        .call(
-            |reply| BatchesMessage::Start {
-                spec: Box::new(spec),
-                replacing,
-                reply,
-            },
-            None,
-        )
-        .await
-        .ok()
-        .and_then(|answer| answer.success_or(()).ok())
-        .unwrap_or_else(|| {
-            Err(match services.queue() {
-                Err(shut_down) => shut_down,
-                Ok(_) => EngineError::ActorUnavailable(
-                    "the batches registry stopped before it answered (it restarted): run the \
-                     batch again"
-                        .into(),
-                ),
-            })
+    registry.start(spec, replacing).await.unwrap_or_else(|| {
+        Err(match services.queue() {
+            Err(shut_down) => shut_down,
+            Ok(_) => EngineError::unavailable(
+                "batches registry",
+                "it restarted while the run started; run the batch again",
+            ),
         })
+    })
 }
 
 /// Forget a batch under its in-process lock (no run may start meanwhile).
-pub async fn forget(
-    services: &Services,
-    batches: &ActorRef<BatchesMessage>,
-    batch_id: &str,
-) -> Result<bool> {
+pub async fn forget(services: &Services, registry: &RegistryRef, batch_id: &str) -> Result<bool> {
     check_batch_id(batch_id)?;
-    let locked = ractor::call!(batches, BatchesMessage::Lock, batch_id.to_string())
-        .map_err(|e| EngineError::ActorUnavailable(e.to_string()))?;
-    if !locked {
+    if !registry.lock(batch_id).await? {
         return Err(EngineError::BatchRunning(batch_id.to_string()));
     }
     let result = forget_batch_data(services, batch_id).await;
-    let _ = batches.cast(BatchesMessage::Unlock(batch_id.to_string()));
+    registry.unlock(batch_id);
     result
 }

@@ -174,9 +174,69 @@ pub enum EngineError {
     #[error("the engine has shut down")]
     ShutDown,
 
-    /// An actor of the engine did not answer.
-    #[error("engine actor unavailable: {0}")]
-    ActorUnavailable(String),
+    /// An actor of the engine stopped before it answered (it crashed and is
+    /// being restarted by its supervisor).
+    #[error(
+        "the engine's {actor} stopped before it answered ({reason}); it restarts on its own: retry the call"
+    )]
+    ActorUnavailable {
+        /// Which actor.
+        actor: &'static str,
+        /// What the actor framework said.
+        reason: String,
+    },
+
+    /// An operation kept losing races against concurrent changes of the same
+    /// record (another submit, cancel or settlement of the same job).
+    #[error("{operation} kept racing concurrent changes of the same record; retry it")]
+    Contended {
+        /// The operation, with the id it was for.
+        operation: String,
+    },
+
+    /// Another writer changed a batch's durable head while this engine was
+    /// changing it: only one engine may write a store at a time.
+    #[error(
+        "batch `{0}` was changed by another writer of this store while this run started; only one \
+         engine may write a store: stop the other one, then run the batch again"
+    )]
+    ConcurrentWriter(String),
+
+    /// A batch's output sink failed to flush at the end of a run. The items'
+    /// outcomes are recorded.
+    #[error(
+        "the output sink of batch `{batch_id}` failed to flush: {reason}; the items' outcomes are \
+         recorded: fix the sink and run the batch again to write them out"
+    )]
+    SinkFailed {
+        /// The batch.
+        batch_id: String,
+        /// The sink's error.
+        reason: String,
+    },
+
+    /// An input of a batch failed to encode; the run stopped before it.
+    #[error(
+        "input {index} of pipeline `{pipeline}` failed to encode ({reason}); fix its Serialize \
+         implementation and run the batch again"
+    )]
+    InputEncoding {
+        /// The pipeline.
+        pipeline: String,
+        /// The input's position (0-based).
+        index: u64,
+        /// The encoder's message.
+        reason: String,
+    },
+
+    /// A task of the engine ended abnormally (it panicked): a bug in gaffer.
+    #[error("an internal task of the engine failed while {doing}: {reason}; please report this")]
+    Internal {
+        /// What the task was doing.
+        doing: &'static str,
+        /// How it ended.
+        reason: String,
+    },
 
     /// The engine failed to start.
     #[error("engine failed to start: {0}")]
@@ -190,13 +250,25 @@ impl EngineError {
             Self::Queue(e) => e.is_permanent(),
             Self::Store(_)
             | Self::ShutDown
-            | Self::ActorUnavailable(_)
+            | Self::ActorUnavailable { .. }
+            | Self::Contended { .. }
+            | Self::Internal { .. }
             | Self::Startup(_)
             | Self::BatchRunning(_)
             | Self::BatchAbandoned(_)
             | Self::BatchNotRunning(_)
             | Self::BatchActive { .. } => false,
             _ => true,
+        }
+    }
+}
+
+impl EngineError {
+    /// An actor (`actor`) that stopped before it answered.
+    pub(crate) fn unavailable(actor: &'static str, reason: impl std::fmt::Display) -> Self {
+        Self::ActorUnavailable {
+            actor,
+            reason: reason.to_string(),
         }
     }
 }

@@ -10,13 +10,12 @@
 
 pub mod attempts;
 pub mod batch;
-pub mod batches;
 pub mod coordinator;
 pub mod driver;
 pub mod effects;
+pub mod erased;
 pub mod error;
 pub mod events;
-pub mod handler;
 pub mod keys;
 mod lookups;
 pub mod manifest;
@@ -25,6 +24,7 @@ mod parking;
 pub mod pool;
 pub mod protocol;
 pub mod records;
+pub mod registry;
 mod restarts;
 pub mod services;
 pub mod settings;
@@ -44,10 +44,11 @@ pub mod worker;
 pub use attempts::Attempts;
 pub use batch::{
     BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, ItemRecord, RecordSink,
+    SinkError,
 };
+pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use error::{EngineError, Result};
 pub use events::EngineEvent;
-pub use handler::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use pool::PoolStats;
 #[cfg(feature = "testing")]
 pub use protocol::ChildKind;

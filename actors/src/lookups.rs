@@ -73,17 +73,18 @@ pub(crate) async fn look_up_all(
         }
         // Dropping the set (an error, or the coordinator stopping) aborts the rest.
         while let Some(joined) = set.join_next().await {
-            found.extend(joined.map_err(|e| {
-                EngineError::ActorUnavailable(format!("reading the batch's item records: {e}"))
+            found.extend(joined.map_err(|e| EngineError::Internal {
+                doing: "reading the batch's item records",
+                reason: e.to_string(),
             })??);
         }
     }
     found.sort_unstable_by_key(|(i, _, _)| *i);
     if found.len() != n {
-        return Err(EngineError::ActorUnavailable(format!(
-            "reading the batch's item records: {} of {n} items answered",
-            found.len()
-        )));
+        return Err(EngineError::Internal {
+            doing: "reading the batch's item records",
+            reason: format!("{} of {n} items answered", found.len()),
+        });
     }
     Ok(found
         .into_iter()

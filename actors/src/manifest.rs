@@ -222,7 +222,7 @@ where
             if queue.kv_compare_commit(&compares, fx).await?.is_none() {
                 // Created by someone else in between: only another process could,
                 // and taquba fences it; report the race instead of guessing.
-                return Err(EngineError::BatchRunning(spec.batch_id.clone()));
+                return Err(EngineError::ConcurrentWriter(spec.batch_id.clone()));
             }
             None
         }
@@ -312,7 +312,7 @@ async fn commit_head(
     let fx = SettlementEffects::default().kv_put(key.clone(), records::encode(head)?);
     match services.queue()?.kv_compare_commit(&compares, fx).await? {
         Some(_) => Ok(()),
-        None => Err(EngineError::BatchRunning(batch_id.to_string())),
+        None => Err(EngineError::ConcurrentWriter(batch_id.to_string())),
     }
 }
 

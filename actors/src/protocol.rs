@@ -9,14 +9,14 @@ use std::sync::Arc;
 use ractor::{Actor, ActorRef, DerivedActorRef, RpcReplyPort};
 
 use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
-use crate::batches::Registry;
+use crate::erased::{BoxFuture, JobEngine, Registration};
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
-use crate::handler::{BoxFuture, JobEngine, Registration};
 use crate::keys;
 use crate::parking;
 use crate::pool::PoolStats;
 use crate::records::{OutcomeRecord, OutputRef};
+use crate::registry::RegistryRef;
 use crate::services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
 use crate::settings::Settings;
 pub use crate::shutdown::ShutdownReport;
@@ -82,7 +82,7 @@ pub enum EngineMessage {
     /// The engine's shared services (for handles built over this engine).
     GetServices(RpcReplyPort<Arc<Services>>),
     /// Where the batches registry is (for handles built over this engine).
-    GetRegistry(RpcReplyPort<Registry>),
+    GetRegistry(RpcReplyPort<RegistryRef>),
     /// Counters of each job type's pool.
     GetPoolStats(RpcReplyPort<HashMap<String, PoolStats>>),
     /// Run one sweeper pass now and answer what it did.
@@ -102,7 +102,7 @@ pub enum ChildKind {
     /// The waiters.
     Waiters,
     /// The batches registry (its coordinators die with it).
-    Batches,
+    BatchRegistry,
     /// The sweeper.
     Sweeper,
     /// The handler pool of this job type or pipeline.
@@ -131,11 +131,11 @@ pub struct EngineConfig {
 pub struct EngineRef {
     actor: ActorRef<EngineMessage>,
     services: Arc<Services>,
-    registry: Registry,
+    registry: RegistryRef,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> EngineError {
-    EngineError::ActorUnavailable(e.to_string())
+    EngineError::unavailable("supervisor", e)
 }
 
 /// Times a wait for a job asks the waiters, at most, while they restart.
@@ -169,7 +169,7 @@ impl EngineRef {
     pub(crate) fn from_parts(
         actor: ActorRef<EngineMessage>,
         services: Arc<Services>,
-        registry: Registry,
+        registry: RegistryRef,
     ) -> Self {
         Self {
             actor,
@@ -237,7 +237,7 @@ impl EngineRef {
         waited.map_err(|e| match e {
             WaitError::NotFound(id) => EngineError::JobNotFound(id),
             WaitError::ShutDown => EngineError::ShutDown,
-            WaitError::Read(e) => EngineError::ActorUnavailable(e),
+            WaitError::Read(e) => e,
         })
     }
 
@@ -289,8 +289,9 @@ impl EngineRef {
             };
             tokio::time::sleep(WAIT_PAUSE * attempt).await;
         }
-        Err(WaitError::Read(format!(
-            "the waiters kept restarting while `{run_id}` was asked for: {last}"
+        Err(WaitError::Read(EngineError::unavailable(
+            "waiters",
+            format!("they kept restarting while `{run_id}` was asked for ({last})"),
         )))
     }
 
@@ -335,7 +336,7 @@ impl EngineRef {
             Ok(record) => Ok(record),
             Err(WaitError::ShutDown) => Err(EngineError::ShutDown),
             Err(WaitError::NotFound(id)) => Err(EngineError::JobNotFound(id)),
-            Err(WaitError::Read(e)) => Err(EngineError::ActorUnavailable(e)),
+            Err(WaitError::Read(e)) => Err(e),
         }
     }
 

@@ -366,9 +366,9 @@ impl Services {
             }
             // Both were removed in between (retention): try again.
         }
-        Err(EngineError::ActorUnavailable(format!(
-            "submission of `{run_id}` kept racing concurrent changes; retry it"
-        )))
+        Err(EngineError::Contended {
+            operation: format!("the submission of `{run_id}`"),
+        })
     }
 
     /// A submission that joins the run `run_id`, whose input hash is
@@ -517,9 +517,9 @@ impl Services {
                 CancelOutcome::NotFound => continue,
             }
         }
-        Err(EngineError::ActorUnavailable(format!(
-            "cancel of `{run_id}` kept racing concurrent changes; retry it"
-        )))
+        Err(EngineError::Contended {
+            operation: format!("the cancel of `{run_id}`"),
+        })
     }
 
     /// Read a committed value from the caller KV namespace.

@@ -27,8 +27,8 @@ use tracing::{debug, warn};
 
 use crate::attempts::Attempts;
 use crate::effects::StagedEffects;
+use crate::erased::Verdict;
 use crate::events::EngineEvent;
-use crate::handler::Verdict;
 use crate::keys;
 use crate::records::{
     self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef, RunRecord,

@@ -6,13 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::ActorRef;
 use taquba::Queue;
 use tracing::info;
 
-use crate::pool::PoolMessage;
+use crate::pool::PoolRef;
 use crate::services::SharedQueue;
-use crate::waiters::WaitersMessage;
+use crate::waiters::WaitersRef;
 
 /// What a shutdown did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -38,8 +37,8 @@ const RELEASE_WAIT: Duration = Duration::from_secs(5);
 /// What the shutdown sequence works on, taken from the supervisor's state.
 pub(crate) struct Closing {
     pub(crate) cell: ractor::ActorCell,
-    pub(crate) pools: Vec<(String, ActorRef<PoolMessage>)>,
-    pub(crate) waiters: ActorRef<WaitersMessage>,
+    pub(crate) pools: Vec<(String, PoolRef)>,
+    pub(crate) waiters: WaitersRef,
     pub(crate) queue: Option<Arc<SharedQueue>>,
     pub(crate) queue_back: Option<tokio::sync::oneshot::Receiver<Queue>>,
     pub(crate) grace: Option<Duration>,
@@ -66,9 +65,7 @@ pub(crate) async fn shut_down(closing: Closing) -> ShutdownReport {
     let deadline = grace.map(|g| tokio::time::Instant::now() + g + SHUTDOWN_SLACK);
     let drains: Vec<_> = pools
         .into_iter()
-        .map(|(t, pool)| {
-            tokio::spawn(async move { (t, ractor::call!(pool, PoolMessage::Drain, grace)) })
-        })
+        .map(|(t, pool)| tokio::spawn(async move { (t, pool.drain(grace).await) }))
         .collect();
     for drain in drains {
         let finished = match deadline {
@@ -92,7 +89,7 @@ pub(crate) async fn shut_down(closing: Closing) -> ShutdownReport {
         }
     }
     // 2. Fail callers still waiting, stop every child.
-    let _ = waiters.cast(WaitersMessage::FailAll);
+    waiters.fail_all();
     cell.stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
         .await;
     // 3. Close the queue once the last short-lived user of it lets go: it

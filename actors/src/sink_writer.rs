@@ -75,7 +75,7 @@ impl SinkWriter {
                         }
                     }
                     SinkOp::Flush(done) => {
-                        report.flushed = sink.flush();
+                        report.flushed = sink.flush().map_err(|e| e.to_string());
                         let _ = done.send(report);
                         return;
                     }

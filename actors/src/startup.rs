@@ -8,8 +8,8 @@ use std::sync::Arc;
 use taquba::object_store::ObjectStore;
 use taquba::{OpenOptions, Queue};
 
+use crate::erased::{Kind, Registration};
 use crate::error::{EngineError, Result};
-use crate::handler::{Kind, Registration};
 use crate::keys;
 use crate::services::Route;
 use crate::settings::Settings;

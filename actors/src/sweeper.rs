@@ -15,13 +15,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use taquba::{Expired, Queue, SettlementEffects};
 use tracing::warn;
 
-use crate::batches::BatchesMessage;
-use crate::batches::Registry;
 use crate::error::Result;
 use crate::events::EngineEvent;
 use crate::keys;
 use crate::memo::delete_prefix;
 use crate::records::{self, BatchHead, OutcomeRecord};
+use crate::registry::RegistryRef;
 use crate::services::Services;
 
 /// Messages of the sweeper.
@@ -34,6 +33,22 @@ pub enum SweeperMessage {
     SweepNow(RpcReplyPort<SweepReport>),
     /// A pass finished.
     PassDone(std::result::Result<SweepReport, String>),
+}
+
+/// The typed handle of the sweeper, for its supervisor.
+#[derive(Debug, Clone)]
+pub struct SweeperRef(pub(crate) ActorRef<SweeperMessage>);
+
+impl SweeperRef {
+    /// The actor's cell.
+    pub fn get_cell(&self) -> ractor::ActorCell {
+        self.0.get_cell()
+    }
+
+    /// Run one pass now; `reply` gets what it did.
+    pub(crate) fn sweep_now(&self, reply: RpcReplyPort<SweepReport>) {
+        let _ = self.0.cast(SweeperMessage::SweepNow(reply));
+    }
 }
 
 /// What one pass did.
@@ -49,7 +64,7 @@ pub struct SweeperArguments {
     /// Engine services.
     pub services: Arc<Services>,
     /// Where the batches registry is.
-    pub(crate) registry: Registry,
+    pub(crate) registry: RegistryRef,
 }
 
 /// The sweeper actor.
@@ -60,7 +75,7 @@ pub struct Sweeper;
 #[derive(Debug)]
 pub struct SweeperState {
     services: Arc<Services>,
-    registry: Registry,
+    registry: RegistryRef,
     /// A pass is in flight.
     in_flight: bool,
     /// A timer tick is owed: the timer is re-armed when the pass in flight
@@ -78,19 +93,19 @@ impl SweeperState {
         self.tick_owed |= timer;
         self.current = std::mem::take(&mut self.next);
         let services = self.services.clone();
-        let batches = self.registry.get();
+        let registry = self.registry.clone();
         let myself = myself.clone();
         tokio::spawn(async move {
-            let done = pass(&services, batches).await.map_err(|e| e.to_string());
+            let done = pass(&services, registry).await.map_err(|e| e.to_string());
             let _ = myself.cast(SweeperMessage::PassDone(done));
         });
     }
 }
 
-async fn pass(services: &Arc<Services>, batches: ActorRef<BatchesMessage>) -> Result<SweepReport> {
+async fn pass(services: &Arc<Services>, registry: RegistryRef) -> Result<SweepReport> {
     let queue = services.queue()?;
     let expired =
-        expire(services, &queue).await? + expire_batches(services, &queue, batches).await?;
+        expire(services, &queue).await? + expire_batches(services, &queue, registry).await?;
     if expired > 0 {
         services.emit(EngineEvent::Swept { removed: expired });
     }
@@ -100,7 +115,7 @@ async fn pass(services: &Arc<Services>, batches: ActorRef<BatchesMessage>) -> Re
 async fn expire_batches(
     services: &Arc<Services>,
     queue: &Queue,
-    batches: ActorRef<BatchesMessage>,
+    registry: RegistryRef,
 ) -> Result<usize> {
     // The retention of each batch is its run's; entries are only written
     // for runs that asked for it, so the pass uses the smallest window: an
@@ -114,8 +129,8 @@ async fn expire_batches(
             std::time::Duration::ZERO,
             move |at_ms, suffix| {
                 let services = services.clone();
-                let batches = batches.clone();
-                async move { expire_batch(&services, &batches, now, at_ms, suffix).await }
+                let registry = registry.clone();
+                async move { expire_batch(&services, &registry, now, at_ms, suffix).await }
             },
         )
         .await?;
@@ -188,7 +203,7 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
 /// with zero retention and the entry is due exactly then).
 async fn expire_batch(
     services: &Services,
-    batches: &ActorRef<BatchesMessage>,
+    registry: &RegistryRef,
     _now: u64,
     _at_ms: u64,
     suffix: Vec<u8>,
@@ -220,7 +235,7 @@ async fn expire_batch(
     if head.generation != generation {
         return Expired::Delete(SettlementEffects::default());
     }
-    match crate::driver::forget(services, batches, batch_id).await {
+    match crate::driver::forget(services, registry, batch_id).await {
         Ok(_) => Expired::Delete(SettlementEffects::default()),
         Err(e) => {
             tracing::debug!(%batch_id, error = %e, "retention: batch kept for now");

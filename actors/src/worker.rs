@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use crate::erased::{Delivery, ErasedHandler};
 use crate::events::EngineEvent;
-use crate::handler::{Delivery, ErasedHandler};
 use crate::parking;
 use crate::pool::{PoolMessage, SlotId};
 use crate::services::Services;

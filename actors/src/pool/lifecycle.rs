@@ -7,8 +7,8 @@ use tracing::{error, warn};
 
 use super::{Held, PoolMessage, PoolState, SlotId};
 use crate::effects::StagedEffects;
+use crate::erased::Verdict;
 use crate::events::EngineEvent;
-use crate::handler::Verdict;
 use crate::memo::UnwrittenEntries;
 use crate::records::Cost;
 use crate::restarts::AfterCrash;

@@ -28,8 +28,8 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use tokio_util::sync::CancellationToken;
 
 use crate::effects::StagedEffects;
+use crate::erased::{ErasedHandler, Verdict};
 use crate::events::EngineEvent;
-use crate::handler::{ErasedHandler, Verdict};
 use crate::memo::Memo;
 use crate::parking::{ParkState, SlotWait};
 use crate::records::Cost;
@@ -83,6 +83,37 @@ pub enum PoolMessage {
     GetStats(RpcReplyPort<PoolStats>),
 }
 
+/// The typed handle of a job type's (or pipeline's) pool, for its supervisor.
+#[derive(Debug, Clone)]
+pub struct PoolRef(pub(crate) ActorRef<PoolMessage>);
+
+impl PoolRef {
+    /// The pool's actor cell (to link, watch or kill it).
+    pub fn get_cell(&self) -> ractor::ActorCell {
+        self.0.get_cell()
+    }
+
+    /// Stop claiming and answer once nothing is held, with the number of jobs
+    /// given back at the end of `grace` (see [`PoolMessage::Drain`]).
+    pub(crate) async fn drain(
+        &self,
+        grace: Option<Duration>,
+    ) -> std::result::Result<usize, ractor::RactorErr<PoolMessage>> {
+        ractor::call!(self.0, PoolMessage::Drain, grace)
+    }
+
+    /// The pool's counters (`None` if it stopped before it answered).
+    pub(crate) async fn stats(&self) -> Option<PoolStats> {
+        ractor::call!(self.0, PoolMessage::GetStats).ok()
+    }
+
+    /// Resume the type if it is paused; answers whether it was.
+    pub(crate) async fn resume(&self) -> crate::Result<bool> {
+        ractor::call!(self.0, PoolMessage::Resume)
+            .map_err(|e| crate::EngineError::unavailable("handler pool", e))
+    }
+}
+
 impl From<SlotWait> for PoolMessage {
     fn from(wait: SlotWait) -> Self {
         Self::Wait(wait)
@@ -134,7 +165,7 @@ pub struct PoolArguments {
     /// Who settlements tell.
     pub(crate) notify: Notify,
     /// What jobs can reach of their engine (child submissions and waits).
-    pub jobs: Arc<dyn crate::handler::JobEngine>,
+    pub jobs: Arc<dyn crate::erased::JobEngine>,
 }
 
 impl std::fmt::Debug for PoolArguments {

@@ -12,7 +12,7 @@ use tracing::{error, warn};
 use super::{Held, PoolMessage, PoolState, Slot, SlotId};
 use crate::attempts::Fate;
 use crate::effects::{CostMeter, Effects, StagedEffects};
-use crate::handler::{Delivery, ItemInfo, Verdict};
+use crate::erased::{Delivery, ItemInfo, Verdict};
 use crate::keys;
 use crate::memo::{Memo, UnwrittenEntries};
 use crate::parking::Parking;

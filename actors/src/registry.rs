@@ -1,4 +1,4 @@
-//! Batches: the registry of running batches and the parent of their
+//! BatchRegistry: the registry of running batches and the parent of their
 //! coordinators. Owns the map batch id → coordinator, the runs in progress,
 //! the batches locked for forgetting, the callers watching a run, and the
 //! replacement coordinators waiting for a dead one to leave. Forwards item
@@ -17,17 +17,18 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec};
 use crate::coordinator::{Coordinator, CoordinatorArguments, CoordinatorMessage};
 use crate::error::{EngineError, Result};
+use crate::records::{BatchHead, ItemMarker};
 use crate::services::Services;
 use crate::settle::ItemEnd;
 
 /// A caller waiting for a run's end.
 pub type WatchReply = RpcReplyPort<Result<BatchOutcome>>;
 /// The answer to a coordinator's start.
-pub type StartReply = RpcReplyPort<Result<ActorRef<CoordinatorMessage>>>;
+pub type StartReply = RpcReplyPort<Result<CoordinatorRef>>;
 
 /// Messages of the batches registry.
 #[derive(Debug)]
-pub enum BatchesMessage {
+pub enum RegistryMessage {
     /// Start a coordinator for a run of this batch (`BatchRunning` if one
     /// runs). `replacing` names a coordinator of the same run that died: the
     /// new one starts as soon as the registry has seen it go.
@@ -72,48 +73,200 @@ pub enum BatchesMessage {
     Kill(String),
 }
 
-impl From<ItemEnd> for BatchesMessage {
+impl From<ItemEnd> for RegistryMessage {
     fn from(end: ItemEnd) -> Self {
         Self::ItemSettled(end)
     }
 }
 
-impl TryFrom<BatchesMessage> for ItemEnd {
-    type Error = BatchesMessage;
-    fn try_from(m: BatchesMessage) -> Result<Self, BatchesMessage> {
+impl TryFrom<RegistryMessage> for ItemEnd {
+    type Error = RegistryMessage;
+    fn try_from(m: RegistryMessage) -> Result<Self, RegistryMessage> {
         match m {
-            BatchesMessage::ItemSettled(end) => Ok(end),
+            RegistryMessage::ItemSettled(end) => Ok(end),
             other => Err(other),
         }
     }
 }
 
-/// Where the batches registry is now (republished by the supervisor when it
-/// restarts it): for those that reach it from outside the tree (a run's
-/// driver, the sweeper's retention pass, a watch).
+/// The typed handle of the batches registry, for those that reach it from
+/// outside the tree (a run's driver, the sweeper's retention pass, a watch, the
+/// supervisor). It follows the registry across restarts: the supervisor
+/// republishes the live actor, and every call goes to the registry of now.
 #[derive(Debug, Clone)]
-pub struct Registry(tokio::sync::watch::Receiver<ActorRef<BatchesMessage>>);
+pub struct RegistryRef(tokio::sync::watch::Receiver<ActorRef<RegistryMessage>>);
 
-impl Registry {
-    pub(crate) fn new(book: tokio::sync::watch::Receiver<ActorRef<BatchesMessage>>) -> Self {
+/// Attempts of a watch whose registry keeps dying before the run ends.
+const WATCH_ATTEMPTS: u32 = 20;
+
+impl RegistryRef {
+    pub(crate) fn new(book: tokio::sync::watch::Receiver<ActorRef<RegistryMessage>>) -> Self {
         Self(book)
     }
 
-    /// The registry now.
-    pub fn get(&self) -> ActorRef<BatchesMessage> {
+    /// The registry actor now.
+    pub fn get(&self) -> ActorRef<RegistryMessage> {
         self.0.borrow().clone()
+    }
+
+    /// Start a coordinator for a run of `spec`; `replacing` names a dead
+    /// coordinator of the same run (the new one starts once the registry saw
+    /// it go). `None` if the registry stopped before it answered.
+    pub(crate) async fn start(
+        &self,
+        spec: BatchSpec,
+        replacing: Option<ActorId>,
+    ) -> Option<Result<CoordinatorRef>> {
+        let answer = self
+            .get()
+            .call(
+                |reply| RegistryMessage::Start {
+                    spec: Box::new(spec),
+                    replacing,
+                    reply,
+                },
+                None,
+            )
+            .await
+            .ok()?;
+        answer.success_or(()).ok()
+    }
+
+    /// End a run with `result` and wait until the registry has let it go (its
+    /// coordinator, if still the batch's, is stopped; the watchers are told).
+    /// Returns at once if the registry is gone (a new one holds no run).
+    pub(crate) async fn release(
+        &self,
+        batch_id: &str,
+        coordinator: Option<ActorId>,
+        result: Result<BatchOutcome>,
+    ) {
+        let _ = self
+            .get()
+            .call(
+                |done| RegistryMessage::Release {
+                    batch_id: batch_id.to_string(),
+                    coordinator,
+                    result,
+                    reply: None,
+                    done: Some(done),
+                },
+                None,
+            )
+            .await;
+    }
+
+    /// End a run whose caller dropped it (from a `Drop`: does not wait).
+    pub(crate) fn abandon(&self, batch_id: &str, coordinator: ActorId) {
+        let _ = self.get().cast(RegistryMessage::Release {
+            batch_id: batch_id.to_string(),
+            coordinator: Some(coordinator),
+            result: Err(EngineError::BatchAbandoned(batch_id.to_string())),
+            reply: None,
+            done: None,
+        });
+    }
+
+    /// Lock a batch that is not running, so that no run starts while it is
+    /// forgotten: `false` if it runs (or is locked).
+    pub(crate) async fn lock(&self, batch_id: &str) -> Result<bool> {
+        ractor::call!(self.get(), RegistryMessage::Lock, batch_id.to_string())
+            .map_err(|e| EngineError::unavailable("batches registry", e))
+    }
+
+    /// Release a lock taken with [`RegistryRef::lock`].
+    pub(crate) fn unlock(&self, batch_id: &str) {
+        let _ = self
+            .get()
+            .cast(RegistryMessage::Unlock(batch_id.to_string()));
+    }
+
+    /// Progress of a running batch (`None` if it is not running here).
+    pub(crate) async fn progress(&self, batch_id: &str) -> Result<Option<BatchProgress>> {
+        ractor::call!(
+            self.get(),
+            RegistryMessage::GetProgress,
+            batch_id.to_string()
+        )
+        .map_err(|e| EngineError::unavailable("batches registry", e))
+    }
+
+    /// Wait for the end of the run of `batch_id` in progress. A registry that
+    /// restarts drops the wait: it is asked again (the run goes on: its driver
+    /// replaces the coordinator). Bounded: gives up after the registry died
+    /// [`WATCH_ATTEMPTS`] times under the wait.
+    pub(crate) async fn watch(&self, batch_id: &str) -> Result<BatchOutcome> {
+        let mut last = String::new();
+        for attempt in 0..WATCH_ATTEMPTS {
+            match ractor::call!(self.get(), RegistryMessage::Watch, batch_id.to_string()) {
+                Ok(result) => return result,
+                Err(e) => {
+                    last = e.to_string();
+                    tokio::time::sleep(std::time::Duration::from_millis(10) * (attempt + 1)).await;
+                }
+            }
+        }
+        Err(EngineError::unavailable(
+            "batches registry",
+            format!("it kept restarting while the run of `{batch_id}` was watched ({last})"),
+        ))
+    }
+
+    /// The engine is shutting down: the registry starts no more runs.
+    pub(crate) fn close(&self) {
+        let _ = self.get().cast(RegistryMessage::Close);
+    }
+
+    /// Kill the coordinator of a running batch (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn kill_coordinator(&self, batch_id: &str) {
+        let _ = self.get().cast(RegistryMessage::Kill(batch_id.to_string()));
+    }
+}
+
+/// The typed handle of one run's coordinator.
+#[derive(Debug, Clone)]
+pub struct CoordinatorRef(pub(crate) ActorRef<CoordinatorMessage>);
+
+impl CoordinatorRef {
+    /// The coordinator's actor id.
+    pub fn get_id(&self) -> ActorId {
+        self.0.get_id()
+    }
+
+    /// Begin the run on its complete manifest; answers when every item
+    /// settled. `Err` if the coordinator died before it answered.
+    pub(crate) async fn begin(
+        &self,
+        head: BatchHead,
+    ) -> std::result::Result<Result<BatchOutcome>, ractor::RactorErr<CoordinatorMessage>> {
+        ractor::call!(self.0, CoordinatorMessage::Begin, Box::new(head))
+    }
+
+    /// An item of the run settled.
+    pub(crate) fn item_settled(&self, key: String, job_id: String, marker: Box<ItemMarker>) {
+        let _ = self.0.cast(CoordinatorMessage::ItemSettled {
+            key,
+            job_id,
+            marker,
+        });
+    }
+
+    /// The run's counters now (`None` if the coordinator is gone).
+    pub(crate) async fn progress(&self) -> Option<BatchProgress> {
+        ractor::call!(self.0, CoordinatorMessage::GetProgress).ok()
     }
 }
 
 /// The batches registry actor.
 #[derive(Debug)]
-pub struct Batches;
+pub struct BatchRegistry;
 
 /// State of the registry.
 #[derive(Debug)]
-pub struct BatchesState {
+pub struct RegistryState {
     services: Arc<Services>,
-    running: HashMap<String, ActorRef<CoordinatorMessage>>,
+    running: HashMap<String, CoordinatorRef>,
     by_actor: HashMap<ActorId, String>,
     /// Batches with a run in progress (its coordinator may be between a death
     /// and its replacement).
@@ -126,10 +279,10 @@ pub struct BatchesState {
     replacing: HashMap<ActorId, (Box<BatchSpec>, StartReply)>,
 }
 
-impl BatchesState {
+impl RegistryState {
     async fn start(
         &mut self,
-        myself: &ActorRef<BatchesMessage>,
+        myself: &ActorRef<RegistryMessage>,
         spec: Box<BatchSpec>,
         reply: StartReply,
     ) {
@@ -142,12 +295,13 @@ impl BatchesState {
         match Actor::spawn_linked(None, Coordinator, args, myself.get_cell()).await {
             Ok((coordinator, _)) => {
                 self.by_actor.insert(coordinator.get_id(), id.clone());
+                let coordinator = CoordinatorRef(coordinator);
                 self.running.insert(id.clone(), coordinator.clone());
                 self.runs.insert(id);
                 let _ = reply.send(Ok(coordinator));
             }
             Err(e) => {
-                let _ = reply.send(Err(EngineError::ActorUnavailable(e.to_string())));
+                let _ = reply.send(Err(EngineError::unavailable("batch coordinator", e)));
             }
         }
     }
@@ -161,7 +315,7 @@ impl BatchesState {
         match self.running.get(batch_id) {
             Some(c) if Some(c.get_id()) == coordinator => {
                 self.by_actor.remove(&c.get_id());
-                c.stop(None);
+                c.0.stop(None);
                 self.running.remove(batch_id);
             }
             // Another run's coordinator: this release is stale.
@@ -175,9 +329,9 @@ impl BatchesState {
     }
 }
 
-impl Actor for Batches {
-    type Msg = BatchesMessage;
-    type State = BatchesState;
+impl Actor for BatchRegistry {
+    type Msg = RegistryMessage;
+    type State = RegistryState;
     type Arguments = Arc<Services>;
 
     async fn pre_start(
@@ -185,7 +339,7 @@ impl Actor for Batches {
         _myself: ActorRef<Self::Msg>,
         services: Arc<Services>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(BatchesState {
+        Ok(RegistryState {
             services,
             running: HashMap::new(),
             by_actor: HashMap::new(),
@@ -204,7 +358,7 @@ impl Actor for Batches {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            BatchesMessage::Start {
+            RegistryMessage::Start {
                 spec,
                 replacing,
                 reply,
@@ -231,27 +385,22 @@ impl Actor for Batches {
                     (None, _) => state.start(&myself, spec, reply).await,
                 }
             }
-            BatchesMessage::ItemSettled(ItemEnd {
+            RegistryMessage::ItemSettled(ItemEnd {
                 batch_id,
                 key,
                 job_id,
                 marker,
             }) => {
                 if let Some(c) = state.running.get(&batch_id) {
-                    let _ = c.cast(CoordinatorMessage::ItemSettled {
-                        key,
-                        job_id,
-                        marker,
-                    });
+                    c.item_settled(key, job_id, marker);
                 }
             }
-            BatchesMessage::GetProgress(batch_id, reply) => {
+            RegistryMessage::GetProgress(batch_id, reply) => {
                 match state.running.get(&batch_id).cloned() {
                     Some(c) => {
                         // Answer from a task: the coordinator may be busy enqueueing.
                         tokio::spawn(async move {
-                            let _ =
-                                reply.send(ractor::call!(c, CoordinatorMessage::GetProgress).ok());
+                            let _ = reply.send(c.progress().await);
                         });
                     }
                     None => {
@@ -259,16 +408,16 @@ impl Actor for Batches {
                     }
                 }
             }
-            BatchesMessage::Lock(batch_id, reply) => {
+            RegistryMessage::Lock(batch_id, reply) => {
                 let ok = !state.running.contains_key(&batch_id)
                     && !state.runs.contains(&batch_id)
                     && state.locked.insert(batch_id);
                 let _ = reply.send(ok);
             }
-            BatchesMessage::Unlock(batch_id) => {
+            RegistryMessage::Unlock(batch_id) => {
                 state.locked.remove(&batch_id);
             }
-            BatchesMessage::Release {
+            RegistryMessage::Release {
                 batch_id,
                 coordinator,
                 result,
@@ -283,18 +432,18 @@ impl Actor for Batches {
                     let _ = done.send(());
                 }
             }
-            BatchesMessage::Watch(batch_id, reply) => {
+            RegistryMessage::Watch(batch_id, reply) => {
                 if state.runs.contains(&batch_id) {
                     state.watchers.entry(batch_id).or_default().push(reply);
                 } else {
                     let _ = reply.send(Err(EngineError::BatchNotRunning(batch_id)));
                 }
             }
-            BatchesMessage::Close => state.closed = true,
+            RegistryMessage::Close => state.closed = true,
             #[cfg(feature = "testing")]
-            BatchesMessage::Kill(batch_id) => {
+            RegistryMessage::Kill(batch_id) => {
                 if let Some(c) = state.running.get(&batch_id) {
-                    c.kill();
+                    c.0.kill();
                 }
             }
         }

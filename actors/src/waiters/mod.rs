@@ -31,7 +31,7 @@ use crate::services::Services;
 use crate::settle::JobEnd;
 
 /// Why a wait ended without an outcome.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum WaitError {
     /// No job with this id is known: never submitted, or retention removed its record.
     #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]
@@ -39,9 +39,10 @@ pub enum WaitError {
     /// The engine shut down before the job ended.
     #[error("the engine shut down before the job ended")]
     ShutDown,
-    /// Reading the records failed.
+    /// Reading the job's records failed, or the engine's waiters could not
+    /// be reached.
     #[error("reading the job's records failed: {0}")]
-    Read(String),
+    Read(crate::EngineError),
 }
 
 /// The message an actor that watches a job receives when the job ends.
@@ -87,11 +88,49 @@ pub enum WaitersMessage {
         result: Result<Option<OutcomeRecord>, WaitError>,
     },
     /// A barrier write finished (barrier mode).
-    Barrier(Result<(), String>),
+    Barrier(Result<(), crate::EngineError>),
     /// The engine is shutting down: fail every waiter.
     FailAll,
     /// How many runs have waiters.
     GetWaiting(RpcReplyPort<usize>),
+}
+
+/// The typed handle of the waiters, for their supervisor. A request whose
+/// waiters die drops its reply port: the caller (`EngineRef::wait_for`) asks
+/// again.
+#[derive(Debug, Clone)]
+pub struct WaitersRef(pub(crate) ActorRef<WaitersMessage>);
+
+impl WaitersRef {
+    /// The actor's cell.
+    pub fn get_cell(&self) -> ractor::ActorCell {
+        self.0.get_cell()
+    }
+
+    /// Answer `reply` when `run_id` ends; `recorded` is its outcome record as
+    /// the caller already read it.
+    pub(crate) fn await_run(
+        &self,
+        run_id: String,
+        recorded: Option<Box<OutcomeRecord>>,
+        reply: WaitReply,
+    ) {
+        let _ = self.0.cast(WaitersMessage::Await {
+            run_id,
+            reply,
+            recorded,
+        });
+    }
+
+    /// Answer `reply` with the outcome of `run_id` if it has durably ended.
+    pub(crate) fn peek(&self, run_id: String, reply: PeekReply) {
+        let _ = self.0.cast(WaitersMessage::Peek(run_id, reply));
+    }
+
+    /// The engine is stopping: fail every waiter.
+    pub(crate) fn fail_all(&self) {
+        let _ = self.0.cast(WaitersMessage::FailAll);
+    }
 }
 
 impl From<JobEnd> for WaitersMessage {
@@ -161,7 +200,7 @@ pub struct WaitersState {
 fn read_error(e: crate::EngineError) -> WaitError {
     match e {
         crate::EngineError::ShutDown => WaitError::ShutDown,
-        e => WaitError::Read(e.to_string()),
+        e => WaitError::Read(e),
     }
 }
 
@@ -223,14 +262,18 @@ impl WaitersState {
                 Ok(queue) => queue
                     .kv_put(keys::BARRIER_KEY, b"".as_slice())
                     .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+                    .map_err(crate::EngineError::from),
+                Err(e) => Err(e),
             };
             let _ = myself.cast(WaitersMessage::Barrier(result));
         });
     }
 
-    fn barrier_done(&mut self, myself: &ActorRef<WaitersMessage>, result: Result<(), String>) {
+    fn barrier_done(
+        &mut self,
+        myself: &ActorRef<WaitersMessage>,
+        result: Result<(), crate::EngineError>,
+    ) {
         let held = self.barrier.in_flight.take().unwrap_or_default();
         for h in held {
             match &result {
@@ -414,119 +457,4 @@ impl Actor for Waiters {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use taquba::Queue;
-    use taquba::object_store::{ObjectStore, memory::InMemory};
-
-    use super::*;
-    use crate::records::{Outcome, OutputRef};
-    use crate::services::SharedQueue;
-    use crate::settings::Settings;
-
-    const LIMIT: Duration = Duration::from_secs(5);
-
-    fn record(output: u8) -> OutcomeRecord {
-        OutcomeRecord {
-            job_id: "job".into(),
-            job_type: "t".into(),
-            input_hash: [0; 32],
-            attempts: 1,
-            finished_at_ms: 0,
-            outcome: Outcome::Succeeded(OutputRef::Inline(vec![output])),
-        }
-    }
-
-    /// A waiters actor over an empty store: a read of any run finds nothing.
-    async fn waiters() -> (ActorRef<WaitersMessage>, Arc<SharedQueue>) {
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let (queue, _) = SharedQueue::new(Queue::open(store.clone(), "q").await.unwrap());
-        let clock = queue.clock();
-        let services = Services::new(
-            &queue,
-            store,
-            Settings::default(),
-            clock,
-            HashMap::new(),
-            crate::events::channel(),
-        );
-        let args = WaitersArguments {
-            services: Arc::new(services),
-            restarted: false,
-        };
-        let (actor, _) = Actor::spawn(None, Waiters, args).await.unwrap();
-        (actor, queue)
-    }
-
-    fn await_recorded(
-        actor: &ActorRef<WaitersMessage>,
-        run_id: &str,
-        recorded: Option<OutcomeRecord>,
-    ) -> tokio::task::JoinHandle<Result<OutcomeRecord, WaitError>> {
-        let actor = actor.clone();
-        let run_id = run_id.to_string();
-        tokio::spawn(async move {
-            actor
-                .call(
-                    |reply| WaitersMessage::Await {
-                        run_id,
-                        reply,
-                        recorded: recorded.map(Box::new),
-                    },
-                    Some(LIMIT),
-                )
-                .await
-                .expect("the waiters actor answers")
-                .success_or(WaitError::Read("no answer in time".into()))
-                .expect("answered in time")
-        })
-    }
-
-    #[tokio::test]
-    async fn a_record_the_caller_read_answers_without_a_read() {
-        let (actor, _queue) = waiters().await;
-        // The store holds nothing for this run: a read would answer NotFound.
-        let got = await_recorded(&actor, "r", Some(record(7))).await.unwrap();
-        assert_eq!(got, Ok(record(7)));
-        let got = await_recorded(&actor, "r", None).await.unwrap();
-        assert_eq!(
-            got,
-            Err(WaitError::NotFound("r".into())),
-            "a read finds nothing"
-        );
-        actor.stop(None);
-    }
-
-    #[tokio::test]
-    async fn a_record_read_while_its_commit_is_in_flight_waits_for_the_durable_settlement() {
-        let (actor, _queue) = waiters().await;
-        actor
-            .cast(WaitersMessage::End(JobEnd::Settling("r".into())))
-            .unwrap();
-        let waiting = await_recorded(&actor, "r", Some(record(7)));
-        // Messages are handled in order: once the count is 1, the `Await` was
-        // handled and did not answer from the record it carried.
-        let mut waiting_count = 0;
-        for _ in 0..1000 {
-            waiting_count = ractor::call!(actor, WaitersMessage::GetWaiting).unwrap();
-            if waiting_count == 1 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(
-            waiting_count, 1,
-            "the caller waits instead of being answered"
-        );
-        assert!(!waiting.is_finished());
-        actor
-            .cast(WaitersMessage::End(JobEnd::Ended {
-                run_id: "r".into(),
-                record: Box::new(record(8)),
-            }))
-            .unwrap();
-        assert_eq!(waiting.await.unwrap(), Ok(record(8)));
-        actor.stop(None);
-    }
-}
+mod tests;
