@@ -1,4 +1,4 @@
-//! BatchRegistry, bytes-level: what a run is given and reports (`BatchSpec`,
+//! Batches, bytes-level: what a run is given and reports (`BatchSpec`,
 //! `BatchOutcome`, the sink seam), the checks of ids and keys, the status read
 //! from the item markers, and the removal of a batch's data.
 //!
@@ -59,7 +59,7 @@ pub trait RecordSink: Send + Sync + 'static {
     /// [`BatchOutcome::sink_error_keys`], and logged; the run goes on.
     fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), SinkError>;
     /// Called once when the run completes, after its last record. An `Err`
-    /// fails the run with [`EngineError::SinkFailed`](crate::EngineError::SinkFailed).
+    /// fails the run with [`EngineError::SinkFailed`].
     fn flush(&self) -> std::result::Result<(), SinkError> {
         Ok(())
     }

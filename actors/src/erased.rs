@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::effects::{CostMeter, Effects};
 use crate::error::Result;
+use crate::jobs::{CancelResult, JobState, SubmitRequest, Submitted};
 use crate::memo::Memo;
 use crate::records::FailureKind;
 use crate::records::{OutcomeRecord, OutputRef};
 pub use crate::services::Kind;
-use crate::services::{CancelResult, JobState, SubmitRequest, Submitted};
 
 /// One delivery of a job to its handler.
 #[derive(Debug, Clone)]

@@ -75,9 +75,6 @@ pub fn queue_for(prefix: &str, name: &str) -> String {
     format!("{prefix}.{cut}-{}", &hex_sha256(name.as_bytes())[..16])
 }
 
-/// Default object-store prefix of memo entries and output blobs.
-pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
-
 /// A key written (durably) only to wait for the queue's flush: once that
 /// write is durable, every commit visible before it is durable too. The
 /// waiters use it after a restart (see the waiters module).
@@ -98,6 +95,19 @@ pub fn outcome_key(run_id: &str) -> Vec<u8> {
 /// `run` never matches `run-suffix`).
 pub fn memo_dir(blob_prefix: &str, run_id: &str) -> String {
     format!("{blob_prefix}/v1/memo/{run_id}/")
+}
+
+/// Object prefix of the memo entries of a batch item's run:
+/// `{blob}/v1/batches/{batch_id}/memo/{run_id}/`, under the batch's own
+/// prefix so that forgetting the batch removes one prefix.
+pub fn item_memo_dir(blob_prefix: &str, batch_id: &str, run_id: &str) -> String {
+    format!("{}memo/{run_id}/", batch_blob_dir(blob_prefix, batch_id))
+}
+
+/// Object path of one memo entry in the memo `dir` ([`memo_dir`] or
+/// [`item_memo_dir`]): the entry's key, hashed.
+pub fn memo_entry_path(dir: &str, key: &str) -> String {
+    format!("{dir}{}", hex_sha256(key.as_bytes()))
 }
 
 /// Object path of an output too large for KV: `{blob}/v1/outputs/{run_id}/{job_id}`.

@@ -16,6 +16,7 @@ pub mod effects;
 pub mod erased;
 pub mod error;
 pub mod events;
+pub mod jobs;
 pub mod keys;
 mod lookups;
 pub mod manifest;
@@ -49,15 +50,14 @@ pub use batch::{
 pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use error::{EngineError, Result};
 pub use events::EngineEvent;
+pub use jobs::{CancelResult, JobState, SubmitRequest, Submitted};
 pub use pool::PoolStats;
 #[cfg(feature = "testing")]
 pub use protocol::ChildKind;
 pub use protocol::{EngineConfig, EngineMessage, EngineRef, QueueSource, ShutdownReport};
 pub use records::{Cost, ItemStatus};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
-pub use services::{
-    CancelResult, JobState, Route, Services, SharedQueue, SubmitRequest, Submitted,
-};
+pub use services::{Route, Services, SharedQueue};
 pub use settings::{MemoWrites, Settings};
 pub use sweeper::SweepReport;
 pub use waiters::{JobFinished, WaitError};

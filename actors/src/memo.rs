@@ -61,11 +61,7 @@ impl Memo {
     ) -> Self {
         Self {
             store,
-            dir: format!(
-                "{}memo/{run_id}/",
-                keys::batch_blob_dir(blob_prefix, batch_id)
-            )
-            .into(),
+            dir: keys::item_memo_dir(blob_prefix, batch_id, run_id).into(),
             unwritten: None,
         }
     }
@@ -80,7 +76,7 @@ impl Memo {
     }
 
     fn path(&self, key: &str) -> Path {
-        Path::from(format!("{}{}", self.dir, keys::hex_sha256(key.as_bytes())))
+        Path::from(keys::memo_entry_path(&self.dir, key))
     }
 
     fn lock(&self) -> Option<std::sync::MutexGuard<'_, Buffer>> {

@@ -12,12 +12,13 @@ use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchS
 use crate::erased::{BoxFuture, JobEngine, Registration};
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
+use crate::jobs::{CancelResult, JobState, SubmitRequest, Submitted};
 use crate::keys;
 use crate::parking;
 use crate::pool::PoolStats;
 use crate::records::{OutcomeRecord, OutputRef};
 use crate::registry::RegistryRef;
-use crate::services::{CancelResult, JobState, Services, SubmitRequest, Submitted};
+use crate::services::Services;
 use crate::settings::Settings;
 pub use crate::shutdown::ShutdownReport;
 pub use crate::startup::QueueSource;

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use crate::error::{EngineError, Result};
 
+/// Default object-store prefix of memo entries and output blobs
+/// ([`Settings::blob_prefix`]).
+pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
+
 /// Settings of one engine.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -100,7 +104,7 @@ impl Default for Settings {
             max_concurrent_jobs: 16,
             poll_interval: Duration::from_millis(100),
             retention: None,
-            blob_prefix: crate::keys::DEFAULT_BLOB_PREFIX.into(),
+            blob_prefix: DEFAULT_BLOB_PREFIX.into(),
             settlement_window: 1024,
             restart_backoff_base: Duration::from_millis(50),
             restart_backoff_max: Duration::from_secs(5),

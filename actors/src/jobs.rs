@@ -1,0 +1,368 @@
+//! The bytes-level job operations of the engine, on [`Services`]: submit
+//! (with the keyed compare-and-commit), read a job's outcome, record and
+//! state, read an output, cancel; and the types they take and answer.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use taquba::object_store::ObjectStoreExt;
+use taquba::object_store::path::Path;
+use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, JobStatus, SettlementEffects};
+
+use crate::error::{EngineError, Result};
+use crate::events::EngineEvent;
+use crate::keys;
+use crate::records::{self, Outcome, OutcomeRecord, OutputRef, RunRecord};
+use crate::services::Services;
+
+/// A job to submit, as bytes.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitRequest {
+    /// Job type name; routes the job to its handler.
+    pub job_type: String,
+    /// The encoded job.
+    pub payload: Vec<u8>,
+    /// Idempotency key: submissions with one key are one job.
+    pub idempotency_key: Option<String>,
+    /// Headers stored on the job (no `gaffer.` prefix).
+    pub headers: HashMap<String, String>,
+    /// Priority (lower is claimed first); `None` = queue default.
+    pub priority: Option<u32>,
+    /// Attempt limit; `None` = queue default.
+    pub max_attempts: Option<u32>,
+    /// Earliest time to run; `None` = now.
+    pub run_at: Option<SystemTime>,
+}
+
+/// What a submission came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// Run id: the job's id from now on.
+    pub run_id: String,
+    /// True when this call created the job; false when it joined a live job or
+    /// found a recorded outcome.
+    pub newly_submitted: bool,
+    /// The outcome record this submission was answered from, when the job had
+    /// already ended. It was read from the store and may belong to a commit
+    /// still in flight: [`EngineRef::await_recorded`](crate::EngineRef::await_recorded)
+    /// returns it once it is durable, without reading it again.
+    pub recorded: Option<Box<OutcomeRecord>>,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for its `run_at`, or for a retry's backoff.
+    Scheduled,
+    /// Waiting to be claimed.
+    Queued,
+    /// Claimed by a handler.
+    Running,
+    /// Finished with an output.
+    Succeeded,
+    /// Finished with a failure.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl JobState {
+    /// Whether the job has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    pub(crate) fn of(outcome: &Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded(_) => Self::Succeeded,
+            Outcome::Failed { .. } => Self::Failed,
+            Outcome::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+/// What a cancel request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelResult {
+    /// The job had not started; it is removed and recorded as cancelled.
+    Cancelled,
+    /// The job is running: its cancel token fired, and it is recorded as
+    /// cancelled when its handler returns.
+    Requested,
+    /// The job had already ended in this state.
+    AlreadyFinished(JobState),
+}
+
+/// Rounds of a submit or cancel that keeps racing concurrent changes.
+const MAX_SUBMIT_ROUNDS: usize = 16;
+
+impl Services {
+    /// Submit a job. With an idempotency key, a live job with the same key is
+    /// joined and a recorded outcome answers, atomically: the run record is
+    /// created only if neither a run record nor an outcome record exists.
+    ///
+    /// Order of checks: reserved headers (before any read, so a finished key
+    /// does not hide them); for a keyed job, its outcome record (a finished job
+    /// answers from it with one read); then the compare-and-commit that creates
+    /// the job, and on a miss the run record, then the outcome record.
+    pub async fn submit(&self, req: SubmitRequest) -> Result<Submitted> {
+        if let Some(h) = req
+            .headers
+            .keys()
+            .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        let job_queue = self.job_queue(&req.job_type)?;
+        let queue = self.queue()?;
+        let hash = keys::input_hash(&req.job_type, &req.payload);
+        let Some(key) = req.idempotency_key.as_deref() else {
+            let job_id = queue.next_job_id();
+            let effects = SettlementEffects::default().kv_put(
+                keys::run_key(&job_id),
+                self.run_record(&job_id, &req.job_type, hash)?,
+            );
+            let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
+            queue
+                .enqueue_with_effects(job_queue, payload, opts, effects)
+                .await?;
+            return Ok(Submitted {
+                run_id: job_id,
+                newly_submitted: true,
+                recorded: None,
+            });
+        };
+        let run_id = keys::keyed_run_id(key);
+        let outcome_key = keys::outcome_key(&run_id);
+        // A finished job answers from its outcome record, without preparing a
+        // job or a transaction. This is the answer the compare-and-commit below
+        // would give at the moment of the read: an outcome record and a run
+        // record never exist together (a keyed job is created only when both
+        // are absent; the transaction that writes the outcome record deletes
+        // the run record), so the compare would fail, the run record would be
+        // absent and this outcome record would decide. Its input hash decides
+        // "same job" or `InputMismatch` exactly as there.
+        if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+            let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
+            return self.answer_recorded(rec, hash, run_id);
+        }
+        let run_key = keys::run_key(&run_id);
+        for _ in 0..MAX_SUBMIT_ROUNDS {
+            let job_id = queue.next_job_id();
+            let (options, payload) = self.enqueue_options(&req, &run_id, &job_id);
+            let effects = SettlementEffects::default()
+                .kv_put(
+                    run_key.clone(),
+                    self.run_record(&job_id, &req.job_type, hash)?,
+                )
+                .enqueue(EnqueueRequest {
+                    queue: job_queue.to_string(),
+                    payload,
+                    options,
+                });
+            let compares: [(&[u8], Option<&[u8]>); 2] = [(&run_key, None), (&outcome_key, None)];
+            if queue.kv_compare_commit(&compares, effects).await?.is_some() {
+                return Ok(Submitted {
+                    run_id,
+                    newly_submitted: true,
+                    recorded: None,
+                });
+            }
+            // Someone holds the id: a live run or a recorded outcome. Read the run
+            // record first: a run that ends between the two reads has its outcome
+            // committed in the same transaction that deleted the run record.
+            if let Some(bytes) = queue.view().kv_get(&run_key).await? {
+                let run: RunRecord = records::decode(&run_key, &bytes)?;
+                return self.answer(run.input_hash, hash, run_id);
+            }
+            if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+                let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
+                return self.answer_recorded(rec, hash, run_id);
+            }
+            // Both were removed in between (retention): try again.
+        }
+        Err(EngineError::Contended {
+            operation: format!("the submission of `{run_id}`"),
+        })
+    }
+
+    /// A submission that joins the run `run_id`, whose input hash is
+    /// `run_hash` (`InputMismatch` unless it is this submission's `hash`).
+    fn answer(&self, run_hash: [u8; 32], hash: [u8; 32], run_id: String) -> Result<Submitted> {
+        if run_hash == hash {
+            Ok(Submitted {
+                run_id,
+                newly_submitted: false,
+                recorded: None,
+            })
+        } else {
+            Err(EngineError::InputMismatch(run_id))
+        }
+    }
+
+    /// A submission answered by the outcome record of the ended run `run_id`.
+    fn answer_recorded(
+        &self,
+        record: OutcomeRecord,
+        hash: [u8; 32],
+        run_id: String,
+    ) -> Result<Submitted> {
+        let mut submitted = self.answer(record.input_hash, hash, run_id)?;
+        submitted.recorded = Some(Box::new(record));
+        Ok(submitted)
+    }
+
+    fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Result<Vec<u8>> {
+        records::encode(&RunRecord {
+            job_id: job_id.to_string(),
+            job_type: job_type.to_string(),
+            input_hash,
+            submitted_at_ms: self.clock().now_ms(),
+        })
+    }
+
+    fn enqueue_options(
+        &self,
+        req: &SubmitRequest,
+        run_id: &str,
+        job_id: &str,
+    ) -> (EnqueueOptions, Vec<u8>) {
+        let mut headers = req.headers.clone();
+        headers.insert(keys::HEADER_TYPE.into(), req.job_type.clone());
+        headers.insert(keys::HEADER_RUN.into(), run_id.into());
+        // gaffer counts attempts itself (see `attempts`): the queue's own
+        // limit is out of reach, and a limit other than the queue's default
+        // travels in a header.
+        if let Some(limit) = req.max_attempts {
+            headers.insert(keys::HEADER_ATTEMPTS.into(), limit.max(1).to_string());
+        }
+        let opts = EnqueueOptions::default()
+            .headers(headers)
+            .id_override(job_id.to_string())
+            .priority(req.priority)
+            .max_attempts(keys::QUEUE_ATTEMPTS)
+            .run_at(req.run_at);
+        (opts, req.payload.clone())
+    }
+
+    /// The outcome record of a run, if it has ended and the record is retained.
+    pub async fn outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
+        check_id(run_id)?;
+        let key = keys::outcome_key(run_id);
+        match self.queue()?.view().kv_get(&key).await? {
+            Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The active-run record of a run, if it is queued, scheduled or running.
+    pub async fn run_record_of(&self, run_id: &str) -> Result<Option<RunRecord>> {
+        check_id(run_id)?;
+        let key = keys::run_key(run_id);
+        match self.queue()?.view().kv_get(&key).await? {
+            Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of a success output, fetching a blob if the output was large.
+    pub async fn output_bytes(&self, output: &OutputRef) -> Result<Vec<u8>> {
+        match output {
+            OutputRef::Inline(bytes) => Ok(bytes.clone()),
+            OutputRef::Blob(path) => {
+                let found = self.store().get(&Path::from(path.as_str())).await?;
+                Ok(found.bytes().await?.to_vec())
+            }
+        }
+    }
+
+    /// Where a job is now; `None` if no job with this id is known (never
+    /// submitted, or its record was removed by retention). Durable: works across
+    /// restarts.
+    pub async fn state(&self, run_id: &str) -> Result<Option<JobState>> {
+        if let Some(run) = self.run_record_of(run_id).await? {
+            let record = self.queue()?.view().job_record(&run.job_id).await?;
+            return Ok(Some(match record.map(|r| r.status) {
+                Some(JobStatus::Scheduled) => JobState::Scheduled,
+                Some(JobStatus::Pending) | None => JobState::Queued,
+                // Done/Dead with the run record still present: the settlement
+                // is in progress.
+                Some(JobStatus::Claimed | JobStatus::Done | JobStatus::Dead) => JobState::Running,
+            }));
+        }
+        Ok(self
+            .outcome(run_id)
+            .await?
+            .map(|r| JobState::of(&r.outcome)))
+    }
+
+    /// Cancel a job. A queued job is removed and recorded as cancelled in one
+    /// transaction; a running job's cancel token fires and its handler's return
+    /// is recorded as cancelled.
+    pub async fn cancel(&self, run_id: &str) -> Result<(CancelResult, Option<OutcomeRecord>)> {
+        let queue = self.queue()?;
+        for _ in 0..MAX_SUBMIT_ROUNDS {
+            let Some(run) = self.run_record_of(run_id).await? else {
+                return match self.outcome(run_id).await? {
+                    Some(rec) => Ok((
+                        CancelResult::AlreadyFinished(JobState::of(&rec.outcome)),
+                        None,
+                    )),
+                    None => Err(EngineError::JobNotFound(run_id.to_string())),
+                };
+            };
+            let record = OutcomeRecord {
+                job_id: run.job_id.clone(),
+                job_type: run.job_type.clone(),
+                input_hash: run.input_hash,
+                attempts: 0,
+                finished_at_ms: self.clock().now_ms(),
+                outcome: Outcome::Cancelled,
+            };
+            let effects = self.terminal_effects(run_id, &record)?;
+            match queue.cancel_with(&run.job_id, effects).await?.0 {
+                CancelOutcome::Removed => {
+                    self.emit(EngineEvent::JobCancelled {
+                        run_id: run_id.to_string(),
+                    });
+                    return Ok((CancelResult::Cancelled, Some(record)));
+                }
+                CancelOutcome::Requested => return Ok((CancelResult::Requested, None)),
+                // Ended between our read and the cancel: look again.
+                CancelOutcome::NotFound => continue,
+            }
+        }
+        Err(EngineError::Contended {
+            operation: format!("the cancel of `{run_id}`"),
+        })
+    }
+
+    /// Read a committed value from the caller KV namespace.
+    pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.queue()?.view().kv_get(key).await?.map(|b| b.to_vec()))
+    }
+
+    /// The effects that end a run: delete its run record, write its outcome
+    /// record and, under retention, its expiry entry.
+    pub(crate) fn terminal_effects(
+        &self,
+        run_id: &str,
+        record: &OutcomeRecord,
+    ) -> Result<SettlementEffects> {
+        let mut effects = SettlementEffects::default()
+            .kv_delete(keys::run_key(run_id))
+            .kv_put(keys::outcome_key(run_id), records::encode(record)?);
+        if self.settings().retention.is_some() {
+            effects = effects.expiry_entry(self.expiry(), record.finished_at_ms, run_id.as_bytes());
+        }
+        Ok(effects)
+    }
+}
+
+fn check_id(run_id: &str) -> Result<()> {
+    if keys::is_valid_id(run_id) {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidJobId(run_id.to_string()))
+    }
+}
