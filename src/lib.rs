@@ -71,12 +71,17 @@ pub use gaffer_actors::effects::Effects;
 /// Test helpers (feature `testing`): a fault-injecting object store.
 #[cfg(feature = "testing")]
 pub use gaffer_actors::testing;
+/// The engine's protocol, for services that talk to it by message
+/// (`EngineMessage`, `EngineRef`) and what those messages carry and answer.
 pub use gaffer_actors::{
-    Attempts, BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineError, EngineEvent,
-    EngineMessage, EngineRef, FailureKind, ItemRecord, JobFinished, JobState, MemoWrites, Outcome,
-    OutcomeRecord, OutputRef, PoolStats, Settings, ShutdownReport, SubmitRequest, Submitted,
-    SweepReport, WaitError,
+    BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineMessage, EngineRef, JobFinished,
+    JobState, Outcome, OutcomeRecord, OutputRef, PoolStats, ShutdownReport, SubmitRequest,
+    Submitted, SweepReport, WaitError,
 };
+/// A bytes-level batch sink ([`BatchSpec::sink`]) and what it is given.
+pub use gaffer_actors::{ItemRecord, RecordSink, SinkError};
+/// Settings, events and the engine's errors.
+pub use gaffer_actors::{EngineError, EngineEvent, FailureKind, MemoWrites, Settings};
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;
 /// The durable queue gaffer runs on, and its object-store crate.
