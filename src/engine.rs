@@ -92,7 +92,16 @@ impl Engine {
         decode_outcome::<J>(self.jobs.as_ref(), record).await
     }
 
-    /// Lifecycle events.
+    /// Lifecycle events, from now on (take the subscription on the builder,
+    /// [`EngineBuilder::subscribe`], to see every event from the start).
+    ///
+    /// The stream ends when the engine stops, even while clones of this
+    /// `Engine` are alive: after a graceful shutdown the last event is
+    /// [`EngineEvent::ShutDown`] with the shutdown's report, after the store
+    /// was taken over by another process it is [`EngineEvent::StoreClosed`];
+    /// then `recv` answers `RecvError::Closed`. A subscription taken after
+    /// the engine stopped is already ended. A subscriber that falls more than
+    /// 4096 events behind is told so (`RecvError::Lagged`) and goes on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.inner.subscribe()
     }
@@ -266,7 +275,10 @@ impl EngineBuilder {
 
     /// Lifecycle events of the engine this builder starts, from its very
     /// start (a subscription taken after `start` can miss the first events:
-    /// jobs left queued in the store may already run).
+    /// jobs left queued in the store may already run). The stream ends as
+    /// [`Engine::subscribe`]'s does: after the engine's last event
+    /// ([`EngineEvent::ShutDown`] or [`EngineEvent::StoreClosed`]), or at
+    /// once if the builder is dropped or fails to start.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.events.subscribe()
     }

@@ -368,7 +368,9 @@ impl EngineRef {
         ractor::call!(self.actor, EngineMessage::SweepNow).map_err(unavailable)
     }
 
-    /// Subscribe to lifecycle events.
+    /// Subscribe to lifecycle events. The stream ends after the engine's
+    /// last event ([`EngineEvent::ShutDown`] or [`EngineEvent::StoreClosed`]),
+    /// even while clones of this handle are alive.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.services.subscribe()
     }

@@ -76,6 +76,10 @@ pub struct SupervisorState {
     pools: HashMap<String, ActorRef<PoolMessage>>,
     children: HashMap<ractor::ActorId, Child>,
     shutting_down: bool,
+    /// The event channel's one lasting sender (the services hold it weakly):
+    /// dropped, after the last event, when the engine stops, which ends
+    /// every subscriber's stream.
+    events: Option<crate::events::EventSender>,
 }
 
 impl std::fmt::Debug for SupervisorState {
@@ -187,6 +191,8 @@ impl SupervisorState {
         self.services.emit(crate::events::EngineEvent::StoreClosed {
             reason: reason.clone(),
         });
+        // The last event: subscribers' streams end.
+        self.events = None;
         let _ = self.waiters.cast(WaitersMessage::FailAll);
         self.children.clear();
         myself
@@ -245,7 +251,7 @@ impl Actor for Supervisor {
             config.settings,
             clock,
             routes,
-            events,
+            events.clone(),
         ));
         let cell = myself.get_cell();
         let waiters_args = WaitersArguments {
@@ -285,6 +291,7 @@ impl Actor for Supervisor {
             batches,
             pools: HashMap::new(),
             shutting_down: false,
+            events: Some(events),
         };
         let names: Vec<String> = state.registrations.keys().cloned().collect();
         for name in names {
@@ -385,9 +392,17 @@ impl Actor for Supervisor {
                     grace: state.services.settings().shutdown_grace,
                 };
                 state.children.clear();
+                let events = state.events.take();
                 let me = myself.clone();
                 tokio::spawn(async move {
                     let report = shut_down(closing).await;
+                    // The last event; dropping the sender then ends every
+                    // subscriber's stream, before the caller is answered.
+                    if let Some(events) = events {
+                        let _ = events.send(crate::events::EngineEvent::ShutDown {
+                            report: report.clone(),
+                        });
+                    }
                     let _ = reply.send(report);
                     me.stop(Some("shutdown".into()));
                 });
