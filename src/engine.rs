@@ -62,6 +62,14 @@ impl Engine {
         Ok(JobHandle::new(id.to_string(), false, self.jobs.clone()))
     }
 
+    /// A handle on the job submitted with idempotency key `key`, without
+    /// submitting anything: its id is [`keyed_job_id`](crate::keyed_job_id)`(key)`.
+    /// As with [`handle`](Self::handle), the job need not exist: `join`
+    /// reports an unknown job.
+    pub fn keyed_handle<J: Job>(&self, key: &str) -> JobHandle<J> {
+        JobHandle::new(crate::keyed_job_id(key), false, self.jobs.clone())
+    }
+
     /// The batch `id` of pipeline `P` (1-128 characters of `[A-Za-z0-9_-]`).
     pub fn batch<P: Pipeline>(&self, id: &str) -> Result<Batch<P>> {
         gaffer_actors::batch::check_batch_id(id)?;

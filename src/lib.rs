@@ -58,7 +58,7 @@ pub use cost::CostReport;
 pub use engine::{Engine, EngineBuilder};
 pub use error::{Error, JobError, JoinError, Result};
 pub use handle::JobHandle;
-pub use job::{Job, payload_idempotency_key};
+pub use job::{Job, keyed_job_id, payload_idempotency_key};
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
 pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
 pub use sink::{

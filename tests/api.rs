@@ -306,3 +306,43 @@ async fn a_fenced_engines_stream_ends_after_its_store_closed_event() {
     assert_eq!(first.subscribe().recv().await, Err(RecvError::Closed));
     second.shutdown().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// 3. A keyed job's id, from its key alone.
+
+#[derive(Serialize, Deserialize)]
+struct Greet {
+    user: String,
+}
+
+impl Job for Greet {
+    const NAME: &'static str = "greet";
+    type Output = String;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<String, Self::Error> {
+        Ok(format!("hello {}", self.user))
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("greet:{}", self.user))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_jobs_id_is_computed_from_its_key_as_the_engine_does() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Greet>()
+        .start()
+        .await
+        .unwrap();
+    // Computed before the job exists.
+    let id = gaffer::keyed_job_id("greet:ada");
+    let handle = engine.submit(Greet { user: "ada".into() }).await.unwrap();
+    assert_eq!(handle.id(), id);
+    assert_eq!(handle.await.unwrap(), "hello ada");
+    // A handle from the key alone reads the same job.
+    let by_key = engine.keyed_handle::<Greet>("greet:ada");
+    assert_eq!(by_key.id(), id);
+    assert_eq!(by_key.join().await.unwrap(), Ok("hello ada".to_string()));
+    assert_ne!(gaffer::keyed_job_id("greet:bob"), id);
+    engine.shutdown().await.unwrap();
+}
