@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use gaffer::{EngineEvent, Job, JobContext, MemoWrites, Settings};
+use gaffer::{
+    BulkCtx, EngineEvent, ItemError, ItemOutcome, Job, JobContext, MemoWrites, Pipeline, Settings,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -344,5 +346,87 @@ async fn a_keyed_jobs_id_is_computed_from_its_key_as_the_engine_does() {
     assert_eq!(by_key.id(), id);
     assert_eq!(by_key.join().await.unwrap(), Ok("hello ada".to_string()));
     assert_ne!(gaffer::keyed_job_id("greet:bob"), id);
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 4. A batch's items, listed a page at a time with their typed outputs.
+
+/// Doubles its input; fails multiples of 5; input 0 outputs a string over
+/// the KV cap (kept as a blob).
+struct Doubler;
+
+impl Pipeline for Doubler {
+    const NAME: &'static str = "doubler";
+    type Input = u32;
+    type Output = (u32, String);
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<(u32, String), ItemError> {
+        ctx.record_cost("calls", 1.0);
+        match ctx.input {
+            0 => Ok((0, "x".repeat(1 << 20))),
+            n if n % 5 == 0 => Err(ItemError::permanent(format!("{n} is a multiple of 5"))),
+            n => Ok((n * 2, String::new())),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batchs_items_are_listed_page_by_page_with_their_outcomes_and_outputs() {
+    let engine = common::memory_builder(common::mock_clock())
+        .pipeline(Doubler)
+        .start()
+        .await
+        .unwrap();
+    let batch = engine
+        .batch::<Doubler>("listed")
+        .unwrap()
+        .key_fn(|n| format!("k{n:02}"));
+    let report = batch.run(0..23).await.unwrap();
+    assert_eq!((report.succeeded, report.failed), (19, 4));
+
+    let mut listed = Vec::new();
+    let mut pages = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let page = batch.items(after.as_deref(), 10).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 10);
+        listed.extend(page.items);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3, "23 items in pages of 10");
+    let keys: Vec<&str> = listed.iter().map(|i| i.key.as_str()).collect();
+    let want: Vec<String> = (0..23).map(|n| format!("k{n:02}")).collect();
+    assert_eq!(keys, want, "every item once, in key order");
+    for (n, item) in listed.iter().enumerate() {
+        let n = n as u32;
+        let want = match n {
+            0 => ItemOutcome::Succeeded((0, "x".repeat(1 << 20))),
+            n if n % 5 == 0 => ItemOutcome::Failed(format!("{n} is a multiple of 5")),
+            n => ItemOutcome::Succeeded((n * 2, String::new())),
+        };
+        assert_eq!(item.outcome, want, "item {}", item.key);
+        assert_eq!(item.cost.get("calls"), 1.0, "item {}", item.key);
+    }
+    // Past the last key, an empty last page.
+    let end = batch.items(Some("k22"), 10).await.unwrap();
+    assert_eq!((end.items.len(), end.next), (0, None));
+    // An unknown batch is a typed error.
+    let unknown = engine
+        .batch::<Doubler>("never-run")
+        .unwrap()
+        .items(None, 10)
+        .await;
+    assert!(
+        matches!(
+            unknown,
+            Err(gaffer::Error::Engine(gaffer::EngineError::BatchNotFound(ref id))) if id == "never-run"
+        ),
+        "{unknown:?}"
+    );
     engine.shutdown().await.unwrap();
 }
