@@ -86,8 +86,10 @@ impl Engine {
         Ok(self.inner.cancel(id).await?)
     }
 
-    /// Where the job with this id is now.
-    pub async fn status(&self, id: &str) -> Result<Option<JobState>> {
+    /// Where the job with this id is now. `Err(`[`EngineError::JobNotFound`]`)`
+    /// if no record of it exists: never submitted, or its record passed
+    /// retention (see [`JobHandle::fetch_result`]).
+    pub async fn status(&self, id: &str) -> Result<JobState> {
         Ok(self.inner.status(id).await?)
     }
 

@@ -8,11 +8,15 @@ mod common;
 
 use std::time::Duration;
 
+use gaffer::ractor::call;
 use gaffer::{
-    BulkCtx, EngineEvent, ItemError, ItemOutcome, Job, JobContext, MemoWrites, Pipeline, Settings,
+    BulkCtx, Engine, EngineError, EngineEvent, EngineMessage, ItemError, ItemOutcome, Job,
+    JobContext, JobState, MemoWrites, Pipeline, Settings, WaitError,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
+
+use common::Gate;
 
 /// Upper bound (virtual time) for anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -428,5 +432,103 @@ async fn a_batchs_items_are_listed_page_by_page_with_their_outcomes_and_outputs(
         ),
         "{unknown:?}"
     );
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 5. One meaning on every read path: `Ok(None)` = exists, not ended;
+//    `JobNotFound` = no record (never submitted, or past retention).
+
+/// Waits at the engine's gate, then returns its input.
+#[derive(Serialize, Deserialize)]
+struct Gated(u32);
+
+impl Job for Gated {
+    const NAME: &'static str = "gated";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Gate>().wait().await;
+        Ok(self.0)
+    }
+}
+
+/// Whether `r` is the typed layer's `JobNotFound` for `id`.
+fn is_not_found<T>(r: &gaffer::Result<T>, id: &str) -> bool {
+    matches!(r, Err(gaffer::Error::Engine(EngineError::JobNotFound(got))) if got == id)
+}
+
+/// Every read path on `id` answers "no record of this job".
+async fn every_read_says_not_found(engine: &Engine, id: &str) {
+    let handle = engine.handle::<Gated>(id).unwrap();
+    let fetched = handle.fetch_result().await;
+    assert!(is_not_found(&fetched, id), "fetch_result: {fetched:?}");
+    let status = handle.status().await;
+    assert!(is_not_found(&status, id), "status: {status:?}");
+    let joined = handle.join().await;
+    assert!(is_not_found(&joined, id), "join: {joined:?}");
+    let cancelled = handle.cancel().await;
+    assert!(is_not_found(&cancelled, id), "cancel: {cancelled:?}");
+    let status = engine.status(id).await;
+    assert!(is_not_found(&status, id), "Engine::status: {status:?}");
+    // The error says both ways a job can be unknown.
+    let message = fetched.unwrap_err().to_string();
+    assert!(
+        message.contains("never submitted") && message.contains("retention"),
+        "{message}"
+    );
+    // By message, the same answers.
+    let peek = call!(engine.actor(), EngineMessage::PeekOutcome, id.to_string()).unwrap();
+    assert_eq!(peek, Err(WaitError::NotFound(id.to_string())));
+    let waited = call!(engine.actor(), EngineMessage::AwaitJob, id.to_string()).unwrap();
+    assert_eq!(waited, Err(WaitError::NotFound(id.to_string())));
+    let status = call!(engine.actor(), EngineMessage::JobStatus, id.to_string()).unwrap();
+    assert!(
+        matches!(&status, Err(EngineError::JobNotFound(got)) if got == id),
+        "JobStatus: {status:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_every_path() {
+    let clock = common::mock_clock();
+    let gate = Gate::closed();
+    let engine = common::memory_builder(clock.clone())
+        .retention(Duration::from_secs(60))
+        .state(gate.clone())
+        .register::<Gated>()
+        .start()
+        .await
+        .unwrap();
+    let handle = engine.submit(Gated(7)).await.unwrap();
+    gate.wait_entered(1, LIMIT).await;
+
+    // It exists and has not ended: `Ok(None)`, never `JobNotFound`.
+    assert_eq!(handle.fetch_result().await.unwrap(), None);
+    assert_eq!(handle.status().await.unwrap(), JobState::Running);
+    assert_eq!(
+        handle.join_timeout(Duration::from_secs(1)).await.unwrap(),
+        None
+    );
+    let peek = call!(
+        engine.actor(),
+        EngineMessage::PeekOutcome,
+        handle.id().into()
+    )
+    .unwrap();
+    assert_eq!(peek, Ok(None));
+
+    gate.open();
+    assert_eq!(handle.join().await.unwrap(), Ok(7));
+    assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(7)));
+    assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
+
+    // Past retention the record is gone: every path says the job is unknown,
+    // exactly as for an id never submitted.
+    clock.advance(Duration::from_secs(61));
+    let swept = engine.engine_ref().sweep_now().await.unwrap();
+    assert!(swept.expired >= 1, "{swept:?}");
+    every_read_says_not_found(&engine, handle.id()).await;
+    every_read_says_not_found(&engine, "never-submitted").await;
     engine.shutdown().await.unwrap();
 }

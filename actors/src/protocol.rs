@@ -43,8 +43,8 @@ pub enum EngineMessage {
     /// Tell this actor (by a [`JobFinished`] message) when the job ends. The
     /// watch survives restarts of the engine's actors.
     WatchJob(String, DerivedActorRef<JobFinished>),
-    /// Where a job is now.
-    JobStatus(String, RpcReplyPort<Result<Option<JobState>>>),
+    /// Where a job is now (`JobNotFound` if no record of it exists).
+    JobStatus(String, RpcReplyPort<Result<JobState>>),
     /// Cancel a job.
     CancelJob(String, RpcReplyPort<Result<CancelResult>>),
     /// Shut down gracefully: stop claiming, let running jobs finish and settle,
@@ -319,8 +319,10 @@ impl EngineRef {
             .map_err(|_| EngineError::ShutDown)?
     }
 
-    /// The outcome of a job if it has durably ended; `None` while it runs (or
-    /// while its ending commit is not yet durable), or if it is unknown.
+    /// The outcome of a job if it has durably ended; `None` while it exists
+    /// and has not ended (queued, running, or its ending commit not yet
+    /// durable); `JobNotFound` if no record of it exists (never submitted, or
+    /// its record passed retention), as `await_job` answers.
     pub async fn peek_outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
@@ -340,11 +342,14 @@ impl EngineRef {
     }
 
     /// Where a job is now (durable; works after a restart). A job whose ending
-    /// commit is not yet durable is still `Running`.
-    pub async fn status(&self, run_id: &str) -> Result<Option<JobState>> {
-        let state = self.services.state(run_id).await?;
-        if state.is_some_and(JobState::is_terminal) && self.peek_outcome(run_id).await?.is_none() {
-            return Ok(Some(JobState::Running));
+    /// commit is not yet durable is still `Running`. `JobNotFound` if no
+    /// record of it exists (never submitted, or its record passed retention).
+    pub async fn status(&self, run_id: &str) -> Result<JobState> {
+        let Some(state) = self.services.state(run_id).await? else {
+            return Err(EngineError::JobNotFound(run_id.to_string()));
+        };
+        if state.is_terminal() && self.peek_outcome(run_id).await?.is_none() {
+            return Ok(JobState::Running);
         }
         Ok(state)
     }
@@ -413,7 +418,7 @@ impl JobEngine for EngineRef {
         Box::pin(async move { this.peek_outcome(&run_id).await })
     }
 
-    fn status(&self, run_id: String) -> BoxFuture<Result<Option<JobState>>> {
+    fn status(&self, run_id: String) -> BoxFuture<Result<JobState>> {
         let this = self.clone();
         Box::pin(async move { this.status(&run_id).await })
     }

@@ -55,7 +55,8 @@ pub struct JobFinished {
 
 /// A caller waiting for a job to end.
 pub type WaitReply = RpcReplyPort<Result<OutcomeRecord, WaitError>>;
-/// A caller asking whether a job has durably ended.
+/// A caller asking whether a job has durably ended: `Ok(None)` = it exists
+/// and has not (durably) ended, `NotFound` = no record of it.
 pub type PeekReply = RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>;
 
 /// Messages of the waiters actor.
@@ -74,8 +75,9 @@ pub enum WaitersMessage {
     },
     /// A settlement (or a cancel) reports on a run's terminal commit.
     End(JobEnd),
-    /// The outcome of a run if it has durably ended (`None` while running or
-    /// settling); answers `fetch_result` and `status` without waiting.
+    /// The outcome of a run if it has durably ended (`None` while it is
+    /// queued, running or settling; `NotFound` if neither of its records
+    /// exists); answers `fetch_result` and `status` without waiting.
     Peek(String, PeekReply),
     /// The read started by `Peek` finished.
     Peeked(String, Result<Option<OutcomeRecord>, WaitError>, PeekReply),
@@ -369,7 +371,9 @@ impl Actor for Waiters {
                     let services = state.services.clone();
                     let me = myself.clone();
                     tokio::spawn(async move {
-                        let result = services.outcome(&run_id).await.map_err(read_error);
+                        // The same reads as a waiter's: no record at all is
+                        // `NotFound`, as for `join`.
+                        let result = check(&services, &run_id).await;
                         let _ = me.cast(WaitersMessage::Peeked(run_id, result, reply));
                     });
                 }
