@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gaffer_actors::handler::JobEngine;
-use gaffer_actors::{CancelResult, JobState, Outcome, OutcomeRecord, OutputRef, Submitted};
+use gaffer_actors::{
+    CancelResult, EngineError, JobState, Outcome, OutcomeRecord, OutputRef, Submitted,
+};
 
 use crate::error::{Error, JobError, JoinError, Result};
 use crate::job::Job;
@@ -51,6 +53,12 @@ pub(crate) async fn decode_outcome<J: Job>(
     engine: &dyn JobEngine,
     record: &OutcomeRecord,
 ) -> Result<Result<J::Output, JobError>> {
+    // A record without a type belongs to a queue job put on the queue
+    // without gaffer's headers (recorded by a version before the ownership
+    // check): not a job of any type.
+    if record.job_type.is_empty() {
+        return Err(EngineError::NotSubmittedThroughGaffer(record.job_id.clone()).into());
+    }
     if record.job_type != J::NAME {
         return Err(Error::WrongJobType {
             id: record.job_id.clone(),

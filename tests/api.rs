@@ -6,17 +6,20 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gaffer::ractor::call;
+use gaffer::taquba::EnqueueOptions;
 use gaffer::{
     BulkCtx, Engine, EngineError, EngineEvent, EngineMessage, ItemError, ItemOutcome, Job,
-    JobContext, JobState, MemoWrites, Pipeline, Settings, WaitError,
+    JobContext, JobState, MemoWrites, Outcome, OutcomeRecord, OutputRef, Pipeline, Settings,
+    WaitError,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
-use common::Gate;
+use common::{Gate, Runs};
 
 /// Upper bound (virtual time) for anything a test waits on.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -530,5 +533,149 @@ async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_ev
     assert!(swept.expired >= 1, "{swept:?}");
     every_read_says_not_found(&engine, handle.id()).await;
     every_read_says_not_found(&engine, "never-submitted").await;
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 6. A message put on a job type's queue directly, not through gaffer, is
+//    not run and every read of it says so.
+
+/// Counts its runs (in the engine's `Runs`) and returns its input.
+#[derive(Serialize, Deserialize)]
+struct Counted(u32);
+
+impl Job for Counted {
+    const NAME: &'static str = "counted";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Arc<Runs>>().hit();
+        Ok(self.0)
+    }
+}
+
+/// Put a valid `Counted` straight on its queue, without gaffer's headers and
+/// run record; `run_at` keeps it queued until then.
+async fn enqueue_raw(engine: &Engine, run_at: Option<std::time::SystemTime>) -> String {
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let payload = rmp_serde::to_vec_named(&Counted(5)).unwrap();
+    queue
+        .enqueue_with(
+            &common::job_queue("counted"),
+            payload,
+            EnqueueOptions::default().run_at(run_at),
+        )
+        .await
+        .unwrap()
+}
+
+/// Whether `r` is the typed layer's `NotSubmittedThroughGaffer` for `id`.
+fn is_not_through_gaffer<T>(r: &gaffer::Result<T>, id: &str) -> bool {
+    matches!(r, Err(gaffer::Error::Engine(EngineError::NotSubmittedThroughGaffer(got))) if got == id)
+}
+
+/// Every read of `id` says it is a queue job not submitted through gaffer.
+async fn every_read_says_not_through_gaffer(engine: &Engine, id: &str) {
+    let handle = engine.handle::<Counted>(id).unwrap();
+    let joined = tokio::time::timeout(LIMIT, handle.join())
+        .await
+        .expect("join answers at once");
+    assert!(is_not_through_gaffer(&joined, id), "join: {joined:?}");
+    let fetched = handle.fetch_result().await;
+    assert!(
+        is_not_through_gaffer(&fetched, id),
+        "fetch_result: {fetched:?}"
+    );
+    let status = handle.status().await;
+    assert!(is_not_through_gaffer(&status, id), "status: {status:?}");
+    let cancelled = handle.cancel().await;
+    assert!(
+        is_not_through_gaffer(&cancelled, id),
+        "cancel: {cancelled:?}"
+    );
+    let waited = call!(engine.actor(), EngineMessage::AwaitJob, id.to_string()).unwrap();
+    assert_eq!(
+        waited,
+        Err(WaitError::NotSubmittedThroughGaffer(id.to_string()))
+    );
+    let message = joined.unwrap_err().to_string();
+    assert!(
+        message.contains("not submitted through gaffer"),
+        "{message}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_raw_queued_message_is_never_run_and_every_read_says_it_did_not_come_through_gaffer() {
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+    let engine = common::memory_builder(clock.clone())
+        .state(runs.clone())
+        .register::<Counted>()
+        .start()
+        .await
+        .unwrap();
+    // Still in the queue (scheduled a minute ahead): not "unknown", and no
+    // wait for an outcome that will never be recorded.
+    let later = common::a_minute_later().run_at;
+    let scheduled = enqueue_raw(&engine, later).await;
+    every_read_says_not_through_gaffer(&engine, &scheduled).await;
+
+    // Claimed: dead-lettered saying why, without running the job's code.
+    let claimed = enqueue_raw(&engine, None).await;
+    let queue_name = common::job_queue("counted");
+    common::eventually("the raw message is dead-lettered", LIMIT, async || {
+        let queue = engine.engine_ref().services().queue().unwrap();
+        queue.view().stats(&queue_name).await.unwrap().dead == 1
+    })
+    .await;
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let record = queue.view().job_record(&claimed).await.unwrap().unwrap();
+    drop(queue);
+    let last_error = record.last_error.unwrap_or_default();
+    assert!(
+        last_error.contains("not submitted through gaffer"),
+        "{last_error}"
+    );
+    assert_eq!(runs.get(), 0, "the raw message's job code ran");
+    every_read_says_not_through_gaffer(&engine, &claimed).await;
+
+    // A gaffer job of the same type runs as ever.
+    assert_eq!(engine.submit(Counted(3)).await.unwrap().await.unwrap(), 3);
+    assert_eq!(runs.get(), 1);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not_as_a_wrong_type() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Counted>()
+        .start()
+        .await
+        .unwrap();
+    // What an engine before the ownership check recorded for a raw message.
+    let record = OutcomeRecord {
+        job_id: "01JRAWRAWRAWRAWRAWRAWRAWRA".into(),
+        job_type: String::new(),
+        input_hash: [0; 32],
+        attempts: 1,
+        finished_at_ms: common::T0_MS,
+        outcome: Outcome::Succeeded(OutputRef::Inline(rmp_serde::to_vec(&5u32).unwrap())),
+    };
+    let decoded = engine.read_outcome::<Counted>(&record).await;
+    assert!(
+        is_not_through_gaffer(&decoded, "01JRAWRAWRAWRAWRAWRAWRAWRA"),
+        "{decoded:?}"
+    );
+    // A record of another type is still a wrong type.
+    let other = OutcomeRecord {
+        job_type: "add".into(),
+        ..record
+    };
+    let decoded = engine.read_outcome::<Counted>(&other).await;
+    assert!(
+        matches!(&decoded, Err(gaffer::Error::WrongJobType { actual, .. }) if actual == "add"),
+        "{decoded:?}"
+    );
     engine.shutdown().await.unwrap();
 }

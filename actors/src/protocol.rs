@@ -236,6 +236,7 @@ impl EngineRef {
             .unwrap_or(Err(WaitError::ShutDown));
         waited.map_err(|e| match e {
             WaitError::NotFound(id) => EngineError::JobNotFound(id),
+            WaitError::NotSubmittedThroughGaffer(id) => EngineError::NotSubmittedThroughGaffer(id),
             WaitError::ShutDown => EngineError::ShutDown,
             WaitError::Read(e) => EngineError::ActorUnavailable(e),
         })
@@ -337,6 +338,9 @@ impl EngineRef {
             Ok(record) => Ok(record),
             Err(WaitError::ShutDown) => Err(EngineError::ShutDown),
             Err(WaitError::NotFound(id)) => Err(EngineError::JobNotFound(id)),
+            Err(WaitError::NotSubmittedThroughGaffer(id)) => {
+                Err(EngineError::NotSubmittedThroughGaffer(id))
+            }
             Err(WaitError::Read(e)) => Err(EngineError::ActorUnavailable(e)),
         }
     }
@@ -346,7 +350,7 @@ impl EngineRef {
     /// record of it exists (never submitted, or its record passed retention).
     pub async fn status(&self, run_id: &str) -> Result<JobState> {
         let Some(state) = self.services.state(run_id).await? else {
-            return Err(EngineError::JobNotFound(run_id.to_string()));
+            return Err(self.services.unknown(run_id).await);
         };
         if state.is_terminal() && self.peek_outcome(run_id).await?.is_none() {
             return Ok(JobState::Running);

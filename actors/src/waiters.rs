@@ -36,6 +36,13 @@ pub enum WaitError {
     /// No job with this id is known: never submitted, or retention removed its record.
     #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]
     NotFound(String),
+    /// The id is a queue job's that was put on the queue directly, not
+    /// submitted through gaffer: it has no outcome to wait for.
+    #[error(
+        "queue job `{0}` was not submitted through gaffer: gaffer does not run it and keeps no \
+         outcome for it"
+    )]
+    NotSubmittedThroughGaffer(String),
     /// The engine shut down before the job ended.
     #[error("the engine shut down before the job ended")]
     ShutDown,
@@ -292,7 +299,9 @@ impl WaitersState {
 /// ended, and its end will be pushed to us. If neither was seen, the run may
 /// have ended between the two reads (its outcome record is committed in the
 /// same transaction that deletes its run record): the outcome record is read
-/// once more, and if it is still absent nothing is known.
+/// once more, and if it is still absent nothing is known (or, if a queue job
+/// of this id was put on the queue without gaffer's headers, it is not a
+/// gaffer job).
 async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord>, WaitError> {
     if let Some(rec) = services.outcome(run_id).await.map_err(read_error)? {
         return Ok(Some(rec));
@@ -307,7 +316,13 @@ async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord
     }
     match services.outcome(run_id).await.map_err(read_error)? {
         Some(rec) => Ok(Some(rec)),
-        None => Err(WaitError::NotFound(run_id.to_string())),
+        None => match services.unknown(run_id).await {
+            crate::EngineError::NotSubmittedThroughGaffer(id) => {
+                Err(WaitError::NotSubmittedThroughGaffer(id))
+            }
+            crate::EngineError::JobNotFound(id) => Err(WaitError::NotFound(id)),
+            e => Err(read_error(e)),
+        },
     }
 }
 
