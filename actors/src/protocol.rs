@@ -121,7 +121,9 @@ pub struct EngineConfig {
     /// Job types.
     pub registrations: Vec<Registration>,
     /// The event channel (subscribers taken before the start see every
-    /// event); `None` makes a new one.
+    /// event); `None` makes a new one. The engine keeps this sender and
+    /// drops it after its last event, which ends the subscribers' streams;
+    /// a clone kept elsewhere keeps them open.
     pub events: Option<crate::events::EventSender>,
 }
 
