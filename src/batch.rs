@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use gaffer_actors::{
-    BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, RecordSink, SinkError,
+    BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, ItemStatus, RecordSink,
+    SinkError,
 };
 
 use crate::error::{Error, Result};
+use crate::items::{BatchItem, ItemOutcome, ItemPage};
 use crate::pipeline::Pipeline;
 use crate::report::{BatchStatus, BulkReport, ProgressSnapshot};
 use crate::sink::{
@@ -225,6 +227,73 @@ impl<P: Pipeline> Batch<P> {
             pending: s.active,
             cost: s.cost.into(),
             failed_keys: s.failed_keys,
+        })
+    }
+
+    /// The batch's settled items, a page at a time, in key order (byte order
+    /// of the keys): up to `limit` items (1 to 1000: a limit outside is
+    /// brought into that range) whose key sorts after `after` (`None`: from
+    /// the first). Pass the page's [`next`](ItemPage::next) as `after` to
+    /// read on; it is `None` on the last page.
+    ///
+    /// Each item comes from its record: its key, how it ended, its output
+    /// decoded as `P::Output` (a large output is fetched from the object
+    /// store), and its cost. Only settled items are listed: items queued,
+    /// running or never run yet have no record ([`status`](Self::status)
+    /// counts them as pending), and an item running again lists its last
+    /// recorded outcome until it settles anew. Works without a run and
+    /// after a restart; `BatchNotFound` if the batch does not exist.
+    ///
+    /// ```no_run
+    /// # async fn demo<P: gaffer::Pipeline>(batch: gaffer::Batch<P>) -> gaffer::Result<()> {
+    /// let mut after = None;
+    /// loop {
+    ///     let page = batch.items(after.as_deref(), 100).await?;
+    ///     for item in &page.items {
+    ///         println!("{}: {}", item.key, item.outcome.is_success());
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => after = Some(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn items(&self, after: Option<&str>, limit: usize) -> Result<ItemPage<P::Output>> {
+        let services = self.engine.services();
+        let page = gaffer_actors::status::item_markers(services, &self.id, after, limit).await?;
+        let mut items = Vec::with_capacity(page.items.len());
+        for (key, marker) in page.items {
+            let outcome = match marker.status {
+                ItemStatus::Succeeded => match &marker.output {
+                    Some(output) => match services.output_bytes(output).await {
+                        Ok(bytes) => match rmp_serde::from_slice::<P::Output>(&bytes) {
+                            Ok(value) => ItemOutcome::Succeeded(value),
+                            Err(e) => ItemOutcome::OutputUnavailable(format!(
+                                "recorded output no longer decodes as `{}`'s output: {e}",
+                                P::NAME
+                            )),
+                        },
+                        Err(e) => ItemOutcome::OutputUnavailable(format!(
+                            "the item's output could not be read: {e}"
+                        )),
+                    },
+                    None => {
+                        ItemOutcome::OutputUnavailable("the item's record holds no output".into())
+                    }
+                },
+                ItemStatus::Failed => ItemOutcome::Failed(marker.error.unwrap_or_default()),
+                ItemStatus::Cancelled => ItemOutcome::Cancelled,
+            };
+            items.push(BatchItem {
+                key,
+                outcome,
+                cost: marker.cost.into(),
+            });
+        }
+        Ok(ItemPage {
+            items,
+            next: page.next,
         })
     }
 

@@ -62,6 +62,14 @@ impl Engine {
         Ok(JobHandle::new(id.to_string(), false, self.jobs.clone()))
     }
 
+    /// A handle on the job submitted with idempotency key `key`, without
+    /// submitting anything: its id is [`keyed_job_id`](crate::keyed_job_id)`(key)`.
+    /// As with [`handle`](Self::handle), the job need not exist: `join`
+    /// reports an unknown job.
+    pub fn keyed_handle<J: Job>(&self, key: &str) -> JobHandle<J> {
+        JobHandle::new(crate::keyed_job_id(key), false, self.jobs.clone())
+    }
+
     /// The batch `id` of pipeline `P` (1-128 characters of `[A-Za-z0-9_-]`).
     pub fn batch<P: Pipeline>(&self, id: &str) -> Result<Batch<P>> {
         gaffer_actors::batch::check_batch_id(id)?;
@@ -78,8 +86,10 @@ impl Engine {
         Ok(self.inner.cancel(id).await?)
     }
 
-    /// Where the job with this id is now.
-    pub async fn status(&self, id: &str) -> Result<Option<JobState>> {
+    /// Where the job with this id is now. `Err(`[`EngineError::JobNotFound`]`)`
+    /// if no record of it exists: never submitted, or its record passed
+    /// retention (see [`JobHandle::fetch_result`]).
+    pub async fn status(&self, id: &str) -> Result<JobState> {
         Ok(self.inner.status(id).await?)
     }
 
@@ -92,7 +102,16 @@ impl Engine {
         decode_outcome::<J>(self.jobs.as_ref(), record).await
     }
 
-    /// Lifecycle events.
+    /// Lifecycle events, from now on (take the subscription on the builder,
+    /// [`EngineBuilder::subscribe`], to see every event from the start).
+    ///
+    /// The stream ends when the engine stops, even while clones of this
+    /// `Engine` are alive: after a graceful shutdown the last event is
+    /// [`EngineEvent::ShutDown`] with the shutdown's report, after the store
+    /// was taken over by another process it is [`EngineEvent::StoreClosed`];
+    /// then `recv` answers `RecvError::Closed`. A subscription taken after
+    /// the engine stopped is already ended. A subscriber that falls more than
+    /// 4096 events behind is told so (`RecvError::Lagged`) and goes on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.inner.subscribe()
     }
@@ -134,6 +153,9 @@ impl Engine {
     }
 }
 
+/// One individual setter's change to the settings.
+type Override = Box<dyn Fn(&mut Settings) + Send + Sync>;
+
 type MakeHandler = Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>;
 
 struct PendingRegistration {
@@ -152,6 +174,10 @@ enum Store {
 
 /// Configures and starts an [`Engine`]. Defaults follow the reference: queue
 /// `"jobs"`, 16 concurrent jobs, 100 ms poll interval, no retention.
+///
+/// Every engine setting has its own method; [`settings`](Self::settings)
+/// sets them all at once as a base, and the individual methods override it
+/// field by field whatever the order of the calls.
 pub struct EngineBuilder {
     store: Store,
     queue_path: String,
@@ -159,7 +185,10 @@ pub struct EngineBuilder {
     options: Option<OpenOptions>,
     flush_interval: Option<Duration>,
     clock: Option<Arc<dyn Clock>>,
+    /// The base settings (`settings(..)`).
     settings: Settings,
+    /// The individual setters, applied on top of the base at start.
+    overrides: Vec<Override>,
     registrations: Vec<PendingRegistration>,
     state: StateMap,
     events: gaffer_actors::events::EventSender,
@@ -169,7 +198,7 @@ impl std::fmt::Debug for EngineBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EngineBuilder")
             .field("queue_path", &self.queue_path)
-            .field("settings", &self.settings)
+            .field("settings", &self.effective_settings())
             .field(
                 "registered",
                 &self
@@ -192,6 +221,7 @@ impl Default for EngineBuilder {
             flush_interval: None,
             clock: None,
             settings: Settings::default(),
+            overrides: Vec::new(),
             registrations: Vec::new(),
             state: StateMap::new(),
             events: gaffer_actors::events::channel(),
@@ -255,7 +285,10 @@ impl EngineBuilder {
 
     /// Lifecycle events of the engine this builder starts, from its very
     /// start (a subscription taken after `start` can miss the first events:
-    /// jobs left queued in the store may already run).
+    /// jobs left queued in the store may already run). The stream ends as
+    /// [`Engine::subscribe`]'s does: after the engine's last event
+    /// ([`EngineEvent::ShutDown`] or [`EngineEvent::StoreClosed`]), or at
+    /// once if the builder is dropped or fails to start.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.events.subscribe()
     }
@@ -319,41 +352,139 @@ impl EngineBuilder {
         self
     }
 
+    /// All engine settings at once: the base the individual setters apply on
+    /// top of. The setters (`retention`, `max_concurrent_jobs`, …) are
+    /// overrides kept apart from the base, so they compose in any order:
+    /// `.retention(r).settings(s)` and `.settings(s).retention(r)` both run
+    /// with `s` and retention `r`. A second `settings` call replaces the base
+    /// (not the overrides). Default: [`Settings::default()`].
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The settings the engine would start with: the base
+    /// ([`settings`](Self::settings)) with every individual setter applied
+    /// on top, in the order they were called. Validated at
+    /// [`start`](Self::start).
+    pub fn effective_settings(&self) -> Settings {
+        let mut settings = self.settings.clone();
+        for set in &self.overrides {
+            set(&mut settings);
+        }
+        settings
+    }
+
+    /// Record an override of one setting (applied on top of the base).
+    fn set(mut self, set: impl Fn(&mut Settings) + Send + Sync + 'static) -> Self {
+        self.overrides.push(Box::new(set));
+        self
+    }
+
     /// Prefix of the taquba queues of job types: each type has its own queue,
     /// `{prefix}.{type}` (queue configs given to `open_options` use those
-    /// names). Default `"jobs"`.
-    pub fn queue_name(mut self, name: impl Into<String>) -> Self {
-        self.settings.queue_name = name.into();
-        self
+    /// names). Queues under this prefix are the engine's. Default `"jobs"`.
+    pub fn queue_name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.set(move |s| s.queue_name = name.clone())
+    }
+
+    /// Prefix of the taquba queues of pipelines, `{prefix}.{pipeline}`: apart
+    /// from the jobs queues, so a big batch never starves single jobs. Must
+    /// differ from [`queue_name`](Self::queue_name) (neither may start with
+    /// the other followed by `.`). Default `"bulk-items"`.
+    pub fn bulk_queue_name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.set(move |s| s.bulk_queue_name = name.clone())
     }
 
     /// Jobs of one type running at once, for each type registered without a
     /// count of its own (`register_with_concurrency`). Every job type has its
     /// own workers and its own queue, so one type never takes another's
-    /// capacity. Default 16.
-    pub fn max_concurrent_jobs(mut self, n: usize) -> Self {
-        self.settings.max_concurrent_jobs = n;
-        self
+    /// capacity. At least 1. Default 16.
+    pub fn max_concurrent_jobs(self, n: usize) -> Self {
+        self.set(move |s| s.max_concurrent_jobs = n)
     }
 
-    /// Longest idle wait before the queue is looked at again (in-process
-    /// submissions wake the engine at once). Default 100 ms.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.settings.poll_interval = interval;
-        self
+    /// Items of one batch enqueued and not yet settled, at most: bounds the
+    /// engine's memory for a run (and how far a run gets ahead of its
+    /// items). At least 1. Default 10 000.
+    pub fn batch_window(self, items: usize) -> Self {
+        self.set(move |s| s.batch_window = items)
     }
 
-    /// Remove outcome records (and memo entries) this long after a job ends.
-    /// Default: keep forever.
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.settings.retention = Some(retention);
-        self
+    /// Longest idle wait before a job type's queue is looked at again, and
+    /// the period of the retention sweeper (in-process submissions, retries
+    /// and scheduled promotions wake the engine at once). Greater than zero.
+    /// Default 100 ms.
+    pub fn poll_interval(self, interval: Duration) -> Self {
+        self.set(move |s| s.poll_interval = interval)
     }
 
-    /// Object-store prefix of memo entries and large outputs. Default `"gaffer-blobs"`.
-    pub fn blob_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.settings.blob_prefix = prefix.into();
-        self
+    /// Remove outcome records (and memo entries, large outputs) this long
+    /// after a job ends; after that the job is unknown
+    /// ([`EngineError::JobNotFound`]). At least 1 ms. Default: keep forever.
+    pub fn retention(self, retention: Duration) -> Self {
+        self.set(move |s| s.retention = Some(retention))
+    }
+
+    /// Object-store prefix of memo entries and large outputs; must not
+    /// overlap the queue's path. Default `"gaffer-blobs"`.
+    pub fn blob_prefix(self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        self.set(move |s| s.blob_prefix = prefix.clone())
+    }
+
+    /// Settlements (ack/nack commits) in flight per job type before its pool
+    /// stops claiming more jobs. Settlements commit together, so a worker
+    /// takes its next job while its last one's settlement waits for the
+    /// queue's flush. At least 1. Default 1024.
+    pub fn settlement_window(self, settlements: usize) -> Self {
+        self.set(move |s| s.settlement_window = settlements)
+    }
+
+    /// First delay before a crashed handler worker (a panic in a job) is
+    /// restarted; it doubles with each recent crash of its type, up to
+    /// [`restart_backoff_max`](Self::restart_backoff_max). Default 50 ms.
+    pub fn restart_backoff_base(self, delay: Duration) -> Self {
+        self.set(move |s| s.restart_backoff_base = delay)
+    }
+
+    /// Longest delay before a crashed handler worker is restarted.
+    /// Default 5 s.
+    pub fn restart_backoff_max(self, delay: Duration) -> Self {
+        self.set(move |s| s.restart_backoff_max = delay)
+    }
+
+    /// Crashes of one job type's workers tolerated within
+    /// [`restart_window`](Self::restart_window) before the type is paused
+    /// (`EngineEvent::JobTypePaused`: it claims nothing until
+    /// `Engine::resume_job_type` or a restart; other types go on).
+    /// Default 100.
+    pub fn max_restarts(self, crashes: usize) -> Self {
+        self.set(move |s| s.max_restarts = crashes)
+    }
+
+    /// The window [`max_restarts`](Self::max_restarts) counts crashes in.
+    /// Default 10 s.
+    pub fn restart_window(self, window: Duration) -> Self {
+        self.set(move |s| s.restart_window = window)
+    }
+
+    /// A job that was running when the process died runs again without
+    /// spending an attempt; one under which the process keeps dying is a
+    /// poison pill: after this many separate interruption episodes (see
+    /// [`interruption_window`](Self::interruption_window)) it fails
+    /// permanently instead. At least 1. Default 3.
+    pub fn max_interruptions(self, episodes: u32) -> Self {
+        self.set(move |s| s.max_interruptions = episodes)
+    }
+
+    /// Interruptions of one job closer together than this count as one
+    /// episode toward [`max_interruptions`](Self::max_interruptions) (a
+    /// crash loop, or several kills in a row, is one episode). Default 60 s.
+    pub fn interruption_window(self, window: Duration) -> Self {
+        self.set(move |s| s.interruption_window = window)
     }
 
     /// When memo entries are written to the object store. Default
@@ -361,23 +492,16 @@ impl EngineBuilder {
     /// writes them only if it does not succeed, so a successful attempt pays
     /// no object write. [`MemoWrites::Immediate`](crate::MemoWrites::Immediate) writes each entry as it is
     /// put, so entries survive a process crash mid-attempt too.
-    pub fn memo_writes(mut self, writes: crate::MemoWrites) -> Self {
-        self.settings.memo_writes = writes;
-        self
+    pub fn memo_writes(self, writes: crate::MemoWrites) -> Self {
+        self.set(move |s| s.memo_writes = writes)
     }
 
     /// How long a graceful shutdown lets running jobs finish before giving
     /// them back to the queue (their attempt is not counted; they run again
-    /// after the next start). Default: wait as long as they take.
-    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
-        self.settings.shutdown_grace = Some(grace);
-        self
-    }
-
-    /// All engine settings at once (advanced).
-    pub fn settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
-        self
+    /// after the next start) and reporting them in
+    /// [`ShutdownReport::abandoned`]. Default: wait as long as they take.
+    pub fn shutdown_grace(self, grace: Duration) -> Self {
+        self.set(move |s| s.shutdown_grace = Some(grace))
     }
 
     /// Open the store and start the engine. Fails with a typed error on a
@@ -397,7 +521,8 @@ impl EngineBuilder {
                 .into());
             }
         }
-        self.settings.validate()?;
+        let settings = self.effective_settings();
+        settings.validate()?;
         let state = Arc::new(self.state);
         let registrations = self
             .registrations
@@ -448,7 +573,7 @@ impl EngineBuilder {
         };
         let inner = EngineRef::start(EngineConfig {
             source,
-            settings: self.settings,
+            settings,
             registrations,
             events: Some(self.events),
         })

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gaffer_actors::erased::JobEngine;
-use gaffer_actors::{CancelResult, JobState, Outcome, OutcomeRecord, OutputRef, Submitted};
+use gaffer_actors::{
+    CancelResult, EngineError, JobState, Outcome, OutcomeRecord, OutputRef, Submitted,
+};
 
 use crate::error::{Error, JobError, JoinError, Result};
 use crate::job::Job;
@@ -51,6 +53,12 @@ pub(crate) async fn decode_outcome<J: Job>(
     engine: &dyn JobEngine,
     record: &OutcomeRecord,
 ) -> Result<Result<J::Output, JobError>> {
+    // A record without a type belongs to a queue job put on the queue
+    // without gaffer's headers (recorded by a version before the ownership
+    // check): not a job of any type.
+    if record.job_type.is_empty() {
+        return Err(EngineError::NotSubmittedThroughGaffer(record.job_id.clone()).into());
+    }
     if record.job_type != J::NAME {
         return Err(Error::WrongJobType {
             id: record.job_id.clone(),
@@ -109,8 +117,11 @@ impl<J: Job> JobHandle<J> {
         self.newly_submitted
     }
 
-    /// Wait for the job to end. A handle whose submission was answered from the
-    /// job's recorded outcome answers from that record, without reading it again.
+    /// Wait for the job to end. `Err(`[`EngineError::JobNotFound`](crate::EngineError::JobNotFound)`)`
+    /// if no record of the job exists: never submitted, or its record passed
+    /// retention. A handle whose submission was answered from the job's
+    /// recorded outcome answers from that record, without reading it again
+    /// (even once retention removed it from the store).
     /// Called from inside a job, the wait gives that job's worker slot back
     /// while it lasts (see [`JobContext::submit`](crate::JobContext::submit)).
     pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
@@ -136,8 +147,16 @@ impl<J: Job> JobHandle<J> {
         }
     }
 
-    /// The recorded result, without waiting: `None` while the job runs (or if
-    /// retention removed its record).
+    /// The recorded result, without waiting.
+    ///
+    /// One meaning on every read path (`join`, `fetch_result`, `status`,
+    /// `cancel`, and their messages):
+    /// - `Ok(Some(result))`: the job ended (durably) with this result;
+    /// - `Ok(None)`: the job exists and has not ended yet (queued, scheduled,
+    ///   running, or its ending commit not yet durable);
+    /// - `Err(`[`EngineError::JobNotFound`](crate::EngineError::JobNotFound)`)`:
+    ///   no record of the job exists: it was never submitted, or its outcome
+    ///   record passed the engine's [`retention`](crate::EngineBuilder::retention).
     pub async fn fetch_result(&self) -> Result<Option<Result<J::Output, JobError>>> {
         match self.engine.peek_outcome(self.id.clone()).await? {
             Some(record) => decode_outcome::<J>(self.engine.as_ref(), &record)
@@ -147,8 +166,9 @@ impl<J: Job> JobHandle<J> {
         }
     }
 
-    /// Where the job is now; `None` if unknown (retention removed its record).
-    pub async fn status(&self) -> Result<Option<JobState>> {
+    /// Where the job is now; `Err(`[`EngineError::JobNotFound`](crate::EngineError::JobNotFound)`)`
+    /// if no record of it exists (see [`fetch_result`](Self::fetch_result)).
+    pub async fn status(&self) -> Result<JobState> {
         Ok(self.engine.status(self.id.clone()).await?)
     }
 

@@ -81,3 +81,23 @@ pub fn payload_idempotency_key<J: Job>(job: &J) -> Result<String> {
         gaffer_actors::keys::hex_sha256(&bytes)
     ))
 }
+
+/// The id of the job submitted with idempotency key `key`
+/// ([`Job::idempotency_key`]): the id its [`JobHandle::id`](crate::JobHandle::id)
+/// returns, computed without submitting anything (the engine's own
+/// derivation, the lowercase hex SHA-256 of the key). Build a handle on it
+/// with [`Engine::keyed_handle`](crate::Engine::keyed_handle) or
+/// [`Engine::handle`](crate::Engine::handle).
+///
+/// The id depends on the key alone, not on the job type: two job types that
+/// use the same key share one id (the second submission is refused with
+/// `InputMismatch`), so put the type in the key (as
+/// [`payload_idempotency_key`] does).
+///
+/// ```
+/// let id = gaffer::keyed_job_id("welcome:ada");
+/// assert_eq!(id.len(), 64);
+/// ```
+pub fn keyed_job_id(key: &str) -> String {
+    gaffer_actors::keys::keyed_run_id(key)
+}

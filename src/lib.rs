@@ -45,6 +45,7 @@ mod cost;
 mod engine;
 mod error;
 mod handle;
+mod items;
 mod job;
 mod pipeline;
 mod report;
@@ -58,7 +59,8 @@ pub use cost::CostReport;
 pub use engine::{Engine, EngineBuilder};
 pub use error::{Error, JobError, JoinError, Result};
 pub use handle::JobHandle;
-pub use job::{Job, payload_idempotency_key};
+pub use items::{BatchItem, ItemOutcome, ItemPage};
+pub use job::{Job, keyed_job_id, payload_idempotency_key};
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
 pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
 pub use sink::{
@@ -78,10 +80,10 @@ pub use gaffer_actors::{
     JobState, Outcome, OutcomeRecord, OutputRef, PoolStats, ShutdownReport, SubmitRequest,
     Submitted, SweepReport, WaitError,
 };
-/// A bytes-level batch sink ([`BatchSpec::sink`]) and what it is given.
-pub use gaffer_actors::{ItemRecord, RecordSink, SinkError};
 /// Settings, events and the engine's errors.
 pub use gaffer_actors::{EngineError, EngineEvent, FailureKind, MemoWrites, Settings};
+/// A bytes-level batch sink ([`BatchSpec::sink`]) and what it is given.
+pub use gaffer_actors::{ItemRecord, RecordSink, SinkError};
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;
 /// The durable queue gaffer runs on, and its object-store crate.

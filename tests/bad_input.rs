@@ -100,7 +100,10 @@ async fn an_invalid_job_id_is_rejected() {
     // The longest valid id is fine (and unknown).
     let longest = "x".repeat(128);
     assert!(engine.handle::<Echo>(&longest).is_ok());
-    assert_eq!(engine.status(&longest).await.unwrap(), None);
+    assert!(matches!(
+        engine.status(&longest).await,
+        Err(Error::Engine(EngineError::JobNotFound(_)))
+    ));
     still_serves(&engine).await;
     assert!(engine.shutdown().await.unwrap().queue_closed);
 }
@@ -122,8 +125,14 @@ async fn an_unknown_job_id_reports_job_not_found() {
         matches!(&by_message, Ok(Err(gaffer::WaitError::NotFound(got))) if got == id),
         "{by_message:?}"
     );
-    assert_eq!(h.status().await.unwrap(), None);
-    assert_eq!(h.fetch_result().await.unwrap(), None);
+    assert!(matches!(
+        h.status().await,
+        Err(Error::Engine(EngineError::JobNotFound(_)))
+    ));
+    assert!(matches!(
+        h.fetch_result().await,
+        Err(Error::Engine(EngineError::JobNotFound(_)))
+    ));
     let cancel = h.cancel().await;
     assert!(
         matches!(&cancel, Err(Error::Engine(EngineError::JobNotFound(got))) if got == id),
@@ -325,7 +334,7 @@ async fn an_output_that_fails_to_encode_records_a_permanent_failure() {
     );
     assert_eq!(
         h.status().await.unwrap(),
-        Some(gaffer::JobState::Failed),
+        gaffer::JobState::Failed,
         "recorded as failed"
     );
     still_serves(&engine).await;

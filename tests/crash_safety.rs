@@ -209,7 +209,7 @@ async fn a_type_crashing_past_its_restart_limit_is_paused_its_jobs_wait_and_a_re
         assert_eq!(handle.fetch_result().await.unwrap(), None);
         assert!(matches!(
             handle.status().await.unwrap(),
-            Some(gaffer::JobState::Queued | gaffer::JobState::Scheduled)
+            gaffer::JobState::Queued | gaffer::JobState::Scheduled
         ));
     }
     // Everything else is served as before.

@@ -131,7 +131,7 @@ async fn input_mismatch_survives_restart() {
         .await
         .unwrap();
     assert!(original.newly_submitted());
-    assert_eq!(original.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(original.status().await.unwrap(), JobState::Scheduled);
     let id = original.id().to_string();
     shut_down_cleanly(&first).await;
 
@@ -151,7 +151,7 @@ async fn input_mismatch_survives_restart() {
     let same = second.submit(Double { key, value: 1 }).await.unwrap();
     assert!(!same.newly_submitted());
     assert_eq!(same.id(), id);
-    assert_eq!(same.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(same.status().await.unwrap(), JobState::Scheduled);
     assert_eq!(runs.get(), 0, "the scheduled job must not have run");
     shut_down_cleanly(&second).await;
 }
@@ -179,7 +179,7 @@ async fn idempotency_key_short_circuits_after_restart() {
     assert!(!again.newly_submitted(), "answered from the outcome record");
     assert_eq!(again.id(), id);
     assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(42)));
-    assert_eq!(again.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
     assert_eq!(again.clone().await.unwrap(), 42);
     // A different payload under the key is refused from the record too.
     let err = second
@@ -227,14 +227,14 @@ async fn a_job_pending_at_shutdown_runs_after_reopen() {
         )
         .await
         .unwrap();
-    assert_eq!(pending.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(pending.status().await.unwrap(), JobState::Scheduled);
     let id = pending.id().to_string();
     shut_down_cleanly(&first).await;
     assert_eq!(runs.get(), 0);
 
     let second = start_double(dir.path(), &clock, &runs).await;
     let handle = second.handle::<Double>(&id).unwrap();
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(handle.status().await.unwrap(), JobState::Scheduled);
     assert_eq!(handle.fetch_result().await.unwrap(), None);
     assert_eq!(runs.get(), 0, "not due yet");
 
@@ -253,7 +253,7 @@ async fn a_job_pending_at_shutdown_runs_after_reopen() {
         .unwrap();
     assert_eq!(out, Ok(10));
     assert_eq!(runs.get(), 1);
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
     shut_down_cleanly(&second).await;
 }
 
@@ -284,8 +284,8 @@ async fn a_handle_from_an_id_works_after_restart() {
         .expect("a finished job answers at once")
         .unwrap();
     assert_eq!(out, Ok(14));
-    assert_eq!(rebuilt.status().await.unwrap(), Some(JobState::Succeeded));
-    assert_eq!(second.status(&id).await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(rebuilt.status().await.unwrap(), JobState::Succeeded);
+    assert_eq!(second.status(&id).await.unwrap(), JobState::Succeeded);
     assert_eq!(rebuilt.fetch_result().await.unwrap(), Some(Ok(14)));
     assert_eq!(runs.get(), 1, "answering from the record does not run it");
     shut_down_cleanly(&second).await;
@@ -367,7 +367,7 @@ async fn nothing_is_left_claimed_after_a_clean_shutdown() {
     gate.wait_entered(JOBS as usize, LIMIT).await;
     assert_eq!(runs.get(), JOBS as usize);
     for id in &ids {
-        assert_eq!(engine.status(id).await.unwrap(), Some(JobState::Running));
+        assert_eq!(engine.status(id).await.unwrap(), JobState::Running);
     }
 
     let shutting_down = engine.clone();
@@ -441,7 +441,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
         .unwrap();
     let id = handle.id().to_string();
     gate.wait_entered(1, LIMIT).await;
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Running));
+    assert_eq!(handle.status().await.unwrap(), JobState::Running);
 
     // The lease (30 s by default) runs out on the queue's clock; the reaper
     // gives the job back to the queue (taquba never ends a gaffer job on its
@@ -469,7 +469,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
         Some(Err(recorded)) => assert_eq!(recorded, err),
         other => panic!("expected a recorded failure, got {other:?}"),
     }
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     assert_eq!(runs.get(), 1, "max_attempts 1: no second delivery");
 
     // Let the stale delivery return (if the reap did not cancel it already)
@@ -486,7 +486,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
     )
     .await;
     assert_eq!(handle.fetch_result().await.unwrap(), Some(Err(err)));
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     shut_down_cleanly(&engine).await;
     assert_eq!(runs.get(), 1);
 }

@@ -307,7 +307,7 @@ async fn duplicate_after_completion_answers_from_the_record_for_success_and_fail
     let again = engine.submit(ok.clone()).await.unwrap();
     assert!(!again.newly_submitted());
     assert_eq!(again.id(), first.id());
-    assert_eq!(again.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
     assert_eq!(
         again.fetch_result().await.unwrap(),
         Some(Ok("HELLO ADA".to_string()))
@@ -324,7 +324,7 @@ async fn duplicate_after_completion_answers_from_the_record_for_success_and_fail
     let dup = engine.submit(bad.clone()).await.unwrap();
     assert!(!dup.newly_submitted(), "a failure record answers too");
     assert_eq!(dup.id(), failed.id());
-    assert_eq!(dup.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(dup.status().await.unwrap(), JobState::Failed);
     assert_eq!(dup.join().await.unwrap(), Err(err.clone()));
     assert_eq!(dup.fetch_result().await.unwrap(), Some(Err(err)));
 
@@ -442,7 +442,7 @@ async fn two_job_types_with_the_same_key_string_collide_with_input_mismatch() {
         )
         .await
         .unwrap();
-    assert_eq!(pending.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(pending.status().await.unwrap(), JobState::Scheduled);
     let err = engine
         .submit(Right { n: 2 })
         .await
@@ -451,7 +451,7 @@ async fn two_job_types_with_the_same_key_string_collide_with_input_mismatch() {
         matches!(&err, Error::Engine(EngineError::InputMismatch(id)) if id == pending.id()),
         "{err:?}"
     );
-    assert_eq!(pending.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(pending.status().await.unwrap(), JobState::Scheduled);
 
     // Only the one Left run happened: Right never ran.
     assert_eq!(runs.get(), 1);
@@ -513,7 +513,7 @@ async fn a_keyed_resubmission_after_an_unknown_type_failure_answers_from_its_rec
     let again = again_engine.submit(ghost.clone()).await.unwrap();
     assert!(!again.newly_submitted(), "answered from the failure record");
     assert_eq!(again.id(), first.id());
-    assert_eq!(again.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(again.status().await.unwrap(), JobState::Failed);
     assert_eq!(again.join().await.unwrap(), Err(err.clone()));
     match again.clone().await {
         Err(gaffer::JoinError::Job(e)) => assert_eq!(e, err),
@@ -547,7 +547,7 @@ async fn a_malformed_payload_records_a_permanent_failure() {
         .expect_err("a payload that does not decode cannot succeed");
     assert_eq!(err.kind, FailureKind::Permanent, "{err:?}");
     assert!(err.message.contains("invalid input"), "{}", err.message);
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     assert_eq!(runs.get(), 0, "the handler never saw the payload");
 
     // The same malformed submission answers from the record.

@@ -443,7 +443,7 @@ async fn submit_run_and_join_success() {
     assert_eq!(join(&handle).await, Ok(40));
     // .await on the handle: the same output.
     assert_eq!(handle.clone().await.unwrap(), 40);
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
 
     shutdown(engine).await;
 }
@@ -531,7 +531,7 @@ async fn a_handler_extends_its_lease_through_the_context() {
     clock.advance(Duration::from_secs(60));
     queue.reap_now().await.unwrap();
     drop(queue);
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Running));
+    assert_eq!(handle.status().await.unwrap(), JobState::Running);
     probe.gate.open();
     assert_eq!(join(&handle).await, Ok(1), "the job was redelivered");
 
@@ -569,7 +569,7 @@ async fn permanent_failure_is_dead_lettered_with_recorded_outcome() {
         other => panic!("expected a job failure, got {other:?}"),
     }
     assert_eq!(probe.runs(), 1, "a permanent failure is not retried");
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     let record = engine
         .engine_ref()
         .services()
@@ -602,7 +602,7 @@ async fn idempotency_key_collapses_duplicate_submissions() {
 
     let state = first.status().await.unwrap();
     assert!(
-        matches!(state, Some(JobState::Queued | JobState::Running)),
+        matches!(state, JobState::Queued | JobState::Running),
         "the first job is still live: {state:?}"
     );
     assert!(first.newly_submitted());
@@ -635,7 +635,7 @@ async fn a_duplicate_submission_joins_the_in_flight_job() {
     let duplicate = engine.submit(Keyed::new("k", 21)).await.unwrap();
     assert!(!duplicate.newly_submitted());
     assert_eq!(duplicate.id(), first.id());
-    assert_eq!(duplicate.status().await.unwrap(), Some(JobState::Running));
+    assert_eq!(duplicate.status().await.unwrap(), JobState::Running);
 
     probe.gate.open();
     let (a, b) = tokio::join!(join(&first), join(&duplicate));
@@ -693,7 +693,7 @@ async fn idempotency_key_short_circuits_to_cached_success_after_completion() {
 
     let first = engine.submit(Keyed::new("done-once", 8)).await.unwrap();
     assert_eq!(join(&first).await, Ok(16));
-    assert_eq!(first.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(first.status().await.unwrap(), JobState::Succeeded);
 
     let again = engine.submit(Keyed::new("done-once", 8)).await.unwrap();
     assert!(!again.newly_submitted());
@@ -769,7 +769,13 @@ async fn idempotent_resubmit_after_result_swept_reruns() {
 
     clock.advance(Duration::from_secs(61));
     engine.engine_ref().sweep_now().await.unwrap();
-    assert_eq!(first.status().await.unwrap(), None, "the record was swept");
+    assert!(
+        matches!(
+            first.status().await,
+            Err(Error::Engine(EngineError::JobNotFound(_)))
+        ),
+        "the record was swept"
+    );
 
     let again = engine.submit(Keyed::new("swept", 3)).await.unwrap();
     assert!(again.newly_submitted(), "the swept job is submitted anew");
@@ -792,7 +798,13 @@ async fn a_resubmission_answered_from_the_record_joins_from_it_without_reading_a
     // Retention removes the record: a join that read it now would find no job.
     clock.advance(Duration::from_secs(61));
     engine.engine_ref().sweep_now().await.unwrap();
-    assert_eq!(again.status().await.unwrap(), None, "the record was swept");
+    assert!(
+        matches!(
+            again.status().await,
+            Err(Error::Engine(EngineError::JobNotFound(_)))
+        ),
+        "the record was swept"
+    );
     match first.join().await {
         Err(Error::Engine(EngineError::JobNotFound(id))) => assert_eq!(id, first.id()),
         other => {
@@ -828,13 +840,19 @@ async fn retention_removes_the_outcome_record() {
     clock.advance(Duration::from_secs(30));
     engine.engine_ref().sweep_now().await.unwrap();
     assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(15)));
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
 
     // Past it, a sweep removes it.
     clock.advance(Duration::from_secs(31));
     engine.engine_ref().sweep_now().await.unwrap();
-    assert_eq!(handle.fetch_result().await.unwrap(), None);
-    assert_eq!(handle.status().await.unwrap(), None);
+    assert!(matches!(
+        handle.fetch_result().await,
+        Err(Error::Engine(EngineError::JobNotFound(_)))
+    ));
+    assert!(matches!(
+        handle.status().await,
+        Err(Error::Engine(EngineError::JobNotFound(_)))
+    ));
     match handle.join().await {
         Err(Error::Engine(EngineError::JobNotFound(id))) => assert_eq!(id, handle.id()),
         other => panic!("expected JobNotFound, got {other:?}"),
@@ -906,7 +924,7 @@ async fn transient_failure_exhausts_retries_and_dead_letters() {
     assert_eq!(failure.kind, FailureKind::Transient, "{failure:?}");
     assert_eq!(failure.message, "flaky");
     assert_eq!(probe.runs(), 2, "exactly max_attempts runs");
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     let record = engine
         .engine_ref()
         .services()
@@ -935,7 +953,7 @@ async fn await_after_the_run_terminated_reads_the_outcome_record() {
 
     let handle = engine.submit(Scale { x: 21 }).await.unwrap();
     wait_succeeded(&mut events, handle.id()).await;
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
     let output = tokio::time::timeout(LIMIT, handle.clone())
         .await
         .expect("awaiting a finished job hung");
@@ -1043,7 +1061,7 @@ async fn fan_out_from_handler_runs_children() {
     for id in &ids {
         let state = engine.status(id).await.unwrap();
         assert!(
-            matches!(state, Some(JobState::Queued | JobState::Running)),
+            matches!(state, JobState::Queued | JobState::Running),
             "child {id} is live: {state:?}"
         );
     }
@@ -1082,14 +1100,14 @@ async fn scheduled_job_runs_when_clock_passes_run_at() {
         )
         .await
         .unwrap();
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(handle.status().await.unwrap(), JobState::Scheduled);
     // Scheduler ticks (tokio time) pass, the queue clock does not: it waits.
     assert_eq!(
         handle.join_timeout(Duration::from_secs(5)).await.unwrap(),
         None,
         "the job ran before its run_at"
     );
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(handle.status().await.unwrap(), JobState::Scheduled);
 
     clock.advance(Duration::from_secs(61));
     assert_eq!(join(&handle).await, Ok(9));
@@ -1141,7 +1159,7 @@ async fn lease_expiry_triggers_reaper_requeue() {
         .unwrap();
     let reopened = engine.handle::<StuckFirst>(handle.id()).unwrap();
     assert_eq!(reopened.fetch_result().await.unwrap(), Some(Ok(2)));
-    assert_eq!(reopened.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(reopened.status().await.unwrap(), JobState::Succeeded);
 
     shutdown(engine).await;
 }
@@ -1244,7 +1262,7 @@ async fn cancelling_a_queued_job_removes_it_and_records_it_cancelled() {
         )
         .await
         .unwrap();
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(handle.status().await.unwrap(), JobState::Scheduled);
 
     assert_eq!(
         engine.cancel(handle.id()).await.unwrap(),
@@ -1252,7 +1270,7 @@ async fn cancelling_a_queued_job_removes_it_and_records_it_cancelled() {
     );
     let failure = join(&handle).await.unwrap_err();
     assert!(failure.is_cancelled(), "{failure:?}");
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Cancelled));
+    assert_eq!(handle.status().await.unwrap(), JobState::Cancelled);
     assert_eq!(probe.runs(), 0, "a cancelled queued job never runs");
     assert_eq!(
         engine.cancel(handle.id()).await.unwrap(),
@@ -1275,7 +1293,7 @@ async fn cancelling_a_running_job_fires_its_token_and_records_it_cancelled() {
 
     let handle = engine.submit(UntilCancelled).await.unwrap();
     wait_started(&mut events, handle.id(), 1).await;
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Running));
+    assert_eq!(handle.status().await.unwrap(), JobState::Running);
 
     assert_eq!(
         engine.cancel(handle.id()).await.unwrap(),
@@ -1284,7 +1302,7 @@ async fn cancelling_a_running_job_fires_its_token_and_records_it_cancelled() {
     // The job returned normally after its token fired; it is recorded cancelled.
     let failure = join(&handle).await.unwrap_err();
     assert!(failure.is_cancelled(), "{failure:?}");
-    assert_eq!(handle.status().await.unwrap(), Some(JobState::Cancelled));
+    assert_eq!(handle.status().await.unwrap(), JobState::Cancelled);
     assert_eq!(probe.runs(), 1);
 
     shutdown(engine).await;

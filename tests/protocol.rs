@@ -227,17 +227,17 @@ async fn call_macro_awaits_a_job_and_reads_its_status() {
     );
 
     let status = ractor::call!(engine.actor(), EngineMessage::JobStatus, id.clone());
-    assert!(
-        matches!(status, Ok(Ok(Some(JobState::Succeeded)))),
-        "{status:?}"
-    );
+    assert!(matches!(status, Ok(Ok(JobState::Succeeded))), "{status:?}");
     // A well-formed id nobody submitted has no status.
     let unknown = ractor::call!(
         engine.actor(),
         EngineMessage::JobStatus,
         "never-submitted".to_string()
     );
-    assert!(matches!(unknown, Ok(Ok(None))), "{unknown:?}");
+    assert!(
+        matches!(unknown, Ok(Err(EngineError::JobNotFound(_)))),
+        "{unknown:?}"
+    );
 
     // AwaitJob on a finished job answers again, from the durable record.
     let again = ractor::call!(engine.actor(), EngineMessage::AwaitJob, id.clone());
@@ -268,10 +268,7 @@ async fn cancel_job_message_cancels_a_scheduled_job() {
         .unwrap()
         .run_id;
     let status = ractor::call!(engine.actor(), EngineMessage::JobStatus, id.clone());
-    assert!(
-        matches!(status, Ok(Ok(Some(JobState::Scheduled)))),
-        "{status:?}"
-    );
+    assert!(matches!(status, Ok(Ok(JobState::Scheduled))), "{status:?}");
 
     let mut events = engine.subscribe();
     let cancelled = ractor::call!(engine.actor(), EngineMessage::CancelJob, id.clone());
@@ -298,10 +295,7 @@ async fn cancel_job_message_cancels_a_scheduled_job() {
     );
 
     let status = ractor::call!(engine.actor(), EngineMessage::JobStatus, id.clone());
-    assert!(
-        matches!(status, Ok(Ok(Some(JobState::Cancelled)))),
-        "{status:?}"
-    );
+    assert!(matches!(status, Ok(Ok(JobState::Cancelled))), "{status:?}");
     let again = ractor::call!(engine.actor(), EngineMessage::CancelJob, id.clone());
     assert!(
         matches!(
@@ -315,7 +309,7 @@ async fn cancel_job_message_cancels_a_scheduled_job() {
     clock.advance(Duration::from_secs(2 * 3600));
     let other = engine.submit(Double(1)).await.unwrap();
     assert_eq!(other.await.unwrap(), 2);
-    assert_eq!(engine.status(&id).await.unwrap(), Some(JobState::Cancelled));
+    assert_eq!(engine.status(&id).await.unwrap(), JobState::Cancelled);
 
     assert!(engine.shutdown().await.unwrap().queue_closed);
 }

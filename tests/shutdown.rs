@@ -155,7 +155,7 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
     for h in &handles {
         assert_eq!(
             engine.status(h.id()).await.unwrap(),
-            Some(JobState::Running),
+            JobState::Running,
             "job {} during the drain",
             h.id()
         );
@@ -199,7 +199,7 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
         let n = record_input(&handles, h.id());
         let again = reopened.handle::<Held>(h.id()).unwrap();
         assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(n * 10)));
-        assert_eq!(again.status().await.unwrap(), Some(JobState::Succeeded));
+        assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
     }
     assert!(reopened.shutdown().await.unwrap().queue_closed);
 }
@@ -309,10 +309,7 @@ async fn shutdown_twice_is_harmless() {
         .start()
         .await
         .unwrap();
-    assert_eq!(
-        third.status(h.id()).await.unwrap(),
-        Some(JobState::Succeeded)
-    );
+    assert_eq!(third.status(h.id()).await.unwrap(), JobState::Succeeded);
     assert!(third.shutdown().await.unwrap().queue_closed);
 }
 
@@ -354,11 +351,11 @@ async fn a_second_engine_opened_on_the_same_in_memory_store_after_shutdown_sees_
         .unwrap();
     // Finished jobs answer from their records.
     let ok2 = second.handle::<Square>(ok.id()).unwrap();
-    assert_eq!(ok2.status().await.unwrap(), Some(JobState::Succeeded));
+    assert_eq!(ok2.status().await.unwrap(), JobState::Succeeded);
     assert_eq!(ok2.fetch_result().await.unwrap(), Some(Ok(144)));
     assert_eq!(ok2.await.unwrap(), 144);
     let failed2 = second.handle::<Refuse>(failed.id()).unwrap();
-    assert_eq!(failed2.status().await.unwrap(), Some(JobState::Failed));
+    assert_eq!(failed2.status().await.unwrap(), JobState::Failed);
     assert_eq!(failed2.join().await.unwrap(), Err(failure));
     // A keyed duplicate is answered from the record, not run again.
     let dup = second.submit(Square(12)).await.unwrap();
@@ -367,7 +364,7 @@ async fn a_second_engine_opened_on_the_same_in_memory_store_after_shutdown_sees_
     assert_eq!(dup.await.unwrap(), 144);
     // The scheduled job is still there, and runs when due.
     let later2 = second.handle::<Square>(later.id()).unwrap();
-    assert_eq!(later2.status().await.unwrap(), Some(JobState::Scheduled));
+    assert_eq!(later2.status().await.unwrap(), JobState::Scheduled);
     clock.advance(Duration::from_secs(3601));
     assert_eq!(
         tokio::time::timeout(LIMIT, later2.join())

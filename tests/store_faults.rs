@@ -1115,7 +1115,7 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
          (the handler ran {handler_runs} times)"
     );
     assert_eq!(fetched, None, "fetch_result answered a non-durable outcome");
-    assert_ne!(status, Some(gaffer::JobState::Succeeded));
+    assert_ne!(status, gaffer::JobState::Succeeded);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -117,7 +117,10 @@ async fn a_killed_sweeper_is_restarted_and_retention_still_runs() {
     })
     .await;
     assert!(
-        h.fetch_result().await.unwrap().is_none(),
+        matches!(
+            h.fetch_result().await,
+            Err(gaffer::Error::Engine(gaffer::EngineError::JobNotFound(_)))
+        ),
         "the expired record was not removed"
     );
     engine.shutdown().await.unwrap();

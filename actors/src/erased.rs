@@ -113,10 +113,11 @@ pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
         run_id: String,
         record: OutcomeRecord,
     ) -> BoxFuture<Result<OutcomeRecord>>;
-    /// The outcome of a job if it has durably ended.
+    /// The outcome of a job if it has durably ended (`None` while it exists
+    /// and has not; `JobNotFound` if no record of it exists).
     fn peek_outcome(&self, run_id: String) -> BoxFuture<Result<Option<OutcomeRecord>>>;
-    /// Where a job is now.
-    fn status(&self, run_id: String) -> BoxFuture<Result<Option<JobState>>>;
+    /// Where a job is now (`JobNotFound` if no record of it exists).
+    fn status(&self, run_id: String) -> BoxFuture<Result<JobState>>;
     /// Cancel a job.
     fn cancel(&self, run_id: String) -> BoxFuture<Result<CancelResult>>;
     /// The bytes of a success output (a blob is fetched).

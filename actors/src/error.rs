@@ -73,6 +73,16 @@ pub enum EngineError {
     #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]
     JobNotFound(String),
 
+    /// The id is a queue job's that was not submitted through gaffer: it was
+    /// put on the queue directly, without gaffer's `gaffer.run` header and run
+    /// record. gaffer does not run such a job and keeps no outcome for it.
+    #[error(
+        "queue job `{0}` was not submitted through gaffer (it has no `gaffer.run` header and no \
+         run record): gaffer does not run it and keeps no outcome for it; submit jobs with \
+         Engine::submit or EngineMessage::SubmitJob"
+    )]
+    NotSubmittedThroughGaffer(String),
+
     /// A durable record could not be decoded.
     #[error("corrupt record at `{key}`: {reason}")]
     CorruptRecord {

@@ -4,8 +4,16 @@
 //! listens, and a slow subscriber lags (and is told so) instead of slowing the
 //! engine. Events are observations, never the source of truth: the durable
 //! records are.
+//!
+//! The supervisor holds the channel's only lasting sender (the engine's
+//! services hold it weakly, for the moment of a send). When the engine stops
+//! it sends the last event ([`EngineEvent::ShutDown`] after a shutdown,
+//! [`EngineEvent::StoreClosed`] after a fence) and drops the sender, so every
+//! subscriber's stream ends (`RecvError::Closed`) even while handles on the
+//! engine are still alive.
 
 use crate::records::FailureKind;
+use crate::shutdown::ShutdownReport;
 
 /// Something that happened in the engine.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +90,7 @@ pub enum EngineEvent {
     /// The store closed under the engine (another process opened it as its
     /// writer, which fences this one): the engine stopped. Nothing it settles
     /// afterwards commits; the other process re-runs what was in flight.
+    /// The last event: the stream ends after it.
     StoreClosed {
         /// Why.
         reason: String,
@@ -91,10 +100,19 @@ pub enum EngineEvent {
         /// Records removed in this pass.
         removed: usize,
     },
+    /// The engine shut down (a graceful shutdown finished; its report is the
+    /// one `shutdown` returns). The last event: the stream ends after it.
+    ShutDown {
+        /// What the shutdown did.
+        report: ShutdownReport,
+    },
 }
 
 /// The sending side of the event channel.
 pub type EventSender = tokio::sync::broadcast::Sender<EngineEvent>;
+
+/// A weak sending side: sends only while the supervisor's sender lives.
+pub type WeakEventSender = tokio::sync::broadcast::WeakSender<EngineEvent>;
 
 /// Events buffered per subscriber before a slow one lags.
 pub const EVENT_BUFFER: usize = 4096;

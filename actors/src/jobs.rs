@@ -255,6 +255,25 @@ impl Services {
         }
     }
 
+    /// Why no record of `run_id` exists: `NotSubmittedThroughGaffer` if a
+    /// queue job of this id was put on the queue without gaffer's
+    /// `gaffer.run` header, `JobNotFound` otherwise (never submitted, or
+    /// its outcome record passed retention); a read error as itself. Read
+    /// only once both records were found absent.
+    pub async fn unknown(&self, run_id: &str) -> EngineError {
+        let queue = match self.queue() {
+            Ok(queue) => queue,
+            Err(e) => return e,
+        };
+        match queue.view().job_record(run_id).await {
+            Ok(Some(job)) if !job.headers.contains_key(keys::HEADER_RUN) => {
+                EngineError::NotSubmittedThroughGaffer(run_id.to_string())
+            }
+            Ok(_) => EngineError::JobNotFound(run_id.to_string()),
+            Err(e) => e.into(),
+        }
+    }
+
     /// The active-run record of a run, if it is queued, scheduled or running.
     pub async fn run_record_of(&self, run_id: &str) -> Result<Option<RunRecord>> {
         check_id(run_id)?;
@@ -308,7 +327,7 @@ impl Services {
                         CancelResult::AlreadyFinished(JobState::of(&rec.outcome)),
                         None,
                     )),
-                    None => Err(EngineError::JobNotFound(run_id.to_string())),
+                    None => Err(self.unknown(run_id).await),
                 };
             };
             let record = OutcomeRecord {

@@ -44,8 +44,8 @@ pub enum EngineMessage {
     /// Tell this actor (by a [`JobFinished`] message) when the job ends. The
     /// watch survives restarts of the engine's actors.
     WatchJob(String, DerivedActorRef<JobFinished>),
-    /// Where a job is now.
-    JobStatus(String, RpcReplyPort<Result<Option<JobState>>>),
+    /// Where a job is now (`JobNotFound` if no record of it exists).
+    JobStatus(String, RpcReplyPort<Result<JobState>>),
     /// Cancel a job.
     CancelJob(String, RpcReplyPort<Result<CancelResult>>),
     /// Shut down gracefully: stop claiming, let running jobs finish and settle,
@@ -122,7 +122,9 @@ pub struct EngineConfig {
     /// Job types.
     pub registrations: Vec<Registration>,
     /// The event channel (subscribers taken before the start see every
-    /// event); `None` makes a new one.
+    /// event); `None` makes a new one. The engine keeps this sender and
+    /// drops it after its last event, which ends the subscribers' streams;
+    /// a clone kept elsewhere keeps them open.
     pub events: Option<crate::events::EventSender>,
 }
 
@@ -237,6 +239,7 @@ impl EngineRef {
             .unwrap_or(Err(WaitError::ShutDown));
         waited.map_err(|e| match e {
             WaitError::NotFound(id) => EngineError::JobNotFound(id),
+            WaitError::NotSubmittedThroughGaffer(id) => EngineError::NotSubmittedThroughGaffer(id),
             WaitError::ShutDown => EngineError::ShutDown,
             WaitError::Read(e) => e,
         })
@@ -321,8 +324,10 @@ impl EngineRef {
             .map_err(|_| EngineError::ShutDown)?
     }
 
-    /// The outcome of a job if it has durably ended; `None` while it runs (or
-    /// while its ending commit is not yet durable), or if it is unknown.
+    /// The outcome of a job if it has durably ended; `None` while it exists
+    /// and has not ended (queued, running, or its ending commit not yet
+    /// durable); `JobNotFound` if no record of it exists (never submitted, or
+    /// its record passed retention), as `await_job` answers.
     pub async fn peek_outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
@@ -337,16 +342,22 @@ impl EngineRef {
             Ok(record) => Ok(record),
             Err(WaitError::ShutDown) => Err(EngineError::ShutDown),
             Err(WaitError::NotFound(id)) => Err(EngineError::JobNotFound(id)),
+            Err(WaitError::NotSubmittedThroughGaffer(id)) => {
+                Err(EngineError::NotSubmittedThroughGaffer(id))
+            }
             Err(WaitError::Read(e)) => Err(e),
         }
     }
 
     /// Where a job is now (durable; works after a restart). A job whose ending
-    /// commit is not yet durable is still `Running`.
-    pub async fn status(&self, run_id: &str) -> Result<Option<JobState>> {
-        let state = self.services.state(run_id).await?;
-        if state.is_some_and(JobState::is_terminal) && self.peek_outcome(run_id).await?.is_none() {
-            return Ok(Some(JobState::Running));
+    /// commit is not yet durable is still `Running`. `JobNotFound` if no
+    /// record of it exists (never submitted, or its record passed retention).
+    pub async fn status(&self, run_id: &str) -> Result<JobState> {
+        let Some(state) = self.services.state(run_id).await? else {
+            return Err(self.services.unknown(run_id).await);
+        };
+        if state.is_terminal() && self.peek_outcome(run_id).await?.is_none() {
+            return Ok(JobState::Running);
         }
         Ok(state)
     }
@@ -370,7 +381,9 @@ impl EngineRef {
         ractor::call!(self.actor, EngineMessage::SweepNow).map_err(unavailable)
     }
 
-    /// Subscribe to lifecycle events.
+    /// Subscribe to lifecycle events. The stream ends after the engine's
+    /// last event ([`EngineEvent::ShutDown`] or [`EngineEvent::StoreClosed`]),
+    /// even while clones of this handle are alive.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
         self.services.subscribe()
     }
@@ -413,7 +426,7 @@ impl JobEngine for EngineRef {
         Box::pin(async move { this.peek_outcome(&run_id).await })
     }
 
-    fn status(&self, run_id: String) -> BoxFuture<Result<Option<JobState>>> {
+    fn status(&self, run_id: String) -> BoxFuture<Result<JobState>> {
         let this = self.clone();
         Box::pin(async move { this.status(&run_id).await })
     }

@@ -16,7 +16,7 @@ use taquba::object_store::ObjectStore;
 use taquba::{Clock, ExpiryIndex, Queue};
 
 use crate::error::{EngineError, Result};
-use crate::events::{EngineEvent, EventSender};
+use crate::events::{EngineEvent, EventSender, WeakEventSender};
 use crate::keys;
 use crate::settings::Settings;
 
@@ -94,7 +94,9 @@ pub struct Services {
     store: Arc<dyn ObjectStore>,
     settings: Settings,
     clock: Arc<dyn Clock>,
-    events: EventSender,
+    /// Weak: the supervisor holds the sender, and drops it when the engine
+    /// stops, which ends every subscriber's stream.
+    events: WeakEventSender,
     expiry: ExpiryIndex,
     batch_expiry: ExpiryIndex,
 }
@@ -122,7 +124,7 @@ impl Services {
             store,
             settings,
             clock,
-            events,
+            events: events.downgrade(),
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
             batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
         }
@@ -178,14 +180,23 @@ impl Services {
         &self.clock
     }
 
-    /// Subscribe to lifecycle events.
+    /// Subscribe to lifecycle events. The stream ends (`RecvError::Closed`)
+    /// after the engine's last event; a subscription taken once the engine
+    /// has stopped is already ended.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
-        self.events.subscribe()
+        match self.events.upgrade() {
+            Some(events) => events.subscribe(),
+            // The engine stopped: a receiver whose channel is closed.
+            None => crate::events::channel().subscribe(),
+        }
     }
 
     pub(crate) fn emit(&self, event: EngineEvent) {
-        // No subscriber is fine: events are observations.
-        let _ = self.events.send(event);
+        // No subscriber, or an engine that stopped, is fine: events are
+        // observations.
+        if let Some(events) = self.events.upgrade() {
+            let _ = events.send(event);
+        }
     }
 
     pub(crate) fn expiry(&self) -> &ExpiryIndex {

@@ -9,7 +9,7 @@ use crate::error::{EngineError, Result};
 pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
 
 /// Settings of one engine.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// Prefix of the taquba queues of job types: each job type has a queue of
     /// its own, `{queue_name}.{type}`, so no type ever waits behind another's

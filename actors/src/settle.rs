@@ -329,13 +329,17 @@ pub(crate) async fn settle(
     match owns(&queue, &target, &claim).await {
         Ok(true) => {}
         Ok(false) => {
-            let reason = format!(
-                "queue job `{}` carries run id `{run_id}` but is not that run's live job \
-                 (enqueued by hand, or a stale duplicate); ended without touching the run's \
-                 records ({})",
-                claim.id,
-                end.reason()
-            );
+            let reason = if claim.headers.contains_key(keys::HEADER_RUN) {
+                format!(
+                    "queue job `{}` carries run id `{run_id}` but is not that run's live job \
+                     (enqueued by hand, or a stale duplicate); ended without touching the run's \
+                     records ({})",
+                    claim.id,
+                    end.reason()
+                )
+            } else {
+                crate::EngineError::NotSubmittedThroughGaffer(claim.id.clone()).to_string()
+            };
             warn!(%run_id, job_id = %claim.id, "{reason}");
             if let Err(e) = queue.dead_letter(&claim, &reason).await {
                 warn!(%run_id, error = %e, "dead-lettering a stray job failed");

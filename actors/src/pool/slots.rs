@@ -78,6 +78,23 @@ impl PoolState {
     }
 
     pub(super) fn dispatch(&mut self, myself: &ActorRef<PoolMessage>, held: Held) {
+        // A job put on the queue directly (not through gaffer's submit: no
+        // run id, no run record) is not run: its user code would run with no
+        // outcome to record. It is dead-lettered saying so.
+        if !held.claim.headers.contains_key(keys::HEADER_RUN) {
+            let message =
+                crate::EngineError::NotSubmittedThroughGaffer(held.claim.id.clone()).to_string();
+            warn!(job_type = %self.args.job_type, job_id = %held.claim.id, "{message}");
+            self.start_settlement(
+                myself,
+                held,
+                Ending::Verdict(Verdict::permanent(message)),
+                StagedEffects::default(),
+                Cost::default(),
+                None,
+            );
+            return;
+        }
         match held.attempts.fate(self.settings()) {
             Fate::Run => {}
             Fate::Poisoned(message) => {

@@ -132,6 +132,8 @@ impl SupervisorState {
         self.services.emit(crate::events::EngineEvent::StoreClosed {
             reason: reason.clone(),
         });
+        // The last event: subscribers' streams end.
+        self.events = None;
         self.waiters.fail_all();
         self.children.clear();
         myself

@@ -62,6 +62,10 @@ pub struct SupervisorState {
     pools: HashMap<String, PoolRef>,
     children: HashMap<ractor::ActorId, Child>,
     shutting_down: bool,
+    /// The event channel's one lasting sender (the services hold it weakly):
+    /// dropped, after the last event, when the engine stops, which ends
+    /// every subscriber's stream.
+    events: Option<crate::events::EventSender>,
 }
 
 impl std::fmt::Debug for SupervisorState {
@@ -113,7 +117,7 @@ impl Actor for Supervisor {
             config.settings,
             clock,
             routes,
-            events,
+            events.clone(),
         ));
         let cell = myself.get_cell();
         let waiters_args = WaitersArguments {
@@ -152,6 +156,7 @@ impl Actor for Supervisor {
             waiters: WaitersRef(waiters),
             pools: HashMap::new(),
             shutting_down: false,
+            events: Some(events),
         };
         let names: Vec<String> = state.registrations.keys().cloned().collect();
         for name in names {

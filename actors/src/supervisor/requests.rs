@@ -42,7 +42,7 @@ impl SupervisorState {
     }
 
     /// The same answer as `EngineRef::status` (durable outcomes only).
-    pub(super) fn status(&self, run_id: String, reply: RpcReplyPort<Result<Option<JobState>>>) {
+    pub(super) fn status(&self, run_id: String, reply: RpcReplyPort<Result<JobState>>) {
         let engine = self.engine_ref();
         tokio::spawn(async move {
             let _ = reply.send(engine.status(&run_id).await);
@@ -99,9 +99,17 @@ impl SupervisorState {
             grace: self.services.settings().shutdown_grace,
         };
         self.children.clear();
+        let events = self.events.take();
         let me = myself.clone();
         tokio::spawn(async move {
             let report = shut_down(closing).await;
+            // The last event; dropping the sender then ends every
+            // subscriber's stream, before the caller is answered.
+            if let Some(events) = events {
+                let _ = events.send(crate::events::EngineEvent::ShutDown {
+                    report: report.clone(),
+                });
+            }
             let _ = reply.send(report);
             me.stop(Some("shutdown".into()));
         });

@@ -36,6 +36,13 @@ pub enum WaitError {
     /// No job with this id is known: never submitted, or retention removed its record.
     #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]
     NotFound(String),
+    /// The id is a queue job's that was put on the queue directly, not
+    /// submitted through gaffer: it has no outcome to wait for.
+    #[error(
+        "queue job `{0}` was not submitted through gaffer: gaffer does not run it and keeps no \
+         outcome for it"
+    )]
+    NotSubmittedThroughGaffer(String),
     /// The engine shut down before the job ended.
     #[error("the engine shut down before the job ended")]
     ShutDown,
@@ -56,7 +63,8 @@ pub struct JobFinished {
 
 /// A caller waiting for a job to end.
 pub type WaitReply = RpcReplyPort<Result<OutcomeRecord, WaitError>>;
-/// A caller asking whether a job has durably ended.
+/// A caller asking whether a job has durably ended: `Ok(None)` = it exists
+/// and has not (durably) ended, `NotFound` = no record of it.
 pub type PeekReply = RpcReplyPort<Result<Option<OutcomeRecord>, WaitError>>;
 
 /// Messages of the waiters actor.
@@ -75,8 +83,9 @@ pub enum WaitersMessage {
     },
     /// A settlement (or a cancel) reports on a run's terminal commit.
     End(JobEnd),
-    /// The outcome of a run if it has durably ended (`None` while running or
-    /// settling); answers `fetch_result` and `status` without waiting.
+    /// The outcome of a run if it has durably ended (`None` while it is
+    /// queued, running or settling; `NotFound` if neither of its records
+    /// exists); answers `fetch_result` and `status` without waiting.
     Peek(String, PeekReply),
     /// The read started by `Peek` finished.
     Peeked(String, Result<Option<OutcomeRecord>, WaitError>, PeekReply),
@@ -333,7 +342,9 @@ impl WaitersState {
 /// ended, and its end will be pushed to us. If neither was seen, the run may
 /// have ended between the two reads (its outcome record is committed in the
 /// same transaction that deletes its run record): the outcome record is read
-/// once more, and if it is still absent nothing is known.
+/// once more, and if it is still absent nothing is known (or, if a queue job
+/// of this id was put on the queue without gaffer's headers, it is not a
+/// gaffer job).
 async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord>, WaitError> {
     if let Some(rec) = services.outcome(run_id).await.map_err(read_error)? {
         return Ok(Some(rec));
@@ -348,7 +359,13 @@ async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord
     }
     match services.outcome(run_id).await.map_err(read_error)? {
         Some(rec) => Ok(Some(rec)),
-        None => Err(WaitError::NotFound(run_id.to_string())),
+        None => match services.unknown(run_id).await {
+            crate::EngineError::NotSubmittedThroughGaffer(id) => {
+                Err(WaitError::NotSubmittedThroughGaffer(id))
+            }
+            crate::EngineError::JobNotFound(id) => Err(WaitError::NotFound(id)),
+            e => Err(read_error(e)),
+        },
     }
 }
 
@@ -412,7 +429,9 @@ impl Actor for Waiters {
                     let services = state.services.clone();
                     let me = myself.clone();
                     tokio::spawn(async move {
-                        let result = services.outcome(&run_id).await.map_err(read_error);
+                        // The same reads as a waiter's: no record at all is
+                        // `NotFound`, as for `join`.
+                        let result = check(&services, &run_id).await;
                         let _ = me.cast(WaitersMessage::Peeked(run_id, result, reply));
                     });
                 }
