@@ -40,6 +40,7 @@
 
 mod adapters;
 mod batch;
+mod builder;
 mod context;
 mod cost;
 mod engine;
@@ -54,9 +55,10 @@ mod state;
 mod submit;
 
 pub use batch::Batch;
+pub use builder::EngineBuilder;
 pub use context::{JobContext, Memo};
 pub use cost::CostReport;
-pub use engine::{Engine, EngineBuilder};
+pub use engine::Engine;
 pub use error::{Error, JobError, JoinError, Result};
 pub use handle::JobHandle;
 pub use items::{BatchItem, ItemOutcome, ItemPage};

@@ -13,7 +13,6 @@
 //! engine are still alive.
 
 use crate::records::FailureKind;
-use crate::shutdown::ShutdownReport;
 
 /// Something that happened in the engine.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,4 +119,17 @@ pub const EVENT_BUFFER: usize = 4096;
 /// A new event channel.
 pub fn channel() -> EventSender {
     tokio::sync::broadcast::channel(EVENT_BUFFER).0
+}
+
+/// What a shutdown did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShutdownReport {
+    /// Whether the queue was closed (flushed) cleanly.
+    pub queue_closed: bool,
+    /// Jobs still running when the grace period ended: given back to the
+    /// queue (their attempt is not counted), to run again after the next
+    /// start.
+    pub abandoned: usize,
+    /// Problems met on the way (empty on a clean shutdown).
+    pub problems: Vec<String>,
 }

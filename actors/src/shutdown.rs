@@ -9,22 +9,10 @@ use std::time::Duration;
 use taquba::Queue;
 use tracing::info;
 
+pub use crate::events::ShutdownReport;
 use crate::pool::PoolRef;
 use crate::services::SharedQueue;
 use crate::waiters::WaitersRef;
-
-/// What a shutdown did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ShutdownReport {
-    /// Whether the queue was closed (flushed) cleanly.
-    pub queue_closed: bool,
-    /// Jobs still running when the grace period ended: given back to the
-    /// queue (their attempt is not counted), to run again after the next
-    /// start.
-    pub abandoned: usize,
-    /// Problems met on the way (empty on a clean shutdown).
-    pub problems: Vec<String>,
-}
 
 /// Extra time a bounded shutdown gives settlements and the queue's close
 /// beyond the grace period.

@@ -32,6 +32,7 @@ use crate::settle::JobEnd;
 
 /// Why a wait ended without an outcome.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum WaitError {
     /// No job with this id is known: never submitted, or retention removed its record.
     #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]

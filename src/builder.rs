@@ -1,0 +1,465 @@
+//! `EngineBuilder`: where the store is, which job types and pipelines run,
+//! the settings (every one with its own method), and the start of the actor
+//! tree.
+
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use taquba::object_store::ObjectStore;
+use taquba::object_store::local::LocalFileSystem;
+use taquba::object_store::memory::InMemory;
+use taquba::{Clock, OpenOptions, Queue};
+
+use gaffer_actors::erased::JobEngine;
+use gaffer_actors::{
+    EngineConfig, EngineError, EngineEvent, EngineRef, ErasedHandler, Kind, QueueSource,
+    Registration, Settings,
+};
+
+use crate::adapters::{TypedHandler, TypedPipeline};
+use crate::error::Result;
+use crate::job::Job;
+use crate::pipeline::Pipeline;
+use crate::state::StateMap;
+
+use crate::engine::Engine;
+
+impl Engine {
+    /// Start configuring an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+}
+
+/// One individual setter's change to the settings.
+type Override = Box<dyn Fn(&mut Settings) + Send + Sync>;
+
+type MakeHandler = Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>;
+
+struct PendingRegistration {
+    name: String,
+    make: MakeHandler,
+    concurrency: Option<usize>,
+    kind: Kind,
+}
+
+enum Store {
+    None,
+    LocalDir(PathBuf),
+    InMemory,
+    Given(Arc<dyn ObjectStore>),
+}
+
+/// Configures and starts an [`Engine`]. Defaults follow the reference: queue
+/// `"jobs"`, 16 concurrent jobs, 100 ms poll interval, no retention.
+///
+/// Every engine setting has its own method; [`settings`](Self::settings)
+/// sets them all at once as a base, and the individual methods override it
+/// field by field whatever the order of the calls.
+pub struct EngineBuilder {
+    store: Store,
+    queue_path: String,
+    queue: Option<Queue>,
+    options: Option<OpenOptions>,
+    flush_interval: Option<Duration>,
+    clock: Option<Arc<dyn Clock>>,
+    /// The base settings (`settings(..)`).
+    settings: Settings,
+    /// The individual setters, applied on top of the base at start.
+    overrides: Vec<Override>,
+    registrations: Vec<PendingRegistration>,
+    state: StateMap,
+    events: gaffer_actors::events::EventSender,
+}
+
+impl std::fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("queue_path", &self.queue_path)
+            .field("settings", &self.effective_settings())
+            .field(
+                "registered",
+                &self
+                    .registrations
+                    .iter()
+                    .map(|r| &r.name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        Self {
+            store: Store::None,
+            queue_path: "queue".into(),
+            queue: None,
+            options: None,
+            flush_interval: None,
+            clock: None,
+            settings: Settings::default(),
+            overrides: Vec::new(),
+            registrations: Vec::new(),
+            state: StateMap::new(),
+            events: gaffer_actors::events::channel(),
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Keep everything in this local directory (created if missing): the
+    /// embedded default.
+    pub fn local_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.store = Store::LocalDir(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Keep everything in memory (tests; nothing survives the process).
+    pub fn in_memory(mut self) -> Self {
+        self.store = Store::InMemory;
+        self
+    }
+
+    /// Keep everything in this object store (S3, GCS, Azure, …).
+    pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.store = Store::Given(store);
+        self
+    }
+
+    /// The queue's path inside the store. Default `"queue"`.
+    pub fn queue_path(mut self, path: impl Into<String>) -> Self {
+        self.queue_path = path.into();
+        self
+    }
+
+    /// Use an already-open queue; the engine takes it over and closes it at
+    /// shutdown. `store` holds memo entries and large outputs.
+    pub fn queue(mut self, queue: Queue, store: Arc<dyn ObjectStore>) -> Self {
+        self.queue = Some(queue);
+        self.store = Store::Given(store);
+        self
+    }
+
+    /// taquba open options (queue configs, reaper and scheduler intervals …).
+    pub fn open_options(mut self, options: OpenOptions) -> Self {
+        self.options = Some(options);
+        self
+    }
+
+    /// taquba's WAL flush interval: every durable commit waits for the next
+    /// flush (taquba's default is 100 ms).
+    pub fn flush_interval(mut self, interval: Duration) -> Self {
+        self.flush_interval = Some(interval);
+        self
+    }
+
+    /// The clock of leases, schedules, records and retention (taquba's
+    /// `MockClock` in tests). Default: the system clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Lifecycle events of the engine this builder starts, from its very
+    /// start (a subscription taken after `start` can miss the first events:
+    /// jobs left queued in the store may already run). The stream ends as
+    /// [`Engine::subscribe`]'s does: after the engine's last event
+    /// ([`EngineEvent::ShutDown`] or [`EngineEvent::StoreClosed`]), or at
+    /// once if the builder is dropped or fails to start.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<EngineEvent> {
+        self.events.subscribe()
+    }
+
+    /// Register a job type.
+    pub fn register<J: Job>(self) -> Self {
+        self.register_inner::<J>(None)
+    }
+
+    /// Register a job type with its own worker count (default:
+    /// `max_concurrent_jobs`): its capacity, over its own queue.
+    pub fn register_with_concurrency<J: Job>(self, workers: usize) -> Self {
+        self.register_inner::<J>(Some(workers))
+    }
+
+    fn register_inner<J: Job>(mut self, concurrency: Option<usize>) -> Self {
+        self.registrations.push(PendingRegistration {
+            name: J::NAME.to_string(),
+            make: Box::new(|state| {
+                Arc::new(TypedHandler::<J> {
+                    state,
+                    _job: PhantomData,
+                }) as Arc<dyn ErasedHandler>
+            }),
+            concurrency,
+            kind: Kind::Job,
+        });
+        self
+    }
+
+    /// Register a bulk pipeline (its items run with 200 workers).
+    pub fn pipeline<P: Pipeline>(self, pipeline: P) -> Self {
+        self.pipeline_with_concurrency(
+            pipeline,
+            gaffer_actors::erased::DEFAULT_PIPELINE_CONCURRENCY,
+        )
+    }
+
+    /// Register a bulk pipeline with `workers` concurrent items (the
+    /// reference's `max_concurrent`).
+    pub fn pipeline_with_concurrency<P: Pipeline>(mut self, pipeline: P, workers: usize) -> Self {
+        let pipeline = Arc::new(pipeline);
+        self.registrations.push(PendingRegistration {
+            name: P::NAME.to_string(),
+            make: Box::new(move |_state| {
+                Arc::new(TypedPipeline::<P> {
+                    pipeline,
+                    _p: PhantomData,
+                }) as Arc<dyn ErasedHandler>
+            }),
+            concurrency: Some(workers),
+            kind: Kind::Pipeline,
+        });
+        self
+    }
+
+    /// Application state reachable from jobs by type (`ctx.state::<T>()`). A
+    /// later value of the same type replaces the earlier one.
+    pub fn state<T: Any + Send + Sync>(mut self, value: T) -> Self {
+        self.state.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// All engine settings at once: the base the individual setters apply on
+    /// top of. The setters (`retention`, `max_concurrent_jobs`, …) are
+    /// overrides kept apart from the base, so they compose in any order:
+    /// `.retention(r).settings(s)` and `.settings(s).retention(r)` both run
+    /// with `s` and retention `r`. A second `settings` call replaces the base
+    /// (not the overrides). Default: [`Settings::default()`].
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The settings the engine would start with: the base
+    /// ([`settings`](Self::settings)) with every individual setter applied
+    /// on top, in the order they were called. Validated at
+    /// [`start`](Self::start).
+    pub fn effective_settings(&self) -> Settings {
+        let mut settings = self.settings.clone();
+        for set in &self.overrides {
+            set(&mut settings);
+        }
+        settings
+    }
+
+    /// Record an override of one setting (applied on top of the base).
+    fn set(mut self, set: impl Fn(&mut Settings) + Send + Sync + 'static) -> Self {
+        self.overrides.push(Box::new(set));
+        self
+    }
+
+    /// Prefix of the taquba queues of job types: each type has its own queue,
+    /// `{prefix}.{type}` (queue configs given to `open_options` use those
+    /// names). Queues under this prefix are the engine's. Default `"jobs"`.
+    pub fn queue_name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.set(move |s| s.queue_name = name.clone())
+    }
+
+    /// Prefix of the taquba queues of pipelines, `{prefix}.{pipeline}`: apart
+    /// from the jobs queues, so a big batch never starves single jobs. Must
+    /// differ from [`queue_name`](Self::queue_name) (neither may start with
+    /// the other followed by `.`). Default `"bulk-items"`.
+    pub fn bulk_queue_name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.set(move |s| s.bulk_queue_name = name.clone())
+    }
+
+    /// Jobs of one type running at once, for each type registered without a
+    /// count of its own (`register_with_concurrency`). Every job type has its
+    /// own workers and its own queue, so one type never takes another's
+    /// capacity. At least 1. Default 16.
+    pub fn max_concurrent_jobs(self, n: usize) -> Self {
+        self.set(move |s| s.max_concurrent_jobs = n)
+    }
+
+    /// Items of one batch enqueued and not yet settled, at most: bounds the
+    /// engine's memory for a run (and how far a run gets ahead of its
+    /// items). At least 1. Default 10 000.
+    pub fn batch_window(self, items: usize) -> Self {
+        self.set(move |s| s.batch_window = items)
+    }
+
+    /// Longest idle wait before a job type's queue is looked at again, and
+    /// the period of the retention sweeper (in-process submissions, retries
+    /// and scheduled promotions wake the engine at once). Greater than zero.
+    /// Default 100 ms.
+    pub fn poll_interval(self, interval: Duration) -> Self {
+        self.set(move |s| s.poll_interval = interval)
+    }
+
+    /// Remove outcome records (and memo entries, large outputs) this long
+    /// after a job ends; after that the job is unknown
+    /// ([`EngineError::JobNotFound`]). At least 1 ms. Default: keep forever.
+    pub fn retention(self, retention: Duration) -> Self {
+        self.set(move |s| s.retention = Some(retention))
+    }
+
+    /// Object-store prefix of memo entries and large outputs; must not
+    /// overlap the queue's path. Default `"gaffer-blobs"`.
+    pub fn blob_prefix(self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        self.set(move |s| s.blob_prefix = prefix.clone())
+    }
+
+    /// Settlements (ack/nack commits) in flight per job type before its pool
+    /// stops claiming more jobs. Settlements commit together, so a worker
+    /// takes its next job while its last one's settlement waits for the
+    /// queue's flush. At least 1. Default 1024.
+    pub fn settlement_window(self, settlements: usize) -> Self {
+        self.set(move |s| s.settlement_window = settlements)
+    }
+
+    /// First delay before a crashed handler worker (a panic in a job) is
+    /// restarted; it doubles with each recent crash of its type, up to
+    /// [`restart_backoff_max`](Self::restart_backoff_max). Default 50 ms.
+    pub fn restart_backoff_base(self, delay: Duration) -> Self {
+        self.set(move |s| s.restart_backoff_base = delay)
+    }
+
+    /// Longest delay before a crashed handler worker is restarted.
+    /// Default 5 s.
+    pub fn restart_backoff_max(self, delay: Duration) -> Self {
+        self.set(move |s| s.restart_backoff_max = delay)
+    }
+
+    /// Crashes of one job type's workers tolerated within
+    /// [`restart_window`](Self::restart_window) before the type is paused
+    /// (`EngineEvent::JobTypePaused`: it claims nothing until
+    /// `Engine::resume_job_type` or a restart; other types go on).
+    /// Default 100.
+    pub fn max_restarts(self, crashes: usize) -> Self {
+        self.set(move |s| s.max_restarts = crashes)
+    }
+
+    /// The window [`max_restarts`](Self::max_restarts) counts crashes in.
+    /// Default 10 s.
+    pub fn restart_window(self, window: Duration) -> Self {
+        self.set(move |s| s.restart_window = window)
+    }
+
+    /// A job that was running when the process died runs again without
+    /// spending an attempt; one under which the process keeps dying is a
+    /// poison pill: after this many separate interruption episodes (see
+    /// [`interruption_window`](Self::interruption_window)) it fails
+    /// permanently instead. At least 1. Default 3.
+    pub fn max_interruptions(self, episodes: u32) -> Self {
+        self.set(move |s| s.max_interruptions = episodes)
+    }
+
+    /// Interruptions of one job closer together than this count as one
+    /// episode toward [`max_interruptions`](Self::max_interruptions) (a
+    /// crash loop, or several kills in a row, is one episode). Default 60 s.
+    pub fn interruption_window(self, window: Duration) -> Self {
+        self.set(move |s| s.interruption_window = window)
+    }
+
+    /// When memo entries are written to the object store. Default
+    /// [`MemoWrites::OnFailure`](crate::MemoWrites::OnFailure): an attempt keeps its entries in memory and
+    /// writes them only if it does not succeed, so a successful attempt pays
+    /// no object write. [`MemoWrites::Immediate`](crate::MemoWrites::Immediate) writes each entry as it is
+    /// put, so entries survive a process crash mid-attempt too.
+    pub fn memo_writes(self, writes: crate::MemoWrites) -> Self {
+        self.set(move |s| s.memo_writes = writes)
+    }
+
+    /// How long a graceful shutdown lets running jobs finish before giving
+    /// them back to the queue (their attempt is not counted; they run again
+    /// after the next start) and reporting them in
+    /// [`ShutdownReport::abandoned`]. Default: wait as long as they take.
+    pub fn shutdown_grace(self, grace: Duration) -> Self {
+        self.set(move |s| s.shutdown_grace = Some(grace))
+    }
+
+    /// Open the store and start the engine. Fails with a typed error on a
+    /// duplicate job type, an invalid setting, a store of another layout
+    /// version or a store error.
+    pub async fn start(self) -> Result<Engine> {
+        let mut names = std::collections::HashSet::new();
+        for r in &self.registrations {
+            if !names.insert(r.name.clone()) {
+                return Err(EngineError::DuplicateJobType(r.name.clone()).into());
+            }
+            if r.concurrency == Some(0) {
+                return Err(EngineError::InvalidConfig(format!(
+                    "`{}` needs at least 1 worker",
+                    r.name
+                ))
+                .into());
+            }
+        }
+        let settings = self.effective_settings();
+        settings.validate()?;
+        let state = Arc::new(self.state);
+        let registrations = self
+            .registrations
+            .into_iter()
+            .map(|r| Registration {
+                job_type: r.name,
+                handler: (r.make)(state.clone()),
+                concurrency: r.concurrency,
+                kind: r.kind,
+            })
+            .collect();
+        let store: Arc<dyn ObjectStore> = match self.store {
+            Store::None => {
+                return Err(EngineError::InvalidConfig(
+                    "no store: call local_dir(..), in_memory() or object_store(..) on the builder"
+                        .into(),
+                )
+                .into());
+            }
+            Store::LocalDir(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::from)?)
+            }
+            Store::InMemory => Arc::new(InMemory::new()),
+            Store::Given(store) => store,
+        };
+        let source = match self.queue {
+            Some(queue) => QueueSource::Given {
+                queue: Box::new(queue),
+                store,
+            },
+            None => {
+                let mut options = self.options.unwrap_or_default();
+                if let Some(interval) = self.flush_interval {
+                    options = options.flush_interval(interval);
+                }
+                if let Some(clock) = self.clock {
+                    options = options.clock(clock);
+                }
+                QueueSource::Open {
+                    store,
+                    path: self.queue_path,
+                    options,
+                }
+            }
+        };
+        let inner = EngineRef::start(EngineConfig {
+            source,
+            settings,
+            registrations,
+            events: Some(self.events),
+        })
+        .await?;
+        let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());
+        Ok(Engine { inner, jobs })
+    }
+}
