@@ -380,7 +380,7 @@ impl EngineBuilder {
     /// How long a graceful shutdown lets running jobs finish before giving
     /// them back to the queue (their attempt is not counted; they run again
     /// after the next start) and reporting them in
-    /// [`ShutdownReport::abandoned`]. Default: wait as long as they take.
+    /// [`ShutdownReport::abandoned`](crate::ShutdownReport::abandoned). Default: wait as long as they take.
     pub fn shutdown_grace(self, grace: Duration) -> Self {
         self.set(move |s| s.shutdown_grace = Some(grace))
     }

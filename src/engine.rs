@@ -88,7 +88,7 @@ impl Engine {
     }
 
     /// Lifecycle events, from now on (take the subscription on the builder,
-    /// [`EngineBuilder::subscribe`], to see every event from the start).
+    /// [`EngineBuilder::subscribe`](crate::EngineBuilder::subscribe), to see every event from the start).
     ///
     /// The stream ends when the engine stops, even while clones of this
     /// `Engine` are alive: after a graceful shutdown the last event is
