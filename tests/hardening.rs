@@ -3,21 +3,20 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::ractor::{self, Actor, ActorProcessingErr, ActorRef};
 use gaffer::taquba::EnqueueOptions;
 use gaffer::{
-    BulkCtx, Engine, EngineEvent, EngineMessage, ItemError, Job, JobContext, JobFinished,
-    OutputRecord, OutputSink, Pipeline,
+    BulkCtx, Engine, EngineEvent, EngineMessage, ItemError, Job, JobContext, JobFinished, Pipeline,
 };
 use gaffer_actors::ChildKind;
 use gaffer_actors::testing::{FaultyStore, Ops};
 use serde::{Deserialize, Serialize};
 
-use common::{CollectSink, Gate, eventually, kill};
+use common::{Gate, Ping, eventually, kill};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -197,66 +196,6 @@ async fn a_watch_registered_before_a_waiters_restart_is_still_told() {
 }
 
 // ---------------------------------------------------------------------------
-// 3. A batch item whose output blob cannot be read.
-
-struct Big;
-
-impl Pipeline for Big {
-    const NAME: &'static str = "big";
-    type Input = u32;
-    type Output = String;
-    type Error = ItemError;
-    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<String, ItemError> {
-        // Over the KV cap: kept as a blob.
-        Ok("x".repeat(2 << 20) + &ctx.input.to_string())
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_item_whose_output_cannot_be_read_reaches_the_sink_as_an_error_never_as_a_success() {
-    let (store, faults) = FaultyStore::wrap(common::shared_store());
-    let engine = common::store_builder(store, common::mock_clock())
-        .pipeline(Big)
-        .start()
-        .await
-        .unwrap();
-    // Reads of output blobs fail; writes pass.
-    faults.only_prefix("gaffer-blobs/");
-    faults.fail(Ops::GET);
-    let sink = CollectSink::new();
-    let report = within(
-        engine
-            .batch::<Big>("unreadable")
-            .unwrap()
-            .sink(sink.clone())
-            .run([1u32]),
-    )
-    .await
-    .unwrap();
-    let records = sink.records();
-    assert_eq!(records.len(), 1, "{records:?}");
-    let record = &records[0];
-    assert!(
-        !(record.status == "succeeded" && record.output.is_none()),
-        "written as succeeded without its output: {record:?}"
-    );
-    assert_eq!(
-        record.status,
-        gaffer::STATUS_OUTPUT_UNAVAILABLE,
-        "{record:?}"
-    );
-    let error = record.error.as_deref().unwrap_or_default();
-    assert!(error.contains("could not be read"), "{record:?}");
-    assert_eq!(report.sink_errors, 1, "{report:?}");
-    assert_eq!(report.sink_error_keys, vec!["item-0".to_string()]);
-    // The item did succeed: its marker stands, and a later run reads the
-    // output again.
-    assert_eq!(report.succeeded, 1);
-    faults.heal();
-    engine.shutdown().await.unwrap();
-}
-
-// ---------------------------------------------------------------------------
 // 5. A parent that awaits the children it submitted.
 
 #[derive(Serialize, Deserialize)]
@@ -378,100 +317,6 @@ async fn a_job_type_awaiting_children_of_its_own_type_completes_with_two_workers
     let (engine, leaves) = grow(2, 4, false).await;
     assert_eq!(leaves, 16);
     within(engine.shutdown()).await.unwrap();
-}
-
-// ---------------------------------------------------------------------------
-// 7. A sink that blocks does not block the runtime.
-
-struct Quick;
-
-impl Pipeline for Quick {
-    const NAME: &'static str = "quick";
-    type Input = u32;
-    type Output = u32;
-    type Error = ItemError;
-    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<u32, ItemError> {
-        Ok(ctx.input)
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-struct Ping;
-
-impl Job for Ping {
-    const NAME: &'static str = "ping";
-    type Output = ();
-    type Error = std::convert::Infallible;
-    async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> {
-        Ok(())
-    }
-}
-
-/// Its first write blocks (the thread, as a slow disk does) until released,
-/// for at most 5 s.
-struct Stuck {
-    entered: AtomicBool,
-    release: Mutex<std::sync::mpsc::Receiver<()>>,
-    timed_out: AtomicBool,
-    written: AtomicUsize,
-}
-
-impl OutputSink for Stuck {
-    fn write(&self, _record: &OutputRecord) -> gaffer::Result<()> {
-        if !self.entered.swap(true, Ordering::SeqCst) {
-            let rx = self.release.lock().unwrap();
-            if rx.recv_timeout(Duration::from_secs(5)).is_err() {
-                self.timed_out.store(true, Ordering::SeqCst);
-            }
-        }
-        self.written.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-}
-
-#[tokio::test]
-async fn a_sink_blocked_in_a_write_does_not_stop_the_engine_from_running_jobs() {
-    let engine = Engine::builder()
-        .in_memory()
-        .flush_interval(Duration::from_millis(1))
-        .pipeline(Quick)
-        .register::<Ping>()
-        .start()
-        .await
-        .unwrap();
-    let (release, rx) = std::sync::mpsc::channel();
-    let sink = Arc::new(Stuck {
-        entered: AtomicBool::new(false),
-        release: Mutex::new(rx),
-        timed_out: AtomicBool::new(false),
-        written: AtomicUsize::new(0),
-    });
-    let batch = tokio::spawn({
-        let (engine, sink) = (engine.clone(), sink.clone());
-        async move {
-            engine
-                .batch::<Quick>("stuck")
-                .unwrap()
-                .sink(sink)
-                .run(0..10u32)
-                .await
-        }
-    });
-    eventually("the sink is written", WAIT, async || {
-        sink.entered.load(Ordering::SeqCst)
-    })
-    .await;
-    // While the sink blocks its thread, a job runs to its end.
-    engine.submit(Ping).await.unwrap().await.unwrap();
-    release.send(()).unwrap();
-    let report = within(batch).await.unwrap().unwrap();
-    assert!(
-        !sink.timed_out.load(Ordering::SeqCst),
-        "the job could not run until the blocked sink write gave up"
-    );
-    assert_eq!(report.succeeded, 10);
-    assert_eq!(sink.written.load(Ordering::SeqCst), 10);
-    engine.shutdown().await.unwrap();
 }
 
 // ---------------------------------------------------------------------------
