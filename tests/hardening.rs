@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::ractor::{self, Actor, ActorProcessingErr, ActorRef};
-use gaffer::taquba::EnqueueOptions;
 use gaffer::{
     BulkCtx, Engine, EngineEvent, EngineMessage, ItemError, Job, JobContext, JobFinished, Pipeline,
 };
@@ -196,128 +195,11 @@ async fn a_watch_registered_before_a_waiters_restart_is_still_told() {
 }
 
 // ---------------------------------------------------------------------------
-// 5. A parent that awaits the children it submitted.
-
-#[derive(Serialize, Deserialize)]
-struct Child(u32);
-
-impl Job for Child {
-    const NAME: &'static str = "child";
-    type Output = u32;
-    type Error = std::convert::Infallible;
-    async fn run(&self, _ctx: JobContext) -> Result<u32, Self::Error> {
-        Ok(self.0)
-    }
-}
+// The error of the jobs below.
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct Failed(String);
-
-#[derive(Serialize, Deserialize)]
-struct Parent(u32);
-
-impl Job for Parent {
-    const NAME: &'static str = "parent";
-    type Output = u32;
-    type Error = Failed;
-    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
-        // Every parent is queued before any submits its children.
-        if let Some(gate) = ctx.try_state::<Gate>() {
-            gate.wait().await;
-        }
-        let mut handles = Vec::new();
-        for i in 0..3 {
-            handles.push(
-                ctx.submit(Child(self.0 * 10 + i))
-                    .await
-                    .map_err(|e| Failed(e.to_string()))?,
-            );
-        }
-        let mut sum = 0;
-        for h in handles {
-            sum += h.await.map_err(|e| Failed(e.to_string()))?;
-        }
-        Ok(sum)
-    }
-}
-
-/// Awaits two children of its own type down to depth 0: one after the other,
-/// or both at once (`together`).
-#[derive(Serialize, Deserialize)]
-struct Tree {
-    depth: u32,
-    together: bool,
-}
-
-impl Job for Tree {
-    const NAME: &'static str = "tree";
-    type Output = u32;
-    type Error = Failed;
-    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
-        let failed = |e: &dyn std::fmt::Display| Failed(e.to_string());
-        if self.depth == 0 {
-            return Ok(1);
-        }
-        let child = || Tree {
-            depth: self.depth - 1,
-            together: self.together,
-        };
-        let a = ctx.submit(child()).await.map_err(|e| failed(&e))?;
-        let b = ctx.submit(child()).await.map_err(|e| failed(&e))?;
-        let (a, b) = if self.together {
-            tokio::join!(a.join(), b.join())
-        } else {
-            (a.join().await, b.join().await)
-        };
-        let a = a.map_err(|e| failed(&e))?.map_err(|e| failed(&e))?;
-        let b = b.map_err(|e| failed(&e))?.map_err(|e| failed(&e))?;
-        Ok(a + b)
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn parents_awaiting_their_children_complete_at_a_concurrency_of_four_and_shutdown_returns() {
-    let gate = Gate::closed();
-    let engine = common::memory_builder(common::mock_clock())
-        .max_concurrent_jobs(4)
-        .state(gate.clone())
-        .register::<Parent>()
-        .register::<Child>()
-        .start()
-        .await
-        .unwrap();
-    let mut parents = Vec::new();
-    for p in 0..20 {
-        parents.push(engine.submit(Parent(p)).await.unwrap());
-    }
-    gate.open();
-    for (p, h) in parents.into_iter().enumerate() {
-        let p = p as u32;
-        assert_eq!(within(h).await.unwrap(), 3 * p * 10 + 3);
-    }
-    within(engine.shutdown()).await.unwrap();
-}
-
-/// Run a `Tree` of `depth` on an engine with `workers` tree workers; the
-/// engine and the tree's leaf count.
-async fn grow(workers: usize, depth: u32, together: bool) -> (Engine, u32) {
-    let engine = common::memory_builder(common::mock_clock())
-        .register_with_concurrency::<Tree>(workers)
-        .start()
-        .await
-        .unwrap();
-    let root = engine.submit(Tree { depth, together }).await.unwrap();
-    let leaves = within(root).await.unwrap();
-    (engine, leaves)
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_job_type_awaiting_children_of_its_own_type_completes_with_two_workers() {
-    let (engine, leaves) = grow(2, 4, false).await;
-    assert_eq!(leaves, 16);
-    within(engine.shutdown()).await.unwrap();
-}
 
 // ---------------------------------------------------------------------------
 // 8. Shutdown closes the queue as soon as its last user lets go (no polling).
@@ -407,98 +289,6 @@ async fn a_healthy_type_runs_at_once_while_another_type_crashes() {
     for h in crashing {
         within(h).await.unwrap();
     }
-    engine.shutdown().await.unwrap();
-}
-
-// ---------------------------------------------------------------------------
-// 10. A settlement ends only the run whose record names its queue job.
-
-#[derive(Serialize, Deserialize)]
-struct Keyed(u32);
-
-impl Job for Keyed {
-    const NAME: &'static str = "keyed";
-    type Output = u32;
-    type Error = std::convert::Infallible;
-    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-        if let Some(gate) = ctx.try_state::<Gate>() {
-            gate.wait().await;
-        }
-        Ok(self.0)
-    }
-    fn idempotency_key(&self) -> Option<String> {
-        Some(format!("keyed-{}", self.0))
-    }
-}
-
-/// Enqueue by hand a job that carries `run_id` but does not decode as a
-/// `Keyed`: it fails permanently when it runs.
-async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
-    let queue = engine.engine_ref().services().queue().unwrap();
-    let headers = [
-        ("gaffer.type".to_string(), "keyed".to_string()),
-        ("gaffer.run".to_string(), run_id.to_string()),
-    ]
-    .into_iter()
-    .collect();
-    queue
-        .enqueue_with(
-            "jobs.keyed",
-            b"\xc1 not a job".to_vec(),
-            EnqueueOptions::default().headers(headers),
-        )
-        .await
-        .unwrap()
-}
-
-/// The impostor ran and was dead-lettered as its own failure.
-async fn impostor_settled(engine: &Engine) {
-    eventually("the impostor is dead-lettered", WAIT, async || {
-        let queue = engine.engine_ref().services().queue().unwrap();
-        queue.view().stats("jobs.keyed").await.unwrap().dead == 1
-    })
-    .await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_stray_job_carrying_a_finished_runs_id_does_not_replace_its_outcome() {
-    let engine = common::memory_builder(common::mock_clock())
-        .register::<Keyed>()
-        .start()
-        .await
-        .unwrap();
-    let handle = engine.submit(Keyed(1)).await.unwrap();
-    assert_eq!(within(handle.clone()).await.unwrap(), 1);
-    enqueue_impostor(&engine, handle.id()).await;
-    impostor_settled(&engine).await;
-    let again = engine.submit(Keyed(1)).await.unwrap();
-    assert!(!again.newly_submitted());
-    assert_eq!(within(again).await.unwrap(), 1, "the success was replaced");
-    engine.shutdown().await.unwrap();
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_stray_job_carrying_a_live_runs_id_does_not_end_that_run() {
-    let gate = Gate::closed();
-    let engine = common::memory_builder(common::mock_clock())
-        .state(gate.clone())
-        .register::<Keyed>()
-        .start()
-        .await
-        .unwrap();
-    let handle = engine.submit(Keyed(2)).await.unwrap();
-    eventually("the keyed job runs", WAIT, async || {
-        running(&engine, "keyed").await == 1
-    })
-    .await;
-    enqueue_impostor(&engine, handle.id()).await;
-    impostor_settled(&engine).await;
-    // The live run still owns its id: a duplicate joins it, no second run starts.
-    let again = engine.submit(Keyed(2)).await.unwrap();
-    assert!(!again.newly_submitted(), "a second run of the id started");
-    gate.open();
-    assert_eq!(within(handle).await.unwrap(), 2);
-    assert_eq!(within(again).await.unwrap(), 2);
     engine.shutdown().await.unwrap();
 }
 
@@ -774,79 +564,5 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     drop(queue);
     assert_eq!(totals.dead, 2_050, "{totals:?}");
     gate.open();
-    engine.shutdown().await.unwrap();
-}
-
-// ---------------------------------------------------------------------------
-// 5 (continued). Several waits at once, and a shutdown during a wait.
-
-#[tokio::test(start_paused = true)]
-async fn a_job_awaiting_two_children_of_its_own_type_at_once_completes_with_one_worker() {
-    let (engine, leaves) = grow(1, 3, true).await;
-    assert_eq!(leaves, 8);
-    // Back to one worker once nothing waits.
-    eventually("the extra workers retire", WAIT, async || {
-        let stats = engine.engine_ref().pool_stats().await.unwrap();
-        stats["tree"].workers == 1 && stats["tree"].parked == 0
-    })
-    .await;
-    within(engine.shutdown()).await.unwrap();
-}
-
-/// Awaits a `Gated` child; one attempt only.
-#[derive(Serialize, Deserialize)]
-struct Waits(u32);
-
-impl Job for Waits {
-    const NAME: &'static str = "waits";
-    type Output = u32;
-    type Error = Failed;
-    async fn run(&self, ctx: JobContext) -> Result<u32, Failed> {
-        let child = ctx
-            .submit(Gated(self.0))
-            .await
-            .map_err(|e| Failed(e.to_string()))?;
-        child.await.map_err(|e| Failed(e.to_string()))
-    }
-    fn max_attempts(&self) -> Option<u32> {
-        Some(1)
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_shutdown_during_a_wait_for_a_child_gives_the_parent_back_without_spending_its_attempt() {
-    let store = common::shared_store();
-    let clock = common::mock_clock();
-    let gate = Gate::closed();
-    let engine = common::shared_memory_builder(store.clone(), clock.clone())
-        .shutdown_grace(Duration::from_secs(1))
-        .state(gate.clone())
-        .register::<Waits>()
-        .register::<Gated>()
-        .start()
-        .await
-        .unwrap();
-    let parent = engine.submit(Waits(9)).await.unwrap();
-    eventually("the parent waits for its running child", WAIT, async || {
-        let stats = engine.engine_ref().pool_stats().await.unwrap();
-        stats["waits"].parked == 1 && stats["gated"].running == 1
-    })
-    .await;
-    let report = within(engine.shutdown()).await.unwrap();
-    assert!(report.queue_closed, "{report:?}");
-
-    // The next start: the parent has its one attempt still, and completes.
-    gate.open();
-    let engine = common::shared_memory_builder(store, clock)
-        .state(gate.clone())
-        .register::<Waits>()
-        .register::<Gated>()
-        .start()
-        .await
-        .unwrap();
-    let value = within(engine.handle::<Waits>(parent.id()).unwrap().join())
-        .await
-        .unwrap();
-    assert_eq!(value, Ok(9), "the shutdown spent the parent's only attempt");
     engine.shutdown().await.unwrap();
 }
