@@ -1,7 +1,8 @@
 //! Acceptance tests of the bulk runner, after taquba-workflow 0.11's bulk
 //! reference suite: runs and their reports and cost rollups, failed items and
 //! the failure threshold, item keys, concurrency and the batch window, staged
-//! effects, memo, isolation from jobs and between batches, progress.
+//! effects, memo, isolation from jobs and between batches, progress. (Items
+//! that do not decode: `input_batches.rs`.)
 //!
 //! Every test runs under paused tokio time on the in-memory store with a
 //! `MockClock`, and waits on run futures, sink records, pipeline start signals
@@ -15,10 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gaffer::ractor;
 use gaffer::{BulkCtx, CostReport, Error, ItemError, JsonlSink, OutputRecord, Pipeline, Settings};
+use gaffer_actors::ItemStatus;
 use gaffer_actors::records::ItemMarker;
-use gaffer_actors::{BatchSpec, ItemRecord, ItemStatus, RecordSink};
 
 use common::bulk::{
     BLOCKING, Probe, Stage, UNLUCKY, counts, json, probe, probe_engine, stage, strings,
@@ -457,77 +457,5 @@ async fn progress_reports_rate_and_time_remaining() {
     shared.gate.open();
     let report = within(run).await.unwrap().unwrap();
     assert_eq!(counts(&report), (4, 4, 0));
-    shut_down_cleanly(&engine).await;
-}
-
-/// Collects raw records (the engine's sink seam).
-#[derive(Default)]
-struct RawSink(Mutex<Vec<(String, ItemStatus, Option<String>)>>);
-
-impl RecordSink for RawSink {
-    fn write(&self, key: &str, record: ItemRecord<'_>) -> Result<(), String> {
-        let (status, error) = match record {
-            ItemRecord::Succeeded { .. } => (ItemStatus::Succeeded, None),
-            ItemRecord::Failed { error } => (ItemStatus::Failed, Some(error.to_string())),
-            ItemRecord::Cancelled => (ItemStatus::Cancelled, None),
-            ItemRecord::OutputUnavailable { error } => {
-                (ItemStatus::Succeeded, Some(error.to_string()))
-            }
-        };
-        self.0
-            .lock()
-            .unwrap()
-            .push((key.to_string(), status, error));
-        Ok(())
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn undecodable_input_is_permanent() {
-    let (s, gate, _rx) = stage();
-    gate.open();
-    let engine = common::memory_builder(common::mock_clock())
-        .pipeline(s)
-        .start()
-        .await
-        .unwrap();
-    let sink = Arc::new(RawSink::default());
-    let spec = BatchSpec {
-        batch_id: "junk".into(),
-        pipeline: Stage::NAME.into(),
-        headers: HashMap::new(),
-        sink: Some(sink.clone()),
-        retention: None,
-        window: 10_000,
-    };
-
-    let outcome = within(async {
-        ractor::call!(
-            engine.actor(),
-            gaffer::EngineMessage::RunBatch,
-            Box::new(spec),
-            vec![("k".into(), b"junk".to_vec())]
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
-
-    assert_eq!(
-        (outcome.total, outcome.succeeded, outcome.failed),
-        (1, 0, 1)
-    );
-    assert_eq!(outcome.failed_keys, strings(&["k"]));
-    let records = sink.0.lock().unwrap().clone();
-    assert_eq!(records.len(), 1);
-    let (key, status, error) = &records[0];
-    assert_eq!((key.as_str(), *status), ("k", ItemStatus::Failed));
-    let error = error.as_deref().unwrap_or_default();
-    assert!(error.contains("invalid input"), "{error}");
-    // Failed at once (permanent): no effects, no retry; a resume fails it again.
-    let again = within(engine.batch::<Stage>("junk").unwrap().resume())
-        .await
-        .unwrap();
-    assert_eq!(counts(&again), (1, 0, 1));
     shut_down_cleanly(&engine).await;
 }

@@ -1,6 +1,7 @@
-//! Failure paths: handler panics (a crashing type holds up no other), a job
-//! type that keeps crashing, the shutdown grace period, and a second writer
-//! fencing the engine.
+//! Failure paths: handler panics (retried; a crashing type holds up no
+//! other), a job type that keeps crashing, the shutdown grace period, and a
+//! second writer fencing the engine (a plain queue, or a second engine in the
+//! same process).
 
 mod common;
 
@@ -8,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{EngineEvent, Job, JobContext, Settings};
+use gaffer::{EngineEvent, FailureKind, Job, JobContext, Settings};
 use serde::{Deserialize, Serialize};
 
+use common::bulk::{Probe, probe};
 use common::within;
 
 /// Silence the panics the test jobs raise on purpose (and only those).
@@ -148,6 +150,79 @@ async fn a_thousand_panicking_jobs_across_two_types_all_end_right_and_the_health
     assert!(
         stats.values().all(|s| s.workers == 16 && !s.paused),
         "{stats:?}"
+    );
+    assert!(engine.shutdown().await.unwrap().queue_closed);
+}
+
+/// Panics on attempt 1; then returns its number plus the attempt it ran as.
+#[derive(Debug, Serialize, Deserialize)]
+struct PanicsOnceAddsAttempt(u32);
+
+impl Job for PanicsOnceAddsAttempt {
+    const NAME: &'static str = "panics-once";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.attempt() == 1 {
+            panic!("deliberate panic on attempt 1 (expected in this test)");
+        }
+        Ok(self.0 + ctx.attempt())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_panics_is_retried_and_the_engine_keeps_serving() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<PanicsOnceAddsAttempt>()
+        .register::<Healthy>()
+        .start()
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+    let panicky = engine.submit(PanicsOnceAddsAttempt(40)).await.unwrap();
+    let other = engine.submit(Healthy(21)).await.unwrap();
+
+    assert_eq!(within(other.join()).await.unwrap(), Ok(42));
+    assert_eq!(
+        within(panicky.join()).await.unwrap(),
+        Ok(42),
+        "succeeds on attempt 2"
+    );
+    let seen = common::collect_events_until(&mut events, common::LIMIT, |evs| {
+        evs.iter().any(|e| {
+            matches!(e, EngineEvent::HandlerRestarted { job_type } if job_type == "panics-once")
+        })
+    })
+    .await;
+    assert!(
+        seen.iter().any(|e| matches!(
+            e,
+            EngineEvent::HandlerCrashed { job_type, reason }
+                if job_type == "panics-once" && reason.contains("deliberate panic")
+        )),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter().any(|e| matches!(
+            e,
+            EngineEvent::JobFailed { run_id, retrying: true, kind: FailureKind::Transient, .. }
+                if run_id == panicky.id()
+        )),
+        "{seen:#?}"
+    );
+    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    assert_eq!(stats["panics-once"].crashes, 1, "{stats:?}");
+    assert_eq!(stats["healthy"].crashes, 0, "{stats:?}");
+
+    // The crashed type keeps serving too.
+    let after = engine.submit(PanicsOnceAddsAttempt(1)).await.unwrap();
+    assert_eq!(within(after.join()).await.unwrap(), Ok(3));
+    // And so does the other type.
+    assert_eq!(
+        within(engine.submit(Healthy(1)).await.unwrap().join())
+            .await
+            .unwrap(),
+        Ok(2)
     );
     assert!(engine.shutdown().await.unwrap().queue_closed);
 }
@@ -355,4 +430,44 @@ async fn a_second_writer_fences_the_engine_which_reports_it_and_stops() {
     let stats = common::totals(other.view(), "").await;
     assert_eq!((stats.pending, stats.claimed), (0, 0), "{stats:?}");
     other.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_engine_on_the_same_store_in_one_process_fences_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let (probe1, _, _) = probe();
+    let (probe2, _, _) = probe();
+    let first = common::disk_builder(dir.path(), clock.clone())
+        .pipeline(probe1)
+        .start()
+        .await
+        .unwrap();
+    let mut events = first.subscribe();
+    let second = common::disk_builder(dir.path(), clock)
+        .pipeline(probe2)
+        .start()
+        .await
+        .unwrap();
+    common::wait_event(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, EngineEvent::StoreClosed { .. })
+    })
+    .await;
+    // The first engine refuses work; the second serves it.
+    assert!(
+        first
+            .batch::<Probe>("b")
+            .unwrap()
+            .run([1u64])
+            .await
+            .is_err()
+    );
+    let report = second
+        .batch::<Probe>("b")
+        .unwrap()
+        .run([1u64])
+        .await
+        .unwrap();
+    assert_eq!(report.succeeded, 1);
+    second.shutdown().await.unwrap();
 }
