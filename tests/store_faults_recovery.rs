@@ -1,8 +1,8 @@
 //! Object-store faults the engine rides out, with `FaultyStore` (feature
 //! `testing`) around a shared `InMemory`: a put outage under load (jobs, and a
-//! batch), faults on memo writes, latency on every operation, and a shutdown
-//! during an outage. A crash in the middle of an outage (another engine takes
-//! the store over) is in `store_faults_takeover.rs`.
+//! batch), latency on every operation, and a shutdown during an outage. A
+//! crash in the middle of an outage (another engine takes the store over) is
+//! in `store_faults_takeover.rs`; faults on memo writes are in `memo.rs`.
 //!
 //! What the store layers do with a fault decides what is tested:
 //!
@@ -20,16 +20,15 @@
 //!
 //! The tests check: during an outage the engine stays up and reports nothing
 //! as done that is not durable; after it every job and batch item completes
-//! exactly once, with its record; memo faults retry; latency slows but does
-//! not stop a batch; a shutdown with a grace period returns during an outage.
+//! exactly once, with its record; latency slows but does not stop a batch; a
+//! shutdown with a grace period returns during an outage.
 //!
 //! The outage tests run in real time: SlateDB stamps L0 SSTs from a clock
 //! that starts at the wall clock and runs on tokio's clock, and refuses (at
 //! the next manifest update) an L0 older than one already published, so under
 //! paused time a second engine opened after virtual time ran ahead of the
 //! wall clock fails with "invalid clock tick, must be monotonic" (a test
-//! artifact). The queue clock is a `MockClock`, so leases never expire. The
-//! memo test, which opens one engine, runs under paused time.
+//! artifact). The queue clock is a `MockClock`, so leases never expire.
 //!
 //! No assertion depends on how long a sleep lasts: the tests wait for the
 //! states they check (events, pool counters, the waiters' count, the fault
@@ -48,13 +47,13 @@ use std::time::Duration;
 
 use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::taquba::{MockClock, Queue};
-use gaffer::{BulkCtx, EngineEvent, FailureKind, ItemError, Pipeline};
-use gaffer_actors::testing::{Op, Ops};
+use gaffer::{BulkCtx, ItemError, Pipeline};
+use gaffer_actors::testing::Ops;
 use gaffer_actors::{Outcome, OutputRef};
 
 use common::faults::{
-    Big, EventLog, FAULT_LIMIT, Keyed, Memoed, OUTAGE, Runs, SLOW, Slow, Work, assert_engine_up,
-    builder, faulty, lost_outcomes, started, successes, wait_settling, within,
+    Big, EventLog, FAULT_LIMIT, Keyed, OUTAGE, Runs, SLOW, Slow, Work, assert_engine_up, builder,
+    faulty, lost_outcomes, started, successes, wait_settling, within,
 };
 use common::{CollectSink, Gate};
 
@@ -492,101 +491,6 @@ async fn a_batch_interrupted_by_a_put_outage_completes_every_item_exactly_once()
         status.succeeded,
         settled_before,
         reruns.len(),
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_once_it_stops() {
-    let inner = common::shared_store();
-    let (store, faults) = faulty(&inner);
-    let clock = common::mock_clock();
-    let runs = Runs::default();
-    // Immediate memo writes: each `put` writes its object (by default a
-    // successful attempt writes none; `tests/memo.rs` covers a failing write
-    // of a failed attempt's entries).
-    let engine = builder(store, clock, &runs, &Gate::opened())
-        .memo_writes(gaffer::MemoWrites::Immediate)
-        .start()
-        .await
-        .unwrap();
-    let log = EventLog::follow(&engine);
-    faults.only_prefix("gaffer-blobs/");
-
-    // The next three memo writes fail: three attempts fail, the fourth succeeds.
-    faults.fail_next(Ops::PUT, 3);
-    let handle = engine.submit(Memoed(1)).await.unwrap();
-    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 5);
-    let record = engine
-        .engine_ref()
-        .services()
-        .outcome(handle.id())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(record.attempts, 4, "{record:?}");
-    let retries: Vec<(FailureKind, String, bool)> = log
-        .events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|e| match e {
-            EngineEvent::JobFailed {
-                run_id,
-                kind,
-                message,
-                retrying,
-                ..
-            } if run_id == handle.id() => Some((*kind, message.clone(), *retrying)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(retries.len(), 3, "{retries:?}");
-    for (kind, message, retrying) in &retries {
-        assert_eq!(*kind, FailureKind::Transient);
-        assert!(*retrying);
-        assert!(message.contains("injected fault"), "{message}");
-        assert!(message.contains("gaffer-blobs/"), "{message}");
-    }
-    assert_eq!(runs.of("memoed-1"), 4);
-    // The step ran again on each attempt: its memo entry was never written.
-    assert_eq!(runs.of("memoed-step-1"), 4);
-    assert_eq!(faults.stats().of(Op::Put).1, 3);
-
-    // A fault that lasts until the test stops it: attempts keep failing
-    // (the queue itself is untouched), then the job succeeds.
-    faults.fail(Ops::PUT);
-    let handle = engine.submit(Memoed(2)).await.unwrap();
-    let id = handle.id().to_string();
-    log.wait_until(|e| {
-        e.iter()
-            .filter(|e| matches!(e, EngineEvent::JobFailed { run_id, retrying: true, .. } if *run_id == id))
-            .count()
-            >= 2
-    })
-    .await;
-    assert_engine_up(&engine).await;
-    faults.heal();
-    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 10);
-    let attempts = engine
-        .engine_ref()
-        .services()
-        .outcome(handle.id())
-        .await
-        .unwrap()
-        .unwrap()
-        .attempts;
-    let failed = log.count(
-        |e| matches!(e, EngineEvent::JobFailed { run_id, retrying: true, .. } if *run_id == id),
-    );
-    assert_eq!(attempts as usize, failed + 1);
-    assert_eq!(runs.of("memoed-2"), attempts as usize);
-    assert_eq!(log.store_closed(), None);
-    engine.shutdown().await.unwrap();
-
-    eprintln!(
-        "store_faults[memo faults]: {}; attempts: 4 with a 3-fault countdown, {attempts} \
-         with a fault held for {failed} attempts; outcomes lost 0, duplicated 0",
-        faults.stats(),
     );
 }
 

@@ -1,7 +1,7 @@
-//! Fixtures of the object-store fault tests (`store_faults_*.rs`): jobs that
-//! count what ran, an engine over a `FaultyStore`, an event log, and the
-//! checks those tests share. `store_faults_recovery.rs` describes what the
-//! store layers do with a fault.
+//! Fixtures of the object-store fault tests (`store_faults_*.rs`, and the
+//! memo write faults in `memo.rs`): jobs that count what ran, an engine over
+//! a `FaultyStore`, an event log, and the checks those tests share.
+//! `store_faults_recovery.rs` describes what the store layers do with a fault.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,8 +2,8 @@
 //! or a local directory, a mock clock, and event waiting without sleeps.
 //!
 //! The fixtures that only one family of test files shares live in submodules:
-//! [`bulk`] (the `bulk_*` files), [`jobs`] (the `jobs_*` files) and
-//! [`faults`] (the `store_faults_*` files).
+//! [`bulk`] (the bulk runner's tests), [`jobs`] (the `jobs_*` files) and
+//! [`faults`] (the object-store fault tests).
 #![allow(dead_code)]
 
 pub mod bulk;
