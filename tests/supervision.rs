@@ -94,6 +94,10 @@ async fn a_killed_waiters_actor_is_restarted_and_waiting_handles_still_resolve()
         async move { h.await }
     });
     started(1, &gauge).await;
+    common::eventually("the handle waits", WAIT, async || {
+        common::waiting_runs(&engine).await == 1
+    })
+    .await;
     kill(&engine, ChildKind::Waiters).await;
     gate.open();
     assert_eq!(waiting.await.unwrap().unwrap(), 7);
@@ -226,6 +230,10 @@ async fn a_join_waiting_when_the_waiters_die_mid_commit_gets_the_durable_outcome
         let h = handle.clone();
         async move { h.join().await }
     });
+    common::eventually("the join waits", LIMIT, async || {
+        common::waiting_runs(&engine).await == 1
+    })
+    .await;
     // Hold the settlement's commit: every write stalls (SlateDB retries).
     faults.fail(Ops::WRITES);
     gate.open();
