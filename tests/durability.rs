@@ -1,5 +1,7 @@
 //! Durability: what a real local-disk store keeps across a clean shutdown and
-//! a reopen of the same directory, and what the engine refuses to open.
+//! a reopen of the same directory, what the engine refuses to open, and the
+//! failure record of a job whose last attempt lost its lease (alone, and
+//! among thousands of dead jobs).
 
 mod common;
 
@@ -14,7 +16,8 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
-use common::{Gate, Runs};
+use common::jobs::Fail;
+use common::{Gate, Runs, shut_down_cleanly};
 
 /// Wall-clock limit for anything a test waits on (real time: local disk).
 const LIMIT: Duration = Duration::from_secs(30);
@@ -93,12 +96,6 @@ async fn start_double(dir: &Path, clock: &Arc<MockClock>, runs: &Arc<Runs>) -> E
         .start()
         .await
         .expect("the engine starts on the directory")
-}
-
-async fn shut_down_cleanly(engine: &Engine) {
-    let report = engine.shutdown().await.expect("shutdown answers");
-    assert!(report.queue_closed, "{report:?}");
-    assert!(report.problems.is_empty(), "{report:?}");
 }
 
 /// A plain taquba queue on the engine's directory and queue path.
@@ -489,4 +486,85 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
     assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     shut_down_cleanly(&engine).await;
     assert_eq!(runs.get(), 1);
+}
+
+/// Fails for good at once.
+#[derive(Serialize, Deserialize)]
+struct Doomed(u32);
+
+impl Job for Doomed {
+    const NAME: &'static str = "doomed";
+    type Output = ();
+    type Error = Fail;
+    async fn run(&self, _ctx: JobContext) -> Result<(), Fail> {
+        Err(Fail::Msg(format!("doomed {}", self.0)))
+    }
+    fn classify(&self, _error: &Fail) -> gaffer::FailureKind {
+        gaffer::FailureKind::Permanent
+    }
+}
+
+/// Hangs until the gate opens; one attempt.
+#[derive(Serialize, Deserialize)]
+struct Hangs(u32);
+
+impl Job for Hangs {
+    const NAME: &'static str = "hangs";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Gate>().wait().await;
+        Ok(self.0)
+    }
+    fn max_attempts(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs() {
+    let clock = common::mock_clock();
+    let gate = Gate::closed();
+    let engine = common::memory_builder(clock.clone())
+        .state(gate.clone())
+        .register::<Doomed>()
+        .register_with_concurrency::<Hangs>(100)
+        .start()
+        .await
+        .unwrap();
+    let doomed: Vec<_> =
+        futures_util::future::join_all((0..2_000).map(|i| engine.submit(Doomed(i))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    for h in doomed {
+        assert!(common::within(h.join()).await.unwrap().is_err());
+    }
+    let mut hung = Vec::new();
+    for i in 0..50 {
+        hung.push(engine.submit(Hangs(i)).await.unwrap());
+    }
+    common::eventually("the jobs hang", LIMIT, async || {
+        common::running(&engine, "hangs").await == 50
+    })
+    .await;
+    // Their leases run out on their last attempt.
+    clock.advance(Duration::from_secs(31));
+    let queue = engine.engine_ref().services().queue().unwrap();
+    queue.reap_now().await.unwrap();
+    drop(queue);
+    for h in &hung {
+        let err = common::within(h.join()).await.unwrap().unwrap_err();
+        assert_eq!(err.kind, gaffer::FailureKind::Transient, "{err:?}");
+        assert!(err.message.contains("lease expired"), "{err:?}");
+    }
+    // Every dead job of the queues was dead-lettered by a settlement, with
+    // its record: 2,050 records, and no dead job without one.
+    let queue = engine.engine_ref().services().queue().unwrap();
+    let totals = common::totals(queue.view(), "jobs.").await;
+    drop(queue);
+    assert_eq!(totals.dead, 2_050, "{totals:?}");
+    gate.open();
+    engine.shutdown().await.unwrap();
 }

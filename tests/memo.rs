@@ -1,12 +1,20 @@
-//! Memo semantics (the reference's memo tests, through a job's context).
+//! Memo semantics (the reference's memo tests, through a job's context), and
+//! when memo entries reach the store, also when writing them fails.
 
 mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gaffer::{BulkCtx, CostReport, Error, ItemError, Job, JobContext, Memo, Pipeline};
+use gaffer::{
+    BulkCtx, CostReport, EngineEvent, Error, FailureKind, ItemError, Job, JobContext, Memo,
+    Pipeline,
+};
+use gaffer_actors::testing::{Op, Ops};
 use serde::{Deserialize, Serialize};
+
+use common::Gate;
+use common::faults::{EventLog, Memoed, Runs, assert_engine_up, builder, faulty, within};
 
 #[derive(Default)]
 struct Calls(AtomicUsize);
@@ -341,4 +349,103 @@ async fn when_a_failed_attempts_entries_cannot_be_written_the_retry_computes_the
     assert_eq!(attempts, 2, "the write failure does not cost an attempt");
     assert_eq!(computed, 4, "both steps computed again by the retry");
     assert_eq!(objects, 0);
+}
+
+/// Faults on the memo's object writes (store outside SlateDB, not retried):
+/// with immediate writes, a failed write fails the attempt transiently; once
+/// the faults stop, the job succeeds, with one record. On the fault tests'
+/// engine (`common::faults`): one engine, so paused time is fine.
+#[tokio::test(start_paused = true)]
+async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_once_it_stops() {
+    let inner = common::shared_store();
+    let (store, faults) = faulty(&inner);
+    let clock = common::mock_clock();
+    let runs = Runs::default();
+    // Immediate memo writes: each `put` writes its object (by default a
+    // successful attempt writes none; a failing write of a failed attempt's
+    // entries is covered above).
+    let engine = builder(store, clock, &runs, &Gate::opened())
+        .memo_writes(gaffer::MemoWrites::Immediate)
+        .start()
+        .await
+        .unwrap();
+    let log = EventLog::follow(&engine);
+    faults.only_prefix("gaffer-blobs/");
+
+    // The next three memo writes fail: three attempts fail, the fourth succeeds.
+    faults.fail_next(Ops::PUT, 3);
+    let handle = engine.submit(Memoed(1)).await.unwrap();
+    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 5);
+    let record = engine
+        .engine_ref()
+        .services()
+        .outcome(handle.id())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.attempts, 4, "{record:?}");
+    let retries: Vec<(FailureKind, String, bool)> = log
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::JobFailed {
+                run_id,
+                kind,
+                message,
+                retrying,
+                ..
+            } if run_id == handle.id() => Some((*kind, message.clone(), *retrying)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 3, "{retries:?}");
+    for (kind, message, retrying) in &retries {
+        assert_eq!(*kind, FailureKind::Transient);
+        assert!(*retrying);
+        assert!(message.contains("injected fault"), "{message}");
+        assert!(message.contains("gaffer-blobs/"), "{message}");
+    }
+    assert_eq!(runs.of("memoed-1"), 4);
+    // The step ran again on each attempt: its memo entry was never written.
+    assert_eq!(runs.of("memoed-step-1"), 4);
+    assert_eq!(faults.stats().of(Op::Put).1, 3);
+
+    // A fault that lasts until the test stops it: attempts keep failing
+    // (the queue itself is untouched), then the job succeeds.
+    faults.fail(Ops::PUT);
+    let handle = engine.submit(Memoed(2)).await.unwrap();
+    let id = handle.id().to_string();
+    log.wait_until(|e| {
+        e.iter()
+            .filter(|e| matches!(e, EngineEvent::JobFailed { run_id, retrying: true, .. } if *run_id == id))
+            .count()
+            >= 2
+    })
+    .await;
+    assert_engine_up(&engine).await;
+    faults.heal();
+    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 10);
+    let attempts = engine
+        .engine_ref()
+        .services()
+        .outcome(handle.id())
+        .await
+        .unwrap()
+        .unwrap()
+        .attempts;
+    let failed = log.count(
+        |e| matches!(e, EngineEvent::JobFailed { run_id, retrying: true, .. } if *run_id == id),
+    );
+    assert_eq!(attempts as usize, failed + 1);
+    assert_eq!(runs.of("memoed-2"), attempts as usize);
+    assert_eq!(log.store_closed(), None);
+    engine.shutdown().await.unwrap();
+
+    eprintln!(
+        "store_faults[memo faults]: {}; attempts: 4 with a 3-fault countdown, {attempts} \
+         with a fault held for {failed} attempts; outcomes lost 0, duplicated 0",
+        faults.stats(),
+    );
 }

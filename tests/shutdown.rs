@@ -1,11 +1,13 @@
-//! Graceful shutdown: running jobs finish and settle, the queue closes, later
-//! work is refused with a typed error, and the store keeps everything.
+//! Graceful shutdown: running jobs finish and settle, the queue closes (the
+//! moment its last user lets go), later work is refused with a typed error,
+//! and the store keeps everything.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use gaffer::ractor::ActorStatus;
 use gaffer::taquba::MockClock;
 use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::{
@@ -15,9 +17,7 @@ use gaffer::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use common::Gate;
-
-const LIMIT: Duration = Duration::from_secs(60);
+use common::{Gate, LIMIT, Ping, within};
 
 /// Where held jobs report that they started (engine state).
 type Started = mpsc::UnboundedSender<u64>;
@@ -147,6 +147,8 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
         async move { engine.shutdown().await }
     });
     // Plenty of (virtual) time for a shutdown that does not wait to finish.
+    // (Only what must not happen is checked after this sleep: a shorter one
+    // could let a defect through, never fail a correct engine.)
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(
         !shutting_down.is_finished(),
@@ -393,6 +395,9 @@ async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
         let engine = engine.clone();
         async move { engine.shutdown().await }
     });
+    // The shutdown is under way (it cannot end while the job is held): a
+    // submission now races it. Either outcome below is accepted, so how far
+    // the shutdown got in this (virtual) second decides nothing.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!shutting_down.is_finished());
 
@@ -435,4 +440,40 @@ async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
         Err(e) => panic!("expected Ok or ShutDown, got {e:?}"),
     }
     assert!(reopened.shutdown().await.unwrap().queue_closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_closes_the_queue_the_moment_its_last_user_lets_go() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Ping>()
+        .start()
+        .await
+        .unwrap();
+    let held = engine.engine_ref().services().queue().unwrap();
+    let shutdown = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            let report = engine.shutdown().await.unwrap();
+            (report, tokio::time::Instant::now())
+        }
+    });
+    // The shutdown has stopped every child: all it waits for now is the
+    // queue's last user.
+    common::eventually("the engine's actors are stopped", LIMIT, async || {
+        engine
+            .actor()
+            .get_children()
+            .iter()
+            .all(|child| child.get_status() == ActorStatus::Stopped)
+    })
+    .await;
+    let released = tokio::time::Instant::now();
+    drop(held);
+    let (report, done) = within(shutdown).await.unwrap();
+    assert!(report.queue_closed, "{report:?}");
+    assert!(
+        done.duration_since(released) < Duration::from_millis(1),
+        "the queue closed {:?} after its last user let go",
+        done.duration_since(released)
+    );
 }

@@ -1,13 +1,73 @@
 //! Shared test helpers: engines on the in-memory store (paused-time friendly)
 //! or a local directory, a mock clock, and event waiting without sleeps.
+//!
+//! The fixtures that only one family of test files shares live in submodules:
+//! [`bulk`] (the bulk runner's tests), [`jobs`] (the `jobs_*` files) and
+//! [`faults`] (the object-store fault tests).
 #![allow(dead_code)]
 
+pub mod bulk;
+pub mod faults;
+pub mod jobs;
+
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::taquba::{MockClock, OpenOptions, QueueConfig};
-use gaffer::{EngineBuilder, EngineEvent};
+use gaffer::{EngineBuilder, EngineEvent, Job, JobContext};
+use serde::{Deserialize, Serialize};
+
+/// Upper bound (tokio time: virtual under paused time) for anything a test
+/// waits on with [`within`].
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// Await `f`; panics after [`LIMIT`] instead of hanging the test.
+pub async fn within<F: IntoFuture>(f: F) -> F::Output {
+    within_for(LIMIT, f).await
+}
+
+/// Await `f`; panics after `limit` instead of hanging the test.
+pub async fn within_for<F: IntoFuture>(limit: Duration, f: F) -> F::Output {
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
+}
+
+/// Shut `engine` down and check it stopped cleanly: the queue closed and no
+/// problem reported.
+pub async fn shut_down_cleanly(engine: &gaffer::Engine) {
+    let report = engine.shutdown().await.expect("shutdown answers");
+    assert!(report.queue_closed, "{report:?}");
+    assert!(report.problems.is_empty(), "{report:?}");
+}
+
+/// Ids that are not valid job or batch ids: a path, empty, a path segment,
+/// one byte over the 128 allowed, a NUL, non-ASCII.
+pub fn bad_ids() -> Vec<String> {
+    vec![
+        "a/b".into(),
+        "".into(),
+        "..".into(),
+        "x".repeat(129),
+        "a\0b".into(),
+        "ünï".into(),
+    ]
+}
+
+/// A job that answers at once: the engine still serves jobs.
+#[derive(Serialize, Deserialize)]
+pub struct Ping;
+
+impl Job for Ping {
+    const NAME: &'static str = "ping";
+    type Output = String;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<String, Self::Error> {
+        Ok("pong".into())
+    }
+}
 
 /// A fixed start time for mock clocks (2026-01-01T00:00:00Z).
 pub const T0_MS: u64 = 1_767_225_600_000;
@@ -343,4 +403,49 @@ pub async fn kill(engine: &gaffer::Engine, kind: gaffer_actors::ChildKind) {
     )
     .unwrap();
     assert!(found, "{kind:?} not found");
+}
+
+/// Workers of `job_type` running a job now (0 if it has no pool).
+pub async fn running(engine: &gaffer::Engine, job_type: &str) -> usize {
+    engine
+        .engine_ref()
+        .pool_stats()
+        .await
+        .unwrap()
+        .get(job_type)
+        .map_or(0, |s| s.running)
+}
+
+/// Settlements of `job_type` in flight now (0 if it has no pool).
+pub async fn settling(engine: &gaffer::Engine, job_type: &str) -> usize {
+    engine
+        .engine_ref()
+        .pool_stats()
+        .await
+        .unwrap()
+        .get(job_type)
+        .map_or(0, |s| s.settling)
+}
+
+/// The engine's waiters actor (the supervisor's child that takes
+/// `WaitersMessage`), if one is alive.
+pub fn waiters(
+    engine: &gaffer::Engine,
+) -> Option<gaffer::ractor::ActorRef<gaffer_actors::waiters::WaitersMessage>> {
+    engine
+        .actor()
+        .get_children()
+        .into_iter()
+        .find(|child| {
+            child.is_message_type_of::<gaffer_actors::waiters::WaitersMessage>() == Some(true)
+                && child.get_status() == gaffer::ractor::ActorStatus::Running
+        })
+        .map(Into::into)
+}
+
+/// How many runs callers wait on (`join`s, watches) in the waiters actor now.
+pub async fn waiting_runs(engine: &gaffer::Engine) -> usize {
+    let waiters = waiters(engine).expect("the engine has a waiters actor");
+    gaffer::ractor::call!(waiters, gaffer_actors::waiters::WaitersMessage::GetWaiting)
+        .expect("the waiters answer")
 }
