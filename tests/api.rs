@@ -148,7 +148,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
     let queues = engine
         .engine_ref()
         .services()
-        .queue()
+        .raw_queue()
         .unwrap()
         .view()
         .list_queues()
@@ -563,7 +563,7 @@ impl Job for Counted {
 /// Put a valid `Counted` straight on its queue, without gaffer's headers and
 /// run record; `run_at` keeps it queued until then.
 async fn enqueue_raw(engine: &Engine, run_at: Option<std::time::SystemTime>) -> String {
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let payload = rmp_serde::to_vec_named(&Counted(5)).unwrap();
     queue
         .enqueue_with(
@@ -631,11 +631,11 @@ async fn a_raw_queued_message_is_never_run_and_every_read_says_it_did_not_come_t
     let claimed = enqueue_raw(&engine, None).await;
     let queue_name = common::job_queue("counted");
     common::eventually("the raw message is dead-lettered", LIMIT, async || {
-        let queue = engine.engine_ref().services().queue().unwrap();
+        let queue = engine.engine_ref().services().raw_queue().unwrap();
         queue.view().stats(&queue_name).await.unwrap().dead == 1
     })
     .await;
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let record = queue.view().job_record(&claimed).await.unwrap().unwrap();
     drop(queue);
     let last_error = record.last_error.unwrap_or_default();

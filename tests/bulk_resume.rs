@@ -473,7 +473,7 @@ async fn resume_of_an_unknown_batch_and_duplicate_keys_are_rejected() {
         ),
         (0, 0, 0, 0)
     );
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let stats = common::totals(queue.view(), "bulk-items.").await;
     drop(queue);
     assert_eq!(

@@ -174,7 +174,7 @@ async fn a_pipelines_staged_write_is_visible_after_the_item_acks() {
         .unwrap();
     let services = engine.engine_ref().services().clone();
     services
-        .queue()
+        .raw_queue()
         .unwrap()
         .kv_put(b"seed", b"hello")
         .await

@@ -25,7 +25,7 @@ async fn batch_kv(engine: &Engine, id: &str) -> Vec<Vec<u8>> {
     engine
         .engine_ref()
         .services()
-        .queue()
+        .raw_queue()
         .unwrap()
         .view()
         .kv_scan(prefix.as_bytes(), .., KvOrder::Ascending, 10)

@@ -239,7 +239,7 @@ async fn a_job_pending_at_shutdown_runs_after_reopen() {
     second
         .engine_ref()
         .services()
-        .queue()
+        .raw_queue()
         .unwrap()
         .promote_scheduled_now()
         .await
@@ -445,7 +445,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
     // own), and when the engine claims it again its attempts are spent: it
     // fails, with its record, without running.
     clock.advance(Duration::from_secs(31));
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     queue.reap_now().await.unwrap();
     drop(queue);
     common::wait_event(
@@ -551,7 +551,7 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     .await;
     // Their leases run out on their last attempt.
     clock.advance(Duration::from_secs(31));
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     queue.reap_now().await.unwrap();
     drop(queue);
     for h in &hung {
@@ -561,7 +561,7 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     }
     // Every dead job of the queues was dead-lettered by a settlement, with
     // its record: 2,050 records, and no dead job without one.
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let totals = common::totals(queue.view(), "jobs.").await;
     drop(queue);
     assert_eq!(totals.dead, 2_050, "{totals:?}");

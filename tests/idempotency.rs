@@ -353,7 +353,7 @@ async fn concurrent_resubmissions_of_finished_jobs_answer_from_their_records_and
     }
     assert_eq!(runs.get(), jobs.len());
     let view = || async {
-        let queue = engine.engine_ref().services().queue().unwrap();
+        let queue = engine.engine_ref().services().raw_queue().unwrap();
         let stats = common::totals(queue.view(), "jobs.").await;
         (
             stats.pending,

@@ -272,3 +272,105 @@ async fn undecodable_input_is_permanent() {
     assert_eq!(counts(&again), (1, 0, 1));
     shut_down_cleanly(&engine).await;
 }
+
+/// A batch input whose encoding fails for the value 0.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Picky(u32);
+
+impl serde::Serialize for Picky {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0 == 0 {
+            return Err(serde::ser::Error::custom("zero is refused"));
+        }
+        s.serialize_u32(self.0)
+    }
+}
+
+struct TakesPicky;
+
+impl Pipeline for TakesPicky {
+    const NAME: &'static str = "takes-picky";
+    type Input = Picky;
+    type Output = u32;
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<Picky>) -> Result<u32, ItemError> {
+        Ok(ctx.input.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_that_fails_to_encode_is_a_typed_error_naming_it() {
+    let engine = common::memory_builder(common::mock_clock())
+        .pipeline(TakesPicky)
+        .start()
+        .await
+        .unwrap();
+    let run =
+        within(
+            engine
+                .batch::<TakesPicky>("picky")
+                .unwrap()
+                .run([Picky(3), Picky(0), Picky(5)]),
+        )
+        .await;
+    match run {
+        Err(Error::Engine(EngineError::InputEncoding {
+            pipeline,
+            index,
+            reason,
+        })) => {
+            assert_eq!(pipeline, "takes-picky");
+            assert_eq!(index, 1, "the second input failed");
+            assert!(reason.contains("zero is refused"), "{reason}");
+        }
+        other => panic!("expected InputEncoding, got {other:?}"),
+    }
+    shut_down_cleanly(&engine).await;
+}
+
+/// A sink that takes every record and fails to flush.
+struct FailsToFlush;
+
+impl gaffer::OutputSink for FailsToFlush {
+    fn write(&self, _record: &gaffer::OutputRecord) -> gaffer::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> gaffer::Result<()> {
+        Err(Error::Io(std::io::Error::other("disk full")))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sink_that_fails_to_flush_fails_the_run_with_sink_failed() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = echo_engine(runs.clone()).await;
+    let batch = engine
+        .batch::<Echo>("flush-fails")
+        .unwrap()
+        .sink(Arc::new(FailsToFlush));
+    let run = within(batch.run(strings(&["a", "b", "c"]))).await;
+    match run {
+        Err(Error::Engine(EngineError::SinkFailed { batch_id, reason })) => {
+            assert_eq!(batch_id, "flush-fails");
+            assert!(reason.contains("disk full"), "{reason}");
+        }
+        other => panic!("expected SinkFailed, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "every item ran first");
+    // The items' outcomes are recorded: a second run (a working sink) runs none again.
+    let again = within(
+        engine
+            .batch::<Echo>("flush-fails")
+            .unwrap()
+            .run(strings(&["a", "b", "c"])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.succeeded, 3);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "recorded items are not run again"
+    );
+    shut_down_cleanly(&engine).await;
+}

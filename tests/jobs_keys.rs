@@ -405,7 +405,7 @@ async fn payload_idempotency_key_is_stable_and_distinguishes_payloads() {
 /// Enqueue by hand a job that carries `run_id` but does not decode as a
 /// `Keyed`: it fails permanently when it runs.
 async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let headers = [
         ("gaffer.type".to_string(), "keyed".to_string()),
         ("gaffer.run".to_string(), run_id.to_string()),
@@ -425,7 +425,7 @@ async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
 /// The impostor ran and was dead-lettered as its own failure.
 async fn impostor_settled(engine: &Engine) {
     eventually("the impostor is dead-lettered", LIMIT, async || {
-        let queue = engine.engine_ref().services().queue().unwrap();
+        let queue = engine.engine_ref().services().raw_queue().unwrap();
         queue.view().stats("jobs.keyed").await.unwrap().dead == 1
     })
     .await;

@@ -293,7 +293,7 @@ async fn submitting_an_unregistered_job_type_is_refused_at_once() {
         "{refused:?}"
     );
     // Nothing was enqueued anywhere.
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     for name in queue.view().list_queues().await.unwrap() {
         assert_eq!(
             queue.view().stats(&name).await.unwrap().pending,
@@ -387,7 +387,7 @@ async fn a_submission_with_a_reserved_header_is_rejected() {
         other => panic!("expected ReservedHeader, got {other:?}"),
     }
     // Nothing was enqueued.
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let stats = common::totals(queue.view(), "").await;
     drop(queue);
     assert_eq!(

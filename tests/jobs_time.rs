@@ -79,7 +79,7 @@ async fn a_handler_extends_its_lease_through_the_context() {
 
     // An unkeyed job's id is its queue job id. The default lease would end at
     // T0 + 30 s; the extended one ends at least 600 s from now.
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let expiry = queue
         .lease_expiry(&common::job_queue(LongLease::NAME), handle.id())
         .expect("the running job has a lease");
@@ -122,7 +122,7 @@ async fn lease_expiry_triggers_reaper_requeue() {
     engine
         .engine_ref()
         .services()
-        .queue()
+        .raw_queue()
         .unwrap()
         .reap_now()
         .await

@@ -181,7 +181,7 @@ fn torture(kills: usize, max_delay_ms: u64) {
             (n, n, 0, 0),
             "{status:?}"
         );
-        let queue = engine.engine_ref().services().queue().unwrap();
+        let queue = engine.engine_ref().services().raw_queue().unwrap();
         let stats = common::totals(queue.view(), "bulk-items.").await;
         // Nothing is left to run, and no kill failed an item: a delivery
         // interrupted by a process exit does not spend an attempt, so nothing

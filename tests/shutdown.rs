@@ -449,7 +449,7 @@ async fn shutdown_closes_the_queue_the_moment_its_last_user_lets_go() {
         .start()
         .await
         .unwrap();
-    let held = engine.engine_ref().services().queue().unwrap();
+    let held = engine.engine_ref().services().raw_queue().unwrap();
     let shutdown = tokio::spawn({
         let engine = engine.clone();
         async move {

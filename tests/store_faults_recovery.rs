@@ -342,7 +342,7 @@ async fn a_put_outage_stalls_commits_without_false_successes_and_afterwards_ever
         .unwrap();
     let lost = lost_outcomes(&engine, &reported).await;
     assert_eq!(lost, 0);
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     let jobs = common::totals(queue.view(), "jobs.").await;
     assert_eq!((jobs.pending, jobs.claimed), (0, 0), "{jobs:?}");
     drop(queue);

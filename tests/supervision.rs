@@ -153,7 +153,7 @@ async fn a_killed_pool_is_restarted_and_its_lost_job_runs_again_after_its_lease(
     gate.open();
     // The claim died with the pool: the lease expires and the queue redelivers.
     clock.advance(Duration::from_secs(31));
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     queue.reap_now().await.unwrap();
     drop(queue);
     assert_eq!(h.await.unwrap(), 5);

@@ -132,8 +132,18 @@ impl Services {
 
     /// The queue, while the engine runs. Hold it only for an operation: the
     /// engine closes the queue at shutdown once every holder let go.
-    pub fn queue(&self) -> Result<Arc<SharedQueue>> {
+    pub(crate) fn queue(&self) -> Result<Arc<SharedQueue>> {
         self.queue.upgrade().ok_or(EngineError::ShutDown)
+    }
+
+    /// The engine's open queue, for tests (feature `testing`): to put a job
+    /// on it by hand, promote scheduled jobs on a mock clock, or read its
+    /// counts. Anything written here bypasses gaffer's records. Users read a
+    /// store through taquba's read-only `QueueReader` instead, which never
+    /// disturbs the engine.
+    #[cfg(feature = "testing")]
+    pub fn raw_queue(&self) -> Result<Arc<SharedQueue>> {
+        self.queue()
     }
 
     /// The queue of a registered job type or pipeline.

@@ -246,7 +246,7 @@ pub fn a_minute_later() -> gaffer::SubmitOptions {
 /// was scheduled for then.
 pub async fn a_minute_passes(engine: &gaffer::Engine, clock: &MockClock) {
     clock.advance(Duration::from_secs(61));
-    let queue = engine.engine_ref().services().queue().unwrap();
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
     queue.promote_scheduled_now().await.unwrap();
 }
 
