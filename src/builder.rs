@@ -51,6 +51,9 @@ enum Store {
     LocalDir(PathBuf),
     InMemory,
     Given(Arc<dyn ObjectStore>),
+    /// A URL, and the provider variables to configure it with (`None`: the
+    /// process environment, read at start).
+    Url(String, Option<Vec<(String, String)>>),
 }
 
 /// Configures and starts an [`Engine`]. Defaults follow the reference: queue
@@ -121,6 +124,42 @@ impl EngineBuilder {
     /// Keep everything in memory (tests; nothing survives the process).
     pub fn in_memory(mut self) -> Self {
         self.store = Store::InMemory;
+        self
+    }
+
+    /// Keep everything under this URL: `s3://bucket/prefix` (feature `aws`;
+    /// also S3-compatible servers), `gs://bucket/prefix` (feature `gcp`),
+    /// `az://container/prefix` (feature `azure`), `file:///abs/dir`, or
+    /// `memory://`. The provider is configured from the process
+    /// environment at [`start`](Self::start): the variables starting with
+    /// `AWS_`, `GOOGLE_` or `AZURE_` (for S3: `AWS_REGION`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_ENDPOINT` for a non-AWS server, `AWS_ALLOW_HTTP=true` for a
+    /// plain-HTTP one). Everything the engine keeps lives under the prefix,
+    /// so several engines can share a bucket.
+    ///
+    /// A URL whose backend is not built in fails the start with
+    /// `EngineError::StoreFeatureMissing`, naming the feature to enable; a
+    /// malformed one with `EngineError::InvalidStoreUrl`.
+    pub fn store_url(mut self, url: impl Into<String>) -> Self {
+        self.store = Store::Url(url.into(), None);
+        self
+    }
+
+    /// As [`store_url`](Self::store_url), configured from `env` (name,
+    /// value pairs, the same names as the environment variables) instead of
+    /// the process environment.
+    pub fn store_url_with_env<K, V>(
+        mut self,
+        url: impl Into<String>,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let env = env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        self.store = Store::Url(url.into(), Some(env));
         self
     }
 
@@ -418,7 +457,7 @@ impl EngineBuilder {
         let store: Arc<dyn ObjectStore> = match self.store {
             Store::None => {
                 return Err(EngineError::InvalidConfig(
-                    "no store: call local_dir(..), in_memory() or object_store(..) on the builder"
+                    "no store: call local_dir(..), store_url(..), in_memory() or object_store(..) on the builder"
                         .into(),
                 )
                 .into());
@@ -431,6 +470,10 @@ impl EngineBuilder {
             }
             Store::InMemory => Arc::new(InMemory::new()),
             Store::Given(store) => store,
+            Store::Url(url, Some(env)) => gaffer_actors::store_url::open_store_url(&url, env)?,
+            Store::Url(url, None) => {
+                gaffer_actors::store_url::open_store_url(&url, std::env::vars())?
+            }
         };
         let source = match self.queue {
             Some(queue) => QueueSource::Given {

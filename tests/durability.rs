@@ -568,3 +568,87 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     gate.open();
     engine.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_url_is_the_same_store_as_its_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = Arc::new(Runs::default());
+    let url = format!("file://{}/nested/store", dir.path().display());
+    let engine = Engine::builder()
+        .store_url(url)
+        .flush_interval(Duration::from_millis(1))
+        .register::<Double>()
+        .state(runs.clone())
+        .start()
+        .await
+        .unwrap();
+    let keyed = Double {
+        key: Some("file-url".into()),
+        value: 21,
+    };
+    let first = engine.submit(keyed.clone()).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(LIMIT, first.join())
+            .await
+            .unwrap()
+            .unwrap(),
+        Ok(42)
+    );
+    shut_down_cleanly(&engine).await;
+
+    // The directory the URL names (created by the engine) holds the store.
+    let engine = Engine::builder()
+        .local_dir(dir.path().join("nested/store"))
+        .flush_interval(Duration::from_millis(1))
+        .register::<Double>()
+        .state(runs.clone())
+        .start()
+        .await
+        .unwrap();
+    let again = engine.submit(keyed).await.unwrap();
+    assert_eq!(again.id(), first.id());
+    assert_eq!(
+        tokio::time::timeout(LIMIT, again.join())
+            .await
+            .unwrap()
+            .unwrap(),
+        Ok(42)
+    );
+    assert_eq!(
+        runs.get(),
+        1,
+        "answered from the record the URL's engine wrote"
+    );
+    shut_down_cleanly(&engine).await;
+}
+
+#[tokio::test]
+async fn a_bad_store_url_or_a_backend_not_built_in_is_a_typed_error_at_start() {
+    let start = |url: &str| {
+        Engine::builder()
+            .store_url(url)
+            .register::<Double>()
+            .start()
+    };
+    match start("not a url").await {
+        Err(Error::Engine(EngineError::InvalidStoreUrl { url, .. })) => {
+            assert_eq!(url, "not a url")
+        }
+        other => panic!("expected InvalidStoreUrl, got {:?}", other.err()),
+    }
+    match start("unknown://bucket/x").await {
+        Err(Error::Engine(EngineError::InvalidStoreUrl { .. })) => {}
+        other => panic!("expected InvalidStoreUrl, got {:?}", other.err()),
+    }
+    // The tests build with `aws` only: an Azure URL names its feature.
+    match start("az://container/app").await {
+        Err(Error::Engine(
+            e @ EngineError::StoreFeatureMissing {
+                feature: "azure", ..
+            },
+        )) => {
+            assert!(e.to_string().contains("--features azure"), "{e}");
+        }
+        other => panic!("expected StoreFeatureMissing, got {:?}", other.err()),
+    }
+}

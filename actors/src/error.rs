@@ -248,6 +248,31 @@ pub enum EngineError {
         reason: String,
     },
 
+    /// A store URL does not parse, or names a scheme or an option its
+    /// provider rejects.
+    #[error(
+        "invalid store URL `{url}`: {reason}; use s3://bucket/prefix, gs://…, az://…, \
+         file:///path or memory://"
+    )]
+    InvalidStoreUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A store URL needs a backend this build does not have.
+    #[error(
+        "store URL `{url}` needs the `{feature}` feature of gaffer; build with \
+         `--features {feature}` (or add `features = [\"{feature}\"]` to the gaffer dependency)"
+    )]
+    StoreFeatureMissing {
+        /// The URL as given.
+        url: String,
+        /// The feature to enable: `aws`, `gcp` or `azure`.
+        feature: &'static str,
+    },
+
     /// The engine failed to start.
     #[error("engine failed to start: {0}")]
     Startup(String),

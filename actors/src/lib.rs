@@ -35,6 +35,7 @@ mod sink_writer;
 pub use settle::Notify;
 mod startup;
 pub mod status;
+pub mod store_url;
 pub mod supervisor;
 pub mod sweeper;
 #[cfg(feature = "testing")]

@@ -9,6 +9,7 @@
 pub mod bulk;
 pub mod faults;
 pub mod jobs;
+pub mod s3;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
