@@ -113,6 +113,10 @@ struct ChildArgs {
 enum StoreKind {
     Local,
     Memory,
+    /// An S3 API: the URL in `SBS_S3_URL` (e.g. `s3://gaffer/sbs`), a fresh
+    /// prefix under it per child, configured by the `AWS_*` variables
+    /// (gaffer and the raw queue only).
+    S3,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -144,8 +148,21 @@ impl StoreKind {
         match self {
             StoreKind::Local => "local",
             StoreKind::Memory => "memory",
+            StoreKind::S3 => "s3",
         }
     }
+}
+
+/// A fresh S3 URL for one child: `$SBS_S3_URL/{the child's temp dir name}`.
+fn s3_url(dir: &tempfile::TempDir) -> Result<String, BoxErr> {
+    let base = std::env::var("SBS_S3_URL")
+        .map_err(|_| "--store s3 needs SBS_S3_URL (e.g. s3://bucket/prefix) and the AWS_* variables")?;
+    let name = dir
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("child");
+    Ok(format!("{}/{name}", base.trim_end_matches('/')))
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -612,6 +629,7 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
     b = match a.store {
         StoreKind::Local => b.local_dir(dir.path()),
         StoreKind::Memory => b.object_store(Arc::new(InMemory::new())),
+        StoreKind::S3 => b.store_url(s3_url(&dir)?),
     };
     if let Some(f) = a.flush.interval() {
         b = b.flush_interval(f);
@@ -732,6 +750,7 @@ async fn reference_child(a: &ChildArgs) -> Result<(), BoxErr> {
     let store: Arc<dyn ObjectStore> = match a.store {
         StoreKind::Local => Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
         StoreKind::Memory => Arc::new(InMemory::new()),
+        StoreKind::S3 => return Err("the reference does not run on --store s3 here".into()),
     };
     let mut opts = taquba012::OpenOptions::default();
     if let Some(f) = a.flush.interval() {
@@ -843,15 +862,22 @@ impl taquba::Worker for Acker {
 async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
     use taquba::object_store::{ObjectStore, local::LocalFileSystem, memory::InMemory};
     let dir = temp_dir(a)?;
-    let store: Arc<dyn ObjectStore> = match a.store {
-        StoreKind::Local => Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
-        StoreKind::Memory => Arc::new(InMemory::new()),
+    let (store, path): (Arc<dyn ObjectStore>, String) = match a.store {
+        StoreKind::Local => (
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
+            "queue".into(),
+        ),
+        StoreKind::Memory => (Arc::new(InMemory::new()), "queue".into()),
+        StoreKind::S3 => {
+            let (store, path) = taquba::open_url(&s3_url(&dir)?, std::env::vars())?;
+            (store, format!("{path}/queue"))
+        }
     };
     let mut opts = taquba::OpenOptions::default();
     if let Some(f) = a.flush.interval() {
         opts = opts.flush_interval(f);
     }
-    let queue = Arc::new(taquba::Queue::open_with_options(store, "queue", opts).await?);
+    let queue = Arc::new(taquba::Queue::open_with_options(store, &path, opts).await?);
     let m = Meter::start("raw_queue");
     // Enqueue N 64-byte payloads, 64 in flight.
     let enq: Vec<Result<String, taquba::Error>> = futures::stream::iter(0..a.n)
