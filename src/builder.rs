@@ -190,7 +190,9 @@ impl EngineBuilder {
 
     /// taquba open options (queue configs, reaper and scheduler intervals …).
     /// Without a `liveness_heartbeat` of their own, the engine beats every
-    /// 5 s, so that `gaffer health` can tell a live engine from a stale one.
+    /// 5 s, so that `gaffer health` can tell a live engine from a stale one
+    /// (not on an [`in_memory`](Self::in_memory) store, which no other
+    /// process can read).
     pub fn open_options(mut self, options: OpenOptions) -> Self {
         self.options = Some(options);
         self
@@ -461,6 +463,8 @@ impl EngineBuilder {
                 kind: r.kind,
             })
             .collect();
+        // A store only this process can see needs no liveness beat.
+        let readable_elsewhere = !matches!(self.store, Store::InMemory);
         let store: Arc<dyn ObjectStore> = match self.store {
             Store::None => {
                 return Err(EngineError::InvalidConfig(
@@ -491,7 +495,7 @@ impl EngineBuilder {
                 let mut options = self.options.unwrap_or_default();
                 // A liveness beat, so that a reader (`gaffer health`) can tell
                 // a live engine from a stale or closed one.
-                if options.liveness_heartbeat.is_none() {
+                if readable_elsewhere && options.liveness_heartbeat.is_none() {
                     options = options.liveness_heartbeat(LIVENESS_HEARTBEAT);
                 }
                 if let Some(interval) = self.flush_interval {
