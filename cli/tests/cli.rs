@@ -147,6 +147,19 @@ async fn every_command_reads_a_live_engine_without_disturbing_it() {
         "{text}"
     );
     assert!(text.contains("bulk-items.double"), "{text}");
+    // The same store by URL.
+    let by_url = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .args([
+            "--url",
+            &format!("file://{}", dir.display()),
+            "stats",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(by_url.status.success(), "{by_url:?}");
+    let by_url: Value = serde_json::from_slice(&by_url.stdout).unwrap();
+    assert_eq!(by_url, stats);
 
     // jobs
     let jobs = json(dir, &["jobs"]);
