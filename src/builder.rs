@@ -14,6 +14,7 @@ use taquba::object_store::memory::InMemory;
 use taquba::{Clock, OpenOptions, Queue};
 
 use gaffer_actors::erased::JobEngine;
+
 use gaffer_actors::{
     EngineConfig, EngineError, EngineEvent, EngineRef, ErasedHandler, Kind, QueueSource,
     Registration, Settings,
@@ -26,6 +27,10 @@ use crate::pipeline::Pipeline;
 use crate::state::StateMap;
 
 use crate::engine::Engine;
+
+/// The writer's liveness beat when the open options set none (one small
+/// commit per interval).
+const LIVENESS_HEARTBEAT: Duration = Duration::from_secs(5);
 
 impl Engine {
     /// Start configuring an engine.
@@ -184,6 +189,10 @@ impl EngineBuilder {
     }
 
     /// taquba open options (queue configs, reaper and scheduler intervals …).
+    /// Without a `liveness_heartbeat` of their own, the engine beats every
+    /// 5 s, so that `gaffer health` can tell a live engine from a stale one
+    /// (not on an [`in_memory`](Self::in_memory) store, which no other
+    /// process can read).
     pub fn open_options(mut self, options: OpenOptions) -> Self {
         self.options = Some(options);
         self
@@ -454,6 +463,8 @@ impl EngineBuilder {
                 kind: r.kind,
             })
             .collect();
+        // A store only this process can see needs no liveness beat.
+        let readable_elsewhere = !matches!(self.store, Store::InMemory);
         let store: Arc<dyn ObjectStore> = match self.store {
             Store::None => {
                 return Err(EngineError::InvalidConfig(
@@ -482,6 +493,11 @@ impl EngineBuilder {
             },
             None => {
                 let mut options = self.options.unwrap_or_default();
+                // A liveness beat, so that a reader (`gaffer health`) can tell
+                // a live engine from a stale or closed one.
+                if readable_elsewhere && options.liveness_heartbeat.is_none() {
+                    options = options.liveness_heartbeat(LIVENESS_HEARTBEAT);
+                }
                 if let Some(interval) = self.flush_interval {
                     options = options.flush_interval(interval);
                 }

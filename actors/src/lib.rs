@@ -16,6 +16,7 @@ pub mod effects;
 pub mod erased;
 pub mod error;
 pub mod events;
+pub mod inspect;
 pub mod jobs;
 pub mod keys;
 mod lookups;

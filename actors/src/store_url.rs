@@ -35,6 +35,9 @@ pub fn backend_feature(url: &str) -> Option<&'static str> {
 }
 
 /// Whether this build has the backend feature `feature`.
+// Without the backend features every arm but the last is `false`, which
+// clippy would rewrite as `matches!`.
+#[allow(clippy::match_like_matches_macro)]
 fn compiled_in(feature: &str) -> bool {
     match feature {
         "aws" => cfg!(feature = "aws"),

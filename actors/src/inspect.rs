@@ -1,0 +1,237 @@
+//! The read side of the durable layout, over taquba's read-only
+//! [`QueueView`]: the layout marker, run and outcome records, batch heads,
+//! batch status and item markers. Nothing here needs the actor tree or a
+//! writer: the engine calls it on its queue's live view, and the `gaffer`
+//! command on a `QueueReader`'s lagging view of the same store.
+
+use std::ops::Bound;
+
+use futures_util::TryStreamExt;
+use taquba::{KvOrder, QueueView};
+
+use crate::batch::{BatchState, check_batch_id};
+use crate::error::{EngineError, Result};
+use crate::keys;
+use crate::records::{
+    self, BatchHead, ItemMarker, ItemStatus, OutcomeRecord, RunRecord, merge_cost,
+};
+
+/// What the layout marker of a store says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// No marker: not a gaffer store (or one no engine has started on yet).
+    Absent,
+    /// The layout this build reads and writes ([`keys::LAYOUT_VERSION`]).
+    Current,
+    /// Another layout version, as found.
+    Other(String),
+}
+
+/// Read the store's layout marker ([`keys::LAYOUT_KEY`]).
+pub async fn layout(view: &QueueView) -> Result<Layout> {
+    Ok(match view.kv_get(keys::LAYOUT_KEY).await? {
+        None => Layout::Absent,
+        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => Layout::Current,
+        Some(found) => Layout::Other(String::from_utf8_lossy(&found).into_owned()),
+    })
+}
+
+/// The active-run record of `run_id`, if the run is live.
+pub async fn run_record(view: &QueueView, run_id: &str) -> Result<Option<RunRecord>> {
+    let key = keys::run_key(run_id);
+    match view.kv_get(&key).await? {
+        Some(raw) => Ok(Some(records::decode(&key, &raw)?)),
+        None => Ok(None),
+    }
+}
+
+/// The outcome record of `run_id`, if the run has ended (and is retained).
+pub async fn outcome_record(view: &QueueView, run_id: &str) -> Result<Option<OutcomeRecord>> {
+    let key = keys::outcome_key(run_id);
+    match view.kv_get(&key).await? {
+        Some(raw) => Ok(Some(records::decode(&key, &raw)?)),
+        None => Ok(None),
+    }
+}
+
+/// A page of outcome records, by run id (`Descending`: ULID run ids newest
+/// first), after the run id `after`. Returns the records and whether more
+/// follow. Reads one page of `limit` (at most 1000) records.
+pub async fn outcome_page(
+    view: &QueueView,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<(String, OutcomeRecord)>, bool)> {
+    let prefix = keys::outcome_key("");
+    let end = match after {
+        Some(run_id) => Bound::Excluded(keys::outcome_key(run_id)),
+        None => Bound::Unbounded,
+    };
+    let page = view
+        .kv_scan(
+            &prefix,
+            (Bound::Unbounded, end),
+            KvOrder::Descending,
+            limit.clamp(1, 1000),
+        )
+        .await?;
+    let mut out = Vec::with_capacity(page.entries.len());
+    for (key, raw) in page.entries {
+        let rec: OutcomeRecord = records::decode(&key, &raw)?;
+        out.push((
+            String::from_utf8_lossy(&key[prefix.len()..]).into_owned(),
+            rec,
+        ));
+    }
+    Ok((out, page.more))
+}
+
+/// The head of a batch, if it exists.
+pub async fn batch_head(view: &QueueView, batch_id: &str) -> Result<Option<BatchHead>> {
+    check_batch_id(batch_id)?;
+    let key = keys::batch_head_key(batch_id);
+    match view.kv_get(&key).await? {
+        Some(raw) => Ok(Some(records::decode(&key, &raw)?)),
+        None => Ok(None),
+    }
+}
+
+/// Entries under `prefix`, counted (a scan of their keys).
+pub async fn count_prefix(view: &QueueView, prefix: &[u8]) -> Result<usize> {
+    let mut n = 0;
+    let mut entries = std::pin::pin!(view.kv_entries(prefix, .., KvOrder::Ascending, 1000));
+    while entries.try_next().await?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// What the durable records of a batch say: its total from the head, then a
+/// scan of its item markers and its active records.
+pub async fn batch_state(view: &QueueView, batch_id: &str) -> Result<BatchState> {
+    let Some(head) = batch_head(view, batch_id).await? else {
+        return Err(EngineError::BatchNotFound(batch_id.to_string()));
+    };
+    let mut state = BatchState {
+        total: head.total,
+        ..Default::default()
+    };
+    let prefix = keys::item_marker_prefix(batch_id);
+    let mut markers = std::pin::pin!(view.kv_entries(&prefix, .., KvOrder::Ascending, 1000));
+    while let Some((key, raw)) = markers.try_next().await? {
+        let Ok(marker) = records::decode::<ItemMarker>(&key, &raw) else {
+            tracing::warn!(key = %String::from_utf8_lossy(&key), "undecodable item marker skipped");
+            continue;
+        };
+        merge_cost(&mut state.cost, &marker.cost);
+        match marker.status {
+            ItemStatus::Succeeded => state.succeeded += 1,
+            ItemStatus::Cancelled => state.cancelled += 1,
+            ItemStatus::Failed => {
+                state.failed += 1;
+                state
+                    .failed_keys
+                    .push(String::from_utf8_lossy(&key[prefix.len()..]).into_owned());
+            }
+        }
+    }
+    state.active = count_prefix(view, &keys::item_active_prefix(batch_id)).await? as u64;
+    Ok(state)
+}
+
+/// Batch ids in ascending order, after `after`: up to `limit`, and whether
+/// more follow. One scan of one key per batch (it skips each batch's
+/// manifest and markers), then nothing else.
+pub async fn batch_ids(
+    view: &QueueView,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<String>, bool)> {
+    let root = b"gaffer/v1/batches/".to_vec();
+    // Every key of batch `id` starts with `{root}{id}/`; ids are
+    // `[A-Za-z0-9_-]`, so `{root}{id}0` sorts after all of them and before
+    // the keys of any later batch whose id does not extend `id` with `-`
+    // (those sort before `{id}/` and were already seen).
+    let past = |id: &str| {
+        let mut k = root.clone();
+        k.extend_from_slice(id.as_bytes());
+        k.push(b'0');
+        k
+    };
+    let mut start = after.map(past);
+    let mut ids = Vec::new();
+    loop {
+        let range = match &start {
+            Some(s) => (Bound::Included(s.clone()), Bound::Unbounded),
+            None => (Bound::Unbounded, Bound::Unbounded),
+        };
+        let page = view.kv_scan(&root, range, KvOrder::Ascending, 1).await?;
+        let Some((key, _)) = page.entries.into_iter().next() else {
+            return Ok((ids, false));
+        };
+        let rest = &key[root.len()..];
+        let id_len = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        let id = String::from_utf8_lossy(&rest[..id_len]).into_owned();
+        if ids.len() == limit {
+            return Ok((ids, true));
+        }
+        start = Some(past(&id));
+        ids.push(id);
+    }
+}
+
+/// Most item records one page of [`item_markers`] holds.
+pub const MAX_ITEMS_PAGE: usize = 1000;
+
+/// A page of a batch's settled items (see [`item_markers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MarkerPage {
+    /// `(item key, marker)` in ascending byte order of the keys.
+    pub items: Vec<(String, ItemMarker)>,
+    /// The key to pass as `after` for the next page; `None` when this page
+    /// reached the end.
+    pub next: Option<String>,
+}
+
+/// The markers of a batch's settled items, in key order: up to `limit`
+/// (1 to [`MAX_ITEMS_PAGE`]) of those whose key sorts after `after` (all,
+/// from the first, with `None`). One scan of the marker keys; nothing is
+/// written. Items without a marker (not yet settled) are not listed.
+pub async fn item_markers(
+    view: &QueueView,
+    batch_id: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<MarkerPage> {
+    if batch_head(view, batch_id).await?.is_none() {
+        return Err(EngineError::BatchNotFound(batch_id.to_string()));
+    }
+    let limit = limit.clamp(1, MAX_ITEMS_PAGE);
+    let prefix = keys::item_marker_prefix(batch_id);
+    let start = match after {
+        Some(key) => Bound::Excluded(keys::item_marker_key(batch_id, key)),
+        None => Bound::Unbounded,
+    };
+    let page = view
+        .kv_scan(
+            &prefix,
+            (start, Bound::Unbounded),
+            KvOrder::Ascending,
+            limit,
+        )
+        .await?;
+    let mut items = Vec::with_capacity(page.entries.len());
+    for (key, raw) in page.entries {
+        let marker = records::decode::<ItemMarker>(&key, &raw)?;
+        items.push((
+            String::from_utf8_lossy(&key[prefix.len()..]).into_owned(),
+            marker,
+        ));
+    }
+    let next = if page.more {
+        items.last().map(|(key, _)| key.clone())
+    } else {
+        None
+    };
+    Ok(MarkerPage { items, next })
+}

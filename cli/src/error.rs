@@ -1,0 +1,48 @@
+//! The command's errors, each one line.
+
+use gaffer_actors::EngineError;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Neither `--dir` nor `--url`.
+    #[error("no store given: pass --dir PATH or --url URL")]
+    NoStoreGiven,
+    /// `--dir` names nothing.
+    #[error("no store at {0}: the directory does not exist")]
+    NoDirectory(String),
+    /// No taquba queue at the queue path.
+    #[error("no store at {0}: nothing was ever written there (is --queue-path right?)")]
+    NotInitialized(String),
+    /// A queue without gaffer's layout marker.
+    #[error("{0} is not a gaffer store: it has no layout marker")]
+    NotGaffer(String),
+    /// A layout this build does not read.
+    #[error("{store} holds gaffer layout `{found}`; this command reads `{expected}`")]
+    UnknownLayout {
+        /// The store.
+        store: String,
+        /// The marker found.
+        found: String,
+        /// The marker this build reads.
+        expected: &'static str,
+    },
+    /// No job with this id.
+    #[error("no job `{0}` (never submitted, or its records were removed)")]
+    JobNotFound(String),
+    /// No batch with this id.
+    #[error("no batch `{0}`")]
+    BatchNotFound(String),
+    /// The store could not be opened or read.
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    /// The queue could not be read.
+    #[error("{0}")]
+    Queue(#[from] taquba::Error),
+    /// The output could not be written.
+    #[error("cannot write the output: {0}")]
+    Output(String),
+    /// The async runtime did not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}

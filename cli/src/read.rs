@@ -1,0 +1,532 @@
+//! The store, opened read-only, and what each command reads from it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gaffer_actors::inspect::{self, Layout};
+use gaffer_actors::keys;
+use gaffer_actors::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef};
+use gaffer_actors::{EngineError, records};
+use taquba::object_store::ObjectStore;
+use taquba::object_store::local::LocalFileSystem;
+use taquba::{JobRecord, JobStatus, QueueReader, QueueView, ReaderMode, ReaderOptions};
+
+use crate::StateArg;
+use crate::error::CliError;
+use crate::report::{
+    AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, QueueRow, Stats,
+};
+
+/// Most failed keys `gaffer batch` shows.
+const FAILED_KEYS_SHOWN: usize = 100;
+
+/// A store opened read-only.
+pub struct Store {
+    reader: QueueReader,
+    jobs_prefix: String,
+    bulk_prefix: String,
+}
+
+impl Store {
+    /// Open the store at `dir` or `url` and check it is a gaffer store of
+    /// the layout this build reads.
+    pub async fn open(
+        dir: Option<&Path>,
+        url: Option<&str>,
+        queue_path: &str,
+        jobs_prefix: &str,
+        bulk_prefix: &str,
+    ) -> Result<Self, CliError> {
+        let (store, name): (Arc<dyn ObjectStore>, String) = match (dir, url) {
+            (Some(dir), _) => {
+                let name = dir.display().to_string();
+                if !dir.is_dir() {
+                    return Err(CliError::NoDirectory(name));
+                }
+                let fs = LocalFileSystem::new_with_prefix(dir).map_err(EngineError::from)?;
+                (Arc::new(fs), name)
+            }
+            (None, Some(url)) => (
+                gaffer_actors::store_url::open_store_url(url, std::env::vars())?,
+                url.to_string(),
+            ),
+            (None, None) => return Err(CliError::NoStoreGiven),
+        };
+        let options = ReaderOptions::default().mode(ReaderMode::FollowLatest);
+        let reader = match QueueReader::open_with_options(store, queue_path, options).await {
+            Ok(r) => r,
+            Err(taquba::Error::StoreNotInitialized { .. }) => {
+                return Err(CliError::NotInitialized(name));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let layout = inspect::layout(reader.view()).await;
+        let close = async |r: QueueReader| {
+            let _ = r.close().await;
+        };
+        match layout {
+            Ok(Layout::Current) => {}
+            Ok(Layout::Absent) => {
+                close(reader).await;
+                return Err(CliError::NotGaffer(name));
+            }
+            Ok(Layout::Other(found)) => {
+                close(reader).await;
+                return Err(CliError::UnknownLayout {
+                    store: name,
+                    found,
+                    expected: keys::LAYOUT_VERSION,
+                });
+            }
+            Err(e) => {
+                close(reader).await;
+                return Err(e.into());
+            }
+        }
+        Ok(Self {
+            reader,
+            jobs_prefix: jobs_prefix.to_string(),
+            bulk_prefix: bulk_prefix.to_string(),
+        })
+    }
+
+    /// Close the reader.
+    pub async fn close(&self) {
+        let _ = self.reader.close().await;
+    }
+
+    fn view(&self) -> &QueueView {
+        self.reader.view()
+    }
+
+    /// The engine's queues, `(queue, kind, name)`, in name order.
+    async fn queues(
+        &self,
+        only: Option<&str>,
+    ) -> Result<Vec<(String, &'static str, String)>, CliError> {
+        let mut out = Vec::new();
+        let jobs = format!("{}.", self.jobs_prefix);
+        let bulk = format!("{}.", self.bulk_prefix);
+        let wanted = only.map(|t| {
+            [
+                keys::queue_for(&self.jobs_prefix, t),
+                keys::queue_for(&self.bulk_prefix, t),
+            ]
+        });
+        for q in self.view().list_queues().await? {
+            if let Some(w) = &wanted
+                && !w.contains(&q)
+            {
+                continue;
+            }
+            if let Some(name) = q.strip_prefix(&jobs) {
+                let name = name.to_string();
+                out.push((q, "job", name));
+            } else if let Some(name) = q.strip_prefix(&bulk) {
+                let name = name.to_string();
+                out.push((q, "pipeline", name));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// `gaffer stats`.
+    pub async fn stats(&self) -> Result<Stats, CliError> {
+        let mut queues = Vec::new();
+        for (queue, kind, name) in self.queues(None).await? {
+            let s = self.view().stats(&queue).await?;
+            queues.push(QueueRow {
+                queue,
+                kind,
+                name,
+                pending: s.pending,
+                scheduled: s.scheduled,
+                running: s.claimed,
+                done: s.done,
+                dead: s.dead,
+            });
+        }
+        Ok(Stats { queues })
+    }
+
+    /// `gaffer jobs`.
+    pub async fn jobs(
+        &self,
+        state: Option<StateArg>,
+        job_type: Option<&str>,
+        limit: usize,
+    ) -> Result<Jobs, CliError> {
+        let queue_states: &[JobStatus] = match state {
+            None => &[JobStatus::Claimed, JobStatus::Pending, JobStatus::Scheduled],
+            Some(StateArg::Running) => &[JobStatus::Claimed],
+            Some(StateArg::Queued) => &[JobStatus::Pending],
+            Some(StateArg::Scheduled) => &[JobStatus::Scheduled],
+            Some(StateArg::Dead) => &[JobStatus::Dead],
+            Some(_) => &[],
+        };
+        let mut jobs = Vec::new();
+        let mut more = false;
+        let queues = self.queues(job_type).await?;
+        'states: for &status in queue_states {
+            for (queue, _, _) in &queues {
+                let room = limit - jobs.len().min(limit);
+                let page = self.view().list_jobs(queue, status, None, room).await?;
+                more |= page.next_cursor.is_some();
+                for job in page.jobs {
+                    if jobs.len() == limit {
+                        more = true;
+                        break 'states;
+                    }
+                    jobs.push(queue_row(&job, status));
+                }
+            }
+        }
+        let finished = match state {
+            None => Some(None),
+            Some(StateArg::Succeeded) => Some(Some("succeeded")),
+            Some(StateArg::Failed) => Some(Some("failed")),
+            Some(StateArg::Cancelled) => Some(Some("cancelled")),
+            Some(_) => None,
+        };
+        if let Some(wanted) = finished {
+            let mut after: Option<String> = None;
+            while jobs.len() < limit {
+                let (page, page_more) =
+                    inspect::outcome_page(self.view(), after.as_deref(), 200).await?;
+                after = page.last().map(|(id, _)| id.clone());
+                for (id, rec) in page {
+                    let st = outcome_state(&rec.outcome);
+                    if wanted.is_some_and(|w| w != st)
+                        || job_type.is_some_and(|t| t != rec.job_type)
+                    {
+                        continue;
+                    }
+                    if jobs.len() == limit {
+                        more = true;
+                        break;
+                    }
+                    jobs.push(JobRow {
+                        id,
+                        job_type: rec.job_type.clone(),
+                        state: st,
+                        attempts: rec.attempts,
+                        at_ms: Some(rec.finished_at_ms),
+                        batch: None,
+                        key: None,
+                        error: outcome_error(&rec.outcome),
+                    });
+                }
+                if !page_more {
+                    break;
+                }
+            }
+        }
+        Ok(Jobs { jobs, more })
+    }
+
+    /// `gaffer job ID`.
+    pub async fn job(&self, id: &str) -> Result<JobDetail, CliError> {
+        let view = self.view();
+        if !keys::is_valid_id(id) {
+            return Err(CliError::JobNotFound(id.to_string()));
+        }
+        if let Some(rec) = inspect::outcome_record(view, id).await? {
+            let mut d = outcome_detail(id, &rec);
+            d.history = self.history(&rec.job_id).await?;
+            if let Some(job) = view.job_record(&rec.job_id).await? {
+                d.enqueued_at_ms = Some(job.enqueued_at);
+                d.claimed_at_ms = job.claimed_at;
+            }
+            return Ok(d);
+        }
+        let (job_id, submitted) = match inspect::run_record(view, id).await? {
+            Some(run) => (run.job_id, Some(run.submitted_at_ms)),
+            None => (id.to_string(), None),
+        };
+        let Some(job) = view.job_record(&job_id).await? else {
+            return Err(CliError::JobNotFound(id.to_string()));
+        };
+        let run_id = job.headers.get(keys::HEADER_RUN).cloned();
+        let row = queue_row(&job, job.status);
+        let mut d = JobDetail {
+            id: run_id.clone().unwrap_or_else(|| job.id.clone()),
+            job_id: Some(job.id.clone()),
+            job_type: row.job_type,
+            state: row.state,
+            attempts: job.attempts,
+            submitted_at_ms: submitted,
+            enqueued_at_ms: Some(job.enqueued_at),
+            claimed_at_ms: job.claimed_at,
+            run_at_ms: job.run_at,
+            finished_at_ms: None,
+            output: None,
+            output_blob: None,
+            error: job.last_error.clone(),
+            failure_kind: None,
+            batch: row.batch.clone(),
+            key: row.key.clone(),
+            history: self.history(&job.id).await?,
+        };
+        // A dead job: its outcome record (jobs) or item marker (bulk items).
+        if job.status == JobStatus::Dead {
+            if let Some(run_id) = &run_id
+                && let Some(rec) = inspect::outcome_record(view, run_id).await?
+            {
+                d.finished_at_ms = Some(rec.finished_at_ms);
+                d.attempts = rec.attempts;
+                d.error = outcome_error(&rec.outcome);
+                d.failure_kind = failure_kind(&rec.outcome);
+            } else if let (Some(b), Some(k)) = (&row.batch, &row.key)
+                && let Some(m) = self.marker(b, k).await?
+            {
+                d.error = m.error.or(d.error);
+            }
+        } else if let (Some(b), Some(k)) = (&row.batch, &row.key)
+            && let Some(m) = self.marker(b, k).await?
+        {
+            d.state = match m.status {
+                records::ItemStatus::Succeeded => "succeeded",
+                records::ItemStatus::Failed => "failed",
+                records::ItemStatus::Cancelled => "cancelled",
+            };
+            d.error = m.error;
+            if let Some(out) = &m.output {
+                (d.output, d.output_blob) = output(out);
+            }
+        }
+        Ok(d)
+    }
+
+    async fn marker(&self, batch: &str, key: &str) -> Result<Option<ItemMarker>, CliError> {
+        let k = keys::item_marker_key(batch, key);
+        match self.view().kv_get(&k).await? {
+            Some(raw) => Ok(Some(records::decode(&k, &raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn history(&self, job_id: &str) -> Result<Vec<AttemptRow>, CliError> {
+        Ok(self
+            .view()
+            .attempt_history(job_id)
+            .await?
+            .into_iter()
+            .map(|a| AttemptRow {
+                attempt: a.attempt,
+                outcome: format!("{:?}", a.outcome),
+                claimed_at_ms: a.claimed_at,
+                recorded_at_ms: a.recorded_at,
+                error: a.error,
+            })
+            .collect())
+    }
+
+    /// `gaffer dead`.
+    pub async fn dead(&self, job_type: Option<&str>, limit: usize) -> Result<Dead, CliError> {
+        let mut dead = Vec::new();
+        for (queue, _, _) in self.queues(job_type).await? {
+            for job in self.view().dead_jobs(&queue, None, limit).await? {
+                let row = queue_row(&job, JobStatus::Dead);
+                let mut d = DeadRow {
+                    id: row.id,
+                    job_id: job.id.clone(),
+                    job_type: row.job_type,
+                    attempts: job.attempts,
+                    enqueued_at_ms: job.enqueued_at,
+                    failed_at_ms: None,
+                    failure_kind: None,
+                    error: job.last_error.clone(),
+                    batch: row.batch,
+                    key: row.key,
+                };
+                if let (Some(b), Some(k)) = (&d.batch, &d.key) {
+                    if let Some(m) = self.marker(b, k).await? {
+                        d.error = m.error.or(d.error);
+                        d.failure_kind = Some(format!("{:?}", m.status));
+                    }
+                } else if let Some(rec) = inspect::outcome_record(self.view(), &d.id).await?
+                    && rec.job_id == job.id
+                {
+                    d.failed_at_ms = Some(rec.finished_at_ms);
+                    d.attempts = rec.attempts;
+                    d.error = outcome_error(&rec.outcome);
+                    d.failure_kind = failure_kind(&rec.outcome);
+                }
+                dead.push(d);
+            }
+        }
+        Ok(Dead { dead })
+    }
+
+    /// `gaffer batches`.
+    pub async fn batches(&self, limit: usize) -> Result<Batches, CliError> {
+        let (ids, more) = inspect::batch_ids(self.view(), None, limit).await?;
+        let mut batches = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.batch_row(&id, false).await {
+                Ok(row) => batches.push(row),
+                // A batch forgotten between the two reads.
+                Err(CliError::BatchNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Batches { batches, more })
+    }
+
+    /// `gaffer batch ID`.
+    pub async fn batch(&self, id: &str) -> Result<BatchRow, CliError> {
+        if !keys::is_valid_id(id) {
+            return Err(CliError::BatchNotFound(id.to_string()));
+        }
+        self.batch_row(id, true).await
+    }
+
+    async fn batch_row(&self, id: &str, keys_too: bool) -> Result<BatchRow, CliError> {
+        let view = self.view();
+        let Some(head) = inspect::batch_head(view, id).await? else {
+            return Err(CliError::BatchNotFound(id.to_string()));
+        };
+        let s = match inspect::batch_state(view, id).await {
+            Ok(s) => s,
+            Err(EngineError::BatchNotFound(_)) => return Err(CliError::BatchNotFound(id.into())),
+            Err(e) => return Err(e.into()),
+        };
+        let settled = s.succeeded + s.failed + s.cancelled;
+        Ok(BatchRow {
+            id: id.to_string(),
+            pipeline: head.pipeline,
+            complete: head.complete,
+            total: s.total,
+            succeeded: s.succeeded,
+            failed: s.failed,
+            cancelled: s.cancelled,
+            active: s.active,
+            outstanding: s.total.saturating_sub(settled),
+            cost: s.cost,
+            failed_keys: keys_too
+                .then(|| s.failed_keys.into_iter().take(FAILED_KEYS_SHOWN).collect()),
+        })
+    }
+
+    /// `gaffer health`.
+    pub async fn health(&self) -> Result<Health, CliError> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let activity = self.reader.last_store_activity();
+        let beat = self.reader.writer_heartbeat().await?;
+        let (status, alive) = match &beat {
+            None => ("absent", false),
+            Some(b) if b.closed => ("closed", false),
+            Some(b) if b.writer_epoch < activity.writer_epoch => ("superseded", false),
+            Some(b) => {
+                let allowed = (b.interval.as_millis() as u64).saturating_mul(3).max(1000);
+                if now_ms.saturating_sub(b.at_ms) <= allowed {
+                    ("alive", true)
+                } else {
+                    ("stale", false)
+                }
+            }
+        };
+        Ok(Health {
+            alive,
+            status,
+            now_ms,
+            heartbeat_at_ms: beat.as_ref().map(|b| b.at_ms),
+            heartbeat_age_ms: beat.as_ref().map(|b| now_ms.saturating_sub(b.at_ms)),
+            heartbeat_interval_ms: beat.as_ref().map(|b| b.interval.as_millis() as u64),
+            heartbeat_writer_epoch: beat.as_ref().map(|b| b.writer_epoch),
+            writer_epoch: activity.writer_epoch,
+            last_flush_at_ms: activity.last_flush_at_ms,
+            durable_seq: activity.durable_seq,
+        })
+    }
+}
+
+/// A listing row of a queue job in `status`.
+fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
+    let h = |k: &str| job.headers.get(k).cloned();
+    let (state, at_ms) = match status {
+        JobStatus::Pending => ("queued", Some(job.enqueued_at)),
+        JobStatus::Scheduled => ("scheduled", job.run_at.or(Some(job.enqueued_at))),
+        JobStatus::Claimed => ("running", job.claimed_at),
+        JobStatus::Done => ("succeeded", Some(job.enqueued_at)),
+        JobStatus::Dead => ("dead", Some(job.enqueued_at)),
+    };
+    JobRow {
+        id: h(keys::HEADER_RUN).unwrap_or_else(|| job.id.clone()),
+        job_type: h(keys::HEADER_TYPE).unwrap_or_else(|| job.queue.to_string()),
+        state,
+        attempts: job.attempts,
+        at_ms,
+        batch: h(keys::HEADER_BATCH),
+        key: h(keys::HEADER_KEY),
+        error: job.last_error.clone(),
+    }
+}
+
+fn outcome_state(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Succeeded(_) => "succeeded",
+        Outcome::Failed { .. } => "failed",
+        Outcome::Cancelled => "cancelled",
+    }
+}
+
+fn outcome_error(o: &Outcome) -> Option<String> {
+    match o {
+        Outcome::Failed { message, .. } => Some(message.clone()),
+        Outcome::Cancelled => Some("cancelled".into()),
+        Outcome::Succeeded(_) => None,
+    }
+}
+
+fn failure_kind(o: &Outcome) -> Option<String> {
+    match o {
+        Outcome::Failed { kind, .. } => Some(format!("{kind:?}")),
+        Outcome::Cancelled => Some("Cancelled".into()),
+        Outcome::Succeeded(_) => None,
+    }
+}
+
+/// An output as JSON (decoded from MessagePack), or its blob path.
+fn output(out: &OutputRef) -> (Option<serde_json::Value>, Option<String>) {
+    match out {
+        OutputRef::Inline(bytes) => {
+            let v = rmp_serde::from_slice::<serde_json::Value>(bytes).unwrap_or_else(|_| {
+                serde_json::Value::String(format!("<{} bytes, not MessagePack>", bytes.len()))
+            });
+            (Some(v), None)
+        }
+        OutputRef::Blob(path) => (None, Some(path.clone())),
+    }
+}
+
+fn outcome_detail(id: &str, rec: &OutcomeRecord) -> JobDetail {
+    let (output, output_blob) = match &rec.outcome {
+        Outcome::Succeeded(out) => output(out),
+        _ => (None, None),
+    };
+    JobDetail {
+        id: id.to_string(),
+        job_id: Some(rec.job_id.clone()),
+        job_type: rec.job_type.clone(),
+        state: outcome_state(&rec.outcome),
+        attempts: rec.attempts,
+        submitted_at_ms: None,
+        enqueued_at_ms: None,
+        claimed_at_ms: None,
+        run_at_ms: None,
+        finished_at_ms: Some(rec.finished_at_ms),
+        output,
+        output_blob,
+        error: outcome_error(&rec.outcome),
+        failure_kind: failure_kind(&rec.outcome),
+        batch: None,
+        key: None,
+        history: Vec::new(),
+    }
+}

@@ -1,0 +1,466 @@
+//! What each command answers: one type per command, serialized as its
+//! `--json` document (the field names are stable) and rendered as tables.
+//!
+//! Times are epoch milliseconds (`*_ms`) in JSON, UTC in tables.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::error::CliError;
+use crate::table::{Table, age, time};
+
+/// Print `value`: one JSON document with `json`, tables otherwise.
+pub fn print<T: Serialize + Render>(json: bool, value: &T) -> Result<(), CliError> {
+    let text = if json {
+        serde_json::to_string_pretty(value).map_err(|e| CliError::Output(e.to_string()))?
+    } else {
+        value.render()
+    };
+    println!("{text}");
+    Ok(())
+}
+
+/// A report as text.
+pub trait Render {
+    /// The aligned tables of the report.
+    fn render(&self) -> String;
+}
+
+/// `gaffer stats`: `{"queues": [...]}`.
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    /// One row per queue of the engine.
+    pub queues: Vec<QueueRow>,
+}
+
+/// The counts of one queue.
+#[derive(Debug, Serialize)]
+pub struct QueueRow {
+    /// The taquba queue (`jobs.{type}`, `bulk-items.{pipeline}`).
+    pub queue: String,
+    /// `job` or `pipeline`.
+    pub kind: &'static str,
+    /// The job type or pipeline (the queue name without its prefix).
+    pub name: String,
+    /// Waiting to be claimed.
+    pub pending: i64,
+    /// Waiting for their time.
+    pub scheduled: i64,
+    /// Claimed by a handler.
+    pub running: i64,
+    /// Acked (succeeded) since the queue was created.
+    pub done: i64,
+    /// Dead letters kept.
+    pub dead: i64,
+}
+
+impl Render for Stats {
+    fn render(&self) -> String {
+        let mut t = Table::new([
+            "QUEUE",
+            "KIND",
+            "NAME",
+            "PENDING",
+            "SCHEDULED",
+            "RUNNING",
+            "DONE",
+            "DEAD",
+        ]);
+        for q in &self.queues {
+            t.row([
+                q.queue.clone(),
+                q.kind.into(),
+                q.name.clone(),
+                q.pending.to_string(),
+                q.scheduled.to_string(),
+                q.running.to_string(),
+                q.done.to_string(),
+                q.dead.to_string(),
+            ]);
+        }
+        if self.queues.is_empty() {
+            return "no queues yet".into();
+        }
+        t.render()
+    }
+}
+
+/// `gaffer jobs`: `{"jobs": [...], "more": bool}`.
+#[derive(Debug, Serialize)]
+pub struct Jobs {
+    /// The jobs, live ones first, then finished ones newest first.
+    pub jobs: Vec<JobRow>,
+    /// Whether more jobs matched than `--limit`.
+    pub more: bool,
+}
+
+/// One job of a listing.
+#[derive(Debug, Serialize)]
+pub struct JobRow {
+    /// The job's id (its run id).
+    pub id: String,
+    /// The job type (or pipeline).
+    pub job_type: String,
+    /// `queued`, `scheduled`, `running`, `dead`, `succeeded`, `failed`,
+    /// `cancelled`.
+    pub state: &'static str,
+    /// Attempts started (queue jobs) or used (finished jobs).
+    pub attempts: u32,
+    /// When it entered this state as far as known: enqueued, claimed, run
+    /// at, or finished.
+    pub at_ms: Option<u64>,
+    /// The batch of a bulk item.
+    pub batch: Option<String>,
+    /// The item key of a bulk item.
+    pub key: Option<String>,
+    /// The last error.
+    pub error: Option<String>,
+}
+
+impl Render for Jobs {
+    fn render(&self) -> String {
+        let mut t = Table::new(["ID", "TYPE", "STATE", "ATTEMPTS", "AT", "ERROR"]);
+        for j in &self.jobs {
+            let ty = match (&j.batch, &j.key) {
+                (Some(b), Some(k)) => format!("{} ({b}/{k})", j.job_type),
+                _ => j.job_type.clone(),
+            };
+            t.row([
+                j.id.clone(),
+                ty,
+                j.state.into(),
+                j.attempts.to_string(),
+                j.at_ms.map(time).unwrap_or_default(),
+                j.error.clone().unwrap_or_default(),
+            ]);
+        }
+        let mut s = if self.jobs.is_empty() {
+            "no jobs".to_string()
+        } else {
+            t.render()
+        };
+        if self.more {
+            s.push_str("\n(more: raise --limit)");
+        }
+        s
+    }
+}
+
+/// `gaffer job ID`: one job.
+#[derive(Debug, Serialize)]
+pub struct JobDetail {
+    /// The job's id (its run id).
+    pub id: String,
+    /// The queue job id of its current or last delivery.
+    pub job_id: Option<String>,
+    /// The job type (or pipeline).
+    pub job_type: String,
+    /// As in [`JobRow::state`].
+    pub state: &'static str,
+    /// Attempts started or used.
+    pub attempts: u32,
+    /// When it was submitted (live runs).
+    pub submitted_at_ms: Option<u64>,
+    /// When its delivery was enqueued.
+    pub enqueued_at_ms: Option<u64>,
+    /// When its delivery was last claimed.
+    pub claimed_at_ms: Option<u64>,
+    /// When it is due (scheduled jobs).
+    pub run_at_ms: Option<u64>,
+    /// When it ended.
+    pub finished_at_ms: Option<u64>,
+    /// The output, decoded to JSON (succeeded jobs with an inline output).
+    pub output: Option<serde_json::Value>,
+    /// The object path of an output too large for KV.
+    pub output_blob: Option<String>,
+    /// The failure message.
+    pub error: Option<String>,
+    /// `Transient` or `Permanent` (failed jobs).
+    pub failure_kind: Option<String>,
+    /// The batch of a bulk item.
+    pub batch: Option<String>,
+    /// The item key of a bulk item.
+    pub key: Option<String>,
+    /// Each settled attempt, in order (taquba's attempt history).
+    pub history: Vec<AttemptRow>,
+}
+
+/// One settled attempt.
+#[derive(Debug, Serialize)]
+pub struct AttemptRow {
+    /// The attempt number.
+    pub attempt: u32,
+    /// `Completed`, `Retried`, `DeadLettered`, `LeaseExpired`,
+    /// `Interrupted`, `Requeued`.
+    pub outcome: String,
+    /// When it was claimed.
+    pub claimed_at_ms: Option<u64>,
+    /// When it was settled.
+    pub recorded_at_ms: u64,
+    /// Its error.
+    pub error: Option<String>,
+}
+
+impl Render for JobDetail {
+    fn render(&self) -> String {
+        let opt = |v: Option<u64>| v.map(time).unwrap_or_default();
+        let mut t = Table::new(["FIELD", "VALUE"]);
+        let mut kv = |k: &str, v: String| {
+            if !v.is_empty() {
+                t.row([k.to_string(), v]);
+            }
+        };
+        kv("id", self.id.clone());
+        kv("job id", self.job_id.clone().unwrap_or_default());
+        kv("type", self.job_type.clone());
+        kv("state", self.state.into());
+        kv("attempts", self.attempts.to_string());
+        kv("batch", self.batch.clone().unwrap_or_default());
+        kv("key", self.key.clone().unwrap_or_default());
+        kv("submitted", opt(self.submitted_at_ms));
+        kv("enqueued", opt(self.enqueued_at_ms));
+        kv("claimed", opt(self.claimed_at_ms));
+        kv("run at", opt(self.run_at_ms));
+        kv("finished", opt(self.finished_at_ms));
+        kv(
+            "output",
+            self.output
+                .as_ref()
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
+        );
+        kv("output blob", self.output_blob.clone().unwrap_or_default());
+        kv("failure", self.failure_kind.clone().unwrap_or_default());
+        kv("error", self.error.clone().unwrap_or_default());
+        let mut s = t.render();
+        if !self.history.is_empty() {
+            let mut h = Table::new(["ATTEMPT", "OUTCOME", "CLAIMED", "SETTLED", "ERROR"]);
+            for a in &self.history {
+                h.row([
+                    a.attempt.to_string(),
+                    a.outcome.clone(),
+                    a.claimed_at_ms.map(time).unwrap_or_default(),
+                    time(a.recorded_at_ms),
+                    a.error.clone().unwrap_or_default(),
+                ]);
+            }
+            s.push_str("\n\n");
+            s.push_str(&h.render());
+        }
+        s
+    }
+}
+
+/// `gaffer dead`: `{"dead": [...]}`.
+#[derive(Debug, Serialize)]
+pub struct Dead {
+    /// Dead letters, per queue in enqueue order.
+    pub dead: Vec<DeadRow>,
+}
+
+/// One dead letter with its failure record.
+#[derive(Debug, Serialize)]
+pub struct DeadRow {
+    /// The job's id (its run id).
+    pub id: String,
+    /// The queue job id of the dead delivery.
+    pub job_id: String,
+    /// The job type (or pipeline).
+    pub job_type: String,
+    /// Attempts used.
+    pub attempts: u32,
+    /// When the delivery was enqueued.
+    pub enqueued_at_ms: u64,
+    /// When it ended (from its outcome record).
+    pub failed_at_ms: Option<u64>,
+    /// `Transient`, `Permanent` or `Cancelled`.
+    pub failure_kind: Option<String>,
+    /// The failure message.
+    pub error: Option<String>,
+    /// The batch of a bulk item.
+    pub batch: Option<String>,
+    /// The item key of a bulk item.
+    pub key: Option<String>,
+}
+
+impl Render for Dead {
+    fn render(&self) -> String {
+        if self.dead.is_empty() {
+            return "no dead letters".into();
+        }
+        let mut t = Table::new(["ID", "TYPE", "ATTEMPTS", "FAILED", "KIND", "ERROR"]);
+        for d in &self.dead {
+            let ty = match (&d.batch, &d.key) {
+                (Some(b), Some(k)) => format!("{} ({b}/{k})", d.job_type),
+                _ => d.job_type.clone(),
+            };
+            t.row([
+                d.id.clone(),
+                ty,
+                d.attempts.to_string(),
+                d.failed_at_ms.map(time).unwrap_or_default(),
+                d.failure_kind.clone().unwrap_or_default(),
+                d.error.clone().unwrap_or_default(),
+            ]);
+        }
+        t.render()
+    }
+}
+
+/// `gaffer batches`: `{"batches": [...], "more": bool}`.
+#[derive(Debug, Serialize)]
+pub struct Batches {
+    /// Batches in id order.
+    pub batches: Vec<BatchRow>,
+    /// Whether more batches exist than `--limit`.
+    pub more: bool,
+}
+
+/// The status of one batch (also `gaffer batch ID`).
+#[derive(Debug, Serialize)]
+pub struct BatchRow {
+    /// The batch id.
+    pub id: String,
+    /// Its pipeline.
+    pub pipeline: String,
+    /// Whether its manifest is complete.
+    pub complete: bool,
+    /// Items in the manifest.
+    pub total: u64,
+    /// Items that succeeded.
+    pub succeeded: u64,
+    /// Items that failed.
+    pub failed: u64,
+    /// Items cancelled.
+    pub cancelled: u64,
+    /// Items queued or running now.
+    pub active: u64,
+    /// Items not settled yet (total − succeeded − failed − cancelled).
+    pub outstanding: u64,
+    /// The cost rollup of the settled items, by metric.
+    pub cost: BTreeMap<String, f64>,
+    /// The keys of failed items (`gaffer batch` only, at most 100).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_keys: Option<Vec<String>>,
+}
+
+fn cost_text(cost: &BTreeMap<String, f64>) -> String {
+    cost.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Render for Batches {
+    fn render(&self) -> String {
+        if self.batches.is_empty() {
+            return "no batches".into();
+        }
+        let mut t = Table::new([
+            "BATCH",
+            "PIPELINE",
+            "TOTAL",
+            "SUCCEEDED",
+            "FAILED",
+            "CANCELLED",
+            "OUTSTANDING",
+            "COST",
+        ]);
+        for b in &self.batches {
+            t.row([
+                b.id.clone(),
+                b.pipeline.clone(),
+                b.total.to_string(),
+                b.succeeded.to_string(),
+                b.failed.to_string(),
+                b.cancelled.to_string(),
+                b.outstanding.to_string(),
+                cost_text(&b.cost),
+            ]);
+        }
+        let mut s = t.render();
+        if self.more {
+            s.push_str("\n(more: raise --limit)");
+        }
+        s
+    }
+}
+
+impl Render for BatchRow {
+    fn render(&self) -> String {
+        let mut t = Table::new(["FIELD", "VALUE"]);
+        t.row(["batch".into(), self.id.clone()]);
+        t.row(["pipeline".into(), self.pipeline.clone()]);
+        t.row([
+            "manifest".into(),
+            if self.complete {
+                "complete"
+            } else {
+                "incomplete"
+            }
+            .into(),
+        ]);
+        t.row(["total".into(), self.total.to_string()]);
+        t.row(["succeeded".into(), self.succeeded.to_string()]);
+        t.row(["failed".into(), self.failed.to_string()]);
+        t.row(["cancelled".into(), self.cancelled.to_string()]);
+        t.row(["active".into(), self.active.to_string()]);
+        t.row(["outstanding".into(), self.outstanding.to_string()]);
+        for (k, v) in &self.cost {
+            t.row([format!("cost {k}"), v.to_string()]);
+        }
+        if let Some(keys) = self.failed_keys.as_ref().filter(|k| !k.is_empty()) {
+            t.row(["failed keys".into(), keys.join(", ")]);
+        }
+        t.render()
+    }
+}
+
+/// `gaffer health`.
+#[derive(Debug, Serialize)]
+pub struct Health {
+    /// Whether a writer is alive: a beat younger than three of its
+    /// intervals, not closed, from the current writer epoch.
+    pub alive: bool,
+    /// `alive`, `stale`, `closed`, `superseded` or `absent` (no beat ever).
+    pub status: &'static str,
+    /// The reader's clock, epoch ms.
+    pub now_ms: u64,
+    /// When the last beat was written (writer clock).
+    pub heartbeat_at_ms: Option<u64>,
+    /// `now_ms − heartbeat_at_ms`.
+    pub heartbeat_age_ms: Option<u64>,
+    /// The writer's beat interval.
+    pub heartbeat_interval_ms: Option<u64>,
+    /// The writer epoch of the beat.
+    pub heartbeat_writer_epoch: Option<u64>,
+    /// The writer epoch in the manifest.
+    pub writer_epoch: u64,
+    /// When the writer last flushed a memtable (writer clock; display only).
+    pub last_flush_at_ms: Option<u64>,
+    /// The durable sequence number the reader sees.
+    pub durable_seq: u64,
+}
+
+impl Render for Health {
+    fn render(&self) -> String {
+        let mut t = Table::new(["FIELD", "VALUE"]);
+        t.row(["writer".into(), self.status.into()]);
+        if let (Some(at), Some(a)) = (self.heartbeat_at_ms, self.heartbeat_age_ms) {
+            t.row(["heartbeat".into(), format!("{} ({} ago)", time(at), age(a))]);
+        }
+        if let Some(i) = self.heartbeat_interval_ms {
+            t.row(["interval".into(), age(i)]);
+        }
+        t.row(["writer epoch".into(), self.writer_epoch.to_string()]);
+        if let Some(f) = self.last_flush_at_ms {
+            t.row([
+                "last flush".into(),
+                format!("{} ({} ago)", time(f), age(self.now_ms.saturating_sub(f))),
+            ]);
+        }
+        t.row(["durable seq".into(), self.durable_seq.to_string()]);
+        t.render()
+    }
+}

@@ -1,0 +1,336 @@
+//! The `gaffer` binary against a live engine on a temp directory: every
+//! command with and without `--json`, while the engine runs (which keeps
+//! running afterwards), and `health` after its shutdown.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use gaffer::{BulkCtx, Engine, FailureKind, ItemError, Job, JobContext, Pipeline};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Greet {
+    name: String,
+}
+
+impl Job for Greet {
+    const NAME: &'static str = "greet";
+    type Output = String;
+    type Error = gaffer::Error;
+
+    async fn run(&self, _ctx: JobContext) -> Result<String, gaffer::Error> {
+        Ok(format!("hello {}", self.name))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Boom(String);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Explode;
+
+impl Job for Explode {
+    const NAME: &'static str = "explode";
+    type Output = ();
+    type Error = Boom;
+
+    async fn run(&self, _ctx: JobContext) -> Result<(), Boom> {
+        Err(Boom("the fuse was lit".into()))
+    }
+
+    fn classify(&self, _: &Boom) -> FailureKind {
+        FailureKind::Permanent
+    }
+}
+
+struct Double;
+
+impl Pipeline for Double {
+    const NAME: &'static str = "double";
+    type Input = u64;
+    type Output = u64;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
+        ctx.record_cost("tokens", 10.0);
+        if ctx.input == 3 {
+            return Err(ItemError::permanent("three is unlucky"));
+        }
+        Ok(ctx.input * 2)
+    }
+}
+
+fn gaffer(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("the gaffer binary runs")
+}
+
+/// Run a command that must succeed; its stdout.
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = gaffer(dir, args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "gaffer {args:?}: {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn json(dir: &Path, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let text = ok(dir, &all);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("gaffer {args:?} --json: {e}\n{text}"))
+}
+
+async fn start(dir: &Path) -> Engine {
+    Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .register::<Greet>()
+        .register::<Explode>()
+        .pipeline(Double)
+        .start()
+        .await
+        .expect("engine starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_reads_a_live_engine_without_disturbing_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = start(dir).await;
+
+    let mut greeted = Vec::new();
+    for name in ["ada", "bob"] {
+        let h = engine.submit(Greet { name: name.into() }).await.unwrap();
+        assert_eq!(h.join().await.unwrap().unwrap(), format!("hello {name}"));
+        greeted.push(h.id().to_string());
+    }
+    let boom = engine.submit(Explode).await.unwrap();
+    assert!(boom.join().await.unwrap().is_err());
+    let boom_id = boom.id().to_string();
+    let report = engine
+        .batch::<Double>("nightly")
+        .unwrap()
+        .run(0..5u64)
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (4, 1));
+
+    // stats
+    let stats = json(dir, &["stats"]);
+    let queues = stats["queues"].as_array().unwrap();
+    let queue = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q["queue"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
+    };
+    assert_eq!(queue("jobs.greet")["kind"], "job");
+    assert_eq!(queue("jobs.greet")["dead"], 0);
+    assert_eq!(queue("jobs.explode")["dead"], 1);
+    assert_eq!(queue("bulk-items.double")["kind"], "pipeline");
+    assert_eq!(queue("bulk-items.double")["dead"], 1);
+    let text = ok(dir, &["stats"]);
+    assert!(
+        text.contains("QUEUE") && text.contains("jobs.explode"),
+        "{text}"
+    );
+    assert!(text.contains("bulk-items.double"), "{text}");
+    // The same store by URL.
+    let by_url = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .args([
+            "--url",
+            &format!("file://{}", dir.display()),
+            "stats",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(by_url.status.success(), "{by_url:?}");
+    let by_url: Value = serde_json::from_slice(&by_url.stdout).unwrap();
+    assert_eq!(by_url, stats);
+
+    // jobs
+    let jobs = json(dir, &["jobs"]);
+    let ids: Vec<&str> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    for id in greeted.iter().chain([&boom_id]) {
+        assert!(ids.contains(&id.as_str()), "{id} not in {jobs}");
+    }
+    let failed = json(dir, &["jobs", "--state", "failed"]);
+    assert_eq!(failed["jobs"].as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(failed["jobs"][0]["id"], boom_id.as_str());
+    let greets = json(dir, &["jobs", "--type", "greet", "--limit", "1"]);
+    assert_eq!(greets["jobs"].as_array().unwrap().len(), 1, "{greets}");
+    assert_eq!(greets["jobs"][0]["job_type"], "greet");
+    assert_eq!(greets["more"], true);
+    let text = ok(dir, &["jobs"]);
+    assert!(
+        text.contains(&boom_id) && text.contains("the fuse was lit"),
+        "{text}"
+    );
+
+    // job
+    let job = json(dir, &["job", &greeted[0]]);
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["job_type"], "greet");
+    assert_eq!(job["output"], "hello ada");
+    let job = json(dir, &["job", &boom_id]);
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["failure_kind"], "Permanent");
+    assert_eq!(job["error"], "the fuse was lit");
+    let history = job["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{job}");
+    assert_eq!(history[0]["outcome"], "DeadLettered");
+    assert_eq!(history[0]["error"], "the fuse was lit");
+    let text = ok(dir, &["job", &boom_id]);
+    assert!(
+        text.contains("DeadLettered") && text.contains("Permanent"),
+        "{text}"
+    );
+    let missing = gaffer(dir, &["job", "nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no job `nope`"), "{err}");
+
+    // dead
+    let dead = json(dir, &["dead"]);
+    let dead = dead["dead"].as_array().unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let job_dead = dead.iter().find(|d| d["job_type"] == "explode").unwrap();
+    assert_eq!(job_dead["id"], boom_id.as_str());
+    assert_eq!(job_dead["error"], "the fuse was lit");
+    let item_dead = dead.iter().find(|d| d["job_type"] == "double").unwrap();
+    assert_eq!(item_dead["batch"], "nightly");
+    assert_eq!(item_dead["key"], "item-3");
+    assert_eq!(item_dead["error"], "three is unlucky");
+    let only = json(dir, &["dead", "--type", "explode"]);
+    assert_eq!(only["dead"].as_array().unwrap().len(), 1);
+    let text = ok(dir, &["dead"]);
+    assert!(
+        text.contains("three is unlucky") && text.contains(&boom_id),
+        "{text}"
+    );
+
+    // batches, batch
+    let batches = json(dir, &["batches"]);
+    assert_eq!(batches["batches"].as_array().unwrap().len(), 1, "{batches}");
+    let b = &batches["batches"][0];
+    assert_eq!(b["id"], "nightly");
+    assert_eq!(
+        (
+            &b["total"],
+            &b["succeeded"],
+            &b["failed"],
+            &b["outstanding"]
+        ),
+        (
+            &Value::from(5),
+            &Value::from(4),
+            &Value::from(1),
+            &Value::from(0)
+        )
+    );
+    assert_eq!(b["cost"]["tokens"], 50.0);
+    let b = json(dir, &["batch", "nightly"]);
+    assert_eq!(b["pipeline"], "double");
+    assert_eq!(b["failed_keys"], serde_json::json!(["item-3"]));
+    let text = ok(dir, &["batches"]);
+    assert!(
+        text.contains("nightly") && text.contains("tokens=50"),
+        "{text}"
+    );
+    let text = ok(dir, &["batch", "nightly"]);
+    assert!(
+        text.contains("item-3") && text.contains("outstanding"),
+        "{text}"
+    );
+    println!("$ gaffer stats\n{}", ok(dir, &["stats"]));
+    println!("$ gaffer batch nightly\n{text}");
+    let missing = gaffer(dir, &["batch", "nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+
+    // health
+    let health = json(dir, &["health"]);
+    assert_eq!(health["alive"], true, "{health}");
+    assert_eq!(health["status"], "alive");
+    let text = ok(dir, &["health"]);
+    assert!(text.contains("alive"), "{text}");
+
+    // The engine was not fenced: it still runs jobs.
+    let h = engine.submit(Greet { name: "cy".into() }).await.unwrap();
+    assert_eq!(h.join().await.unwrap().unwrap(), "hello cy");
+
+    engine.shutdown().await.unwrap();
+    let after = gaffer(dir, &["health"]);
+    assert_eq!(after.status.code(), Some(3), "{after:?}");
+    assert!(String::from_utf8_lossy(&after.stdout).contains("closed"));
+}
+
+#[test]
+fn errors_are_one_line_and_a_non_zero_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let out = gaffer(&missing, &["stats"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no store at"), "{err}");
+
+    let out = gaffer(tmp.path(), &["stats"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was ever written"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .arg("stats")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dir PATH or --url URL"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_without_the_layout_marker_or_with_another_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store: std::sync::Arc<dyn gaffer::taquba::object_store::ObjectStore> = std::sync::Arc::new(
+        gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(tmp.path()).unwrap(),
+    );
+    let queue = gaffer::taquba::Queue::open_with_options(
+        store,
+        "queue",
+        gaffer::taquba::OpenOptions::default().flush_interval(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    queue.kv_put(b"other", b"x").await.unwrap();
+    let out = gaffer(tmp.path(), &["stats"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a gaffer store"), "{err}");
+
+    queue
+        .kv_put(b"gaffer/layout", b"gaffer-layout-9")
+        .await
+        .unwrap();
+    let out = gaffer(tmp.path(), &["stats"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gaffer-layout-9"), "{err}");
+    queue.close().await.unwrap();
+}
