@@ -1,0 +1,110 @@
+//! The `gaffer` binary reading a bucket of a real S3 API (moto on loopback,
+//! the harness of the root crate's S3 tests) while an engine runs on it:
+//! `stats`, `job`, `batch` and `health` answer, the engine is not fenced, and
+//! `health` fails once it has shut down.
+
+#[path = "../../tests/common/s3.rs"]
+mod s3;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use gaffer::{BulkCtx, Engine, ItemError, Job, JobContext, Pipeline};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use s3::S3Server;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Square(u64);
+
+impl Job for Square {
+    const NAME: &'static str = "square";
+    type Output = u64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<u64, Self::Error> {
+        Ok(self.0 * self.0)
+    }
+}
+
+struct Inc;
+
+impl Pipeline for Inc {
+    const NAME: &'static str = "inc";
+    type Input = u64;
+    type Output = u64;
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
+        Ok(ctx.input + 1)
+    }
+}
+
+fn gaffer(server: &S3Server, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .arg("--url")
+        .arg(server.url("app"))
+        .args(args)
+        .envs(server.env())
+        .output()
+        .expect("the gaffer binary runs")
+}
+
+fn json(server: &S3Server, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = gaffer(server, &all);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "gaffer {args:?}: {:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("gaffer {args:?} --json: {e}\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_reads_a_live_engine_in_a_bucket_without_disturbing_it() {
+    let server = S3Server::start();
+    let engine = Engine::builder()
+        .store_url_with_env(server.url("app"), server.env())
+        .flush_interval(Duration::from_millis(1))
+        .register::<Square>()
+        .pipeline(Inc)
+        .start()
+        .await
+        .unwrap();
+    let h = engine.submit(Square(7)).await.unwrap();
+    assert_eq!(h.join().await.unwrap().unwrap(), 49);
+    let report = engine
+        .batch::<Inc>("b1")
+        .unwrap()
+        .run(0..4u64)
+        .await
+        .unwrap();
+    assert_eq!(report.succeeded, 4);
+
+    let stats = json(&server, &["stats"]);
+    let queues = stats["queues"].as_array().unwrap();
+    assert!(
+        queues.iter().any(|q| q["queue"] == "jobs.square"),
+        "{stats}"
+    );
+    let job = json(&server, &["job", h.id()]);
+    assert!(job.to_string().contains("square"), "{job}");
+    let batch = json(&server, &["batch", "b1"]);
+    assert!(batch.to_string().contains("\"succeeded\":4"), "{batch}");
+    assert!(
+        gaffer(&server, &["health"]).status.success(),
+        "a live writer"
+    );
+
+    // Not fenced: the engine goes on.
+    let again = engine.submit(Square(8)).await.unwrap();
+    assert_eq!(again.join().await.unwrap().unwrap(), 64);
+    engine.shutdown().await.unwrap();
+    assert!(
+        !gaffer(&server, &["health"]).status.success(),
+        "no live writer after the shutdown"
+    );
+}
