@@ -13,9 +13,11 @@ mod error;
 mod read;
 mod report;
 mod table;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -108,6 +110,14 @@ enum Command {
     Batch {
         /// The batch id.
         id: String,
+        /// Redraw a progress bar (items settled, rate, time left) until the
+        /// batch has no outstanding item, then print its status. Stops with
+        /// exit status 3 if the engine's writer stops meanwhile.
+        #[arg(long)]
+        watch: bool,
+        /// With `--watch`: read the batch this often, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        every_ms: u64,
     },
     /// The writer's heartbeat and the store's activity; exit status 0 when a
     /// writer is alive, 3 when it is stale, closed or absent.
@@ -165,7 +175,14 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             report::print(json, &store.dead(job_type.as_deref(), *limit).await?)?
         }
         Command::Batches { limit } => report::print(json, &store.batches(*limit).await?)?,
-        Command::Batch { id } => report::print(json, &store.batch(id).await?)?,
+        Command::Batch {
+            id, watch: false, ..
+        } => report::print(json, &store.batch(id).await?)?,
+        Command::Batch {
+            id,
+            watch: true,
+            every_ms,
+        } => return watch::batch(store, id, json, Duration::from_millis(*every_ms)).await,
         Command::Health => {
             let health = store.health().await?;
             report::print(json, &health)?;

@@ -334,3 +334,73 @@ async fn a_queue_without_the_layout_marker_or_with_another_is_refused() {
     assert!(err.contains("gaffer-layout-9"), "{err}");
     queue.close().await.unwrap();
 }
+
+/// Each item waits for the gate file to exist.
+struct Gated;
+
+impl Pipeline for Gated {
+    const NAME: &'static str = "gated";
+    type Input = String;
+    type Output = u64;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<String>) -> Result<u64, ItemError> {
+        while !Path::new(&ctx.input).exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(1)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_watch_follows_a_running_batch_to_its_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let gate = tmp.path().join("gate");
+    let engine = Engine::builder()
+        .local_dir(&dir)
+        .flush_interval(Duration::from_millis(1))
+        .pipeline(Gated)
+        .start()
+        .await
+        .expect("engine starts");
+    let inputs = vec![gate.display().to_string(); 6];
+    let batch = engine.batch::<Gated>("watched").unwrap();
+    let run = tokio::spawn(async move { batch.run(inputs).await });
+    // Once the batch's head is durable, the watcher can find it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !gaffer(&dir, &["batch", "watched"]).status.success() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never became visible"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut watcher = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .arg("--dir")
+        .arg(&dir)
+        .args(["batch", "watched", "--watch", "--every-ms", "50", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        watcher.try_wait().unwrap().is_none(),
+        "the watch waits while items are outstanding"
+    );
+    std::fs::write(&gate, b"open").unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.succeeded, 6);
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || watcher.wait_with_output()),
+    )
+    .await
+    .expect("the watch ends once the batch has settled")
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let row: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(row["succeeded"], 6, "{row}");
+    assert_eq!(row["outstanding"], 0, "{row}");
+    engine.shutdown().await.unwrap();
+}
