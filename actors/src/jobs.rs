@@ -248,11 +248,7 @@ impl Services {
     /// The outcome record of a run, if it has ended and the record is retained.
     pub async fn outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
         check_id(run_id)?;
-        let key = keys::outcome_key(run_id);
-        match self.queue()?.view().kv_get(&key).await? {
-            Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
-            None => Ok(None),
-        }
+        crate::inspect::outcome_record(self.queue()?.view(), run_id).await
     }
 
     /// Why no record of `run_id` exists: `NotSubmittedThroughGaffer` if a
@@ -277,11 +273,7 @@ impl Services {
     /// The active-run record of a run, if it is queued, scheduled or running.
     pub async fn run_record_of(&self, run_id: &str) -> Result<Option<RunRecord>> {
         check_id(run_id)?;
-        let key = keys::run_key(run_id);
-        match self.queue()?.view().kv_get(&key).await? {
-            Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
-            None => Ok(None),
-        }
+        crate::inspect::run_record(self.queue()?.view(), run_id).await
     }
 
     /// The bytes of a success output, fetching a blob if the output was large.
