@@ -376,7 +376,7 @@ async fn batch_watch_follows_a_running_batch_to_its_end() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut watcher = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+    let watcher = Command::new(env!("CARGO_BIN_EXE_gaffer"))
         .arg("--dir")
         .arg(&dir)
         .args(["batch", "watched", "--watch", "--every-ms", "50", "--json"])
