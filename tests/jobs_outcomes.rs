@@ -173,6 +173,14 @@ async fn a_handler_uses_its_memo_and_effects_across_a_retry() {
 
     // The failing attempt's effect was dropped; the succeeding one's committed.
     let services = engine.engine_ref().services();
+    // The queue forgets an acknowledged job's claims; its outcome record
+    // keeps the failed one.
+    let record = services.outcome(handle.id()).await.unwrap().unwrap();
+    assert_eq!(record.attempts, 2);
+    assert_eq!(record.history.len(), 1, "{:?}", record.history);
+    assert_eq!(record.history[0].how, "failed");
+    assert_eq!(record.history[0].claim, 1);
+    assert!(record.history[0].error.is_some());
     assert_eq!(services.kv_get(b"fx/attempt-1").await.unwrap(), None);
     assert_eq!(
         services.kv_get(b"fx/attempt-2").await.unwrap(),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gaffer::{EngineError, Error, Job, JobContext, JobState, SubmitOptions};
+use gaffer_actors::inspect;
 use serde::{Deserialize, Serialize};
 
 use common::jobs::{Factor, Probe, Scale, at_ms, join, wait_started};
@@ -195,15 +196,37 @@ async fn retention_removes_the_outcome_record() {
     let handle = engine.submit(Scale { x: 5 }).await.unwrap();
     assert_eq!(join(&handle).await, Ok(15));
 
+    // The finished-jobs index lists it, under its type.
+    let services = engine.engine_ref().services();
+    let queue = services.raw_queue().unwrap();
+    let listed = async || {
+        let view = queue.view();
+        let page = inspect::ended_page(view, None, &[], None, 10)
+            .await
+            .unwrap();
+        let types = inspect::ended_types(view).await.unwrap();
+        (
+            page.jobs.into_iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            types,
+        )
+    };
+    assert_eq!(
+        listed().await,
+        (vec![handle.id().to_string()], vec!["scale".to_string()])
+    );
+
     // Within the retention window the record stays.
     clock.advance(Duration::from_secs(30));
     engine.engine_ref().sweep_now().await.unwrap();
     assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(15)));
     assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
 
-    // Past it, a sweep removes it.
+    // Past it, a sweep removes it, and its index entry with it (no type
+    // left in the index: the entry is gone, not just skipped).
     clock.advance(Duration::from_secs(31));
     engine.engine_ref().sweep_now().await.unwrap();
+    assert_eq!(listed().await, (vec![], vec![]));
+    drop(queue);
     assert!(matches!(
         handle.fetch_result().await,
         Err(Error::Engine(EngineError::JobNotFound(_)))

@@ -235,3 +235,143 @@ pub async fn item_markers(
     };
     Ok(MarkerPage { items, next })
 }
+
+/// Whether the store's finished-jobs index ([`keys::ENDED_ROOT`]) is
+/// complete: true for a store created by this build, and for an older store
+/// once an engine of this build has started on it (it backfills the index).
+pub async fn ended_index_ready(view: &QueueView) -> Result<bool> {
+    Ok(view.kv_get(keys::ENDED_INDEX_READY).await?.is_some())
+}
+
+/// A state a finished job ends in, as the finished-jobs index files it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndedState {
+    /// Ended with an output.
+    Succeeded,
+    /// Ended with a failure.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl EndedState {
+    /// Every ended state.
+    pub const ALL: [EndedState; 3] = [Self::Succeeded, Self::Failed, Self::Cancelled];
+
+    fn letter(self) -> char {
+        match self {
+            Self::Succeeded => keys::ENDED_SUCCEEDED,
+            Self::Failed => keys::ENDED_FAILED,
+            Self::Cancelled => keys::ENDED_CANCELLED,
+        }
+    }
+}
+
+/// A page of finished jobs (see [`ended_page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndedPage {
+    /// `(run id, outcome record)`, newest (by end time) first.
+    pub jobs: Vec<(String, OutcomeRecord)>,
+    /// Pass as `before` for the next page; `None` when this page reached the
+    /// end.
+    pub next: Option<String>,
+}
+
+/// The index segments of the job types that have finished jobs, in byte
+/// order: one scan of one key per type.
+pub async fn ended_types(view: &QueueView) -> Result<Vec<String>> {
+    let root = keys::ENDED_ROOT;
+    // Segments are `[A-Za-z0-9._-]`, so `{root}{seg}0` sorts after every key
+    // of `seg` (`{root}{seg}/…`) and before any later segment not already seen.
+    let past = |seg: &str| {
+        let mut k = root.to_vec();
+        k.extend_from_slice(seg.as_bytes());
+        k.push(b'0');
+        k
+    };
+    let mut start: Option<Vec<u8>> = None;
+    let mut out = Vec::new();
+    loop {
+        let range = match &start {
+            Some(s) => (Bound::Included(s.clone()), Bound::Unbounded),
+            None => (Bound::Unbounded, Bound::Unbounded),
+        };
+        let page = view.kv_scan(root, range, KvOrder::Ascending, 1).await?;
+        let Some((key, _)) = page.entries.into_iter().next() else {
+            return Ok(out);
+        };
+        let rest = &key[root.len()..];
+        let len = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        let seg = String::from_utf8_lossy(&rest[..len]).into_owned();
+        start = Some(past(&seg));
+        out.push(seg);
+    }
+}
+
+/// Finished jobs, newest first (by the time they ended), through the
+/// finished-jobs index: of the job types `job_types` (all with `None`), in
+/// `states` (all when empty), ended before the position `before` (a previous
+/// page's [`EndedPage::next`]; from the newest with `None`), up to `limit`
+/// (1 to 1000). Reads at most `limit` index entries per (type, state) and
+/// one outcome record per job listed: never the jobs it skips.
+pub async fn ended_page(
+    view: &QueueView,
+    job_types: Option<&[&str]>,
+    states: &[EndedState],
+    before: Option<&str>,
+    limit: usize,
+) -> Result<EndedPage> {
+    let limit = limit.clamp(1, 1000);
+    let segments = match job_types {
+        Some(types) => types.iter().map(|t| keys::type_segment(t)).collect(),
+        None => ended_types(view).await?,
+    };
+    let states = if states.is_empty() {
+        &EndedState::ALL[..]
+    } else {
+        states
+    };
+    // Each (type, state) is its own run of the index, newest last: read the
+    // newest `limit` of each before the position, then merge.
+    let mut found: Vec<String> = Vec::new();
+    let mut more = false;
+    for seg in &segments {
+        for state in states {
+            let prefix = keys::ended_prefix(seg, state.letter());
+            let end = match before {
+                Some(pos) => {
+                    let mut k = prefix.clone();
+                    k.extend_from_slice(pos.as_bytes());
+                    Bound::Excluded(k)
+                }
+                None => Bound::Unbounded,
+            };
+            let page = view
+                .kv_scan(&prefix, (Bound::Unbounded, end), KvOrder::Descending, limit)
+                .await?;
+            more |= page.more;
+            for (key, _) in page.entries {
+                found.push(String::from_utf8_lossy(&key[prefix.len()..]).into_owned());
+            }
+        }
+    }
+    found.sort_unstable_by(|a, b| b.cmp(a));
+    more |= found.len() > limit;
+    found.truncate(limit);
+    let mut jobs = Vec::with_capacity(found.len());
+    for pos in &found {
+        let Some((_, run_id)) = pos.split_once('/') else {
+            continue;
+        };
+        // An entry whose record is gone (removed by retention after this
+        // scan) or is of a later run of the id is not listed.
+        match outcome_record(view, run_id).await? {
+            Some(rec) if keys::ended_position(rec.finished_at_ms, run_id) == *pos => {
+                jobs.push((run_id.to_string(), rec));
+            }
+            _ => {}
+        }
+    }
+    let next = if more { found.last().cloned() } else { None };
+    Ok(EndedPage { jobs, next })
+}

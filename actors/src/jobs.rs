@@ -329,6 +329,7 @@ impl Services {
                 attempts: 0,
                 finished_at_ms: self.clock().now_ms(),
                 outcome: Outcome::Cancelled,
+                history: Vec::new(),
             };
             let effects = self.terminal_effects(run_id, &record)?;
             match queue.cancel_with(&run.job_id, effects).await?.0 {
@@ -354,7 +355,8 @@ impl Services {
     }
 
     /// The effects that end a run: delete its run record, write its outcome
-    /// record and, under retention, its expiry entry.
+    /// record and its entry in the finished-jobs index and, under retention,
+    /// its expiry entry.
     pub(crate) fn terminal_effects(
         &self,
         run_id: &str,
@@ -362,7 +364,8 @@ impl Services {
     ) -> Result<SettlementEffects> {
         let mut effects = SettlementEffects::default()
             .kv_delete(keys::run_key(run_id))
-            .kv_put(keys::outcome_key(run_id), records::encode(record)?);
+            .kv_put(keys::outcome_key(run_id), records::encode(record)?)
+            .kv_put(keys::ended_key(record, run_id), Vec::new());
         if self.settings().retention.is_some() {
             effects = effects.expiry_entry(self.expiry(), record.finished_at_ms, run_id.as_bytes());
         }

@@ -91,6 +91,62 @@ pub fn outcome_key(run_id: &str) -> Vec<u8> {
     format!("gaffer/v1/outcomes/{run_id}").into_bytes()
 }
 
+/// Root of the finished-jobs index: one empty entry per ended job,
+/// `gaffer/v1/ended/{type}/{state}/{finished_at_ms:016x}/{run_id}`, written by
+/// the transaction that writes the outcome record and deleted with it by
+/// retention. Scanned backwards it lists a type's jobs in one state newest
+/// first, without reading the outcome records it skips.
+pub const ENDED_ROOT: &[u8] = b"gaffer/v1/ended/";
+/// Present once every outcome record has its index entry: written when the
+/// store is created, or after the one-time backfill of a store made before
+/// the index existed.
+pub const ENDED_INDEX_READY: &[u8] = b"gaffer/v1/ended-index";
+
+/// The index segment of a job type: its name when that is all
+/// `[A-Za-z0-9._-]` and at most 180 bytes, else the name sanitized, cut and
+/// suffixed with 16 hex digits of its SHA-256 (as [`queue_for`] does).
+pub fn type_segment(job_type: &str) -> String {
+    let q = queue_for("", job_type);
+    q[1..].to_string()
+}
+
+/// The index's state segment of a job that succeeded.
+pub const ENDED_SUCCEEDED: char = 's';
+/// The index's state segment of a job that failed.
+pub const ENDED_FAILED: char = 'f';
+/// The index's state segment of a job that was cancelled.
+pub const ENDED_CANCELLED: char = 'c';
+
+/// The index's state segment of an ended job.
+pub fn ended_state_letter(outcome: &crate::records::Outcome) -> char {
+    match outcome {
+        crate::records::Outcome::Succeeded(_) => ENDED_SUCCEEDED,
+        crate::records::Outcome::Failed { .. } => ENDED_FAILED,
+        crate::records::Outcome::Cancelled => ENDED_CANCELLED,
+    }
+}
+
+/// `gaffer/v1/ended/{type}/{state}/`: one type's ended jobs in one state.
+pub fn ended_prefix(job_type_segment: &str, state: char) -> Vec<u8> {
+    format!("gaffer/v1/ended/{job_type_segment}/{state}/").into_bytes()
+}
+
+/// The position of an ended job in the index, inside its prefix:
+/// `{finished_at_ms:016x}/{run_id}` (byte order is time order).
+pub fn ended_position(finished_at_ms: u64, run_id: &str) -> String {
+    format!("{finished_at_ms:016x}/{run_id}")
+}
+
+/// The index entry of an ended job (see [`ENDED_ROOT`]).
+pub fn ended_key(record: &crate::records::OutcomeRecord, run_id: &str) -> Vec<u8> {
+    let mut k = ended_prefix(
+        &type_segment(&record.job_type),
+        ended_state_letter(&record.outcome),
+    );
+    k.extend_from_slice(ended_position(record.finished_at_ms, run_id).as_bytes());
+    k
+}
+
 /// Object prefix of all memo entries of a run (trailing slash included, so
 /// `run` never matches `run-suffix`).
 pub fn memo_dir(blob_prefix: &str, run_id: &str) -> String {
@@ -225,6 +281,8 @@ mod tests {
             run_key("a"),
             outcome_key("a"),
             JOBS_EXPIRY_PREFIX.to_vec(),
+            ENDED_ROOT.to_vec(),
+            ENDED_INDEX_READY.to_vec(),
             LAYOUT_KEY.to_vec(),
             BARRIER_KEY.to_vec(),
         ] {
@@ -263,6 +321,23 @@ mod tests {
         // Two names that sanitize alike still get their own queues.
         assert_ne!(queue_for("jobs", "a b"), queue_for("jobs", "a:b"));
         assert_ne!(queue_for("jobs", "a_b"), queue_for("jobs", "a b"));
+    }
+
+    #[test]
+    fn type_segments_are_key_safe_and_distinct() {
+        assert_eq!(type_segment("send-welcome"), "send-welcome");
+        for name in ["a/b", "a b", "", &"x".repeat(300)] {
+            let seg = type_segment(name);
+            assert!(!seg.is_empty() && seg.len() <= 200, "{seg}");
+            assert!(!seg.contains('/'), "{seg}");
+        }
+        assert_ne!(type_segment("a/b"), type_segment("a b"));
+    }
+
+    #[test]
+    fn ended_positions_sort_by_time() {
+        assert!(ended_position(9, "z") < ended_position(10, "a"));
+        assert!(ended_position(0xff, "a") < ended_position(0x100, "a"));
     }
 
     #[test]

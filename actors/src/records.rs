@@ -74,6 +74,62 @@ pub struct OutcomeRecord {
     pub finished_at_ms: u64,
     /// How it ended.
     pub outcome: Outcome,
+    /// The claims before the last one, oldest first: each failed attempt, and
+    /// each claim interrupted by a process exit or given back. Empty for a
+    /// job that ended on its first claim (and in records written before this
+    /// field existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<PastAttempt>,
+}
+
+/// One earlier claim of a job, as its outcome record keeps it (the queue
+/// forgets the claims of a job once it is acknowledged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastAttempt {
+    /// The queue's claim count at that claim (1-based; it counts
+    /// interruptions and releases, which gaffer's attempt count does not).
+    pub claim: u32,
+    /// When it was claimed, epoch ms, if known.
+    pub claimed_at_ms: Option<u64>,
+    /// When it ended, epoch ms.
+    pub ended_at_ms: u64,
+    /// How it ended: `failed`, `lease-expired`, `interrupted`, `released`,
+    /// `revived`, ….
+    pub how: String,
+    /// Its error, if it had one.
+    pub error: Option<String>,
+}
+
+impl PastAttempt {
+    /// The entries of a job's attempt history as an outcome record keeps them.
+    pub fn from_history(history: &[taquba::JobAttempt]) -> Vec<Self> {
+        use taquba::AttemptOutcome as A;
+        history
+            .iter()
+            .map(|a| {
+                let released = a
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with(crate::keys::RELEASED_PREFIX));
+                let how = match a.outcome {
+                    A::Retried if released => "released",
+                    A::Retried => "failed",
+                    A::LeaseExpired => "lease-expired",
+                    A::Interrupted => "interrupted",
+                    A::Requeued => "revived",
+                    A::Completed => "completed",
+                    A::DeadLettered => "dead-lettered",
+                };
+                Self {
+                    claim: a.attempt,
+                    claimed_at_ms: a.claimed_at,
+                    ended_at_ms: a.recorded_at,
+                    how: how.to_string(),
+                    error: a.error.clone(),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Encode a record. An encoding failure is an error at the write: an empty
@@ -128,6 +184,7 @@ mod tests {
                 kind: FailureKind::Permanent,
                 message: "no".into(),
             },
+            history: Vec::new(),
         };
         let bytes = encode(&rec).unwrap();
         let back: OutcomeRecord = decode(b"k", &bytes).unwrap();

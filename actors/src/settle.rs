@@ -31,7 +31,8 @@ use crate::erased::Verdict;
 use crate::events::EngineEvent;
 use crate::keys;
 use crate::records::{
-    self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef, RunRecord,
+    self, Cost, FailureKind, ItemMarker, ItemStatus, Outcome, OutcomeRecord, OutputRef,
+    PastAttempt, RunRecord,
 };
 use crate::services::Services;
 
@@ -174,16 +175,28 @@ enum Told {
     Item(Box<ItemMarker>),
 }
 
+/// The delivery a settlement ends: its claim, its attempt count, and the
+/// claims of the job before it (read only for a job claimed before).
+struct Delivery<'a> {
+    claim: &'a Claim,
+    attempts: &'a Attempts,
+    history: Vec<PastAttempt>,
+}
+
 /// The effects that end a target, and the notification to send once they commit.
 fn terminal(
     services: &Services,
     target: &Target,
     job_type: &str,
-    claim: &Claim,
-    attempts: &Attempts,
+    delivery: Delivery<'_>,
     end: End,
     cost: &Cost,
 ) -> crate::Result<(SettlementEffects, Told)> {
+    let Delivery {
+        claim,
+        attempts,
+        history,
+    } = delivery;
     match target {
         Target::Job { run_id } => {
             let record = OutcomeRecord {
@@ -198,6 +211,7 @@ fn terminal(
                     End::Failed { kind, message } => Outcome::Failed { kind, message },
                     End::Cancelled => Outcome::Cancelled,
                 },
+                history,
             };
             Ok((
                 services.terminal_effects(run_id, &record)?,
@@ -368,7 +382,25 @@ pub(crate) async fn settle(
         }
         other => other,
     };
-    let (fx, told) = match terminal(services, &target, &job_type, &claim, &attempts, end, &cost) {
+    // The queue forgets a job's claims when it is acknowledged: a job that
+    // was claimed before keeps them in its outcome record.
+    let history = if is_job && claim.attempts > 1 {
+        match queue.view().attempt_history(&claim.id).await {
+            Ok(history) => PastAttempt::from_history(&history),
+            Err(e) => {
+                warn!(%run_id, error = %e, "reading the job's attempt history failed; its outcome record goes without it");
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let delivery = Delivery {
+        claim: &claim,
+        attempts: &attempts,
+        history,
+    };
+    let (fx, told) = match terminal(services, &target, &job_type, delivery, end, &cost) {
         Ok(parts) => parts,
         Err(e) => {
             warn!(%run_id, error = %e, "the run's record failed to encode; the job stays claimed until its lease expires, then retries");

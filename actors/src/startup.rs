@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use taquba::object_store::ObjectStore;
-use taquba::{OpenOptions, Queue};
+use taquba::{OpenOptions, Queue, SettlementEffects};
 
 use crate::erased::{Kind, Registration};
 use crate::error::{EngineError, Result};
 use crate::keys;
+use crate::records::{self, OutcomeRecord};
 use crate::services::Route;
 use crate::settings::Settings;
 
@@ -73,12 +74,24 @@ pub(crate) async fn open(
 pub(crate) async fn check_layout(queue: &Queue) -> Result<()> {
     match queue.view().kv_get(keys::LAYOUT_KEY).await? {
         None => {
-            queue
-                .kv_put(keys::LAYOUT_KEY, keys::LAYOUT_VERSION.as_bytes())
-                .await?;
+            // A new store: its index of finished jobs starts complete.
+            let fx = SettlementEffects::default()
+                .kv_put(keys::LAYOUT_KEY, keys::LAYOUT_VERSION.as_bytes().to_vec())
+                .kv_put(keys::ENDED_INDEX_READY, Vec::new());
+            queue.commit_effects(fx).await?;
             Ok(())
         }
-        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => Ok(()),
+        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => {
+            if queue
+                .view()
+                .kv_get(keys::ENDED_INDEX_READY)
+                .await?
+                .is_none()
+            {
+                backfill_ended_index(queue).await?;
+            }
+            Ok(())
+        }
         Some(found) => Err(EngineError::LayoutMismatch {
             found: String::from_utf8_lossy(&found).into_owned(),
             expected: keys::LAYOUT_VERSION.into(),
@@ -144,4 +157,44 @@ pub(crate) async fn stray_queues(
         }
     }
     Ok(strays)
+}
+
+/// Give every outcome record of a store made before the finished-jobs index
+/// existed its index entry, then mark the index complete. Runs once, at the
+/// start, before any pool settles; entries are idempotent, so a crash midway
+/// only repeats work. (A job retention removes meanwhile leaves no entry
+/// behind: this runs before the sweeper starts.)
+async fn backfill_ended_index(queue: &Queue) -> Result<()> {
+    use futures_util::TryStreamExt;
+    let prefix = keys::outcome_key("");
+    let mut entries = std::pin::pin!(queue.view().kv_entries(
+        &prefix,
+        ..,
+        taquba::KvOrder::Ascending,
+        1000
+    ));
+    let mut fx = SettlementEffects::default();
+    let mut staged = 0usize;
+    let mut total = 0usize;
+    while let Some((key, raw)) = entries.try_next().await? {
+        let Ok(record) = records::decode::<OutcomeRecord>(&key, &raw) else {
+            continue;
+        };
+        let run_id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        fx = fx.kv_put(keys::ended_key(&record, &run_id), Vec::new());
+        staged += 1;
+        if staged == 1000 {
+            queue.commit_effects(std::mem::take(&mut fx)).await?;
+            total += staged;
+            staged = 0;
+        }
+    }
+    total += staged;
+    fx = fx.kv_put(keys::ENDED_INDEX_READY, Vec::new());
+    queue.commit_effects(fx).await?;
+    tracing::info!(
+        outcomes = total,
+        "indexed the finished jobs of a store made before the index existed"
+    );
+    Ok(())
 }

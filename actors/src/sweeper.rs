@@ -175,12 +175,13 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
     };
     // An entry of an earlier run of this id (the id ran again after it) only
     // removes itself.
-    match records::decode::<OutcomeRecord>(&key, &raw) {
+    let index_entry = match records::decode::<OutcomeRecord>(&key, &raw) {
         Ok(rec) if rec.finished_at_ms != at_ms => {
             return Expired::Delete(SettlementEffects::default());
         }
-        _ => {}
-    }
+        Ok(rec) => Some(keys::ended_key(&rec, &run_id)),
+        Err(_) => None,
+    };
     let blob = &services.settings().blob_prefix;
     for prefix in [
         keys::memo_dir(blob, &run_id),
@@ -191,10 +192,14 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
             return Expired::Keep;
         }
     }
+    let mut effects = SettlementEffects::default().kv_delete(key.clone());
+    if let Some(entry) = index_entry {
+        effects = effects.kv_delete(entry);
+    }
     Expired::DeleteIf {
-        key: key.clone(),
+        key,
         expected: Some(raw.to_vec()),
-        effects: SettlementEffects::default().kv_delete(key),
+        effects,
     }
 }
 

@@ -33,6 +33,15 @@ pub enum CliError {
     /// No batch with this id.
     #[error("no batch `{0}`")]
     BatchNotFound(String),
+    /// A `--after` that no page printed.
+    #[error("`{0}` is not a cursor of `gaffer jobs`: pass the `next` a previous page printed")]
+    BadCursor(String),
+    /// A store whose finished jobs are not indexed yet.
+    #[error(
+        "this store's finished jobs are not indexed yet (it was made by an older gaffer): \
+         start an engine of this version on it once, which builds the index"
+    )]
+    IndexNotReady,
     /// The store could not be opened or read.
     #[error("{0}")]
     Engine(#[from] EngineError),

@@ -82,9 +82,12 @@ enum Command {
         /// Only jobs of this type (or pipeline).
         #[arg(long = "type", value_name = "TYPE")]
         job_type: Option<String>,
-        /// At most this many jobs.
+        /// At most this many jobs (1 to 1000).
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Start after this cursor: the `next` a previous page printed.
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
     },
     /// One job: its run or outcome record, attempts, output or error.
     Job {
@@ -166,9 +169,12 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             state,
             job_type,
             limit,
+            after,
         } => report::print(
             json,
-            &store.jobs(*state, job_type.as_deref(), *limit).await?,
+            &store
+                .jobs(*state, job_type.as_deref(), *limit, after.as_deref())
+                .await?,
         )?,
         Command::Job { id } => report::print(json, &store.job(id).await?)?,
         Command::Dead { job_type, limit } => {

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gaffer_actors::inspect::{self, Layout};
+use gaffer_actors::inspect::{self, EndedState, Layout};
 use gaffer_actors::keys;
-use gaffer_actors::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef};
+use gaffer_actors::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, PastAttempt};
 use gaffer_actors::{EngineError, records};
 use taquba::object_store::ObjectStore;
 use taquba::object_store::local::LocalFileSystem;
@@ -151,14 +151,19 @@ impl Store {
         Ok(Stats { queues })
     }
 
-    /// `gaffer jobs`.
+    /// `gaffer jobs`: live jobs (running, queued, scheduled; or dead with
+    /// `--state dead`) queue by queue, then finished jobs newest first
+    /// through the finished-jobs index; from `after`, a previous page's
+    /// cursor.
     pub async fn jobs(
         &self,
         state: Option<StateArg>,
         job_type: Option<&str>,
         limit: usize,
+        after: Option<&str>,
     ) -> Result<Jobs, CliError> {
-        let queue_states: &[JobStatus] = match state {
+        let limit = limit.clamp(1, 1000);
+        let live: &[JobStatus] = match state {
             None => &[JobStatus::Claimed, JobStatus::Pending, JobStatus::Scheduled],
             Some(StateArg::Running) => &[JobStatus::Claimed],
             Some(StateArg::Queued) => &[JobStatus::Pending],
@@ -166,64 +171,102 @@ impl Store {
             Some(StateArg::Dead) => &[JobStatus::Dead],
             Some(_) => &[],
         };
-        let mut jobs = Vec::new();
-        let mut more = false;
-        let queues = self.queues(job_type).await?;
-        'states: for &status in queue_states {
-            for (queue, _, _) in &queues {
-                let room = limit - jobs.len().min(limit);
-                let page = self.view().list_jobs(queue, status, None, room).await?;
-                more |= page.next_cursor.is_some();
-                for job in page.jobs {
-                    if jobs.len() == limit {
-                        more = true;
-                        break 'states;
-                    }
-                    jobs.push(queue_row(&job, status));
-                }
-            }
-        }
-        let finished = match state {
-            None => Some(None),
-            Some(StateArg::Succeeded) => Some(Some("succeeded")),
-            Some(StateArg::Failed) => Some(Some("failed")),
-            Some(StateArg::Cancelled) => Some(Some("cancelled")),
-            Some(_) => None,
+        let ended: &[EndedState] = match state {
+            None => &EndedState::ALL,
+            Some(StateArg::Succeeded) => &[EndedState::Succeeded],
+            Some(StateArg::Failed) => &[EndedState::Failed],
+            Some(StateArg::Cancelled) => &[EndedState::Cancelled],
+            Some(_) => &[],
         };
-        if let Some(wanted) = finished {
-            let mut after: Option<String> = None;
-            while jobs.len() < limit {
-                let (page, page_more) =
-                    inspect::outcome_page(self.view(), after.as_deref(), 200).await?;
-                after = page.last().map(|(id, _)| id.clone());
-                for (id, rec) in page {
-                    let st = outcome_state(&rec.outcome);
-                    if wanted.is_some_and(|w| w != st)
-                        || job_type.is_some_and(|t| t != rec.job_type)
-                    {
+        let from = match after {
+            Some(c) => Cursor::parse(c)?,
+            None => Cursor::Live {
+                phase: 0,
+                queue: String::new(),
+                at: None,
+            },
+        };
+        let mut jobs = Vec::new();
+        let mut next = None;
+        if let Cursor::Live {
+            phase: from_phase,
+            queue: from_queue,
+            at: from_at,
+        } = &from
+        {
+            let queues = self.queues(job_type).await?;
+            'live: for (phase, &status) in live.iter().enumerate().skip(*from_phase) {
+                for (queue, _, _) in &queues {
+                    let first = phase == *from_phase && queue == from_queue;
+                    if phase == *from_phase && queue < from_queue {
                         continue;
                     }
+                    let at = if first { from_at.as_deref() } else { None };
                     if jobs.len() == limit {
-                        more = true;
-                        break;
+                        // Full: is there anything after it?
+                        let probe = self.view().list_jobs(queue, status, at, 1).await?;
+                        if !probe.jobs.is_empty() {
+                            next = Some(Cursor::Live {
+                                phase,
+                                queue: queue.clone(),
+                                at: at.map(<[u8]>::to_vec),
+                            });
+                            break 'live;
+                        }
+                        continue;
                     }
-                    jobs.push(JobRow {
-                        id,
-                        job_type: rec.job_type.clone(),
-                        state: st,
-                        attempts: rec.attempts,
-                        at_ms: Some(rec.finished_at_ms),
-                        batch: None,
-                        key: None,
-                        error: outcome_error(&rec.outcome),
-                    });
-                }
-                if !page_more {
-                    break;
+                    let page = self
+                        .view()
+                        .list_jobs(queue, status, at, limit - jobs.len())
+                        .await?;
+                    jobs.extend(page.jobs.iter().map(|j| queue_row(j, status)));
+                    if let Some(at) = page.next_cursor {
+                        next = Some(Cursor::Live {
+                            phase,
+                            queue: queue.clone(),
+                            at: Some(at),
+                        });
+                        break 'live;
+                    }
                 }
             }
         }
-        Ok(Jobs { jobs, more })
+        if next.is_none() && !ended.is_empty() {
+            if !inspect::ended_index_ready(self.view()).await? {
+                return Err(CliError::IndexNotReady);
+            }
+            let before = match &from {
+                Cursor::Ended(pos) => Some(pos.as_str()),
+                Cursor::Live { .. } => None,
+            };
+            let types = job_type.map(|t| [t]);
+            let types = types.as_ref().map(|t| &t[..]);
+            let room = limit - jobs.len();
+            let page = inspect::ended_page(self.view(), types, ended, before, room.max(1)).await?;
+            if room == 0 {
+                if !page.jobs.is_empty() {
+                    next = Some(Cursor::Ended(before.unwrap_or_default().to_string()));
+                }
+            } else {
+                next = page.next.map(Cursor::Ended);
+                jobs.extend(page.jobs.into_iter().map(|(id, rec)| JobRow {
+                    id,
+                    job_type: rec.job_type.clone(),
+                    state: outcome_state(&rec.outcome),
+                    attempts: rec.attempts,
+                    at_ms: Some(rec.finished_at_ms),
+                    batch: None,
+                    key: None,
+                    error: outcome_error(&rec.outcome),
+                }));
+            }
+        }
+        let next = next.map(|c| c.render());
+        Ok(Jobs {
+            jobs,
+            more: next.is_some(),
+            next,
+        })
     }
 
     /// `gaffer job ID`.
@@ -234,7 +277,7 @@ impl Store {
         }
         if let Some(rec) = inspect::outcome_record(view, id).await? {
             let mut d = outcome_detail(id, &rec);
-            d.history = self.history(&rec.job_id).await?;
+            d.history = self.history(&rec.job_id, Some(&rec)).await?;
             if let Some(job) = view.job_record(&rec.job_id).await? {
                 d.enqueued_at_ms = Some(job.enqueued_at);
                 d.claimed_at_ms = job.claimed_at;
@@ -267,7 +310,7 @@ impl Store {
             failure_kind: None,
             batch: row.batch.clone(),
             key: row.key.clone(),
-            history: self.history(&job.id).await?,
+            history: self.history(&job.id, None).await?,
         };
         // A dead job: its outcome record (jobs) or item marker (bulk items).
         if job.status == JobStatus::Dead {
@@ -307,17 +350,26 @@ impl Store {
         }
     }
 
-    async fn history(&self, job_id: &str) -> Result<Vec<AttemptRow>, CliError> {
-        Ok(self
-            .view()
-            .attempt_history(job_id)
-            .await?
+    /// A job's claims: the queue's attempt history, or, for a job the queue
+    /// has forgotten (acknowledged), the one its outcome record kept.
+    async fn history(
+        &self,
+        job_id: &str,
+        record: Option<&OutcomeRecord>,
+    ) -> Result<Vec<AttemptRow>, CliError> {
+        let queue = self.view().attempt_history(job_id).await?;
+        let past = if queue.is_empty() {
+            record.map(|r| r.history.clone()).unwrap_or_default()
+        } else {
+            PastAttempt::from_history(&queue)
+        };
+        Ok(past
             .into_iter()
             .map(|a| AttemptRow {
-                attempt: a.attempt,
-                outcome: format!("{:?}", a.outcome),
-                claimed_at_ms: a.claimed_at,
-                recorded_at_ms: a.recorded_at,
+                attempt: a.claim,
+                outcome: a.how,
+                claimed_at_ms: a.claimed_at_ms,
+                recorded_at_ms: a.ended_at_ms,
                 error: a.error,
             })
             .collect())
@@ -528,5 +580,89 @@ fn outcome_detail(id: &str, rec: &OutcomeRecord) -> JobDetail {
         batch: None,
         key: None,
         history: Vec::new(),
+    }
+}
+
+/// Where a page of `gaffer jobs` starts: printed as the previous page's
+/// `next`, passed back as `--after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cursor {
+    /// In the live part: the `phase`-th state of the listing, at `queue`,
+    /// from the queue's own listing cursor `at` (its start with `None`).
+    Live {
+        phase: usize,
+        queue: String,
+        at: Option<Vec<u8>>,
+    },
+    /// In the finished part, before this index position (from the newest
+    /// when empty).
+    Ended(String),
+}
+
+impl Cursor {
+    fn render(&self) -> String {
+        match self {
+            Self::Live { phase, queue, at } => format!(
+                "live:{phase}:{queue}:{}",
+                at.as_deref().map(keys::hex).unwrap_or_default()
+            ),
+            Self::Ended(pos) => format!("ended:{pos}"),
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, CliError> {
+        let bad = || CliError::BadCursor(s.to_string());
+        if let Some(pos) = s.strip_prefix("ended:") {
+            return Ok(Self::Ended(pos.to_string()));
+        }
+        let rest = s.strip_prefix("live:").ok_or_else(bad)?;
+        let mut parts = rest.splitn(3, ':');
+        let phase = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let queue = parts.next().ok_or_else(bad)?.to_string();
+        let at = parts.next().ok_or_else(bad)?;
+        let at = if at.is_empty() {
+            None
+        } else {
+            Some(unhex(at).ok_or_else(bad)?)
+        };
+        Ok(Self::Live { phase, queue, at })
+    }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip() {
+        for c in [
+            Cursor::Live {
+                phase: 2,
+                queue: "jobs.a-b".into(),
+                at: Some(vec![0, 0xff, 0x10]),
+            },
+            Cursor::Live {
+                phase: 0,
+                queue: String::new(),
+                at: None,
+            },
+            Cursor::Ended("0000018c/01ABC".into()),
+            Cursor::Ended(String::new()),
+        ] {
+            assert_eq!(Cursor::parse(&c.render()).unwrap(), c);
+        }
+        for bad in ["", "live:x:q:", "live:1:q:zz", "live:1:q:abc", "other:1"] {
+            assert!(Cursor::parse(bad).is_err(), "{bad}");
+        }
     }
 }

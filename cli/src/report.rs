@@ -91,8 +91,10 @@ impl Render for Stats {
 pub struct Jobs {
     /// The jobs, live ones first, then finished ones newest first.
     pub jobs: Vec<JobRow>,
-    /// Whether more jobs matched than `--limit`.
+    /// Whether more jobs follow this page.
     pub more: bool,
+    /// When more follow: the cursor of the next page (`--after`).
+    pub next: Option<String>,
 }
 
 /// One job of a listing.
@@ -140,8 +142,8 @@ impl Render for Jobs {
         } else {
             t.render()
         };
-        if self.more {
-            s.push_str("\n(more: raise --limit)");
+        if let Some(next) = &self.next {
+            s.push_str(&format!("\n(more: pass --after {next})"));
         }
         s
     }
@@ -182,17 +184,21 @@ pub struct JobDetail {
     pub batch: Option<String>,
     /// The item key of a bulk item.
     pub key: Option<String>,
-    /// Each settled attempt, in order (taquba's attempt history).
+    /// Each settled claim, in order: the queue's attempt history, or for a
+    /// job that succeeded after earlier claims, the one its outcome record kept.
     pub history: Vec<AttemptRow>,
 }
 
 /// One settled attempt.
 #[derive(Debug, Serialize)]
 pub struct AttemptRow {
-    /// The attempt number.
+    /// The queue's claim number (it counts interrupted and released claims,
+    /// which the job's `attempts` do not).
     pub attempt: u32,
-    /// `Completed`, `Retried`, `DeadLettered`, `LeaseExpired`,
-    /// `Interrupted`, `Requeued`.
+    /// How the claim ended: `failed` (retried), `released` (given back
+    /// without spending an attempt), `lease-expired`, `interrupted` (the
+    /// process exited), `revived` (an operator requeued the dead job),
+    /// `dead-lettered`, `completed`.
     pub outcome: String,
     /// When it was claimed.
     pub claimed_at_ms: Option<u64>,

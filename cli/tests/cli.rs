@@ -196,11 +196,11 @@ async fn every_command_reads_a_live_engine_without_disturbing_it() {
     assert_eq!(job["error"], "the fuse was lit");
     let history = job["history"].as_array().unwrap();
     assert_eq!(history.len(), 1, "{job}");
-    assert_eq!(history[0]["outcome"], "DeadLettered");
+    assert_eq!(history[0]["outcome"], "dead-lettered");
     assert_eq!(history[0]["error"], "the fuse was lit");
     let text = ok(dir, &["job", &boom_id]);
     assert!(
-        text.contains("DeadLettered") && text.contains("Permanent"),
+        text.contains("dead-lettered") && text.contains("Permanent"),
         "{text}"
     );
     let missing = gaffer(dir, &["job", "nope"]);
@@ -281,6 +281,189 @@ async fn every_command_reads_a_live_engine_without_disturbing_it() {
     let after = gaffer(dir, &["health"]);
     assert_eq!(after.status.code(), Some(3), "{after:?}");
     assert!(String::from_utf8_lossy(&after.stdout).contains("closed"));
+}
+
+/// Fails its first attempt (transiently), succeeds on the second.
+#[derive(Debug, Serialize, Deserialize)]
+struct SecondTime;
+
+impl Job for SecondTime {
+    const NAME: &'static str = "second-time";
+    type Output = u32;
+    type Error = Boom;
+
+    async fn run(&self, ctx: JobContext) -> Result<u32, Boom> {
+        if ctx.attempt() == 1 {
+            return Err(Boom("not yet".into()));
+        }
+        Ok(ctx.attempt())
+    }
+}
+
+/// Every page of `gaffer jobs ARGS --limit N --json`, following `next`:
+/// the ids in order, and how many pages it took.
+fn all_pages(dir: &Path, args: &[&str], limit: usize) -> (Vec<Value>, usize) {
+    let limit = limit.to_string();
+    let mut rows = Vec::new();
+    let mut after: Option<String> = None;
+    for pages in 1.. {
+        let mut all = args.to_vec();
+        all.extend(["--limit", &limit]);
+        if let Some(a) = &after {
+            all.extend(["--after", a.as_str()]);
+        }
+        let page = json(dir, &all);
+        let jobs = page["jobs"].as_array().unwrap();
+        assert!(jobs.len() <= limit.parse().unwrap(), "{page}");
+        rows.extend(jobs.iter().cloned());
+        match page["next"].as_str() {
+            Some(next) => {
+                assert_eq!(page["more"], true);
+                after = Some(next.to_string());
+            }
+            None => return (rows, pages),
+        }
+        assert!(pages < 100, "paging does not end");
+    }
+    unreachable!()
+}
+
+fn ids(rows: &[Value]) -> Vec<String> {
+    rows.iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_pages_by_cursor_through_the_finished_jobs_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let start = async || {
+        Engine::builder()
+            .local_dir(dir)
+            .open_options(
+                gaffer::taquba::OpenOptions::default()
+                    .flush_interval(Duration::from_millis(1))
+                    .default_queue_config(
+                        gaffer::taquba::QueueConfig::default().retry_backoff_base(Duration::ZERO),
+                    ),
+            )
+            .register::<Greet>()
+            .register::<Explode>()
+            .register::<SecondTime>()
+            .start()
+            .await
+            .expect("engine starts")
+    };
+    let engine = start().await;
+    let mut succeeded = Vec::new();
+    for i in 0..7 {
+        let h = engine
+            .submit(Greet {
+                name: format!("n{i}"),
+            })
+            .await
+            .unwrap();
+        h.join().await.unwrap().unwrap();
+        succeeded.push(h.id().to_string());
+    }
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        let h = engine.submit(Explode).await.unwrap();
+        assert!(h.join().await.unwrap().is_err());
+        failed.push(h.id().to_string());
+    }
+    let second = engine.submit(SecondTime).await.unwrap();
+    assert_eq!(second.join().await.unwrap().unwrap(), 2);
+    succeeded.push(second.id().to_string());
+
+    // Succeeded jobs, 3 a page: each once, newest first (by end time).
+    let (rows, pages) = all_pages(dir, &["jobs", "--state", "succeeded"], 3);
+    assert_eq!(pages, 3);
+    let mut listed = ids(&rows);
+    let newest_first: Vec<u64> = rows.iter().map(|r| r["at_ms"].as_u64().unwrap()).collect();
+    assert!(newest_first.is_sorted_by(|a, b| a >= b), "{newest_first:?}");
+    assert_eq!(listed[0], second.id(), "the last to end comes first");
+    listed.sort();
+    let mut want = succeeded.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    assert!(rows.iter().all(|r| r["state"] == "succeeded"));
+
+    // One type, and a type in a state it has no job in.
+    let (rows, pages) = all_pages(dir, &["jobs", "--type", "explode"], 2);
+    assert_eq!(pages, 2);
+    let mut listed = ids(&rows);
+    listed.sort();
+    failed.sort();
+    assert_eq!(listed, failed);
+    assert!(
+        rows.iter()
+            .all(|r| r["state"] == "failed" && r["job_type"] == "explode")
+    );
+    let none = json(dir, &["jobs", "--type", "greet", "--state", "failed"]);
+    assert_eq!(none["jobs"], serde_json::json!([]));
+    assert_eq!(none["more"], false);
+
+    // Everything, 4 a page: 11 jobs in 3 pages, none twice.
+    let (rows, pages) = all_pages(dir, &["jobs"], 4);
+    assert_eq!((rows.len(), pages), (11, 3));
+    let mut all = ids(&rows);
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 11);
+    // A page exactly full at the end of the listing says there is no more.
+    let (_, pages) = all_pages(dir, &["jobs"], 11);
+    assert_eq!(pages, 1);
+    let text = ok(dir, &["jobs", "--limit", "2"]);
+    assert!(text.contains("(more: pass --after "), "{text}");
+    let bad = gaffer(dir, &["jobs", "--after", "nonsense"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a cursor"));
+
+    // The job that succeeded on its second attempt shows the first one, kept
+    // in its outcome record (the queue forgets an acknowledged job's claims).
+    let job = json(dir, &["job", second.id()]);
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["attempts"], 2);
+    let history = job["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{job}");
+    assert_eq!(history[0]["outcome"], "failed");
+    assert_eq!(history[0]["error"], "not yet");
+    engine.shutdown().await.unwrap();
+
+    // A store from before the index: no index entries and no marker. The
+    // command says so; the next engine start builds the index.
+    let before = ids(&all_pages(dir, &["jobs"], 50).0);
+    {
+        let store: std::sync::Arc<dyn gaffer::taquba::object_store::ObjectStore> =
+            std::sync::Arc::new(
+                gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap(),
+            );
+        let queue = gaffer::taquba::Queue::open(store, "queue").await.unwrap();
+        let page = queue
+            .view()
+            .kv_scan(
+                b"gaffer/v1/ended/",
+                ..,
+                gaffer::taquba::KvOrder::Ascending,
+                1000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.entries.len(), 11);
+        for (key, _) in page.entries {
+            queue.kv_delete(&key).await.unwrap();
+        }
+        queue.kv_delete(b"gaffer/v1/ended-index").await.unwrap();
+        queue.close().await.unwrap();
+    }
+    let out = gaffer(dir, &["jobs"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not indexed yet"));
+    let engine = start().await;
+    assert_eq!(ids(&all_pages(dir, &["jobs"], 50).0), before);
+    engine.shutdown().await.unwrap();
 }
 
 #[test]

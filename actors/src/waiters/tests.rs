@@ -19,6 +19,7 @@ fn record(output: u8) -> OutcomeRecord {
         attempts: 1,
         finished_at_ms: 0,
         outcome: Outcome::Succeeded(OutputRef::Inline(vec![output])),
+        history: Vec::new(),
     }
 }
 
