@@ -27,8 +27,15 @@ pub struct S3Server {
 
 static INSTALL: Mutex<()> = Mutex::new(());
 
+/// `target/moto-venv` of the workspace (the directory holding `Cargo.lock`),
+/// whichever member's tests ask.
 fn venv() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/moto-venv")
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(&manifest);
+    root.join("target/moto-venv")
 }
 
 /// The `moto_server` executable, installed if need be.
