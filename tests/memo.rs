@@ -449,3 +449,104 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
         faults.stats(),
     );
 }
+
+// ---------------------------------------------------------------------------
+// Lookups a first delivery does not make
+// ---------------------------------------------------------------------------
+
+/// Three memoized phases; fails for good while `fail` is set.
+struct Phases {
+    computes: Arc<AtomicUsize>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Pipeline for Phases {
+    const NAME: &'static str = "phases";
+    type Input = u64;
+    type Output = u64;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
+        let mut x = ctx.input;
+        for phase in ["a", "b", "c"] {
+            x = ctx
+                .memo()
+                .memoized(phase, || async {
+                    self.computes.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Error>(x + 1)
+                })
+                .await
+                .map_err(ItemError::from)?;
+        }
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(ItemError::permanent("not this time"));
+        }
+        Ok(x)
+    }
+}
+
+/// A batch whose store fails every read of a memo entry (any GET under the
+/// blob prefix): a read would fail the item's lookup.
+async fn phases_engine(
+    fail: bool,
+) -> (
+    gaffer::Engine,
+    gaffer_actors::testing::FaultControl,
+    Arc<AtomicUsize>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let (store, faults) = gaffer_actors::testing::FaultyStore::wrap(common::shared_store());
+    faults.only_prefix("gaffer-blobs/");
+    faults.fail(Ops::GET);
+    let computes = Arc::new(AtomicUsize::new(0));
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(fail));
+    let engine = common::store_builder(store, common::mock_clock())
+        .pipeline(Phases {
+            computes: computes.clone(),
+            fail: fail.clone(),
+        })
+        .start()
+        .await
+        .unwrap();
+    (engine, faults, computes, fail)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_delivery_looks_for_no_memo_entry_in_the_store() {
+    let (engine, faults, computes, _) = phases_engine(false).await;
+    let report = within(engine.batch::<Phases>("first").unwrap().run(0..20u64))
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (20, 0));
+    assert_eq!(computes.load(Ordering::SeqCst), 60);
+    assert_eq!(
+        faults.injected(),
+        0,
+        "no memo entry was looked up in the store: {}",
+        faults.stats()
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rerun_of_a_failed_item_finds_the_entries_its_failed_run_left() {
+    let (engine, faults, computes, fail) = phases_engine(true).await;
+    let report = within(engine.batch::<Phases>("again").unwrap().run([5u64]))
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (0, 1));
+    assert_eq!(computes.load(Ordering::SeqCst), 3);
+    // Reads of the entries now work; the re-run must look them up.
+    faults.heal();
+    fail.store(false, Ordering::SeqCst);
+    let report = within(engine.batch::<Phases>("again").unwrap().run([5u64]))
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (1, 0));
+    assert_eq!(
+        computes.load(Ordering::SeqCst),
+        3,
+        "the re-run found every phase its failed run left"
+    );
+    engine.shutdown().await.unwrap();
+}

@@ -224,6 +224,10 @@ impl CoordinatorState {
             headers.insert(keys::HEADER_RUN.into(), run_id);
             headers.insert(keys::HEADER_BATCH.into(), batch_id.clone());
             headers.insert(keys::HEADER_KEY.into(), item.key.clone());
+            if !self.fresh {
+                // An earlier run may have left this item's memo entries.
+                headers.insert(keys::HEADER_MEMO.into(), String::new());
+            }
             fx = fx
                 .kv_put(
                     keys::item_active_key(&batch_id, &item.key),

@@ -43,6 +43,12 @@ pub const BATCHES_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/batches/";
 pub const HEADER_BATCH: &str = "gaffer.batch";
 /// Header carrying the item key of a bulk item.
 pub const HEADER_KEY: &str = "gaffer.key";
+/// Header set on a bulk item that a later run of its batch enqueues again
+/// (a re-run of an item that failed, or a resume): its run id may hold memo
+/// entries from an earlier delivery, so its first attempt reads the store
+/// for them. Without it, a first attempt knows no entry can exist and looks
+/// in no store (see the memo module).
+pub const HEADER_MEMO: &str = "gaffer.memo";
 /// Longest item key accepted, in bytes.
 pub const MAX_ITEM_KEY_LEN: usize = 1024;
 

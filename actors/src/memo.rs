@@ -38,6 +38,9 @@ pub struct Memo {
     dir: Arc<str>,
     /// `None`: every put writes at once ([`MemoWrites::Immediate`]).
     unwritten: Option<Arc<Mutex<Buffer>>>,
+    /// No earlier delivery of this run can have stored an entry: a lookup
+    /// this attempt's buffer misses is a miss, without a store read.
+    nothing_stored: bool,
 }
 
 impl Memo {
@@ -48,6 +51,7 @@ impl Memo {
             store,
             dir: keys::memo_dir(blob_prefix, run_id).into(),
             unwritten: None,
+            nothing_stored: false,
         }
     }
 
@@ -63,6 +67,7 @@ impl Memo {
             store,
             dir: keys::item_memo_dir(blob_prefix, batch_id, run_id).into(),
             unwritten: None,
+            nothing_stored: false,
         }
     }
 
@@ -72,6 +77,18 @@ impl Memo {
             MemoWrites::Immediate => None,
             MemoWrites::OnFailure => Some(Arc::default()),
         };
+        self
+    }
+
+    /// This memo, told whether an earlier delivery of its run may have
+    /// stored entries. When none can have (`false`: the run's first claim,
+    /// not a batch re-run's re-enqueue, see [`keys::HEADER_MEMO`]) and puts
+    /// are buffered ([`MemoWrites::OnFailure`]), a lookup looks only in this
+    /// attempt's buffer: on an object store that saves a request per
+    /// lookup (a GET answered 404). With immediate writes this attempt's own
+    /// entries are in the store, so lookups always read it.
+    pub fn earlier_entries(mut self, possible: bool) -> Self {
+        self.nothing_stored = !possible;
         self
     }
 
@@ -91,8 +108,14 @@ impl Memo {
     /// then the store. Any string is a valid key (keys are hashed).
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let path = self.path(key);
-        if let Some(value) = self.lock().and_then(|u| u.entries.get(&path).cloned()) {
-            return Ok(Some(value));
+        if let Some(unwritten) = self.lock() {
+            if let Some(value) = unwritten.entries.get(&path) {
+                return Ok(Some(value.clone()));
+            }
+            // Until the attempt ends, every entry it put is in the buffer.
+            if self.nothing_stored && !unwritten.taken {
+                return Ok(None);
+            }
         }
         match self.store.get(&path).await {
             Ok(found) => Ok(Some(found.bytes().await?.to_vec())),
@@ -213,5 +236,35 @@ mod tests {
             5
         );
         assert_eq!(b.get("k").await.unwrap(), Some(vec![1]));
+    }
+
+    #[tokio::test]
+    async fn a_first_delivery_reads_the_store_only_when_its_own_puts_are_there() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        // An entry an earlier delivery left.
+        Memo::new(store.clone(), "b", "run")
+            .put("old", vec![1])
+            .await
+            .unwrap();
+        let buffered = Memo::new(store.clone(), "b", "run")
+            .with_writes(MemoWrites::OnFailure)
+            .earlier_entries(false);
+        assert_eq!(buffered.get("old").await.unwrap(), None, "no store read");
+        buffered.put("new", vec![2]).await.unwrap();
+        assert_eq!(buffered.get("new").await.unwrap(), Some(vec![2]));
+        // Once the attempt ended, puts go to the store: reads do too.
+        let _ = buffered.take_unwritten();
+        assert_eq!(buffered.get("old").await.unwrap(), Some(vec![1]));
+
+        let told = Memo::new(store.clone(), "b", "run")
+            .with_writes(MemoWrites::OnFailure)
+            .earlier_entries(true);
+        assert_eq!(told.get("old").await.unwrap(), Some(vec![1]));
+        // Immediate writes put this attempt's entries in the store itself.
+        let immediate = Memo::new(store, "b", "run")
+            .with_writes(MemoWrites::Immediate)
+            .earlier_entries(false);
+        immediate.put("now", vec![3]).await.unwrap();
+        assert_eq!(immediate.get("now").await.unwrap(), Some(vec![3]));
     }
 }

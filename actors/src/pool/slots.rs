@@ -155,10 +155,16 @@ impl PoolState {
         let services = &self.args.services;
         let blob = &services.settings().blob_prefix;
         let writes = services.settings().memo_writes;
+        // A run's memo entries reach the store only when a delivery of it
+        // did not succeed: on its first claim there are none, unless a later
+        // run of its batch enqueued it again.
+        let earlier = claim.attempts > 1 || claim.headers.contains_key(keys::HEADER_MEMO);
         let (run_id, memo, item) = match target {
             Target::Job { run_id } => (
                 run_id.clone(),
-                Memo::new(services.store().clone(), blob, &run_id).with_writes(writes),
+                Memo::new(services.store().clone(), blob, &run_id)
+                    .with_writes(writes)
+                    .earlier_entries(earlier),
                 None,
             ),
             Target::Item {
@@ -168,7 +174,8 @@ impl PoolState {
             } => (
                 run_id.clone(),
                 Memo::for_item(services.store().clone(), blob, &batch_id, &run_id)
-                    .with_writes(writes),
+                    .with_writes(writes)
+                    .earlier_entries(earlier),
                 Some(ItemInfo { batch_id, key }),
             ),
         };
