@@ -51,7 +51,7 @@ struct PendingRegistration {
     kind: Kind,
 }
 
-enum Store {
+pub(crate) enum Store {
     None,
     LocalDir(PathBuf),
     InMemory,
@@ -59,6 +59,34 @@ enum Store {
     /// A URL, and the provider variables to configure it with (`None`: the
     /// process environment, read at start).
     Url(String, Option<Vec<(String, String)>>),
+}
+
+impl Store {
+    /// The object store this names (a local directory is created if
+    /// missing).
+    pub(crate) fn open(self) -> Result<Arc<dyn ObjectStore>> {
+        Ok(match self {
+            Store::None => {
+                return Err(EngineError::InvalidConfig(
+                    "no store: call local_dir(..), store_url(..), in_memory() or object_store(..) on the builder"
+                        .into(),
+                )
+                .into());
+            }
+            Store::LocalDir(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::from)?)
+            }
+            Store::InMemory => Arc::new(InMemory::new()),
+            Store::Given(store) => store,
+            Store::Url(url, Some(env)) => gaffer_actors::store_url::open_store_url(&url, env)?,
+            Store::Url(url, None) => {
+                gaffer_actors::store_url::open_store_url(&url, std::env::vars())?
+            }
+        })
+    }
 }
 
 /// Configures and starts an [`Engine`]. Defaults follow the reference: queue
@@ -310,6 +338,21 @@ impl EngineBuilder {
         self
     }
 
+    /// Take submissions from other processes ([`Client`](crate::Client))
+    /// through the store's inbox. Default on; the engine's writer then
+    /// checks the inbox every [`intake_poll`](Self::intake_poll).
+    pub fn client_intake(self, on: bool) -> Self {
+        self.set(move |s| s.client_intake = on)
+    }
+
+    /// How often the engine looks for client submissions: a
+    /// [`Client`](crate::Client)'s job waits up to this long before the
+    /// engine takes it. On S3 each look is one HEAD request (43 200 a day at
+    /// the default). Default 2 s.
+    pub fn intake_poll(self, every: Duration) -> Self {
+        self.set(move |s| s.intake_poll = every)
+    }
+
     /// Prefix of the taquba queues of job types: each type has its own queue,
     /// `{prefix}.{type}` (queue configs given to `open_options` use those
     /// names). Queues under this prefix are the engine's. Default `"jobs"`.
@@ -465,27 +508,7 @@ impl EngineBuilder {
             .collect();
         // A store only this process can see needs no liveness beat.
         let readable_elsewhere = !matches!(self.store, Store::InMemory);
-        let store: Arc<dyn ObjectStore> = match self.store {
-            Store::None => {
-                return Err(EngineError::InvalidConfig(
-                    "no store: call local_dir(..), store_url(..), in_memory() or object_store(..) on the builder"
-                        .into(),
-                )
-                .into());
-            }
-            Store::LocalDir(dir) => {
-                std::fs::create_dir_all(&dir).map_err(|e| {
-                    EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
-                })?;
-                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::from)?)
-            }
-            Store::InMemory => Arc::new(InMemory::new()),
-            Store::Given(store) => store,
-            Store::Url(url, Some(env)) => gaffer_actors::store_url::open_store_url(&url, env)?,
-            Store::Url(url, None) => {
-                gaffer_actors::store_url::open_store_url(&url, std::env::vars())?
-            }
-        };
+        let store = self.store.open()?;
         let source = match self.queue {
             Some(queue) => QueueSource::Given {
                 queue: Box::new(queue),

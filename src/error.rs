@@ -50,6 +50,16 @@ pub enum Error {
         /// The run's report.
         report: Box<crate::report::BulkReport>,
     },
+    /// The engine refused a [`Client`](crate::Client)'s submission (unknown
+    /// job type, a key already used with another input, a payload that does
+    /// not decode …): the job will not run.
+    #[error("request `{request}` was refused by the engine: {reason}")]
+    Refused {
+        /// The request's id ([`ClientHandle::request_id`](crate::ClientHandle::request_id)).
+        request: String,
+        /// Why.
+        reason: String,
+    },
     /// The job id belongs to a job of another type.
     #[error("job `{id}` is a `{actual}` job, not a `{expected}` job")]
     WrongJobType {

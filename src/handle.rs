@@ -53,6 +53,17 @@ pub(crate) async fn decode_outcome<J: Job>(
     engine: &dyn JobEngine,
     record: &OutcomeRecord,
 ) -> Result<Result<J::Output, JobError>> {
+    decode_outcome_with::<J>(record, async |output: &OutputRef| {
+        Ok(engine.output_bytes(output.clone()).await?)
+    })
+    .await
+}
+
+/// [`decode_outcome`], fetching an output stored as a blob with `fetch`.
+pub(crate) async fn decode_outcome_with<J: Job>(
+    record: &OutcomeRecord,
+    fetch: impl AsyncFnOnce(&OutputRef) -> Result<Vec<u8>>,
+) -> Result<Result<J::Output, JobError>> {
     // A record without a type belongs to a queue job put on the queue
     // without gaffer's headers (recorded by a version before the ownership
     // check): not a job of any type.
@@ -75,7 +86,7 @@ pub(crate) async fn decode_outcome<J: Job>(
             // An inline output decodes in place; a blob is fetched first.
             let value = match output {
                 OutputRef::Inline(bytes) => decode(bytes)?,
-                OutputRef::Blob(_) => decode(&engine.output_bytes(output.clone()).await?)?,
+                OutputRef::Blob(_) => decode(&fetch(output).await?)?,
             };
             Ok(Ok(value))
         }

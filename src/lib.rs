@@ -41,6 +41,7 @@
 mod adapters;
 mod batch;
 mod builder;
+mod client;
 mod context;
 mod cost;
 mod engine;
@@ -56,6 +57,7 @@ mod submit;
 
 pub use batch::Batch;
 pub use builder::EngineBuilder;
+pub use client::{Client, ClientBuilder, ClientHandle, RequestState};
 pub use context::{JobContext, Memo};
 pub use cost::CostReport;
 pub use engine::Engine;

@@ -34,6 +34,7 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
         job_type: J::NAME.to_string(),
         payload,
         idempotency_key: job.idempotency_key(),
+        run_id: None,
         headers: opts.headers,
         priority: opts.priority,
         max_attempts: opts.max_attempts.or(job.max_attempts()),

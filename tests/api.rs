@@ -62,6 +62,8 @@ fn every_setting_changed() -> Settings {
         max_interruptions: 6,
         interruption_window: Duration::from_secs(13),
         memo_writes: MemoWrites::Immediate,
+        client_intake: false,
+        intake_poll: Duration::from_millis(300),
     }
 }
 
@@ -114,6 +116,8 @@ async fn every_builder_setter_reaches_the_engines_settings() {
             want.interruption_window == default.interruption_window,
         ),
         ("memo_writes", want.memo_writes == default.memo_writes),
+        ("client_intake", want.client_intake == default.client_intake),
+        ("intake_poll", want.intake_poll == default.intake_poll),
     ] {
         assert!(!same, "the test value of `{field}` is its default");
     }
@@ -137,6 +141,8 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .max_interruptions(want.max_interruptions)
         .interruption_window(want.interruption_window)
         .memo_writes(want.memo_writes)
+        .client_intake(want.client_intake)
+        .intake_poll(want.intake_poll)
         .register::<Add>()
         .start()
         .await

@@ -24,6 +24,11 @@ pub struct SubmitRequest {
     pub payload: Vec<u8>,
     /// Idempotency key: submissions with one key are one job.
     pub idempotency_key: Option<String>,
+    /// The run id of an unkeyed job, chosen by its submitter (a client in
+    /// another process, which must know the id before the engine sees the
+    /// request): submissions with one run id are one job, as with a key.
+    /// `None` (the usual case) makes a fresh one. Ignored with a key.
+    pub run_id: Option<String>,
     /// Headers stored on the job (no `gaffer.` prefix).
     pub headers: HashMap<String, String>,
     /// Priority (lower is claimed first); `None` = queue default.
@@ -72,7 +77,8 @@ impl JobState {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
     }
 
-    pub(crate) fn of(outcome: &Outcome) -> Self {
+    /// The state a recorded outcome ends a job in.
+    pub fn of(outcome: &Outcome) -> Self {
         match outcome {
             Outcome::Succeeded(_) => Self::Succeeded,
             Outcome::Failed { .. } => Self::Failed,
@@ -116,7 +122,15 @@ impl Services {
         let job_queue = self.job_queue(&req.job_type)?;
         let queue = self.queue()?;
         let hash = keys::input_hash(&req.job_type, &req.payload);
-        let Some(key) = req.idempotency_key.as_deref() else {
+        let given = match (&req.idempotency_key, &req.run_id) {
+            (Some(key), _) => Some(keys::keyed_run_id(key)),
+            (None, Some(run_id)) => {
+                check_id(run_id)?;
+                Some(run_id.clone())
+            }
+            (None, None) => None,
+        };
+        let Some(run_id) = given else {
             let job_id = queue.next_job_id();
             let effects = SettlementEffects::default().kv_put(
                 keys::run_key(&job_id),
@@ -132,7 +146,6 @@ impl Services {
                 recorded: None,
             });
         };
-        let run_id = keys::keyed_run_id(key);
         let outcome_key = keys::outcome_key(&run_id);
         // A finished job answers from its outcome record, without preparing a
         // job or a transaction. This is the answer the compare-and-commit below
@@ -365,7 +378,7 @@ impl Services {
         let mut effects = SettlementEffects::default()
             .kv_delete(keys::run_key(run_id))
             .kv_put(keys::outcome_key(run_id), records::encode(record)?)
-            .kv_put(keys::ended_key(record, run_id), Vec::new());
+            .kv_put(record.ended_key(run_id), Vec::new());
         if self.settings().retention.is_some() {
             effects = effects.expiry_entry(self.expiry(), record.finished_at_ms, run_id.as_bytes());
         }

@@ -123,15 +123,6 @@ pub const ENDED_FAILED: char = 'f';
 /// The index's state segment of a job that was cancelled.
 pub const ENDED_CANCELLED: char = 'c';
 
-/// The index's state segment of an ended job.
-pub fn ended_state_letter(outcome: &crate::records::Outcome) -> char {
-    match outcome {
-        crate::records::Outcome::Succeeded(_) => ENDED_SUCCEEDED,
-        crate::records::Outcome::Failed { .. } => ENDED_FAILED,
-        crate::records::Outcome::Cancelled => ENDED_CANCELLED,
-    }
-}
-
 /// `gaffer/v1/ended/{type}/{state}/`: one type's ended jobs in one state.
 pub fn ended_prefix(job_type_segment: &str, state: char) -> Vec<u8> {
     format!("gaffer/v1/ended/{job_type_segment}/{state}/").into_bytes()
@@ -143,13 +134,11 @@ pub fn ended_position(finished_at_ms: u64, run_id: &str) -> String {
     format!("{finished_at_ms:016x}/{run_id}")
 }
 
-/// The index entry of an ended job (see [`ENDED_ROOT`]).
-pub fn ended_key(record: &crate::records::OutcomeRecord, run_id: &str) -> Vec<u8> {
-    let mut k = ended_prefix(
-        &type_segment(&record.job_type),
-        ended_state_letter(&record.outcome),
-    );
-    k.extend_from_slice(ended_position(record.finished_at_ms, run_id).as_bytes());
+/// The index entry of a job of `job_type` that ended in `state` at
+/// `finished_at_ms` (see [`ENDED_ROOT`]).
+pub fn ended_key(job_type: &str, state: char, finished_at_ms: u64, run_id: &str) -> Vec<u8> {
+    let mut k = ended_prefix(&type_segment(job_type), state);
+    k.extend_from_slice(ended_position(finished_at_ms, run_id).as_bytes());
     k
 }
 

@@ -17,6 +17,7 @@ pub mod erased;
 pub mod error;
 pub mod events;
 pub mod inspect;
+pub mod intake;
 pub mod jobs;
 pub mod keys;
 mod lookups;

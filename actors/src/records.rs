@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
+use crate::keys;
 
 /// How a failure is classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +83,18 @@ pub struct OutcomeRecord {
     pub history: Vec<PastAttempt>,
 }
 
+impl OutcomeRecord {
+    /// Its entry in the finished-jobs index (see [`keys::ENDED_ROOT`]).
+    pub fn ended_key(&self, run_id: &str) -> Vec<u8> {
+        let state = match self.outcome {
+            Outcome::Succeeded(_) => keys::ENDED_SUCCEEDED,
+            Outcome::Failed { .. } => keys::ENDED_FAILED,
+            Outcome::Cancelled => keys::ENDED_CANCELLED,
+        };
+        keys::ended_key(&self.job_type, state, self.finished_at_ms, run_id)
+    }
+}
+
 /// One earlier claim of a job, as its outcome record keeps it (the queue
 /// forgets the claims of a job once it is acknowledged).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,7 +123,7 @@ impl PastAttempt {
                 let released = a
                     .error
                     .as_deref()
-                    .is_some_and(|e| e.starts_with(crate::keys::RELEASED_PREFIX));
+                    .is_some_and(|e| e.starts_with(keys::RELEASED_PREFIX));
                 let how = match a.outcome {
                     A::Retried if released => "released",
                     A::Retried => "failed",

@@ -69,6 +69,16 @@ pub struct Settings {
     /// When memo entries reach the object store. Default
     /// [`MemoWrites::OnFailure`].
     pub memo_writes: MemoWrites,
+    /// Take submissions from other processes (`gaffer::Client`) through
+    /// the store's inbox (see the `intake` module). The engine's writer then
+    /// polls the inbox's touch object every `intake_poll` (on S3, one HEAD
+    /// request each: 43 200 a day at 2 s) and lists the inbox at most once a
+    /// minute without a touch. Default `true`.
+    pub client_intake: bool,
+    /// How often the writer looks for client requests (the touch poll):
+    /// a client's submission waits up to this long before the engine sees
+    /// it. Default 2 s.
+    pub intake_poll: Duration,
 }
 
 /// When a memo entry is written to the object store.
@@ -114,6 +124,8 @@ impl Default for Settings {
             max_interruptions: 3,
             interruption_window: Duration::from_secs(60),
             memo_writes: MemoWrites::OnFailure,
+            client_intake: true,
+            intake_poll: Duration::from_secs(2),
         }
     }
 }
@@ -156,6 +168,9 @@ impl Settings {
                  neither may start with the other followed by `.`",
                 self.queue_name, self.bulk_queue_name
             ));
+        }
+        if self.intake_poll.is_zero() {
+            return bad("intake_poll must be greater than zero".into());
         }
         if self.max_interruptions == 0 {
             return bad("max_interruptions must be at least 1".into());

@@ -64,6 +64,13 @@ pub(crate) async fn open(
                     "the queue path `{path}` and the blob prefix must differ"
                 )));
             }
+            let mut options = options;
+            if settings.client_intake && options.inbox.is_none() {
+                let intake = crate::intake::intake_queue(&settings.queue_name);
+                options = options.inbox(
+                    taquba::InboxOptions::new([intake]).touch_poll_interval(settings.intake_poll),
+                );
+            }
             let queue = Queue::open_with_options(store.clone(), &path, options).await?;
             Ok((queue, store))
         }
@@ -181,7 +188,7 @@ async fn backfill_ended_index(queue: &Queue) -> Result<()> {
             continue;
         };
         let run_id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-        fx = fx.kv_put(keys::ended_key(&record, &run_id), Vec::new());
+        fx = fx.kv_put(record.ended_key(&run_id), Vec::new());
         staged += 1;
         if staged == 1000 {
             queue.commit_effects(std::mem::take(&mut fx)).await?;

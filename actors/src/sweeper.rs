@@ -179,7 +179,7 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
         Ok(rec) if rec.finished_at_ms != at_ms => {
             return Expired::Delete(SettlementEffects::default());
         }
-        Ok(rec) => Some(keys::ended_key(&rec, &run_id)),
+        Ok(rec) => Some(rec.ended_key(&run_id)),
         Err(_) => None,
     };
     let blob = &services.settings().blob_prefix;

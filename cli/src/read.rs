@@ -120,7 +120,13 @@ impl Store {
             {
                 continue;
             }
-            if let Some(name) = q.strip_prefix(&jobs) {
+            if q == gaffer_actors::intake::intake_queue(&self.jobs_prefix) {
+                // Requests from clients in other processes; its dead jobs
+                // are refused requests, with the reason.
+                if only.is_none() {
+                    out.push((q, "intake", "client requests".to_string()));
+                }
+            } else if let Some(name) = q.strip_prefix(&jobs) {
                 let name = name.to_string();
                 out.push((q, "job", name));
             } else if let Some(name) = q.strip_prefix(&bulk) {

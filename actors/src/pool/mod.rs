@@ -42,7 +42,7 @@ mod claiming;
 mod lifecycle;
 mod slots;
 
-pub(crate) use claiming::{Held, STORE_CLOSED};
+pub(crate) use claiming::{Held, STORE_CLOSED, store_closed};
 
 pub use crate::parking::SlotId;
 

@@ -10,6 +10,7 @@ use tracing::error;
 
 use super::SupervisorState;
 use crate::erased::{DEFAULT_PIPELINE_CONCURRENCY, Kind, Unregistered};
+use crate::intake::{Intake, IntakeArguments};
 use crate::pool::{HandlerPool, PoolArguments, PoolRef};
 #[cfg(feature = "testing")]
 use crate::protocol::ChildKind;
@@ -26,6 +27,8 @@ pub(super) enum Child {
     Waiters,
     BatchRegistry,
     Sweeper,
+    /// Takes submissions from other processes (with `client_intake`).
+    Intake,
     /// The pool of a registered job type or pipeline.
     Pool(String),
     /// The pool of a queue under the engine's prefixes whose type is not
@@ -95,6 +98,11 @@ impl SupervisorState {
                 };
                 let (a, _) = Actor::spawn_linked(None, Sweeper, args, cell).await?;
                 self.sweeper = SweeperRef(a.clone());
+                a.get_id()
+            }
+            Child::Intake => {
+                let args = IntakeArguments { services };
+                let (a, _) = Actor::spawn_linked(None, Intake, args, cell).await?;
                 a.get_id()
             }
             Child::Pool(name) => {

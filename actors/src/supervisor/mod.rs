@@ -162,6 +162,9 @@ impl Actor for Supervisor {
         for name in names {
             state.spawn_child(Child::Pool(name), false).await?;
         }
+        if state.services.settings().client_intake {
+            state.spawn_child(Child::Intake, false).await?;
+        }
         for queue in state.strays.clone() {
             warn!(%queue, "a queue of an unregistered job type or pipeline holds jobs; they fail as unregistered");
             state.spawn_child(Child::Stray(queue), false).await?;

@@ -1,0 +1,464 @@
+//! Submitting to an engine from another process: [`Client`].
+//!
+//! A client opens the engine's store (the same directory or URL) without
+//! ever becoming its writer, so it cannot fence the engine and needs no
+//! network path to it. It writes each submission as an entry of taquba's
+//! inbox, which the engine takes through its intake (see
+//! `gaffer_actors::intake` and ARCHITECTURE.md), and reads jobs through a
+//! read-only `QueueReader`.
+//!
+//! What a client sees lags the engine: a submission waits for the engine's
+//! next look at its inbox ([`EngineBuilder::intake_poll`](crate::EngineBuilder::intake_poll),
+//! 2 s by default), and a read sees a commit once the engine's WAL flush
+//! made it durable and the reader's next poll found it
+//! ([`ClientBuilder::poll_interval`], 100 ms by default).
+
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gaffer_actors::intake::{IntakeRequest, epoch_ms, intake_queue};
+use gaffer_actors::records::OutputRef;
+use gaffer_actors::{EngineError, JobState, inspect, keys};
+use taquba::object_store::path::Path as ObjectPath;
+use taquba::object_store::{ObjectStore, ObjectStoreExt};
+use taquba::{
+    EnqueueEntry, EnqueueOptions, InboxOutcome, InboxSender, JobStatus, QueueReader, ReaderMode,
+    ReaderOptions, default_inbox_path,
+};
+
+use crate::builder::Store;
+use crate::error::{Error, JobError, Result};
+use crate::handle::decode_outcome_with;
+use crate::job::Job;
+use crate::submit::{SubmitOptions, submit_request};
+
+/// Where a client's submission stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestState {
+    /// In the store's inbox or the engine's intake: the engine has not
+    /// submitted it yet.
+    Sent,
+    /// The engine refused it, for this reason (unknown job type, a key
+    /// already used with another input, an undecodable payload …). It will
+    /// not run.
+    Refused(String),
+    /// Submitted: the job is in this state.
+    Job(JobState),
+}
+
+/// Configures and opens a [`Client`].
+pub struct ClientBuilder {
+    store: Store,
+    queue_path: String,
+    queue_name: String,
+    inbox_path: Option<String>,
+    poll: Duration,
+}
+
+/// Submits jobs to an engine, and reads them, from another process.
+///
+/// ```no_run
+/// # use gaffer::{Client, Job, JobContext};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Email { to: String }
+/// # impl Job for Email { const NAME: &'static str = "email"; type Output = ();
+/// #   type Error = gaffer::Error;
+/// #   async fn run(&self, _: JobContext) -> Result<(), gaffer::Error> { Ok(()) } }
+/// # async fn f() -> gaffer::Result<()> {
+/// let client = Client::builder().store_url("s3://bucket/app").open().await?;
+/// let handle = client.submit(Email { to: "ada@example.com".into() }).await?;
+/// let outcome = handle.join().await?; // waits for the engine to run it
+/// # Ok(()) }
+/// ```
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    reader: QueueReader,
+    sender: InboxSender,
+    store: Arc<dyn ObjectStore>,
+    intake: String,
+    poll: Duration,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("queue_path", &self.queue_path)
+            .field("queue_name", &self.queue_name)
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("intake", &self.inner.intake)
+            .field("poll", &self.inner.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// The engine's local directory (as `EngineBuilder::local_dir`).
+    pub fn local_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.store = Store::LocalDir(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// The engine's store URL (as `EngineBuilder::store_url`, configured
+    /// from the process environment).
+    pub fn store_url(mut self, url: impl Into<String>) -> Self {
+        self.store = Store::Url(url.into(), None);
+        self
+    }
+
+    /// As [`store_url`](Self::store_url), configured from `env`.
+    pub fn store_url_with_env<K: Into<String>, V: Into<String>>(
+        mut self,
+        url: impl Into<String>,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let env = env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        self.store = Store::Url(url.into(), Some(env));
+        self
+    }
+
+    /// The engine's object store itself.
+    pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.store = Store::Given(store);
+        self
+    }
+
+    /// The engine's queue path. Default `"queue"`.
+    pub fn queue_path(mut self, path: impl Into<String>) -> Self {
+        self.queue_path = path.into();
+        self
+    }
+
+    /// The engine's jobs queue prefix (`EngineBuilder::queue_name`).
+    /// Default `"jobs"`.
+    pub fn queue_name(mut self, name: impl Into<String>) -> Self {
+        self.queue_name = name.into();
+        self
+    }
+
+    /// The inbox's path, when the engine's open options set one. Default:
+    /// beside the queue (`{queue_path}-inbox`).
+    pub fn inbox_path(mut self, path: impl Into<String>) -> Self {
+        self.inbox_path = Some(path.into());
+        self
+    }
+
+    /// How often the client reads the store again (the reader's poll, and
+    /// the period of [`ClientHandle::join`]'s checks). Default 100 ms.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every;
+        self
+    }
+
+    /// Open the store read-only. Fails if no engine ever started on it.
+    pub async fn open(self) -> Result<Client> {
+        if self.poll.is_zero() {
+            return Err(EngineError::InvalidConfig(
+                "the client's poll interval must be greater than zero".into(),
+            )
+            .into());
+        }
+        let store = self.store.open()?;
+        let options = ReaderOptions::default()
+            .mode(ReaderMode::FollowLatest)
+            .manifest_poll_interval(self.poll);
+        let reader = QueueReader::open_with_options(store.clone(), &self.queue_path, options)
+            .await
+            .map_err(EngineError::from)?;
+        match inspect::layout(reader.view()).await {
+            Ok(inspect::Layout::Current) => {}
+            Ok(other) => {
+                let _ = reader.close().await;
+                return Err(EngineError::InvalidConfig(format!(
+                    "the store at `{}` is not a gaffer store this version reads ({other:?})",
+                    self.queue_path
+                ))
+                .into());
+            }
+            Err(e) => {
+                let _ = reader.close().await;
+                return Err(e.into());
+            }
+        }
+        let inbox = self
+            .inbox_path
+            .unwrap_or_else(|| default_inbox_path(&self.queue_path));
+        Ok(Client {
+            inner: Arc::new(Inner {
+                reader,
+                sender: InboxSender::new(store.clone(), inbox),
+                store,
+                intake: intake_queue(&self.queue_name),
+                poll: self.poll,
+            }),
+        })
+    }
+}
+
+impl Client {
+    /// A builder: name the store with `local_dir`, `store_url` or
+    /// `object_store`, then [`open`](ClientBuilder::open).
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder {
+            store: Store::None,
+            queue_path: "queue".into(),
+            queue_name: "jobs".into(),
+            inbox_path: None,
+            poll: Duration::from_millis(100),
+        }
+    }
+
+    /// Submit a job. Returns once the request is durable in the store (one
+    /// object write); the engine takes it at its next look at the inbox.
+    /// The job's id is known at once: a fresh ULID, or the hex SHA-256 of
+    /// its idempotency key (the same as in-process).
+    pub async fn submit<J: Job>(&self, job: J) -> Result<ClientHandle<J>> {
+        self.submit_with(job, SubmitOptions::default()).await
+    }
+
+    /// [`submit`](Self::submit) with options.
+    pub async fn submit_with<J: Job>(
+        &self,
+        job: J,
+        opts: SubmitOptions,
+    ) -> Result<ClientHandle<J>> {
+        let req = submit_request(&job, opts)?;
+        if let Some(h) = req
+            .headers
+            .keys()
+            .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()).into());
+        }
+        let request_id = ulid::Ulid::new().to_string();
+        let run_id = match &req.idempotency_key {
+            Some(key) => keys::keyed_run_id(key),
+            None => request_id.clone(),
+        };
+        let intake = IntakeRequest {
+            run_id: run_id.clone(),
+            job_type: req.job_type,
+            payload: req.payload,
+            idempotency_key: req.idempotency_key,
+            headers: req.headers,
+            priority: req.priority,
+            max_attempts: req.max_attempts,
+            run_at_ms: req.run_at.map(epoch_ms),
+        };
+        let entry = EnqueueEntry {
+            payload: intake.encode()?,
+            options: EnqueueOptions::default().id_override(request_id.clone()),
+        };
+        self.inner
+            .sender
+            .send_with_id(&self.inner.intake, &request_id, entry)
+            .await
+            .map_err(EngineError::from)?;
+        Ok(ClientHandle {
+            id: run_id,
+            request_id,
+            inner: self.inner.clone(),
+            _job: PhantomData,
+        })
+    }
+
+    /// The state of the job `id` as the store shows it (see the module's
+    /// note on lag). `JobNotFound` when the store holds no record of it:
+    /// not taken by the engine yet, never submitted, or past retention.
+    pub async fn status(&self, id: &str) -> Result<JobState> {
+        match self.inner.job_state(id).await? {
+            Some(state) => Ok(state),
+            None => Err(EngineError::JobNotFound(id.to_string()).into()),
+        }
+    }
+
+    /// The job's result if it has ended, `None` while it has not (or is not
+    /// in the store yet).
+    pub async fn outcome<J: Job>(&self, id: &str) -> Result<Option<Result<J::Output, JobError>>> {
+        self.inner.outcome::<J>(id).await
+    }
+
+    /// Wait for the job `id` to end, reading the store every poll interval.
+    /// It waits while the job is unknown too (the engine may not have taken
+    /// the request yet): use [`ClientHandle::join`], which also ends on a
+    /// refused request, when you have the handle.
+    pub async fn join<J: Job>(&self, id: &str) -> Result<Result<J::Output, JobError>> {
+        loop {
+            if let Some(result) = self.inner.outcome::<J>(id).await? {
+                return Ok(result);
+            }
+            tokio::time::sleep(self.inner.poll).await;
+        }
+    }
+
+    /// Close the client's reader.
+    pub async fn close(self) {
+        let _ = self.inner.reader.close().await;
+    }
+}
+
+impl Inner {
+    async fn job_state(&self, run_id: &str) -> Result<Option<JobState>> {
+        if !keys::is_valid_id(run_id) {
+            return Err(EngineError::InvalidJobId(run_id.to_string()).into());
+        }
+        let view = self.reader.view();
+        if let Some(rec) = inspect::outcome_record(view, run_id).await? {
+            return Ok(Some(JobState::of(&rec.outcome)));
+        }
+        let Some(run) = inspect::run_record(view, run_id).await? else {
+            // Ended between the two reads?
+            return Ok(inspect::outcome_record(view, run_id)
+                .await?
+                .map(|rec| JobState::of(&rec.outcome)));
+        };
+        let job = view
+            .job_record(&run.job_id)
+            .await
+            .map_err(EngineError::from)?;
+        Ok(Some(match job.map(|j| j.status) {
+            Some(JobStatus::Scheduled) => JobState::Scheduled,
+            Some(JobStatus::Pending) => JobState::Queued,
+            // Claimed, or settling (its record not yet visible here).
+            _ => JobState::Running,
+        }))
+    }
+
+    async fn outcome<J: Job>(&self, run_id: &str) -> Result<Option<Result<J::Output, JobError>>> {
+        if !keys::is_valid_id(run_id) {
+            return Err(EngineError::InvalidJobId(run_id.to_string()).into());
+        }
+        let Some(rec) = inspect::outcome_record(self.reader.view(), run_id).await? else {
+            return Ok(None);
+        };
+        let store = self.store.clone();
+        let fetch = async move |output: &OutputRef| -> Result<Vec<u8>> {
+            let OutputRef::Blob(path) = output else {
+                return Ok(Vec::new());
+            };
+            let got = store
+                .get(&ObjectPath::from(path.as_str()))
+                .await
+                .map_err(EngineError::from)?;
+            Ok(got.bytes().await.map_err(EngineError::from)?.to_vec())
+        };
+        decode_outcome_with::<J>(&rec, fetch).await.map(Some)
+    }
+
+    /// Where request `request_id` for run `run_id` stands. The run's state
+    /// answers only once the intake has taken this request: a keyed run
+    /// another client created may exist while this request is still to be
+    /// refused.
+    async fn request_state(&self, request_id: &str, run_id: &str) -> Result<RequestState> {
+        let view = self.reader.view();
+        let job = view
+            .job_record(request_id)
+            .await
+            .map_err(EngineError::from)?
+            .filter(|job| job.queue.as_str() == self.intake);
+        match job.map(|j| (j.status, j.last_error)) {
+            Some((JobStatus::Dead, error)) => {
+                return Ok(RequestState::Refused(
+                    error.unwrap_or_else(|| "refused by the engine".into()),
+                ));
+            }
+            Some((JobStatus::Done, _)) => {}
+            // Waiting for (or in) the intake.
+            Some(_) => return Ok(RequestState::Sent),
+            None => {
+                // Still in the inbox, rejected by it, or taken and its
+                // intake job record since removed.
+                let record = view
+                    .inbox_record(&self.intake, request_id)
+                    .await
+                    .map_err(EngineError::from)?;
+                match record.map(|r| r.outcome) {
+                    None => return Ok(RequestState::Sent),
+                    Some(InboxOutcome::Rejected(why)) => {
+                        return Ok(RequestState::Refused(format!(
+                            "the engine's inbox rejected the request: {why}"
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(match self.job_state(run_id).await? {
+            Some(state) => RequestState::Job(state),
+            // Taken, and its job's records since removed (retention).
+            None => return Err(EngineError::JobNotFound(run_id.to_string()).into()),
+        })
+    }
+}
+
+/// A job submitted by a [`Client`].
+pub struct ClientHandle<J: Job> {
+    id: String,
+    request_id: String,
+    inner: Arc<Inner>,
+    _job: PhantomData<fn() -> J>,
+}
+
+impl<J: Job> std::fmt::Debug for ClientHandle<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientHandle")
+            .field("job_type", &J::NAME)
+            .field("id", &self.id)
+            .field("request_id", &self.request_id)
+            .finish()
+    }
+}
+
+impl<J: Job> ClientHandle<J> {
+    /// The job's id (as in-process: a ULID, or the hex SHA-256 of its key).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The id of this submission's request (the intake queue job's id).
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// Where the submission stands: sent, refused, or the job's state.
+    pub async fn status(&self) -> Result<RequestState> {
+        self.inner.request_state(&self.request_id, &self.id).await
+    }
+
+    /// The job's result if it has ended.
+    pub async fn outcome(&self) -> Result<Option<Result<J::Output, JobError>>> {
+        self.inner.outcome::<J>(&self.id).await
+    }
+
+    /// Wait for the job to end (reading the store every poll interval).
+    /// Ends with [`Error::Refused`] if the engine refused the request.
+    pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
+        loop {
+            match self.status().await? {
+                RequestState::Refused(reason) => {
+                    return Err(Error::Refused {
+                        request: self.request_id.clone(),
+                        reason,
+                    });
+                }
+                RequestState::Job(state) if state.is_terminal() => {
+                    if let Some(result) = self.outcome().await? {
+                        return Ok(result);
+                    }
+                }
+                _ => {}
+            }
+            tokio::time::sleep(self.inner.poll).await;
+        }
+    }
+}

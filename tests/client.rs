@@ -1,0 +1,292 @@
+//! Producers in other processes: a `Client` on the engine's local directory
+//! submits through the store's inbox, and reads jobs through a read-only
+//! reader. The multi-process claims run real child processes (this test
+//! binary, re-run with `client_child`).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gaffer::{Client, Engine, Error, Job, JobContext, JobState, RequestState, SubmitOptions};
+use serde::{Deserialize, Serialize};
+
+/// How long any one wait of these tests may take before it fails.
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Square {
+    x: u64,
+    key: Option<String>,
+}
+
+impl Job for Square {
+    const NAME: &'static str = "square";
+    type Output = u64;
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<u64, gaffer::Error> {
+        if let Some(runs) = ctx.try_state::<Arc<AtomicUsize>>() {
+            runs.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(self.x * self.x)
+    }
+
+    fn idempotency_key(&self) -> Option<String> {
+        self.key.clone()
+    }
+}
+
+/// Registered by no engine here.
+#[derive(Debug, Serialize, Deserialize)]
+struct Nobody;
+
+impl Job for Nobody {
+    const NAME: &'static str = "nobody";
+    type Output = ();
+    type Error = gaffer::Error;
+
+    async fn run(&self, _ctx: JobContext) -> Result<(), gaffer::Error> {
+        Ok(())
+    }
+}
+
+async fn engine(dir: &Path, runs: Arc<AtomicUsize>) -> Engine {
+    Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .register::<Square>()
+        .state(runs)
+        .start()
+        .await
+        .expect("engine starts")
+}
+
+async fn client(dir: &Path) -> Client {
+    Client::builder()
+        .local_dir(dir)
+        .poll_interval(Duration::from_millis(20))
+        .open()
+        .await
+        .expect("client opens")
+}
+
+async fn within<F: IntoFuture>(f: F) -> F::Output {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("finished within the limit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_submits_and_joins_through_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let client = client(tmp.path()).await;
+
+    let h = client.submit(Square { x: 7, key: None }).await.unwrap();
+    assert_eq!(within(h.join()).await.unwrap().unwrap(), 49);
+    assert_eq!(
+        h.status().await.unwrap(),
+        RequestState::Job(JobState::Succeeded)
+    );
+    assert_eq!(client.status(h.id()).await.unwrap(), JobState::Succeeded);
+    assert_eq!(
+        client.outcome::<Square>(h.id()).await.unwrap(),
+        Some(Ok(49))
+    );
+    assert_eq!(within(client.join::<Square>(h.id())).await.unwrap(), Ok(49));
+    // The engine knows the job by the id the client made.
+    assert_eq!(engine.status(h.id()).await.unwrap(), JobState::Succeeded);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Options travel: a job held until later is scheduled, not run.
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let h = client
+        .submit_with(
+            Square { x: 2, key: None },
+            SubmitOptions {
+                run_at: Some(later),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    within(async {
+        while h.status().await.unwrap() != RequestState::Job(JobState::Scheduled) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(engine.status(h.id()).await.unwrap(), JobState::Scheduled);
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_refused_with_a_reason_the_client_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let client = client(tmp.path()).await;
+
+    // A type the engine does not know.
+    let h = client.submit(Nobody).await.unwrap();
+    match within(h.join()).await {
+        Err(Error::Refused { request, reason }) => {
+            assert_eq!(request, h.request_id());
+            assert!(reason.contains("nobody"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(matches!(
+        h.status().await.unwrap(),
+        RequestState::Refused(_)
+    ));
+
+    // A key already used with another input: the second client is told.
+    let key = Some("k-1".to_string());
+    let first = client
+        .submit(Square {
+            x: 3,
+            key: key.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(within(first.join()).await.unwrap().unwrap(), 9);
+    let other = client.submit(Square { x: 4, key }).await.unwrap();
+    assert_eq!(other.id(), first.id());
+    match within(other.join()).await {
+        Err(Error::Refused { reason, .. }) => {
+            assert!(reason.contains("different input"), "{reason}")
+        }
+        other => panic!("expected InputMismatch, got {other:?}"),
+    }
+    // The first client's job is untouched.
+    assert_eq!(
+        first.status().await.unwrap(),
+        RequestState::Job(JobState::Succeeded)
+    );
+
+    // Reserved headers never leave the client.
+    let mut headers = std::collections::HashMap::new();
+    headers.insert("gaffer.run".to_string(), "x".to_string());
+    let refused = client
+        .submit_with(
+            Square { x: 1, key: None },
+            SubmitOptions {
+                headers,
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(refused.is_err());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
+/// A request the engine takes twice (a crash between its submit and the
+/// intake's ack re-delivers it) is one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_submitted_twice_is_one_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let request = gaffer_actors::intake::IntakeRequest {
+        run_id: "01JCLIENTREQUESTTWICE00000".into(),
+        job_type: "square".into(),
+        payload: rmp_serde::to_vec_named(&Square { x: 5, key: None }).unwrap(),
+        idempotency_key: None,
+        headers: Default::default(),
+        priority: None,
+        max_attempts: None,
+        run_at_ms: None,
+    };
+    let services = engine.engine_ref().services();
+    let first = services
+        .submit(request.clone().into_submit())
+        .await
+        .unwrap();
+    let again = services.submit(request.into_submit()).await.unwrap();
+    assert_eq!(first.run_id, again.run_id);
+    assert!(first.newly_submitted && !again.newly_submitted);
+    let h = engine.handle::<Square>(&first.run_id).unwrap();
+    assert_eq!(within(h.join()).await.unwrap().unwrap(), 25);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    engine.shutdown().await.unwrap();
+}
+
+/// The child: submit `GAFFER_CLIENT_N` keyed jobs through a client, join
+/// each, and print `id=output` lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the client tests as a child process"]
+async fn client_child() {
+    let Ok(dir) = std::env::var("GAFFER_CLIENT_DIR") else {
+        return;
+    };
+    let n: u64 = std::env::var("GAFFER_CLIENT_N").unwrap().parse().unwrap();
+    let client = client(Path::new(&dir)).await;
+    let mut handles = Vec::new();
+    for x in 0..n {
+        let key = Some(format!("shared-{x}"));
+        handles.push(client.submit(Square { x, key }).await.unwrap());
+    }
+    for h in handles {
+        let out = within(h.join()).await.unwrap().unwrap();
+        println!("RESULT {}={out}", h.id());
+    }
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_producer_processes_share_keys_and_each_key_runs_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let n = 20u64;
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "client_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("GAFFER_CLIENT_DIR", tmp.path())
+                .env("GAFFER_CLIENT_N", n.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for child in children {
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+            .await
+            .unwrap();
+        assert!(out.status.success(), "a producer failed: {out:?}");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+            .collect();
+        lines.sort();
+        assert_eq!(lines.len(), n as usize, "{lines:?}");
+        answers.push(lines);
+    }
+    // Every producer got the same id and output for each key…
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[1], answers[2]);
+    for x in 0..n {
+        let id = gaffer::keyed_job_id(&format!("shared-{x}"));
+        assert!(answers[0].contains(&format!("{id}={}", x * x)), "{id}");
+    }
+    // …and each key ran once.
+    assert_eq!(runs.load(Ordering::SeqCst), n as usize);
+    engine.shutdown().await.unwrap();
+}
