@@ -1,7 +1,8 @@
 //! gaffer on a real S3 API: moto's server on loopback (`common::s3`), the
 //! store opened by URL (`s3://gaffer/{prefix}`), configured by the AWS
 //! variables. Jobs end to end and a keyed re-submission after a reopen; two
-//! prefixes of one bucket kept apart; a second writer fencing the first; a
+//! prefixes of one bucket kept apart; a client submitting through the
+//! bucket's inbox; a second writer fencing the first; a
 //! batch in a child process SIGKILLed twice and resumed to an exact report.
 //!
 //! The child is this same test binary running the ignored test `s3_child`
@@ -94,6 +95,33 @@ async fn jobs_run_on_s3_and_a_keyed_resubmission_after_a_reopen_answers_from_its
     assert_eq!(again.id(), first.id());
     assert_eq!(output(&again).await, 14);
     assert_eq!(runs.get(), 21, "answered from its record, not run again");
+    shut_down_cleanly(&engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_submits_through_the_bucket_and_a_keyed_job_runs_once() {
+    let server = S3Server::start();
+    let runs = Arc::new(Runs::default());
+    let engine = builder(&server, "app", &runs)
+        .intake_poll(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    let client = gaffer::Client::builder()
+        .store_url_with_env(server.url("app"), server.env())
+        .poll_interval(Duration::from_millis(50))
+        .open()
+        .await
+        .unwrap();
+    let plain = client.submit(double(4)).await.unwrap();
+    let keyed_a = client.submit(keyed(5, "k")).await.unwrap();
+    let keyed_b = client.submit(keyed(5, "k")).await.unwrap();
+    assert_eq!(keyed_a.id(), keyed_b.id());
+    assert_eq!(within(plain.join()).await.unwrap().unwrap(), 8);
+    assert_eq!(within(keyed_a.join()).await.unwrap().unwrap(), 10);
+    assert_eq!(within(keyed_b.join()).await.unwrap().unwrap(), 10);
+    assert_eq!(runs.get(), 2, "the keyed job ran once");
+    client.close().await;
     shut_down_cleanly(&engine).await;
 }
 
