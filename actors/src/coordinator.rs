@@ -218,10 +218,11 @@ impl CoordinatorState {
                 Found::Absent => {}
             }
             let job_id = queue.next_job_id();
-            let run_id = keys::item_run_id(&batch_id, &item.key);
+            // No `gaffer.run`: an item's run id follows from its batch and
+            // key (`keys::item_run_id`), and the queue stores these headers
+            // twice per item (its pending and claimed records).
             let mut headers = head.headers.clone();
             headers.insert(keys::HEADER_TYPE.into(), head.pipeline.clone());
-            headers.insert(keys::HEADER_RUN.into(), run_id);
             headers.insert(keys::HEADER_BATCH.into(), batch_id.clone());
             headers.insert(keys::HEADER_KEY.into(), item.key.clone());
             fx = fx
