@@ -8,6 +8,7 @@
 //! grows by ~12 KiB per item); without `--memo` the pipeline is a bare
 //! `Ok(input)`, so the figures are the engine's own overhead. The queue
 //! flushes every 1 ms; `--default-flush` keeps taquba's default (100 ms).
+//! `--rate R` paces the batch (`Batch::max_rate`, items per second).
 //!
 //! One batch per process: peak RSS is VmHWM from /proc/self/status, which is
 //! per process. Inputs are the range `0..N`, consumed lazily by the engine.
@@ -68,7 +69,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keep = args.iter().any(|a| a == "--keep");
     let memo_immediate = args.iter().any(|a| a == "--memo-immediate");
     let default_flush = args.iter().any(|a| a == "--default-flush");
-    let n: u64 = match args.iter().find_map(|a| a.replace('_', "").parse().ok()) {
+    // `--rate R`: the batch's `max_rate` (items enqueued per second at most).
+    let rate_at = args.iter().position(|a| a == "--rate");
+    let rate: Option<u32> = rate_at
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.replace('_', "").parse().ok());
+    let n: u64 = match args
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| rate_at.is_none_or(|r| i != r + 1))
+        .find_map(|(_, a)| a.replace('_', "").parse().ok())
+    {
         Some(n) => n,
         None => std::env::var("BULK_N")
             .ok()
@@ -87,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tempdir()?;
     let (rss0, _) = rss_kib();
     println!(
-        "bulk_rss: N={n} pipeline={} store={} flush={}",
+        "bulk_rss: N={n} pipeline={} store={} flush={} max_rate={}",
         match (memo, memo_immediate) {
             (false, _) => "no memo",
             (true, false) => "3 memoized phases (written on failure)",
@@ -95,6 +106,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         dir.path().display(),
         if default_flush { "default" } else { "1ms" },
+        rate.map_or("none".to_string(), |r| format!("{r}/s")),
     );
 
     let runs = Arc::new(AtomicU64::new(0));
@@ -113,7 +125,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .start()
         .await?;
     let (rss_started, _) = rss_kib();
-    let batch = engine.batch::<Trivial>("bulk-rss")?;
+    let mut batch = engine.batch::<Trivial>("bulk-rss")?;
+    if let Some(rate) = rate {
+        batch = batch.max_rate(rate);
+    }
     let sampler = tokio::spawn(sample_live_item(engine.clone()));
 
     let started = Instant::now();
