@@ -114,7 +114,11 @@ async fn main() {
     trips.sort();
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     println!("{n} jobs, local disk, 1 ms flush, 20 ms intake poll");
-    println!("in-process submit+join: {:>8.0} jobs/s ({:.2} s)", rate(local), local.as_secs_f64());
+    println!(
+        "in-process submit+join: {:>8.0} jobs/s ({:.2} s)",
+        rate(local),
+        local.as_secs_f64()
+    );
     println!(
         "client submit+join:     {:>8.0} jobs/s ({:.2} s; all sent after {:.2} s)  = {:.2}x in-process",
         rate(remote),

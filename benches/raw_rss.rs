@@ -20,6 +20,9 @@ use taquba::object_store::{ObjectStore, local::LocalFileSystem};
 #[path = "common/rss.rs"]
 mod rss;
 use rss::{disk_usage, mib, rss_kib};
+#[path = "common/store_metrics.rs"]
+#[allow(dead_code)]
+mod store_metrics;
 
 /// Enqueued and not yet acknowledged, at most.
 const BACKLOG: u64 = 2_000;
@@ -43,6 +46,7 @@ impl taquba::Worker for Ack {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     rss::init_log();
+    let metrics = store_metrics::install();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let default_flush = args.iter().any(|a| a == "--default-flush");
     let conc_at = args.iter().position(|a| a == "--conc");
@@ -111,11 +115,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if i > 0 && i % 50_000 == 0 {
             let (now, hwm) = rss_kib();
             println!(
-                "  {:>7.1}s  enqueued {i:>9}  acked {:>9}  VmRSS {:>7.1} MiB  VmHWM {:>7.1} MiB",
+                "  {:>7.1}s  enqueued {i:>9}  acked {:>9}  VmRSS {:>7.1} MiB  VmHWM {:>7.1} MiB  {}",
                 started.elapsed().as_secs_f64(),
                 done.load(Ordering::Relaxed),
                 mib(now),
                 mib(hwm),
+                store_metrics::brief(metrics),
             );
         }
     }
@@ -138,6 +143,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         mib(rss_end),
         bytes as f64 / (1024.0 * 1024.0),
     );
+    println!("{}", store_metrics::summary(metrics, n));
     match Arc::try_unwrap(queue) {
         Ok(queue) => queue.close().await?,
         Err(_) => eprintln!("the queue is still shared at the end; dropped without close"),

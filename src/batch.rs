@@ -31,6 +31,7 @@ pub struct Batch<P: Pipeline> {
     sink: Option<Arc<dyn OutputSink>>,
     fail_threshold: Option<f64>,
     retention: Option<Duration>,
+    max_rate: Option<u32>,
     _p: PhantomData<fn() -> P>,
 }
 
@@ -53,6 +54,7 @@ impl<P: Pipeline> Batch<P> {
             sink: None,
             fail_threshold: None,
             retention: None,
+            max_rate: None,
             _p: PhantomData,
         }
     }
@@ -96,6 +98,17 @@ impl<P: Pipeline> Batch<P> {
         self
     }
 
+    /// Enqueue at most `items_per_sec` items a second (default: as fast as
+    /// the batch window allows). The store underneath buffers what the engine
+    /// writes until its memtables are flushed, so its memory follows the item
+    /// rate: a pace is the way to hold a batch's memory below what full speed
+    /// takes (measured in benches/README.md, "Memory (#13 §1)"). Not stored:
+    /// each run or resume sets its own. A rate of 0 is taken as 1.
+    pub fn max_rate(mut self, items_per_sec: u32) -> Self {
+        self.max_rate = Some(items_per_sec.max(1));
+        self
+    }
+
     /// The bytes-level spec of this batch (its sink wrapped to decode outputs
     /// as `P::Output`), for the `RunBatch` messages of the actor protocol.
     pub fn spec(&self) -> BatchSpec {
@@ -111,6 +124,7 @@ impl<P: Pipeline> Batch<P> {
             }),
             retention: self.retention,
             window: self.engine.services().settings().batch_window,
+            max_rate: self.max_rate,
         }
     }
 

@@ -459,3 +459,33 @@ async fn progress_reports_rate_and_time_remaining() {
     assert_eq!(counts(&report), (4, 4, 0));
     shut_down_cleanly(&engine).await;
 }
+
+/// A batch with a `max_rate` enqueues no faster than its pace: by (virtual)
+/// time t after the run began, at most `rate·t` items plus a tenth of a
+/// second's worth have started; and every item still runs once.
+#[tokio::test(start_paused = true)]
+async fn a_paced_batch_starts_its_items_no_faster_than_its_rate() {
+    let (engine, shared, mut rx, _clock) = probe_engine().await;
+    let batch = engine.batch::<Probe>("paced").unwrap().max_rate(20);
+    let inputs: Vec<u64> = (100..140).collect();
+    assert!(inputs.iter().all(|i| *i != UNLUCKY && *i < BLOCKING));
+    let began = tokio::time::Instant::now();
+    let run = tokio::spawn(async move { batch.run(inputs).await });
+    let mut starts = Vec::new();
+    for _ in 0..40 {
+        within(rx.recv()).await.expect("probe dropped");
+        starts.push(began.elapsed());
+    }
+    let report = within(run).await.unwrap().unwrap();
+    assert_eq!(counts(&report), (40, 40, 0));
+    assert_eq!(shared.runs(), 40);
+    // Item i (0-based) may start once i + 1 items are allowed: rate·t + 2 ≥ i + 1.
+    for (i, at) in starts.iter().enumerate() {
+        let earliest = Duration::from_millis((i as u64 + 1).saturating_sub(2) * 1000 / 20);
+        assert!(
+            *at >= earliest,
+            "item {i} started at {at:?}, before {earliest:?}"
+        );
+    }
+    shut_down_cleanly(&engine).await;
+}

@@ -149,6 +149,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         sink: None,
         retention: None,
         window: 100,
+        max_rate: None,
     };
     let answer = ractor::call!(
         engine.actor(),
@@ -166,6 +167,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         sink: None,
         retention: None,
         window: 100,
+        max_rate: None,
     };
     let answer = ractor::call!(
         engine.actor(),
@@ -240,6 +242,7 @@ async fn undecodable_input_is_permanent() {
         sink: Some(sink.clone()),
         retention: None,
         window: 10_000,
+        max_rate: None,
     };
 
     let outcome = within(async {

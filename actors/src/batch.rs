@@ -80,6 +80,10 @@ pub struct BatchSpec {
     pub retention: Option<Duration>,
     /// Items outstanding (enqueued, not yet settled) at most.
     pub window: usize,
+    /// Items enqueued per second at most (`None`: as fast as the window
+    /// allows). The store's memory follows how fast the engine writes (see
+    /// benches/README.md, "Memory"), so a pace is a memory budget.
+    pub max_rate: Option<u32>,
 }
 
 impl std::fmt::Debug for BatchSpec {
@@ -88,6 +92,7 @@ impl std::fmt::Debug for BatchSpec {
             .field("batch_id", &self.batch_id)
             .field("pipeline", &self.pipeline)
             .field("window", &self.window)
+            .field("max_rate", &self.max_rate)
             .finish_non_exhaustive()
     }
 }

@@ -89,6 +89,9 @@ pub struct CoordinatorState {
     sink: Option<SinkWriter>,
     /// Every item is counted: the run is flushing its sink and ending.
     finishing: bool,
+    /// Items this run enqueued (paced by `spec.max_rate`) since `paced_since`.
+    enqueued: u64,
+    paced_since: Instant,
 }
 
 impl std::fmt::Debug for CoordinatorState {
@@ -155,6 +158,13 @@ impl CoordinatorState {
         if room == 0 {
             return Ok(());
         }
+        if !self.has_more(&head) {
+            return Ok(());
+        }
+        let room = match self.paced_room(myself) {
+            Some(paced) => room.min(paced),
+            None => return Ok(()),
+        };
         if self.current.is_empty() {
             if self.next_chunk >= head.chunks {
                 return Ok(());
@@ -185,6 +195,30 @@ impl CoordinatorState {
             let _ = myself.cast(CoordinatorMessage::FeedNext);
         }
         Ok(())
+    }
+
+    /// How many items the run's pace lets it enqueue now (all, without a
+    /// `max_rate`): the rate times the time since the run began, plus a
+    /// tenth of a second's worth, less what it enqueued. `None` when that is
+    /// nothing: the next feed is then scheduled for when there is room.
+    fn paced_room(&mut self, myself: &ActorRef<CoordinatorMessage>) -> Option<usize> {
+        let Some(rate) = self.spec.max_rate else {
+            return Some(usize::MAX);
+        };
+        let rate = u64::from(rate.max(1));
+        let burst = (rate / 10).max(1);
+        let elapsed_ms = self.paced_since.elapsed().as_millis() as u64;
+        let allowed = (rate * elapsed_ms / 1000 + burst).saturating_sub(self.enqueued);
+        if allowed > 0 {
+            return Some(usize::try_from(allowed).unwrap_or(usize::MAX));
+        }
+        // Wait until a burst's worth is allowed again (at least 1 ms).
+        let wait_ms = (burst * 1000).div_ceil(rate).max(1);
+        self.feeding = true;
+        myself.send_after(std::time::Duration::from_millis(wait_ms), || {
+            CoordinatorMessage::FeedNext
+        });
+        None
     }
 
     async fn enqueue_items(&mut self, head: &BatchHead, items: Vec<ManifestItem>) -> Result<()> {
@@ -218,10 +252,11 @@ impl CoordinatorState {
                 Found::Absent => {}
             }
             let job_id = queue.next_job_id();
-            let run_id = keys::item_run_id(&batch_id, &item.key);
+            // No `gaffer.run`: an item's run id follows from its batch and
+            // key (`keys::item_run_id`), and the queue stores these headers
+            // twice per item (its pending and claimed records).
             let mut headers = head.headers.clone();
             headers.insert(keys::HEADER_TYPE.into(), head.pipeline.clone());
-            headers.insert(keys::HEADER_RUN.into(), run_id);
             headers.insert(keys::HEADER_BATCH.into(), batch_id.clone());
             headers.insert(keys::HEADER_KEY.into(), item.key.clone());
             if !self.fresh {
@@ -246,7 +281,9 @@ impl CoordinatorState {
             self.outstanding.insert(item.key, job_id);
         }
         if !fx.enqueues.is_empty() {
+            let count = fx.enqueues.len() as u64;
             queue.commit_effects(fx).await?;
+            self.enqueued += count;
         }
         drop(queue);
         for (key, marker, output) in answered {
@@ -403,6 +440,8 @@ impl Actor for Coordinator {
             fresh: false,
             sink: None,
             finishing: false,
+            enqueued: 0,
+            paced_since: Instant::now(),
         })
     }
 
@@ -423,6 +462,8 @@ impl Actor for Coordinator {
                     .map(|sink| SinkWriter::start(sink, state.spec.batch_id.clone()));
                 state.head = Some(*head);
                 state.reply = Some(reply);
+                // The pace counts from the first enqueue's chance.
+                state.paced_since = Instant::now();
                 if let Err(e) = state.feed(&myself).await {
                     fail(state, &myself, e).await;
                     return Ok(());

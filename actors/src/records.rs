@@ -224,6 +224,39 @@ mod tests {
     }
 
     #[test]
+    fn item_markers_leave_out_empty_fields_and_read_markers_written_with_them() {
+        let marker = ItemMarker {
+            status: ItemStatus::Succeeded,
+            error: None,
+            cost: Cost::new(),
+            output: Some(OutputRef::Inline(vec![1, 2])),
+            job_id: "01J".into(),
+        };
+        let bytes = encode(&marker).unwrap();
+        let back: ItemMarker = decode(b"k", &bytes).unwrap();
+        assert_eq!(back, marker);
+        // The form written before the empty fields were left out.
+        #[derive(Serialize)]
+        struct Full<'a> {
+            status: ItemStatus,
+            error: Option<String>,
+            cost: &'a Cost,
+            output: Option<OutputRef>,
+            job_id: &'a str,
+        }
+        let full = rmp_serde::to_vec_named(&Full {
+            status: ItemStatus::Succeeded,
+            error: None,
+            cost: &Cost::new(),
+            output: Some(OutputRef::Inline(vec![1, 2])),
+            job_id: "01J",
+        })
+        .unwrap();
+        assert!(bytes.len() < full.len());
+        assert_eq!(decode::<ItemMarker>(b"k", &full).unwrap(), marker);
+    }
+
+    #[test]
     fn a_corrupt_record_is_a_typed_error() {
         let err = decode::<RunRecord>(b"gaffer/v1/runs/x", b"\xc1garbage").unwrap_err();
         assert!(matches!(err, EngineError::CorruptRecord { .. }), "{err}");
@@ -295,11 +328,16 @@ pub enum ItemStatus {
 pub struct ItemMarker {
     /// How the item ended.
     pub status: ItemStatus,
-    /// The failure message (failed items).
+    /// The failure message (failed items). Not written when absent (one
+    /// marker per item is kept for the batch's life).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Cost recorded by the attempt that settled the item.
+    /// Cost recorded by the attempt that settled the item (not written when
+    /// empty).
+    #[serde(default, skip_serializing_if = "Cost::is_empty")]
     pub cost: Cost,
-    /// The output (succeeded items).
+    /// The output (succeeded items; not written when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputRef>,
     /// Job id of the delivery that settled it.
     pub job_id: String,

@@ -124,23 +124,34 @@ impl Target {
 
 /// The target and type name a claimed job carries in its headers (a job
 /// without gaffer's headers is a job under its own id with no type).
+/// An item carries no `gaffer.run` header (items enqueued before it was
+/// dropped do): its run id follows from its batch and key.
 pub(crate) fn identify(claim: &Claim) -> (Target, String) {
     let h = &claim.headers;
     let run_id = h
         .get(keys::HEADER_RUN)
         .filter(|r| keys::is_valid_id(r))
-        .cloned()
-        .unwrap_or_else(|| claim.id.clone());
+        .cloned();
     let job_type = h.get(keys::HEADER_TYPE).cloned().unwrap_or_default();
     let target = match (h.get(keys::HEADER_BATCH), h.get(keys::HEADER_KEY)) {
         (Some(batch_id), Some(key)) if keys::is_valid_id(batch_id) => Target::Item {
+            run_id: run_id.unwrap_or_else(|| keys::item_run_id(batch_id, key)),
             batch_id: batch_id.clone(),
             key: key.clone(),
-            run_id,
         },
-        _ => Target::Job { run_id },
+        _ => Target::Job {
+            run_id: run_id.unwrap_or_else(|| claim.id.clone()),
+        },
     };
     (target, job_type)
+}
+
+/// Whether a claimed job came through gaffer: a job carries its run id, an
+/// item its batch and key.
+pub(crate) fn submitted_through_gaffer(claim: &Claim) -> bool {
+    let h = &claim.headers;
+    h.contains_key(keys::HEADER_RUN)
+        || (h.contains_key(keys::HEADER_BATCH) && h.contains_key(keys::HEADER_KEY))
 }
 
 /// How a delivery ends.
@@ -343,7 +354,7 @@ pub(crate) async fn settle(
     match owns(&queue, &target, &claim).await {
         Ok(true) => {}
         Ok(false) => {
-            let reason = if claim.headers.contains_key(keys::HEADER_RUN) {
+            let reason = if submitted_through_gaffer(&claim) {
                 format!(
                     "queue job `{}` carries run id `{run_id}` but is not that run's live job \
                      (enqueued by hand, or a stale duplicate); ended without touching the run's \

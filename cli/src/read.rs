@@ -300,7 +300,7 @@ impl Store {
         let run_id = job.headers.get(keys::HEADER_RUN).cloned();
         let row = queue_row(&job, job.status);
         let mut d = JobDetail {
-            id: run_id.clone().unwrap_or_else(|| job.id.clone()),
+            id: row.id.clone(),
             job_id: Some(job.id.clone()),
             job_type: row.job_type,
             state: row.state,
@@ -515,7 +515,16 @@ fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
         JobStatus::Dead => ("dead", Some(job.enqueued_at)),
     };
     JobRow {
-        id: h(keys::HEADER_RUN).unwrap_or_else(|| job.id.clone()),
+        // A bulk item's run id follows from its batch and key (items carry
+        // no `gaffer.run`).
+        id: h(keys::HEADER_RUN)
+            .or_else(|| {
+                Some(keys::item_run_id(
+                    &h(keys::HEADER_BATCH)?,
+                    &h(keys::HEADER_KEY)?,
+                ))
+            })
+            .unwrap_or_else(|| job.id.clone()),
         job_type: h(keys::HEADER_TYPE).unwrap_or_else(|| job.queue.to_string()),
         state,
         attempts: job.attempts,

@@ -17,7 +17,7 @@ use crate::keys;
 use crate::memo::{Memo, UnwrittenEntries};
 use crate::parking::Parking;
 use crate::records::Cost;
-use crate::settle::{Ending, Target, identify, settle};
+use crate::settle::{Ending, Target, identify, settle, submitted_through_gaffer};
 use crate::worker::{HandlerWorker, WorkerMessage};
 
 impl PoolState {
@@ -81,7 +81,7 @@ impl PoolState {
         // A job put on the queue directly (not through gaffer's submit: no
         // run id, no run record) is not run: its user code would run with no
         // outcome to record. It is dead-lettered saying so.
-        if !held.claim.headers.contains_key(keys::HEADER_RUN) {
+        if !submitted_through_gaffer(&held.claim) {
             let message =
                 crate::EngineError::NotSubmittedThroughGaffer(held.claim.id.clone()).to_string();
             warn!(job_type = %self.args.job_type, job_id = %held.claim.id, "{message}");
