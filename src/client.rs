@@ -16,17 +16,16 @@
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use gaffer_actors::intake::{IntakeRequest, epoch_ms, intake_queue};
+use gaffer_actors::intake::{
+    IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send, send_as,
+};
 use gaffer_actors::records::OutputRef;
 use gaffer_actors::{EngineError, JobState, inspect, keys};
 use taquba::object_store::path::Path as ObjectPath;
 use taquba::object_store::{ObjectStore, ObjectStoreExt};
-use taquba::{
-    EnqueueEntry, EnqueueOptions, InboxOutcome, InboxSender, JobStatus, QueueReader, ReaderMode,
-    ReaderOptions, default_inbox_path,
-};
+use taquba::{InboxSender, JobStatus, QueueReader, ReaderMode, ReaderOptions, default_inbox_path};
 
 use crate::builder::Store;
 use crate::error::{Error, JobError, Result};
@@ -79,7 +78,7 @@ struct Inner {
     reader: QueueReader,
     sender: InboxSender,
     store: Arc<dyn ObjectStore>,
-    intake: String,
+    queue_name: String,
     poll: Duration,
 }
 
@@ -96,7 +95,7 @@ impl std::fmt::Debug for ClientBuilder {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("intake", &self.inner.intake)
+            .field("queue_name", &self.inner.queue_name)
             .field("poll", &self.inner.poll)
             .finish_non_exhaustive()
     }
@@ -198,7 +197,7 @@ impl ClientBuilder {
                 reader,
                 sender: InboxSender::new(store.clone(), inbox),
                 store,
-                intake: intake_queue(&self.queue_name),
+                queue_name: self.queue_name,
                 poll: self.poll,
             }),
         })
@@ -255,15 +254,13 @@ impl Client {
             max_attempts: req.max_attempts,
             run_at_ms: req.run_at.map(epoch_ms),
         };
-        let entry = EnqueueEntry {
-            payload: intake.encode()?,
-            options: EnqueueOptions::default().id_override(request_id.clone()),
-        };
-        self.inner
-            .sender
-            .send_with_id(&self.inner.intake, &request_id, entry)
-            .await
-            .map_err(EngineError::from)?;
+        send_as(
+            &self.inner.sender,
+            &self.inner.queue_name,
+            &request_id,
+            &IntakeOp::Submit(intake),
+        )
+        .await?;
         Ok(ClientHandle {
             id: run_id,
             request_id,
@@ -299,6 +296,54 @@ impl Client {
             }
             tokio::time::sleep(self.inner.poll).await;
         }
+    }
+
+    /// Cancel the job `id` (as `Engine::cancel`), through the store.
+    pub async fn cancel(&self, id: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::Cancel {
+                run_id: id.to_string(),
+            })
+            .await
+    }
+
+    /// Run a failed or cancelled job again under its id (as
+    /// `Engine::retry`); a handle's `join` then waits for the new outcome.
+    pub async fn retry(&self, id: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::Retry {
+                run_id: id.to_string(),
+            })
+            .await
+    }
+
+    /// Retry every job of `job_type` that failed at or after `since`
+    /// (`None`: all of them).
+    pub async fn retry_failed(&self, job_type: &str, since: Option<SystemTime>) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::RetryFailed {
+                job_type: job_type.to_string(),
+                since_ms: since.map(epoch_ms).unwrap_or(0),
+            })
+            .await
+    }
+
+    /// Pause a job type durably (as `Engine::pause`).
+    pub async fn pause(&self, job_type: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::Pause {
+                job_type: job_type.to_string(),
+            })
+            .await
+    }
+
+    /// Resume a paused job type (as `Engine::resume`).
+    pub async fn resume(&self, job_type: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::Resume {
+                job_type: job_type.to_string(),
+            })
+            .await
     }
 
     /// Close the client's reader.
@@ -360,44 +405,68 @@ impl Inner {
     /// another client created may exist while this request is still to be
     /// refused.
     async fn request_state(&self, request_id: &str, run_id: &str) -> Result<RequestState> {
-        let view = self.reader.view();
-        let job = view
-            .job_record(request_id)
-            .await
-            .map_err(EngineError::from)?
-            .filter(|job| job.queue.as_str() == self.intake);
-        match job.map(|j| (j.status, j.last_error)) {
-            Some((JobStatus::Dead, error)) => {
-                return Ok(RequestState::Refused(
-                    error.unwrap_or_else(|| "refused by the engine".into()),
-                ));
-            }
-            Some((JobStatus::Done, _)) => {}
-            // Waiting for (or in) the intake.
-            Some(_) => return Ok(RequestState::Sent),
-            None => {
-                // Still in the inbox, rejected by it, or taken and its
-                // intake job record since removed.
-                let record = view
-                    .inbox_record(&self.intake, request_id)
-                    .await
-                    .map_err(EngineError::from)?;
-                match record.map(|r| r.outcome) {
-                    None => return Ok(RequestState::Sent),
-                    Some(InboxOutcome::Rejected(why)) => {
-                        return Ok(RequestState::Refused(format!(
-                            "the engine's inbox rejected the request: {why}"
-                        )));
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
-        Ok(match self.job_state(run_id).await? {
-            Some(state) => RequestState::Job(state),
-            // Taken, and its job's records since removed (retention).
-            None => return Err(EngineError::JobNotFound(run_id.to_string()).into()),
+        let progress = request_progress(self.reader.view(), &self.queue_name, request_id).await?;
+        Ok(match progress {
+            RequestProgress::Sent => RequestState::Sent,
+            RequestProgress::Refused(reason) => RequestState::Refused(reason),
+            RequestProgress::Applied(_) => match self.job_state(run_id).await? {
+                Some(state) => RequestState::Job(state),
+                // Taken, and its job's records since removed (retention).
+                None => return Err(EngineError::JobNotFound(run_id.to_string()).into()),
+            },
         })
+    }
+
+    async fn operate(self: &Arc<Self>, op: IntakeOp) -> Result<Request> {
+        let id = send(&self.sender, &self.queue_name, &op).await?;
+        Ok(Request {
+            id,
+            inner: self.clone(),
+        })
+    }
+}
+
+/// An operator request a [`Client`] sent (cancel, retry, pause, resume).
+#[derive(Clone)]
+pub struct Request {
+    id: String,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").field("id", &self.id).finish()
+    }
+}
+
+impl Request {
+    /// The request's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the engine applied it yet: `None` while not, else what it
+    /// came to (`Err(Error::Refused)` when refused).
+    pub async fn result(&self) -> Result<Option<String>> {
+        match request_progress(self.inner.reader.view(), &self.inner.queue_name, &self.id).await? {
+            RequestProgress::Sent => Ok(None),
+            RequestProgress::Refused(reason) => Err(Error::Refused {
+                request: self.id.clone(),
+                reason,
+            }),
+            RequestProgress::Applied(result) => Ok(Some(result.unwrap_or_default())),
+        }
+    }
+
+    /// Wait until the engine applied it (reading the store every poll
+    /// interval); what it came to, or `Error::Refused`.
+    pub async fn wait(&self) -> Result<String> {
+        loop {
+            if let Some(result) = self.result().await? {
+                return Ok(result);
+            }
+            tokio::time::sleep(self.inner.poll).await;
+        }
     }
 }
 

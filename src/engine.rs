@@ -113,11 +113,41 @@ impl Engine {
         Ok(self.inner.watch_batch(batch_id, to)?)
     }
 
-    /// Resume a job type (or pipeline) that was paused after crashing too
-    /// often (`EngineEvent::JobTypePaused`): it claims its queued jobs again.
+    /// Resume a job type (or pipeline) that was paused, by
+    /// [`pause_job_type`](Self::pause_job_type) or after crashing too often
+    /// (`EngineEvent::JobTypePaused`): it claims its queued jobs again.
     /// Answers whether it was paused.
     pub async fn resume_job_type(&self, name: &str) -> Result<bool> {
         Ok(self.inner.resume_job_type(name).await?)
+    }
+
+    /// Pause a job type (or pipeline) durably: nothing more of it is
+    /// claimed, also after a restart, until
+    /// [`resume_job_type`](Self::resume_job_type); running jobs finish and
+    /// nothing is failed. Answers whether it was running.
+    pub async fn pause_job_type(&self, name: &str) -> Result<bool> {
+        Ok(self.inner.pause_job_type(name).await?)
+    }
+
+    /// Run a failed or cancelled job again, under its id: a new attempt
+    /// series from its original payload, in one transaction that removes its
+    /// failure record, so a handle's `join` afterwards waits for the new
+    /// outcome. A job that succeeded or has not ended, or whose payload the
+    /// queue no longer keeps (cancelled while queued), is
+    /// [`EngineError::NotRetryable`].
+    pub async fn retry(&self, id: &str) -> Result<()> {
+        Ok(self.inner.retry(id).await?)
+    }
+
+    /// Retry every job of `job_type` that failed at or after `since` (all of
+    /// them with `None`); answers how many were retried.
+    pub async fn retry_failed(
+        &self,
+        job_type: &str,
+        since: Option<std::time::SystemTime>,
+    ) -> Result<usize> {
+        let since_ms = since.map(gaffer_actors::intake::epoch_ms).unwrap_or(0);
+        Ok(self.inner.retry_failed(job_type, since_ms).await?)
     }
 
     /// The supervisor's `ActorRef`, for services that talk to the engine by

@@ -57,7 +57,7 @@ mod submit;
 
 pub use batch::Batch;
 pub use builder::EngineBuilder;
-pub use client::{Client, ClientBuilder, ClientHandle, RequestState};
+pub use client::{Client, ClientBuilder, ClientHandle, Request, RequestState};
 pub use context::{JobContext, Memo};
 pub use cost::CostReport;
 pub use engine::Engine;

@@ -68,6 +68,16 @@ pub enum EngineError {
     )]
     InputMismatch(String),
 
+    /// A retry of a job that cannot be retried: it succeeded, it has not
+    /// ended, or its payload is no longer kept.
+    #[error("job `{id}` cannot be retried: {reason}")]
+    NotRetryable {
+        /// The job's id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+
     /// No job with this id is known to the store (never submitted, or its record was
     /// removed by retention).
     #[error("no job `{0}` is known: it was never submitted here, or retention removed its record")]

@@ -41,7 +41,55 @@ pub fn intake_queue(queue_name: &str) -> String {
     format!("{queue_name}-intake")
 }
 
-/// A submission from another process: the payload of an intake job.
+/// A request from another process: the payload of an intake job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IntakeOp {
+    /// Submit a job.
+    Submit(IntakeRequest),
+    /// Cancel a job.
+    Cancel {
+        /// Its id.
+        run_id: String,
+    },
+    /// Run a failed or cancelled job again.
+    Retry {
+        /// Its id.
+        run_id: String,
+    },
+    /// Retry the jobs of a type that failed at or after a time.
+    RetryFailed {
+        /// The job type.
+        job_type: String,
+        /// Epoch ms; 0 for all.
+        since_ms: u64,
+    },
+    /// Pause a job type durably.
+    Pause {
+        /// The job type.
+        job_type: String,
+    },
+    /// Resume a paused job type.
+    Resume {
+        /// The job type.
+        job_type: String,
+    },
+}
+
+impl IntakeOp {
+    /// Encode (MessagePack, named fields).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        crate::records::encode(self)
+    }
+}
+
+/// `gaffer/v1/requests/{request_id}`: what an applied operator request
+/// (not a submission: its job's records say that) came to, written with
+/// the intake's ack.
+pub fn request_result_key(request_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/requests/{request_id}").into_bytes()
+}
+
+/// A submission from another process (inside [`IntakeOp::Submit`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntakeRequest {
     /// The run id the job gets: a ULID the client made, or the keyed run id
@@ -70,11 +118,6 @@ pub struct IntakeRequest {
 }
 
 impl IntakeRequest {
-    /// Encode (MessagePack, named fields).
-    pub fn encode(&self) -> Result<Vec<u8>> {
-        crate::records::encode(self)
-    }
-
     /// The submission it asks for.
     pub fn into_submit(self) -> SubmitRequest {
         SubmitRequest {
@@ -102,6 +145,9 @@ const INTAKE_LEASE: Duration = Duration::from_secs(30);
 pub struct IntakeArguments {
     /// Engine services.
     pub services: Arc<Services>,
+    /// The engine, for the operations its actors carry out (cancel, pause,
+    /// resume, retry).
+    pub engine: crate::EngineRef,
 }
 
 /// The intake actor: owns the task that drains the intake queue.
@@ -126,7 +172,7 @@ impl Actor for Intake {
         args: IntakeArguments,
     ) -> std::result::Result<IntakeState, ActorProcessingErr> {
         let stop = CancellationToken::new();
-        let task = tokio::spawn(drain(args.services, stop.clone()));
+        let task = tokio::spawn(drain(args.services, args.engine, stop.clone()));
         Ok(IntakeState {
             stop,
             task: Some(task),
@@ -155,7 +201,7 @@ impl Actor for Intake {
 }
 
 /// Claim requests and submit them until `stop`.
-async fn drain(services: Arc<Services>, stop: CancellationToken) {
+async fn drain(services: Arc<Services>, engine: crate::EngineRef, stop: CancellationToken) {
     let name = intake_queue(&services.settings().queue_name);
     let poll = services.settings().poll_interval;
     while !stop.is_cancelled() {
@@ -171,7 +217,7 @@ async fn drain(services: Arc<Services>, stop: CancellationToken) {
             }
             Ok(claims) => {
                 drop(queue);
-                let runs = claims.into_iter().map(|c| take(&services, c));
+                let runs = claims.into_iter().map(|c| take(&services, &engine, c));
                 futures_util::future::join_all(runs).await;
             }
             Err(e) => {
@@ -203,51 +249,58 @@ fn refusal(e: &EngineError) -> Option<String> {
     }
 }
 
-/// Submit one request and settle it on the intake queue.
-async fn take(services: &Services, claim: Claim) {
+/// Apply one request and settle it on the intake queue.
+async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     let Ok(queue) = services.queue() else { return };
-    let request: IntakeRequest = match rmp_serde::from_slice(&claim.payload) {
-        Ok(r) => r,
+    let op: IntakeOp = match rmp_serde::from_slice(&claim.payload) {
+        Ok(op) => op,
         Err(e) => {
-            let reason = format!("the request does not decode as a gaffer submission: {e}");
+            let reason = format!("the request does not decode as a gaffer request: {e}");
             if let Err(e) = queue.dead_letter(&claim, &reason).await {
                 warn!(request = %claim.id, error = %e, "refusing a client request failed");
             }
             return;
         }
     };
-    let run_id = request.run_id.clone();
-    let checked = if services.route(&request.job_type).is_none() {
-        Err(EngineError::UnknownJobType(request.job_type.clone()))
-    } else if request
-        .idempotency_key
-        .as_deref()
-        .map(crate::keys::keyed_run_id)
-        .is_some_and(|id| id != run_id)
-    {
-        Err(EngineError::InvalidConfig(format!(
-            "request `{}`: run id `{run_id}` is not the keyed run id of its idempotency key",
-            claim.id
-        )))
-    } else {
-        Ok(request.into_submit())
+    // `Ok(Some(text))`: an operator request's result, recorded with the ack.
+    let applied: Result<Option<String>> = match op {
+        IntakeOp::Submit(request) => submit(services, &claim.id, request).await.map(|()| None),
+        IntakeOp::Cancel { run_id } => engine.cancel(&run_id).await.map(|r| Some(format!("{r:?}"))),
+        IntakeOp::Retry { run_id } => engine
+            .retry(&run_id)
+            .await
+            .map(|()| Some(format!("retried `{run_id}`"))),
+        IntakeOp::RetryFailed { job_type, since_ms } => engine
+            .retry_failed(&job_type, since_ms)
+            .await
+            .map(|n| Some(format!("retried {n} failed `{job_type}` jobs"))),
+        IntakeOp::Pause { job_type } => engine.pause_job_type(&job_type).await.map(|was| {
+            Some(format!(
+                "`{job_type}` paused{}",
+                if was { "" } else { " (it was already)" }
+            ))
+        }),
+        IntakeOp::Resume { job_type } => engine.resume_job_type(&job_type).await.map(|was| {
+            Some(format!(
+                "`{job_type}` resumed{}",
+                if was { "" } else { " (it was not paused)" }
+            ))
+        }),
     };
-    let submitted = match checked {
-        Ok(req) => services.submit(req).await.map(|_| ()),
-        Err(e) => Err(e),
-    };
-    let settled = match submitted {
-        Ok(()) => {
-            debug!(request = %claim.id, %run_id, "client request submitted");
-            queue.ack(&claim).await
+    let settled = match applied {
+        Ok(None) => queue.ack(&claim).await,
+        Ok(Some(result)) => {
+            let fx = taquba::SettlementEffects::default()
+                .kv_put(request_result_key(&claim.id), result.into_bytes());
+            queue.ack_with(&claim, fx).await.map(|_| ())
         }
         Err(e) => match refusal(&e) {
             Some(reason) => {
-                warn!(request = %claim.id, %run_id, %reason, "client request refused");
+                warn!(request = %claim.id, %reason, "client request refused");
                 queue.dead_letter(&claim, &reason).await
             }
             None => {
-                warn!(request = %claim.id, %run_id, error = %e, "submitting a client request failed; it is tried again");
+                warn!(request = %claim.id, error = %e, "applying a client request failed; it is tried again");
                 queue.nack(&claim, &e.to_string()).await
             }
         },
@@ -257,9 +310,113 @@ async fn take(services: &Services, claim: Claim) {
     }
 }
 
+/// Submit a client's job through the engine's own submit.
+async fn submit(services: &Services, request_id: &str, request: IntakeRequest) -> Result<()> {
+    let run_id = request.run_id.clone();
+    if services
+        .route(&request.job_type)
+        .is_none_or(|route| route.kind != crate::erased::Kind::Job)
+    {
+        return Err(EngineError::UnknownJobType(request.job_type.clone()));
+    }
+    if request
+        .idempotency_key
+        .as_deref()
+        .map(crate::keys::keyed_run_id)
+        .is_some_and(|id| id != run_id)
+    {
+        return Err(EngineError::InvalidConfig(format!(
+            "request `{request_id}`: run id `{run_id}` is not the keyed run id of its idempotency key"
+        )));
+    }
+    services.submit(request.into_submit()).await?;
+    debug!(request = %request_id, %run_id, "client request submitted");
+    Ok(())
+}
+
 /// Milliseconds since the epoch of `t` (0 before it).
 pub fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// Send `op` to the intake of the engine whose jobs queue prefix is
+/// `queue_name`, through `sender` (the store's inbox). Returns the request
+/// id, once the request is durable in the store.
+pub async fn send(sender: &taquba::InboxSender, queue_name: &str, op: &IntakeOp) -> Result<String> {
+    let request_id = ulid::Ulid::new().to_string();
+    send_as(sender, queue_name, &request_id, op).await?;
+    Ok(request_id)
+}
+
+/// [`send`] under a request id the caller made (a ULID).
+pub async fn send_as(
+    sender: &taquba::InboxSender,
+    queue_name: &str,
+    request_id: &str,
+    op: &IntakeOp,
+) -> Result<()> {
+    let entry = taquba::EnqueueEntry {
+        payload: op.encode()?,
+        options: taquba::EnqueueOptions::default().id_override(request_id.to_string()),
+    };
+    sender
+        .send_with_id(&intake_queue(queue_name), request_id, entry)
+        .await?;
+    Ok(())
+}
+
+/// What became of a request, as a reader of the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestProgress {
+    /// In the inbox or the intake queue: not applied yet.
+    Sent,
+    /// Refused, for this reason.
+    Refused(String),
+    /// Applied; an operator request's result, when it had one.
+    Applied(Option<String>),
+}
+
+/// Where the request `request_id` to the intake of `queue_name` stands.
+pub async fn request_progress(
+    view: &taquba::QueueView,
+    queue_name: &str,
+    request_id: &str,
+) -> Result<RequestProgress> {
+    use taquba::{InboxOutcome, JobStatus};
+    let intake = intake_queue(queue_name);
+    let job = view
+        .job_record(request_id)
+        .await?
+        .filter(|job| job.queue.as_str() == intake);
+    match job.map(|j| (j.status, j.last_error)) {
+        Some((JobStatus::Dead, error)) => {
+            return Ok(RequestProgress::Refused(
+                error.unwrap_or_else(|| "refused by the engine".into()),
+            ));
+        }
+        Some((JobStatus::Done, _)) => {}
+        Some(_) => return Ok(RequestProgress::Sent),
+        // In the inbox still, rejected by it, or taken and its intake job
+        // record since removed.
+        None => match view
+            .inbox_record(&intake, request_id)
+            .await?
+            .map(|r| r.outcome)
+        {
+            None => return Ok(RequestProgress::Sent),
+            Some(InboxOutcome::Rejected(why)) => {
+                return Ok(RequestProgress::Refused(format!(
+                    "the engine's inbox rejected the request: {why}"
+                )));
+            }
+            Some(_) => {}
+        },
+    }
+    let result = view
+        .kv_get(&request_result_key(request_id))
+        .await?
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    Ok(RequestProgress::Applied(result))
 }

@@ -142,6 +142,16 @@ pub fn ended_key(job_type: &str, state: char, finished_at_ms: u64, run_id: &str)
     k
 }
 
+/// `gaffer/v1/paused/{type segment}`: the job type (its name as the value)
+/// is paused by an operator: its pool claims nothing until it is resumed,
+/// across restarts.
+pub fn paused_key(job_type: &str) -> Vec<u8> {
+    format!("gaffer/v1/paused/{}", type_segment(job_type)).into_bytes()
+}
+
+/// Prefix of the paused-type keys ([`paused_key`]).
+pub const PAUSED_PREFIX: &[u8] = b"gaffer/v1/paused/";
+
 /// Object prefix of all memo entries of a run (trailing slash included, so
 /// `run` never matches `run-suffix`).
 pub fn memo_dir(blob_prefix: &str, run_id: &str) -> String {

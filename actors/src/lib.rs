@@ -23,6 +23,7 @@ pub mod keys;
 mod lookups;
 pub mod manifest;
 pub mod memo;
+mod operate;
 mod parking;
 pub mod pool;
 pub mod protocol;

@@ -80,6 +80,14 @@ pub enum EngineMessage {
     /// Resume a job type (or pipeline) paused after too many crashes;
     /// answers whether it was paused.
     ResumeJobType(String, RpcReplyPort<Result<bool>>),
+    /// Pause a job type durably (claims nothing until resumed, across
+    /// restarts); answers whether it was running.
+    PauseJobType(String, RpcReplyPort<Result<bool>>),
+    /// Run a failed or cancelled job again under its id.
+    RetryJob(String, RpcReplyPort<Result<()>>),
+    /// Retry the jobs of a type that failed at or after a time (epoch ms);
+    /// answers how many.
+    RetryFailed(String, u64, RpcReplyPort<Result<usize>>),
     /// The engine's shared services (for handles built over this engine).
     GetServices(RpcReplyPort<Arc<Services>>),
     /// Where the batches registry is (for handles built over this engine).
@@ -317,11 +325,39 @@ impl EngineRef {
             .map_err(|_| EngineError::ShutDown)
     }
 
-    /// Resume a job type (or pipeline) paused after crashing too often.
-    /// Answers whether it was paused.
+    /// Resume a job type (or pipeline) paused by an operator or after
+    /// crashing too often. Answers whether it was paused.
     pub async fn resume_job_type(&self, name: &str) -> Result<bool> {
         ractor::call!(self.actor, EngineMessage::ResumeJobType, name.to_string())
             .map_err(|_| EngineError::ShutDown)?
+    }
+
+    /// Pause a job type (or pipeline) durably: nothing more of it is
+    /// claimed, across restarts, until [`resume_job_type`](Self::resume_job_type);
+    /// running jobs finish, nothing is failed. Answers whether it was
+    /// running.
+    pub async fn pause_job_type(&self, name: &str) -> Result<bool> {
+        ractor::call!(self.actor, EngineMessage::PauseJobType, name.to_string())
+            .map_err(|_| EngineError::ShutDown)?
+    }
+
+    /// Run a failed or cancelled job again under its id (see
+    /// [`Services::retry`](crate::services::Services::retry)).
+    pub async fn retry(&self, run_id: &str) -> Result<()> {
+        ractor::call!(self.actor, EngineMessage::RetryJob, run_id.to_string())
+            .map_err(|_| EngineError::ShutDown)?
+    }
+
+    /// Retry the jobs of `job_type` that failed at or after `since_ms`
+    /// (epoch ms; 0 for all). Answers how many were retried.
+    pub async fn retry_failed(&self, job_type: &str, since_ms: u64) -> Result<usize> {
+        ractor::call!(
+            self.actor,
+            EngineMessage::RetryFailed,
+            job_type.to_string(),
+            since_ms
+        )
+        .map_err(|_| EngineError::ShutDown)?
     }
 
     /// The outcome of a job if it has durably ended; `None` while it exists

@@ -33,6 +33,9 @@ pub enum CliError {
     /// No batch with this id.
     #[error("no batch `{0}`")]
     BatchNotFound(String),
+    /// A command's input is not usable.
+    #[error("{0}")]
+    BadInput(String),
     /// A `--after` that no page printed.
     #[error("`{0}` is not a cursor of `gaffer jobs`: pass the `next` a previous page printed")]
     BadCursor(String),

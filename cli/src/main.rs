@@ -9,6 +9,7 @@
 //! Exit status: 0 on success, 1 on an error (one line on stderr), 3 when
 //! `gaffer health` finds no live writer.
 
+mod act;
 mod error;
 mod read;
 mod report;
@@ -20,6 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use gaffer_actors::intake::IntakeOp;
 
 use crate::error::CliError;
 
@@ -125,6 +127,75 @@ enum Command {
     /// The writer's heartbeat and the store's activity; exit status 0 when a
     /// writer is alive, 3 when it is stale, closed or absent.
     Health,
+    /// Submit a job (through the store's inbox; the engine takes it at its
+    /// next look). Exit 0 once submitted, 1 if refused, 3 if not taken in
+    /// time.
+    Submit {
+        /// The job type.
+        job_type: String,
+        /// The job as JSON: its fields, as its Rust type serializes them
+        /// (`--json` is the output format of every command).
+        #[arg(value_name = "JOB_JSON")]
+        job: String,
+        /// An idempotency key.
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Run a failed or cancelled job again under its id, or every failed
+    /// job of a type.
+    Retry {
+        /// The job's id.
+        #[arg(required_unless_present = "failed", conflicts_with = "failed")]
+        id: Option<String>,
+        /// Every failed job of `--type`.
+        #[arg(long, requires = "job_type")]
+        failed: bool,
+        /// With `--failed`: the job type.
+        #[arg(long = "type", value_name = "TYPE")]
+        job_type: Option<String>,
+        /// With `--failed`: only jobs that failed in the last this many
+        /// seconds.
+        #[arg(long, value_name = "SECS")]
+        since_secs: Option<u64>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Pause a job type: nothing more of it is claimed, across restarts,
+    /// until `resume`; nothing is failed.
+    Pause {
+        /// The job type.
+        job_type: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Resume a paused job type.
+    Resume {
+        /// The job type.
+        job_type: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+/// How a command that acts waits for the engine.
+#[derive(Debug, clap::Args)]
+struct WaitArgs {
+    /// Return once the request is in the store, without waiting for the
+    /// engine.
+    #[arg(long)]
+    no_wait: bool,
+    /// Wait at most this long for the engine to apply it (exit 3 after).
+    #[arg(long, default_value_t = 30)]
+    wait_secs: u64,
 }
 
 fn main() -> ExitCode {
@@ -140,6 +211,22 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => fail(&e),
     }
+}
+
+fn ulid() -> String {
+    ::ulid::Ulid::new().to_string()
+}
+
+async fn act_on(
+    store: &read::Store,
+    op: IntakeOp,
+    request: String,
+    job: Option<String>,
+    wait: &WaitArgs,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let limit = Duration::from_secs(wait.wait_secs);
+    act::send(store, op, request, job, wait.no_wait, limit, json).await
 }
 
 fn fail(e: &CliError) -> ExitCode {
@@ -189,6 +276,55 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             watch: true,
             every_ms,
         } => return watch::batch(store, id, json, Duration::from_millis(*every_ms)).await,
+        Command::Submit {
+            job_type,
+            job,
+            key,
+            wait,
+        } => {
+            let (op, request, run_id) = act::submit_op(job_type, job, key.as_deref())?;
+            return act_on(store, op, request, Some(run_id), wait, json).await;
+        }
+        Command::Retry {
+            id,
+            failed,
+            job_type,
+            since_secs,
+            wait,
+        } => {
+            let op = match (id, failed, job_type) {
+                (Some(id), false, _) => IntakeOp::Retry { run_id: id.clone() },
+                (None, true, Some(t)) => IntakeOp::RetryFailed {
+                    job_type: t.clone(),
+                    since_ms: since_secs.map_or(0, |s| {
+                        gaffer_actors::intake::epoch_ms(std::time::SystemTime::now())
+                            .saturating_sub(s.saturating_mul(1000))
+                    }),
+                },
+                _ => {
+                    return Err(CliError::BadInput(
+                        "pass a job id, or --failed --type TYPE".into(),
+                    ));
+                }
+            };
+            return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Cancel { id, wait } => {
+            let op = IntakeOp::Cancel { run_id: id.clone() };
+            return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Pause { job_type, wait } => {
+            let op = IntakeOp::Pause {
+                job_type: job_type.clone(),
+            };
+            return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Resume { job_type, wait } => {
+            let op = IntakeOp::Resume {
+                job_type: job_type.clone(),
+            };
+            return act_on(store, op, ulid(), None, wait, json).await;
+        }
         Command::Health => {
             let health = store.health().await?;
             report::print(json, &health)?;

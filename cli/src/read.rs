@@ -10,7 +10,10 @@ use gaffer_actors::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, Past
 use gaffer_actors::{EngineError, records};
 use taquba::object_store::ObjectStore;
 use taquba::object_store::local::LocalFileSystem;
-use taquba::{JobRecord, JobStatus, QueueReader, QueueView, ReaderMode, ReaderOptions};
+use taquba::{
+    InboxSender, JobRecord, JobStatus, QueueReader, QueueView, ReaderMode, ReaderOptions,
+    default_inbox_path,
+};
 
 use crate::StateArg;
 use crate::error::CliError;
@@ -26,6 +29,8 @@ pub struct Store {
     reader: QueueReader,
     jobs_prefix: String,
     bulk_prefix: String,
+    /// Where operator requests go: the store's inbox.
+    sender: InboxSender,
 }
 
 impl Store {
@@ -53,7 +58,10 @@ impl Store {
             ),
             (None, None) => return Err(CliError::NoStoreGiven),
         };
-        let options = ReaderOptions::default().mode(ReaderMode::FollowLatest);
+        let sender = InboxSender::new(store.clone(), default_inbox_path(queue_path));
+        let options = ReaderOptions::default()
+            .mode(ReaderMode::FollowLatest)
+            .manifest_poll_interval(std::time::Duration::from_millis(100));
         let reader = match QueueReader::open_with_options(store, queue_path, options).await {
             Ok(r) => r,
             Err(taquba::Error::StoreNotInitialized { .. }) => {
@@ -88,6 +96,7 @@ impl Store {
             reader,
             jobs_prefix: jobs_prefix.to_string(),
             bulk_prefix: bulk_prefix.to_string(),
+            sender,
         })
     }
 
@@ -96,7 +105,17 @@ impl Store {
         let _ = self.reader.close().await;
     }
 
-    fn view(&self) -> &QueueView {
+    /// The inbox sender of operator requests.
+    pub fn sender(&self) -> &InboxSender {
+        &self.sender
+    }
+
+    /// The engine's jobs queue prefix.
+    pub fn jobs_prefix(&self) -> &str {
+        &self.jobs_prefix
+    }
+
+    pub(crate) fn view(&self) -> &QueueView {
         self.reader.view()
     }
 

@@ -149,6 +149,47 @@ impl Render for Jobs {
     }
 }
 
+/// `gaffer submit | retry | cancel | pause | resume`: one request.
+#[derive(Debug, Serialize)]
+pub struct RequestReport {
+    /// The request's id (its object in the inbox, its job on the intake
+    /// queue).
+    pub request: String,
+    /// `submit`: the job's id.
+    pub job: Option<String>,
+    /// `sent` (with `--no-wait`, or not applied within `--wait-secs`),
+    /// `applied`, `refused`.
+    pub status: &'static str,
+    /// What an applied operator request came to.
+    pub result: Option<String>,
+    /// Why it was refused.
+    pub reason: Option<String>,
+    /// `submit`: the job's state once applied (`submitted`, or how it
+    /// already ended: `succeeded`, `failed`, `cancelled`).
+    pub job_state: Option<&'static str>,
+}
+
+impl Render for RequestReport {
+    fn render(&self) -> String {
+        let mut t = Table::new(["FIELD", "VALUE"]);
+        t.row(["request".to_string(), self.request.clone()]);
+        if let Some(job) = &self.job {
+            t.row(["job".to_string(), job.clone()]);
+        }
+        t.row(["status".to_string(), self.status.to_string()]);
+        for (name, v) in [
+            ("result", self.result.as_deref()),
+            ("reason", self.reason.as_deref()),
+            ("job state", self.job_state),
+        ] {
+            if let Some(v) = v {
+                t.row([name.to_string(), v.to_string()]);
+            }
+        }
+        t.render()
+    }
+}
+
 /// `gaffer job ID`: one job.
 #[derive(Debug, Serialize)]
 pub struct JobDetail {

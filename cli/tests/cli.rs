@@ -466,6 +466,89 @@ async fn jobs_pages_by_cursor_through_the_finished_jobs_index() {
     engine.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .register::<Greet>()
+        .register::<Explode>()
+        .start()
+        .await
+        .expect("engine starts");
+
+    // Submit by JSON; the command waits until the engine took it.
+    let out = json(dir, &["submit", "greet", r#"{"name":"zed"}"#]);
+    assert_eq!(out["status"], "applied", "{out}");
+    let id = out["job"].as_str().unwrap().to_string();
+    let h = engine.handle::<Greet>(&id).unwrap();
+    assert_eq!(h.join().await.unwrap().unwrap(), "hello zed");
+    // A keyed submission answers with the key's job id.
+    let keyed = json(dir, &["submit", "greet", r#"{"name":"k"}"#, "--key", "k-1"]);
+    assert_eq!(keyed["job"], gaffer::keyed_job_id("k-1").as_str());
+    // A type the engine does not know: refused, exit 1, with the reason.
+    let refused = gaffer(dir, &["submit", "nobody", "{}", "--json"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let body: Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert_eq!(body["status"], "refused");
+    assert!(
+        body["reason"].as_str().unwrap().contains("nobody"),
+        "{body}"
+    );
+    // Not JSON: an error before anything is sent.
+    let bad = gaffer(dir, &["submit", "greet", "{nope"]);
+    assert_eq!(bad.status.code(), Some(1));
+
+    // Pause: a submitted job waits; cancel one of them; resume: the other runs.
+    assert_eq!(json(dir, &["pause", "greet"])["status"], "applied");
+    let waiting = json(dir, &["submit", "greet", r#"{"name":"w"}"#])["job"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let doomed = json(dir, &["submit", "greet", r#"{"name":"d"}"#])["job"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Waiting: queued, or scheduled when the paused pool had claimed it and
+    // gave it back (a release is a nack with the queue's backoff).
+    assert!(matches!(
+        engine.status(&waiting).await.unwrap(),
+        gaffer::JobState::Queued | gaffer::JobState::Scheduled
+    ));
+    let cancel = json(dir, &["cancel", &doomed]);
+    assert_eq!(cancel["status"], "applied", "{cancel}");
+    assert_eq!(
+        engine.status(&doomed).await.unwrap(),
+        gaffer::JobState::Cancelled
+    );
+    let text = ok(dir, &["resume", "greet"]);
+    assert!(
+        text.contains("applied") && text.contains("resumed"),
+        "{text}"
+    );
+    let h = engine.handle::<Greet>(&waiting).unwrap();
+    assert_eq!(h.join().await.unwrap().unwrap(), "hello w");
+
+    // Retry: one failed job by id, then every failed job of the type.
+    let boom = engine.submit(Explode).await.unwrap();
+    assert!(boom.join().await.unwrap().is_err());
+    let retry = json(dir, &["retry", boom.id()]);
+    assert_eq!(retry["status"], "applied", "{retry}");
+    assert!(boom.join().await.unwrap().is_err(), "it failed again");
+    let all = json(dir, &["retry", "--failed", "--type", "explode"]);
+    assert_eq!(all["result"], "retried 1 failed `explode` jobs", "{all}");
+    // A succeeded job is not retried.
+    let no = gaffer(dir, &["retry", &id, "--json"]);
+    assert_eq!(no.status.code(), Some(1));
+    // --no-wait returns once the request is in the store.
+    let sent = json(dir, &["submit", "greet", r#"{"name":"n"}"#, "--no-wait"]);
+    assert_eq!(sent["status"], "sent");
+    engine.shutdown().await.unwrap();
+}
+
 #[test]
 fn errors_are_one_line_and_a_non_zero_exit() {
     let tmp = tempfile::tempdir().unwrap();

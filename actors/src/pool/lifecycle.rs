@@ -15,9 +15,11 @@ use crate::restarts::AfterCrash;
 use crate::settle::Ending;
 
 impl PoolState {
-    pub(super) fn pause(&mut self, myself: &ActorRef<PoolMessage>, recent: usize) {
+    /// Claim nothing more until resumed (`why`: logged); jobs waiting here
+    /// go back to the queue, running ones finish.
+    pub(super) fn pause(&mut self, myself: &ActorRef<PoolMessage>, why: &str) {
         self.paused = true;
-        error!(job_type = %self.args.job_type, crashes = recent, "job type crashed too often; pausing it (its jobs stay queued)");
+        warn!(job_type = %self.args.job_type, "pausing the job type: {why} (its jobs stay queued)");
         self.args.services.emit(EngineEvent::JobTypePaused {
             job_type: self.args.job_type.clone(),
         });
@@ -152,7 +154,11 @@ impl PoolState {
             AfterCrash::Restart(delay) => Some(delay),
             AfterCrash::Pause { recent } => {
                 if !self.paused {
-                    self.pause(myself, recent);
+                    error!(job_type = %self.args.job_type, crashes = recent, "job type crashed too often");
+                    self.pause(
+                        myself,
+                        &format!("{recent} worker crashes within the restart window"),
+                    );
                 }
                 None
             }

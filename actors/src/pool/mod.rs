@@ -70,8 +70,12 @@ pub enum PoolMessage {
     RestartWorker(SlotId),
     /// A job's wait for another job began or ended.
     Wait(SlotWait),
-    /// Resume a type paused after too many crashes.
+    /// Resume a paused type (after too many crashes, or by an operator);
+    /// answers whether it was paused.
     Resume(RpcReplyPort<bool>),
+    /// An operator's pause: claim nothing more (running jobs finish, jobs
+    /// waiting here go back to the queue); answers whether it was running.
+    Pause(RpcReplyPort<bool>),
     /// Stop claiming; reply once nothing is held: no job running, queued here
     /// or settling. With a grace period, jobs still running at its end are
     /// given back to the queue (their attempt is not counted) and their
@@ -110,6 +114,12 @@ impl PoolRef {
     /// Resume the type if it is paused; answers whether it was.
     pub(crate) async fn resume(&self) -> crate::Result<bool> {
         ractor::call!(self.0, PoolMessage::Resume)
+            .map_err(|e| crate::EngineError::unavailable("handler pool", e))
+    }
+
+    /// Pause the type (an operator's pause); answers whether it was running.
+    pub(crate) async fn pause(&self) -> crate::Result<bool> {
+        ractor::call!(self.0, PoolMessage::Pause)
             .map_err(|e| crate::EngineError::unavailable("handler pool", e))
     }
 }
@@ -166,6 +176,8 @@ pub struct PoolArguments {
     pub(crate) notify: Notify,
     /// What jobs can reach of their engine (child submissions and waits).
     pub jobs: Arc<dyn crate::erased::JobEngine>,
+    /// Start paused: an operator paused the type (durably).
+    pub paused: bool,
 }
 
 impl std::fmt::Debug for PoolArguments {
@@ -259,6 +271,7 @@ impl Actor for HandlerPool {
         let n = args.concurrency.max(1);
         let draining_token = CancellationToken::new();
         let restarts = Restarts::new(args.services.settings());
+        let paused = args.paused;
         let mut state = PoolState {
             args,
             slots: BTreeMap::new(),
@@ -276,7 +289,7 @@ impl Actor for HandlerPool {
             drains: Vec::new(),
             draining: false,
             abandoned: 0,
-            paused: false,
+            paused,
         };
         state.args.concurrency = n;
         for _ in 0..n {
@@ -348,6 +361,13 @@ impl Actor for HandlerPool {
                     state.parked -= 1;
                     state.shrink();
                 }
+            }
+            PoolMessage::Pause(reply) => {
+                let was_running = !state.paused;
+                if was_running {
+                    state.pause(&myself, "an operator paused it");
+                }
+                let _ = reply.send(was_running);
             }
             PoolMessage::Resume(reply) => {
                 let resumed = state.resume(&myself).await;

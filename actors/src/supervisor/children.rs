@@ -64,6 +64,7 @@ impl SupervisorState {
             services: self.services.clone(),
             notify: self.notify(),
             jobs: Arc::new(self.engine_ref()),
+            paused: self.paused.contains(name),
         }
     }
 
@@ -101,7 +102,10 @@ impl SupervisorState {
                 a.get_id()
             }
             Child::Intake => {
-                let args = IntakeArguments { services };
+                let args = IntakeArguments {
+                    services,
+                    engine: self.engine_ref(),
+                };
                 let (a, _) = Actor::spawn_linked(None, Intake, args, cell).await?;
                 a.get_id()
             }

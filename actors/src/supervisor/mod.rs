@@ -60,6 +60,9 @@ pub struct SupervisorState {
     sweeper: SweeperRef,
     /// Pools by job type or pipeline name (stray pools by queue name).
     pools: HashMap<String, PoolRef>,
+    /// Job types an operator paused (durable under `gaffer/v1/paused/`):
+    /// their pools start paused, also after a restart of the pool.
+    paused: std::collections::HashSet<String>,
     children: HashMap<ractor::ActorId, Child>,
     shutting_down: bool,
     /// The event channel's one lasting sender (the services hold it weakly):
@@ -155,9 +158,11 @@ impl Actor for Supervisor {
             sweeper: SweeperRef(sweeper),
             waiters: WaitersRef(waiters),
             pools: HashMap::new(),
+            paused: Default::default(),
             shutting_down: false,
             events: Some(events),
         };
+        state.paused = state.services.paused_types().await?.into_iter().collect();
         let names: Vec<String> = state.registrations.keys().cloned().collect();
         for name in names {
             state.spawn_child(Child::Pool(name), false).await?;
@@ -199,6 +204,11 @@ impl Actor for Supervisor {
             EngineMessage::BatchStatus(batch_id, reply) => state.batch_status(batch_id, reply),
             EngineMessage::ForgetBatch(batch_id, reply) => state.forget_batch(batch_id, reply),
             EngineMessage::ResumeJobType(name, reply) => state.resume_job_type(name, reply),
+            EngineMessage::PauseJobType(name, reply) => state.pause_job_type(name, reply),
+            EngineMessage::RetryJob(run_id, reply) => state.retry(run_id, reply),
+            EngineMessage::RetryFailed(job_type, since_ms, reply) => {
+                state.retry_failed(job_type, since_ms, reply)
+            }
             EngineMessage::GetServices(reply) => {
                 let _ = reply.send(state.services.clone());
             }

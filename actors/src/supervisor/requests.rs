@@ -185,17 +185,74 @@ impl SupervisorState {
         });
     }
 
-    pub(super) fn resume_job_type(&self, name: String, reply: RpcReplyPort<Result<bool>>) {
+    /// Resume a job type paused by an operator (durably) or after too many
+    /// crashes; answers whether it was paused.
+    pub(super) fn resume_job_type(&mut self, name: String, reply: RpcReplyPort<Result<bool>>) {
         match self.pools.get(&name).cloned() {
             Some(pool) if self.registrations.contains_key(&name) => {
+                let durable = self.paused.remove(&name);
+                let services = self.services.clone();
                 tokio::spawn(async move {
-                    let _ = reply.send(pool.resume().await);
+                    let answer = async {
+                        if durable {
+                            services.set_paused(&name, false).await?;
+                        }
+                        Ok(pool.resume().await? || durable)
+                    };
+                    let _ = reply.send(answer.await);
                 });
             }
             _ => {
                 let _ = reply.send(Err(EngineError::UnknownJobType(name)));
             }
         }
+    }
+
+    /// Pause a job type durably (an operator's pause, kept across restarts):
+    /// its pool claims nothing until it is resumed; nothing is failed.
+    /// Answers whether it was running.
+    pub(super) fn pause_job_type(&mut self, name: String, reply: RpcReplyPort<Result<bool>>) {
+        match self.pools.get(&name).cloned() {
+            Some(pool) if self.registrations.contains_key(&name) => {
+                self.paused.insert(name.clone());
+                let services = self.services.clone();
+                tokio::spawn(async move {
+                    let answer = async {
+                        services.set_paused(&name, true).await?;
+                        pool.pause().await
+                    };
+                    let _ = reply.send(answer.await);
+                });
+            }
+            _ => {
+                let _ = reply.send(Err(EngineError::UnknownJobType(name)));
+            }
+        }
+    }
+
+    /// Retry a failed or cancelled job (see `Services::retry`).
+    pub(super) fn retry(&self, run_id: String, reply: RpcReplyPort<Result<()>>) {
+        let services = self.services.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(services.retry(&run_id).await);
+        });
+    }
+
+    /// Retry the failed jobs of a type (see `Services::retry_failed`).
+    pub(super) fn retry_failed(
+        &self,
+        job_type: String,
+        since_ms: u64,
+        reply: RpcReplyPort<Result<usize>>,
+    ) {
+        if !self.registrations.contains_key(&job_type) {
+            let _ = reply.send(Err(EngineError::UnknownJobType(job_type)));
+            return;
+        }
+        let services = self.services.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(services.retry_failed(&job_type, since_ms).await);
+        });
     }
 
     /// Every pool's counters (a pool that does not answer is left out).

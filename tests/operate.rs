@@ -1,0 +1,228 @@
+//! Operator actions: retry a failed job (after a fix), pause and resume a
+//! job type durably, cancel; from the engine's API and from a `Client` in
+//! the store's inbox. On a real local-disk store, restarted in between.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gaffer::{Client, Engine, EngineError, Error, FailureKind, Job, JobContext, JobState};
+use serde::{Deserialize, Serialize};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn within<F: IntoFuture>(f: F) -> F::Output {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("finished within the limit")
+}
+
+/// Whether `Parse` is fixed yet, and how often it ran.
+#[derive(Default)]
+struct Fix {
+    fixed: AtomicBool,
+    runs: AtomicUsize,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Bug(String);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Parse {
+    text: String,
+}
+
+impl Job for Parse {
+    const NAME: &'static str = "parse";
+    type Output = usize;
+    type Error = Bug;
+
+    async fn run(&self, ctx: JobContext) -> Result<usize, Bug> {
+        let fix = ctx.state::<Arc<Fix>>();
+        fix.runs.fetch_add(1, Ordering::SeqCst);
+        if fix.fixed.load(Ordering::SeqCst) {
+            Ok(self.text.len())
+        } else {
+            Err(Bug("parser bug".into()))
+        }
+    }
+
+    fn classify(&self, _: &Bug) -> FailureKind {
+        FailureKind::Permanent
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ping;
+
+impl Job for Ping {
+    const NAME: &'static str = "ping";
+    type Output = ();
+    type Error = gaffer::Error;
+
+    async fn run(&self, _: JobContext) -> Result<(), gaffer::Error> {
+        Ok(())
+    }
+}
+
+async fn start(dir: &Path, fix: &Arc<Fix>) -> Engine {
+    Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .poll_interval(Duration::from_millis(20))
+        .intake_poll(Duration::from_millis(20))
+        .register::<Parse>()
+        .register::<Ping>()
+        .state(fix.clone())
+        .start()
+        .await
+        .expect("engine starts")
+}
+
+/// Submitted and waiting: queued, or scheduled when a paused pool had
+/// claimed it and gave it back (a release is a nack with the queue's
+/// backoff).
+fn waits(state: &gaffer::RequestState) -> bool {
+    matches!(
+        state,
+        gaffer::RequestState::Job(JobState::Queued | JobState::Scheduled)
+    )
+}
+
+async fn client(dir: &Path) -> Client {
+    Client::builder()
+        .local_dir(dir)
+        .poll_interval(Duration::from_millis(20))
+        .open()
+        .await
+        .expect("client opens")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_jobs_retried_after_a_fix_and_a_restart_succeed_under_their_ids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = start(tmp.path(), &fix).await;
+    let mut ids = Vec::new();
+    for text in ["a", "bb", "ccc"] {
+        let h = engine.submit(Parse { text: text.into() }).await.unwrap();
+        assert!(within(h.join()).await.unwrap().is_err());
+        ids.push(h.id().to_string());
+    }
+    // A succeeded job cannot be retried; an unknown one is unknown.
+    let ok = engine.submit(Ping).await.unwrap();
+    within(ok.join()).await.unwrap().unwrap();
+    assert!(matches!(
+        engine.retry(ok.id()).await,
+        Err(Error::Engine(EngineError::NotRetryable { .. }))
+    ));
+    assert!(matches!(
+        engine.retry("no-such-job").await,
+        Err(Error::Engine(EngineError::JobNotFound(_)))
+    ));
+    engine.shutdown().await.unwrap();
+
+    // The fix ships; the engine restarts; the failures are retried.
+    fix.fixed.store(true, Ordering::SeqCst);
+    let engine = start(tmp.path(), &fix).await;
+    assert_eq!(engine.retry_failed("parse", None).await.unwrap(), 3);
+    for (id, want) in ids.iter().zip([1, 2, 3]) {
+        let h = engine.handle::<Parse>(id).unwrap();
+        assert_eq!(within(h.join()).await.unwrap().unwrap(), want);
+        assert_eq!(engine.status(id).await.unwrap(), JobState::Succeeded);
+    }
+    assert_eq!(fix.runs.load(Ordering::SeqCst), 6);
+    // Nothing failed is left to retry.
+    assert_eq!(engine.retry_failed("parse", None).await.unwrap(), 0);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_retries_cancels_pauses_and_resumes_through_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = start(tmp.path(), &fix).await;
+    let client = client(tmp.path()).await;
+
+    // Retry one failed job from the client.
+    let h = client
+        .submit(Parse {
+            text: "abcd".into(),
+        })
+        .await
+        .unwrap();
+    assert!(within(h.join()).await.unwrap().is_err());
+    fix.fixed.store(true, Ordering::SeqCst);
+    let done = within(client.retry(h.id()).await.unwrap().wait())
+        .await
+        .unwrap();
+    assert!(done.contains("retried"), "{done}");
+    assert_eq!(within(h.join()).await.unwrap().unwrap(), 4);
+    // Retrying it again (it succeeded) is refused, with the reason.
+    match within(client.retry(h.id()).await.unwrap().wait()).await {
+        Err(Error::Refused { reason, .. }) => assert!(reason.contains("succeeded"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // Pause: the type's jobs wait (nothing fails); another type runs on.
+    within(client.pause("parse").await.unwrap().wait())
+        .await
+        .unwrap();
+    let waiting = client.submit(Parse { text: "xy".into() }).await.unwrap();
+    let other = client.submit(Ping).await.unwrap();
+    within(other.join()).await.unwrap().unwrap();
+    within(async {
+        while !waits(&waiting.status().await.unwrap()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // A queued job is cancelled from the client.
+    let doomed = client.submit(Parse { text: "zzz".into() }).await.unwrap();
+    within(async {
+        while !waits(&doomed.status().await.unwrap()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let cancelled = within(client.cancel(doomed.id()).await.unwrap().wait())
+        .await
+        .unwrap();
+    assert!(cancelled.contains("Cancelled"), "{cancelled}");
+    assert!(
+        within(doomed.join())
+            .await
+            .unwrap()
+            .unwrap_err()
+            .is_cancelled()
+    );
+
+    // The pause survives a restart.
+    engine.shutdown().await.unwrap();
+    let engine = start(tmp.path(), &fix).await;
+    let ping = engine.submit(Ping).await.unwrap();
+    within(ping.join()).await.unwrap().unwrap();
+    let state = engine.status(waiting.id()).await.unwrap();
+    assert!(
+        matches!(state, JobState::Queued | JobState::Scheduled),
+        "{state:?}"
+    );
+
+    // Resume: the waiting job runs.
+    within(client.resume("parse").await.unwrap().wait())
+        .await
+        .unwrap();
+    assert_eq!(within(waiting.join()).await.unwrap().unwrap(), 2);
+    // Engine API: pause and resume answer what they changed.
+    assert!(engine.pause_job_type("parse").await.unwrap());
+    assert!(!engine.pause_job_type("parse").await.unwrap());
+    assert!(engine.resume_job_type("parse").await.unwrap());
+    assert!(matches!(
+        engine.pause_job_type("nope").await,
+        Err(Error::Engine(EngineError::UnknownJobType(_)))
+    ));
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
