@@ -156,7 +156,8 @@ async fn main() {
         println!(
             "{producers} client(s)           {:>7.0} jobs/s = {:.2}x in-process; submit().await p50 {:.1} ms p99 {:.1} ms",
             (n / producers * producers) as f64 / took.as_secs_f64(),
-            local.as_secs_f64() / took.as_secs_f64() * (n / producers * producers) as f64 / n as f64,
+            local.as_secs_f64() / took.as_secs_f64() * (n / producers * producers) as f64
+                / n as f64,
             ms(pct(&lat, 0.5)),
             ms(pct(&lat, 0.99)),
         );

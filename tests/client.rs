@@ -188,6 +188,65 @@ async fn bad_requests_are_refused_with_a_reason_the_client_reads() {
     engine.shutdown().await.unwrap();
 }
 
+/// Carries bytes (to make an entry too large for the inbox).
+#[derive(Debug, Serialize, Deserialize)]
+struct Blob {
+    data: String,
+}
+
+impl Job for Blob {
+    const NAME: &'static str = "blob";
+    type Output = ();
+    type Error = gaffer::Error;
+
+    async fn run(&self, _ctx: JobContext) -> Result<(), gaffer::Error> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_the_inbox_rejects_are_refused_to_their_client() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+
+    // Over the inbox's 16 MiB entry limit.
+    let client = client(tmp.path()).await;
+    let big = client
+        .submit(Blob {
+            data: "x".repeat(17 * 1024 * 1024),
+        })
+        .await
+        .unwrap();
+    match within(big.join()).await {
+        Err(Error::Refused { reason, .. }) => {
+            assert!(reason.contains("inbox rejected"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // A client that names another engine's queue prefix: its entries are
+    // for a queue this engine's inbox does not accept.
+    let stray = Client::builder()
+        .local_dir(tmp.path())
+        .queue_name("elsewhere")
+        .poll_interval(Duration::from_millis(20))
+        .open()
+        .await
+        .unwrap();
+    let lost = stray.submit(Square { x: 1, key: None }).await.unwrap();
+    match within(lost.join()).await {
+        Err(Error::Refused { reason, .. }) => {
+            assert!(reason.contains("inbox rejected"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    client.close().await;
+    stray.close().await;
+    engine.shutdown().await.unwrap();
+}
+
 /// A request the engine takes twice (a crash between its submit and the
 /// intake's ack re-delivers it) is one job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -498,6 +498,18 @@ async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
         body["reason"].as_str().unwrap().contains("nobody"),
         "{body}"
     );
+    // Operators see it too: a dead letter on the intake queue, with why.
+    let dead = json(dir, &["dead"]);
+    let refusal = dead["dead"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["job_id"] == body["request"])
+        .unwrap_or_else(|| panic!("the refused request is not in {dead}"));
+    assert!(
+        refusal["error"].as_str().unwrap().contains("nobody"),
+        "{refusal}"
+    );
     // Not JSON: an error before anything is sent.
     let bad = gaffer(dir, &["submit", "greet", "{nope"]);
     assert_eq!(bad.status.code(), Some(1));
