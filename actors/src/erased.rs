@@ -20,6 +20,9 @@ pub use crate::services::Kind;
 /// One delivery of a job to its handler.
 #[derive(Debug, Clone)]
 pub struct Delivery {
+    /// The attempt's `gaffer.job` span (job type, id, attempt, batch and
+    /// key of an item, queue): the user's code runs inside it.
+    pub span: tracing::Span,
     /// Run id: the id handles answer to.
     pub run_id: String,
     /// taquba job id of this delivery.

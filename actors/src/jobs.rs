@@ -112,6 +112,15 @@ impl Services {
     /// answers from it with one read); then the compare-and-commit that creates
     /// the job, and on a miss the run record, then the outcome record.
     pub async fn submit(&self, req: SubmitRequest) -> Result<Submitted> {
+        let span = tracing::debug_span!(
+            "gaffer.submit",
+            job_type = %req.job_type,
+            keyed = req.idempotency_key.is_some(),
+        );
+        tracing::Instrument::instrument(self.submit_inner(req), span).await
+    }
+
+    async fn submit_inner(&self, req: SubmitRequest) -> Result<Submitted> {
         if let Some(h) = req
             .headers
             .keys()

@@ -146,6 +146,39 @@ pub(crate) fn identify(claim: &Claim) -> (Target, String) {
     (target, job_type)
 }
 
+/// The `gaffer.job` span of one attempt: an info span (spans print
+/// nothing by themselves; a user's `info!` inside `run` carries its
+/// fields), with the job type, the job's id (its run id), the attempt and
+/// its limit, the queue, and a bulk item's batch id and key.
+pub(crate) fn attempt_span(claim: &Claim, attempts: &Attempts) -> tracing::Span {
+    let (target, job_type) = identify(claim);
+    let span = tracing::info_span!(
+        "gaffer.job",
+        job_type = %job_type,
+        job_id = tracing::field::Empty,
+        attempt = attempts.number,
+        max_attempts = attempts.limit,
+        queue = %claim.queue,
+        batch_id = tracing::field::Empty,
+        item_key = tracing::field::Empty,
+    );
+    match &target {
+        Target::Job { run_id } => {
+            span.record("job_id", run_id.as_str());
+        }
+        Target::Item {
+            batch_id,
+            key,
+            run_id,
+        } => {
+            span.record("job_id", run_id.as_str());
+            span.record("batch_id", batch_id.as_str());
+            span.record("item_key", key.as_str());
+        }
+    }
+    span
+}
+
 /// Whether a claimed job came through gaffer: a job carries its run id, an
 /// item its batch and key.
 pub(crate) fn submitted_through_gaffer(claim: &Claim) -> bool {

@@ -57,6 +57,9 @@ impl Actor for HandlerWorker {
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(delivery) = message;
+        let span = delivery.span.clone();
+        let _entered = span.enter();
+        tracing::debug!("attempt started");
         if delivery.item.is_none() {
             self.services.emit(EngineEvent::JobStarted {
                 run_id: delivery.run_id.clone(),
@@ -67,7 +70,9 @@ impl Actor for HandlerWorker {
         let effects = delivery.effects.clone();
         let cost = delivery.cost.clone();
         let parking = delivery.parking.clone();
-        let verdict = parking::scope(parking, self.handler.run(*delivery)).await;
+        drop(_entered);
+        let run = tracing::Instrument::instrument(self.handler.run(*delivery), span);
+        let verdict = parking::scope(parking, run).await;
         let effects = effects.seal();
         let _ = self.pool.cast(PoolMessage::WorkerDone {
             slot: self.slot,

@@ -45,6 +45,9 @@ async fn release_all(queue: &taquba::Queue, held: Vec<Held>, why: &str) {
 pub struct Held {
     pub(super) claim: Claim,
     pub(super) attempts: Attempts,
+    /// The attempt's `gaffer.job` span: the user's code and the settlement
+    /// run inside it.
+    pub(super) span: tracing::Span,
 }
 
 impl PoolState {
@@ -85,7 +88,12 @@ impl PoolState {
                         let queue = &queue;
                         async move {
                             let attempts = attempts::of(queue, &claim, settings).await;
-                            Held { claim, attempts }
+                            let span = crate::settle::attempt_span(&claim, &attempts);
+                            Held {
+                                claim,
+                                attempts,
+                                span,
+                            }
                         }
                     });
                     Ok(futures_util::future::join_all(counted).await)

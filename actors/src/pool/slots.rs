@@ -189,6 +189,7 @@ impl PoolState {
         let mut headers = claim.headers.clone();
         headers.retain(|k, _| !k.starts_with(keys::RESERVED_HEADER_PREFIX));
         Delivery {
+            span: held.span.clone(),
             memo,
             item,
             cost: CostMeter::default(),
@@ -270,8 +271,11 @@ impl PoolState {
         let services = self.args.services.clone();
         let notify = self.args.notify.clone();
         let myself = myself.clone();
-        tokio::spawn(async move {
-            let Held { claim, attempts } = held;
+        let span = held.span.clone();
+        let settlement = async move {
+            let Held {
+                claim, attempts, ..
+            } = held;
             // An attempt that did not succeed leaves its memo entries for the
             // next one (MemoWrites::OnFailure); a cancelled run has none.
             let succeeded = matches!(ending, Ending::Verdict(Verdict::Succeeded(_)));
@@ -287,7 +291,8 @@ impl PoolState {
             }
             settle(&services, &notify, claim, attempts, ending, effects, cost).await;
             let _ = myself.cast(PoolMessage::Settled);
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(settlement, span));
     }
 
     pub(super) fn settled(&mut self, myself: &ActorRef<PoolMessage>) {
