@@ -521,6 +521,12 @@ impl EngineBuilder {
                 if readable_elsewhere && options.liveness_heartbeat.is_none() {
                     options = options.liveness_heartbeat(LIVENESS_HEARTBEAT);
                 }
+                // With metrics, taquba's sampler reports each queue's depth
+                // (the backlog per job type) and oldest pending age.
+                #[cfg(feature = "metrics")]
+                if options.metrics_sample_interval.is_none() {
+                    options = options.metrics_sample_interval(Duration::from_secs(10));
+                }
                 if let Some(interval) = self.flush_interval {
                     options = options.flush_interval(interval);
                 }

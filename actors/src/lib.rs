@@ -41,6 +41,7 @@ pub mod status;
 pub mod store_url;
 pub mod supervisor;
 pub mod sweeper;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod waiters;

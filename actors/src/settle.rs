@@ -35,6 +35,7 @@ use crate::records::{
     PastAttempt, RunRecord,
 };
 use crate::services::Services;
+use crate::telemetry::{self, AttemptResult};
 
 /// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
@@ -332,6 +333,7 @@ pub(crate) async fn settle(
     effects: StagedEffects,
     cost: Cost,
 ) -> bool {
+    let started = std::time::Instant::now();
     let (target, job_type) = identify(&claim);
     let run_id = target.run_id().to_string();
     let Ok(queue) = services.queue() else {
@@ -344,6 +346,9 @@ pub(crate) async fn settle(
             let reason = format!("{}{reason}", keys::RELEASED_PREFIX);
             if let Err(e) = queue.nack(&claim, &reason).await {
                 warn!(%run_id, error = %e, "releasing the job failed; it runs again once its lease expires");
+            } else {
+                telemetry::attempt_ended(&job_type, !is_job, AttemptResult::Released);
+                telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
             }
             return false;
         }
@@ -378,6 +383,9 @@ pub(crate) async fn settle(
             };
             if let Err(e) = queue.nack(&claim, &message).await {
                 warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
+            } else {
+                telemetry::attempt_ended(&job_type, !is_job, AttemptResult::Retried);
+                telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
             }
             return false;
         }
@@ -488,6 +496,26 @@ pub(crate) async fn settle(
         return false;
     }
     debug!(%run_id, %job_type, "run ended");
+    telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+    match &told {
+        Told::Job(record) => {
+            let result = match record.outcome {
+                Outcome::Succeeded(_) => AttemptResult::Succeeded,
+                Outcome::Failed { .. } => AttemptResult::Failed,
+                Outcome::Cancelled => AttemptResult::Cancelled,
+            };
+            telemetry::attempt_ended(&job_type, false, result);
+        }
+        Told::Item(marker) => {
+            let (result, label) = match marker.status {
+                ItemStatus::Succeeded => (AttemptResult::Succeeded, "succeeded"),
+                ItemStatus::Failed => (AttemptResult::Failed, "failed"),
+                ItemStatus::Cancelled => (AttemptResult::Cancelled, "cancelled"),
+            };
+            telemetry::attempt_ended(&job_type, true, result);
+            telemetry::item_ended(&job_type, label, &marker.cost);
+        }
+    }
     match (told, target) {
         (Told::Job(record), Target::Job { .. }) => {
             services.emit(match &record.outcome {

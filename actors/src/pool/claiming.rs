@@ -61,6 +61,7 @@ impl PoolState {
         };
         self.claiming = Some(want);
         let name = self.args.queue.clone();
+        let job_type = self.args.job_type.clone();
         let services = self.args.services.clone();
         let stop = self.draining_token.clone();
         let myself = myself.clone();
@@ -86,9 +87,17 @@ impl PoolState {
                     let settings = services.settings();
                     let counted = claims.into_iter().map(|claim| {
                         let queue = &queue;
+                        let job_type = &job_type;
                         async move {
                             let attempts = attempts::of(queue, &claim, settings).await;
                             let span = crate::settle::attempt_span(&claim, &attempts);
+                            if let Some(at) = claim.claimed_at {
+                                // Runnable since its enqueue, or its run_at
+                                // (a schedule, a retry's backoff).
+                                let since = claim.enqueued_at.max(claim.run_at.unwrap_or(0));
+                                let waited = at.saturating_sub(since) as f64 / 1000.0;
+                                crate::telemetry::queue_wait(job_type, waited);
+                            }
                             Held {
                                 claim,
                                 attempts,

@@ -36,6 +36,20 @@ pub(super) enum Child {
     Stray(String),
 }
 
+impl Child {
+    /// The child's role, as the `actor` label of a restart.
+    pub(super) fn role(&self) -> &'static str {
+        match self {
+            Child::Waiters => "waiters",
+            Child::BatchRegistry => "batch_registry",
+            Child::Sweeper => "sweeper",
+            Child::Intake => "intake",
+            Child::Pool(_) => "pool",
+            Child::Stray(_) => "stray_pool",
+        }
+    }
+}
+
 impl SupervisorState {
     pub(super) fn notify(&self) -> Notify {
         Notify::new(self.book.subscribe())

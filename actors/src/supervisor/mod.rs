@@ -247,6 +247,7 @@ impl Actor for Supervisor {
         }
         if let Some(child) = state.children.remove(&who.get_id()) {
             warn!(?child, reason = %why, "engine child exited; restarting it");
+            crate::telemetry::restarted(child.role());
             state.spawn_child(child, true).await?;
         }
         Ok(())
