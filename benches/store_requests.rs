@@ -104,8 +104,15 @@ async fn main() {
         .map(|&op| idle.of(op).0 - ended.of(op).0)
         .sum();
     let idle_puts = idle.of(Op::Put).0 - ended.of(Op::Put).0;
+    let by_kind: Vec<String> = Op::ALL
+        .iter()
+        .map(|&op| (op, idle.of(op).0 - ended.of(op).0))
+        .filter(|&(_, count)| count > 0)
+        .map(|(op, count)| format!("{count} {}", op.name()))
+        .collect();
     println!(
-        "idle 10 s: {idle_ops} requests ({idle_puts} put), {:.1} per s",
-        idle_ops as f64 / 10.0
+        "idle 10 s: {idle_ops} requests ({idle_puts} put), {:.1} per s: {}",
+        idle_ops as f64 / 10.0,
+        by_kind.join(", ")
     );
 }
