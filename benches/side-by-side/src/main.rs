@@ -2148,7 +2148,9 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
     }
     let small = p.n.iter().min().copied();
     let large = p.n.iter().max().copied();
-    if let (Some(small), Some(large)) = (small, large) {
+    if let (Some(small), Some(large)) = (small, large)
+        && small < large
+    {
         for &f in &p.gaffer_flush {
             let per_job = |n| {
                 med(cells.get(&(w, n, Engine::Gaffer, StoreKind::Local, f)))
