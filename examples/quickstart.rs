@@ -7,7 +7,6 @@
 //! answered from its record, then shuts down, reopens the same directory and
 //! shows the records are still there.
 
-
 use gaffer::{Engine, FailureKind, Job, JobContext, SubmitOptions};
 use serde::{Deserialize, Serialize};
 
