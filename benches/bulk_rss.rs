@@ -7,7 +7,8 @@
 //! `--memo-immediate` to write all three per item: far more disk, the store
 //! grows by ~12 KiB per item); without `--memo` the pipeline is a bare
 //! `Ok(input)`, so the figures are the engine's own overhead. The queue
-//! flushes every 1 ms; `--default-flush` keeps taquba's default (100 ms).
+//! flushes every 1 ms; `--default-flush` keeps the builder's default for a
+//! local directory (2 ms since issue #13; taquba's 100 ms before).
 //! `--rate R` paces the batch (`Batch::max_rate`, items per second).
 //!
 //! One batch per process: peak RSS is VmHWM from /proc/self/status, which is

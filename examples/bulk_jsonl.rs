@@ -347,7 +347,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (open_gate, gate) = tokio::sync::watch::channel(false);
     let engine = Engine::builder()
         .local_dir(&store)
-        .flush_interval(Duration::from_millis(5))
         .pipeline_with_concurrency(
             WordStatsPipeline {
                 counters: counters.clone(),

@@ -7,8 +7,6 @@
 //! answered from its record, then shuts down, reopens the same directory and
 //! shows the records are still there.
 
-use std::time::Duration;
-
 use gaffer::{Engine, FailureKind, Job, JobContext, SubmitOptions};
 use serde::{Deserialize, Serialize};
 
@@ -80,7 +78,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let start = |dir: std::path::PathBuf| {
         Engine::builder()
             .local_dir(dir)
-            .flush_interval(Duration::from_millis(5))
             .register::<Resize>()
             .register::<Gallery>()
             .start()

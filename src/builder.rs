@@ -32,6 +32,26 @@ use crate::engine::Engine;
 /// commit per interval).
 const LIVENESS_HEARTBEAT: Duration = Duration::from_secs(5);
 
+/// The WAL flush interval on a local directory (`local_dir`, `file://`) when
+/// none is set: a flush there is a small file write, and every durable
+/// commit (a submission, a job's end) waits for the next one. Chosen from
+/// `cargo bench --bench submit_latency` and `store_requests`
+/// (benches/README.md, *Defaults that fit the store*): about 3 ms per
+/// `submit().await` and the throughput of a 1 ms flush, for half its file
+/// writes.
+const LOCAL_FLUSH_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The WAL flush interval on an in-memory store (`in_memory`, `memory://`)
+/// when none is set: a flush is a copy into memory.
+const MEMORY_FLUSH_INTERVAL: Duration = Duration::from_millis(1);
+
+/// The WAL flush interval on an object store (`s3://`, `gs://`, `az://`, any
+/// other URL, or a store given with `object_store(..)`) when none is set:
+/// each flush that carries commits is one billed PUT, so a busy engine makes
+/// about 20 PUTs a second (measured), and an idle one none but its liveness
+/// beat's.
+const OBJECT_STORE_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
 impl Engine {
     /// Start configuring an engine.
     pub fn builder() -> EngineBuilder {
@@ -86,6 +106,31 @@ impl Store {
                 gaffer_actors::store_url::open_store_url(&url, std::env::vars())?
             }
         })
+    }
+
+    /// The flush interval that fits this store, when neither the builder nor
+    /// the open options set one: short on a local disk or in memory, where a
+    /// flush costs little; taquba's 100 ms on an object store, where each
+    /// flush is a request, and on a store given as an `ObjectStore` (the
+    /// engine cannot tell a local one from a remote one, and a flush too
+    /// short for a remote store costs money, one too long for a local store
+    /// only latency).
+    fn default_flush_interval(&self) -> Duration {
+        match self {
+            Store::LocalDir(_) => LOCAL_FLUSH_INTERVAL,
+            Store::InMemory => MEMORY_FLUSH_INTERVAL,
+            Store::Url(url, _) => {
+                let scheme = url
+                    .split_once("://")
+                    .map(|(scheme, _)| scheme.to_ascii_lowercase());
+                match scheme.as_deref() {
+                    Some("file") => LOCAL_FLUSH_INTERVAL,
+                    Some("memory") => MEMORY_FLUSH_INTERVAL,
+                    _ => OBJECT_STORE_FLUSH_INTERVAL,
+                }
+            }
+            Store::None | Store::Given(_) => OBJECT_STORE_FLUSH_INTERVAL,
+        }
     }
 }
 
@@ -226,8 +271,14 @@ impl EngineBuilder {
         self
     }
 
-    /// taquba's WAL flush interval: every durable commit waits for the next
-    /// flush (taquba's default is 100 ms).
+    /// taquba's WAL flush interval: every durable commit (a submission, a
+    /// job's outcome) waits for the next flush, so it bounds their latency
+    /// from below; on an object store each flush that carries commits is one
+    /// PUT. Overrides the open options' own. Default: by the store, 2 ms on
+    /// a local directory (`local_dir`, `file://`), 1 ms in memory
+    /// (`in_memory`, `memory://`), 100 ms (taquba's own default) on any other
+    /// URL and on a store given to [`object_store`](Self::object_store)
+    /// (README, *Defaults*).
     pub fn flush_interval(mut self, interval: Duration) -> Self {
         self.flush_interval = Some(interval);
         self
@@ -508,6 +559,7 @@ impl EngineBuilder {
             .collect();
         // A store only this process can see needs no liveness beat.
         let readable_elsewhere = !matches!(self.store, Store::InMemory);
+        let default_flush = self.store.default_flush_interval();
         let store = self.store.open()?;
         let source = match self.queue {
             Some(queue) => QueueSource::Given {
@@ -527,9 +579,13 @@ impl EngineBuilder {
                 if options.metrics_sample_interval.is_none() {
                     options = options.metrics_sample_interval(Duration::from_secs(10));
                 }
-                if let Some(interval) = self.flush_interval {
-                    options = options.flush_interval(interval);
-                }
+                // The builder's interval, else the open options', else the
+                // store's.
+                let flush = self
+                    .flush_interval
+                    .or(options.flush_interval)
+                    .unwrap_or(default_flush);
+                options = options.flush_interval(flush);
                 if let Some(clock) = self.clock {
                     options = options.clock(clock);
                 }
@@ -549,5 +605,40 @@ impl EngineBuilder {
         .await?;
         let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());
         Ok(Engine { inner, jobs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(url: &str) -> Store {
+        Store::Url(url.into(), None)
+    }
+
+    #[test]
+    fn the_default_flush_follows_the_store() {
+        let local = LOCAL_FLUSH_INTERVAL;
+        let memory = MEMORY_FLUSH_INTERVAL;
+        let remote = OBJECT_STORE_FLUSH_INTERVAL;
+        assert_eq!(Store::LocalDir("d".into()).default_flush_interval(), local);
+        assert_eq!(url("file:///tmp/d").default_flush_interval(), local);
+        assert_eq!(url("FILE:///tmp/d").default_flush_interval(), local);
+        assert_eq!(Store::InMemory.default_flush_interval(), memory);
+        assert_eq!(url("memory://").default_flush_interval(), memory);
+        for remote_url in [
+            "s3://b/p",
+            "gs://b/p",
+            "az://c/p",
+            "https://x.amazonaws.com/b",
+        ] {
+            assert_eq!(
+                url(remote_url).default_flush_interval(),
+                remote,
+                "{remote_url}"
+            );
+        }
+        let given = Store::Given(Arc::new(InMemory::new()));
+        assert_eq!(given.default_flush_interval(), remote);
     }
 }

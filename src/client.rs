@@ -291,8 +291,11 @@ impl Client {
     /// refused request, when you have the handle.
     pub async fn join<J: Job>(&self, id: &str) -> Result<Result<J::Output, JobError>> {
         loop {
-            if let Some(result) = self.inner.outcome::<J>(id).await? {
-                return Ok(result);
+            match self.inner.outcome::<J>(id).await {
+                Ok(Some(result)) => return Ok(result),
+                Ok(None) => {}
+                Err(e) if !e.is_permanent() => {}
+                Err(e) => return Err(e),
             }
             tokio::time::sleep(self.inner.poll).await;
         }
@@ -462,8 +465,12 @@ impl Request {
     /// interval); what it came to, or `Error::Refused`.
     pub async fn wait(&self) -> Result<String> {
         loop {
-            if let Some(result) = self.result().await? {
-                return Ok(result);
+            match self.result().await {
+                Ok(Some(result)) => return Ok(result),
+                Ok(None) => {}
+                Err(e @ Error::Refused { .. }) => return Err(e),
+                Err(e) if !e.is_permanent() => {}
+                Err(e) => return Err(e),
             }
             tokio::time::sleep(self.inner.poll).await;
         }
@@ -513,18 +520,30 @@ impl<J: Job> ClientHandle<J> {
     /// Ends with [`Error::Refused`] if the engine refused the request.
     pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
         loop {
-            match self.status().await? {
+            // A read can fail for a moment (the engine restarting, the
+            // store briefly unavailable): only a permanent error ends the
+            // wait.
+            let status = match self.status().await {
+                Ok(status) => status,
+                Err(e) if !e.is_permanent() => {
+                    tokio::time::sleep(self.inner.poll).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match status {
                 RequestState::Refused(reason) => {
                     return Err(Error::Refused {
                         request: self.request_id.clone(),
                         reason,
                     });
                 }
-                RequestState::Job(state) if state.is_terminal() => {
-                    if let Some(result) = self.outcome().await? {
-                        return Ok(result);
-                    }
-                }
+                RequestState::Job(state) if state.is_terminal() => match self.outcome().await {
+                    Ok(Some(result)) => return Ok(result),
+                    Ok(None) => {}
+                    Err(e) if !e.is_permanent() => {}
+                    Err(e) => return Err(e),
+                },
                 _ => {}
             }
             tokio::time::sleep(self.inner.poll).await;

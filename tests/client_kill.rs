@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 
 #[cfg(feature = "aws")]
@@ -147,11 +147,19 @@ async fn ck_producer_child() {
 }
 
 fn child(test: &str, dir: &Path, extra: &[(&str, String)]) -> Child {
+    let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    let log = std::fs::File::create(dir.join(format!("{test}-{n}.log"))).unwrap();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--ignored", "--test-threads=1"])
-        .env("GAFFER_CK_DIR", dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args([
+        test,
+        "--exact",
+        "--ignored",
+        "--test-threads=1",
+        "--nocapture",
+    ])
+    .env("GAFFER_CK_DIR", dir)
+    .stdout(log.try_clone().unwrap())
+    .stderr(log);
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -235,7 +243,15 @@ fn four_producers_and_a_kill(dir: &Path, jobs: u64, shared: u64, store: &[(&str,
     for (p, producer) in producers.iter_mut().enumerate() {
         loop {
             if let Some(status) = producer.try_wait().unwrap() {
-                assert!(status.success(), "producer {p} failed: {status}");
+                if !status.success() {
+                    let logs: Vec<String> = std::fs::read_dir(dir)
+                        .unwrap()
+                        .filter_map(|e| e.ok())
+                        .filter(|e| e.file_name().to_string_lossy().starts_with("ck_producer"))
+                        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                        .collect();
+                    panic!("producer {p} failed: {status}\n{}", logs.join("\n---\n"));
+                }
                 break;
             }
             assert!(t0.elapsed() < limit, "producer {p} did not finish");

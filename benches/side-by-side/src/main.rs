@@ -1,5 +1,7 @@
 //! Side-by-side benchmark: gaffer vs the reference (`taquba-workflow` 0.11.0)
-//! vs the raw queue (`taquba` 0.16, gaffer's queue), on identical workloads.
+//! vs the raw queue (`taquba` 0.16, gaffer's queue), on identical workloads;
+//! and gaffer vs its peer, apalis 1.0 on its SQLite backend (`side-by-side
+//! peers`).
 //!
 //! The parent process runs the matrix: for every repetition, store, flush
 //! setting and workload group it spawns one child process of this same binary
@@ -16,7 +18,12 @@
 //! - `bulk` (per concurrency): bulk_items, then bulk_rerun (same batch).
 //! - `raw` (per concurrency): raw_queue = enqueue N, then claim + ack them.
 //!
-//! Run `side-by-side --help` for the flags.
+//! `side-by-side peers` runs gaffer (at each `--gaffer-flush`) and apalis
+//! (`apalis` 1.0 + `apalis-sqlite` 1.0, a SQLite file in the child's temp
+//! dir) back to back on jobs_plain (and jobs_keyed), for each N, local disk
+//! only; see `apalis_child` for what the apalis side does and lacks.
+//!
+//! Run `side-by-side --help` (and `side-by-side peers --help`) for the flags.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -43,7 +50,10 @@ struct Cli {
     /// Stores to run on.
     #[arg(long, value_delimiter = ',', default_values = ["local", "memory"])]
     store: Vec<StoreKind>,
-    /// Queue flush settings: `default` (taquba's, 100 ms) and `1ms`.
+    /// Queue flush settings: `default` (each engine's own: gaffer's follows
+    /// the store since issue #13, 2 ms on local disk, 1 ms in memory, 100 ms
+    /// on S3; taquba-workflow's and the raw queue's is taquba's 100 ms) and
+    /// `1ms`.
     #[arg(long, value_delimiter = ',', default_values = ["default", "1ms"])]
     flush: Vec<FlushKind>,
     /// Workloads. jobs_keyed and jobs_resubmit share one child (the resubmit
@@ -51,7 +61,8 @@ struct Cli {
     #[arg(long, value_delimiter = ',',
           default_values = ["jobs_keyed", "jobs_resubmit", "jobs_plain", "bulk_items", "bulk_rerun", "raw_queue"])]
     workload: Vec<Workload>,
-    /// Engines (raw_queue always runs on the raw queue).
+    /// Engines (raw_queue always runs on the raw queue; apalis runs in
+    /// `side-by-side peers`).
     #[arg(long, value_delimiter = ',', default_values = ["gaffer", "reference"])]
     engine: Vec<Engine>,
     /// Concurrency of the bulk pipeline and of the raw queue's claim/ack.
@@ -60,7 +71,7 @@ struct Cli {
     /// Repetitions (medians are reported).
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// N under the default flush.
+    /// N under the `default` flush.
     #[arg(long, default_value_t = 2_000)]
     n_default: usize,
     /// N under the 1 ms flush.
@@ -86,6 +97,41 @@ enum ChildCmd {
     /// (internal) run one workload group of one engine and print RESULT lines.
     #[command(hide = true)]
     Child(ChildArgs),
+    /// gaffer vs apalis 1.0 (SQLite) on the jobs workloads, local disk, back
+    /// to back, for each N; medians of the repetitions.
+    Peers(PeersArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct PeersArgs {
+    /// Job counts.
+    #[arg(long, value_delimiter = ',', default_values = ["2000", "10000", "100000"])]
+    n: Vec<usize>,
+    /// apalis runs only at N up to this.
+    #[arg(long, default_value_t = 10_000)]
+    apalis_max_n: usize,
+    /// gaffer's flush settings (`default`: its default for a local dir).
+    #[arg(long, value_delimiter = ',', default_values = ["default", "1ms"])]
+    gaffer_flush: Vec<FlushKind>,
+    /// Also run gaffer on an fsyncing local directory (`local-fsync`) at its
+    /// local default flush.
+    #[arg(long)]
+    gaffer_fsync: bool,
+    /// Workload groups: jobs-plain, jobs-keyed.
+    #[arg(long, value_delimiter = ',', default_values = ["jobs-plain"])]
+    group: Vec<Group>,
+    /// Repetitions (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Worker count of both engines.
+    #[arg(long, default_value_t = 16)]
+    job_workers: usize,
+    /// Parent of the children's temp directories (default: $TMPDIR or /tmp).
+    #[arg(long)]
+    tmp_dir: Option<std::path::PathBuf>,
+    /// A child whose progress has not moved for this long is killed (HUNG).
+    #[arg(long, default_value_t = 120)]
+    hang_secs: u64,
 }
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -112,6 +158,11 @@ struct ChildArgs {
 #[serde(rename_all = "snake_case")]
 enum StoreKind {
     Local,
+    /// A local directory whose writes are fsynced (object_store's
+    /// `LocalFileSystem::with_fsync(true)`, given to gaffer as an object
+    /// store, at the flush of a local directory, 2 ms, unless told), for
+    /// durability across power loss (gaffer and the raw queue only).
+    LocalFsync,
     Memory,
     /// An S3 API: the URL in `SBS_S3_URL` (e.g. `s3://gaffer/sbs`), a fresh
     /// prefix under it per child, configured by the `AWS_*` variables
@@ -147,6 +198,7 @@ impl StoreKind {
     fn label(self) -> &'static str {
         match self {
             StoreKind::Local => "local",
+            StoreKind::LocalFsync => "local-fsync",
             StoreKind::Memory => "memory",
             StoreKind::S3 => "s3",
         }
@@ -171,6 +223,8 @@ enum Engine {
     Gaffer,
     Reference,
     Raw,
+    /// apalis 1.0 on apalis-sqlite 1.0.
+    Apalis,
 }
 
 impl Engine {
@@ -179,6 +233,7 @@ impl Engine {
             Engine::Gaffer => "gaffer",
             Engine::Reference => "reference",
             Engine::Raw => "raw",
+            Engine::Apalis => "apalis",
         }
     }
 }
@@ -514,6 +569,7 @@ fn child_main(a: ChildArgs) -> i32 {
             Engine::Gaffer => gaffer_child(&a).await,
             Engine::Reference => reference_child(&a).await,
             Engine::Raw => raw_child(&a).await,
+            Engine::Apalis => apalis_child(&a).await,
         }
     });
     set_phase("exit");
@@ -630,6 +686,16 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
         StoreKind::Local => b.local_dir(dir.path()),
         StoreKind::Memory => b.object_store(Arc::new(InMemory::new())),
         StoreKind::S3 => b.store_url(s3_url(&dir)?),
+        StoreKind::LocalFsync => {
+            use gaffer::taquba::object_store::local::LocalFileSystem;
+            let fs = LocalFileSystem::new_with_prefix(dir.path())?.with_fsync(true);
+            // A given store defaults to the object-store flush (100 ms): set
+            // the local directory's default (2 ms) unless told.
+            if a.flush == FlushKind::Default {
+                b = b.flush_interval(Duration::from_millis(2));
+            }
+            b.object_store(Arc::new(fs))
+        }
     };
     if let Some(f) = a.flush.interval() {
         b = b.flush_interval(f);
@@ -750,7 +816,9 @@ async fn reference_child(a: &ChildArgs) -> Result<(), BoxErr> {
     let store: Arc<dyn ObjectStore> = match a.store {
         StoreKind::Local => Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
         StoreKind::Memory => Arc::new(InMemory::new()),
-        StoreKind::S3 => return Err("the reference does not run on --store s3 here".into()),
+        StoreKind::S3 | StoreKind::LocalFsync => {
+            return Err("the reference runs on --store local and memory only here".into());
+        }
     };
     let mut opts = taquba012::OpenOptions::default();
     if let Some(f) = a.flush.interval() {
@@ -867,6 +935,10 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
             Arc::new(LocalFileSystem::new_with_prefix(dir.path())?),
             "queue".into(),
         ),
+        StoreKind::LocalFsync => (
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path())?.with_fsync(true)),
+            "queue".into(),
+        ),
         StoreKind::Memory => (Arc::new(InMemory::new()), "queue".into()),
         StoreKind::S3 => {
             let (store, path) = taquba::open_url(&s3_url(&dir)?, std::env::vars())?;
@@ -940,6 +1012,222 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
     Ok(())
 }
 
+// ---------------------------------------------------------------- apalis
+
+/// The job's input, for the apalis side (one handler for both job types).
+trait HasX {
+    fn x(&self) -> u64;
+}
+
+impl HasX for Plain {
+    fn x(&self) -> u64 {
+        self.x
+    }
+}
+
+impl HasX for Keyed {
+    fn x(&self) -> u64 {
+        self.x
+    }
+}
+
+/// apalis's handler: input + 1.
+async fn apalis_add_one<T: HasX>(job: T) -> Result<u64, apalis::prelude::BoxDynError> {
+    RUNS.fetch_add(1, Ordering::Relaxed);
+    Ok(job.x() + 1)
+}
+
+fn push_note(note: &mut String, more: &str) {
+    if !note.is_empty() {
+        note.push_str("; ");
+    }
+    note.push_str(more);
+}
+
+/// `PRAGMA synchronous` on each of the pool's connections, opened at once:
+/// apalis-sqlite's `setup` sets it to OFF on the connection that runs it
+/// (the setting is per connection); a connection opened later has SQLite's
+/// default (2 = FULL).
+async fn apalis_synchronous(pool: &apalis_sqlite::SqlitePool) -> String {
+    let mut conns = Vec::new();
+    let mut modes = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        match tokio::time::timeout(Duration::from_secs(1), pool.acquire()).await {
+            Ok(Ok(mut c)) => {
+                let m: Result<(i64,), _> = sqlx::query_as("PRAGMA synchronous")
+                    .fetch_one(&mut *c)
+                    .await;
+                modes.push(m.map(|m| m.0.to_string()).unwrap_or_else(|e| format!("?{e}")));
+                conns.push(c);
+            }
+            _ => break,
+        }
+    }
+    format!("PRAGMA synchronous per pool connection [{}] (0 = OFF, 2 = FULL)", modes.join(","))
+}
+
+/// Push `n` jobs, `IN_FLIGHT` pushes in flight, each with a task id of ours
+/// (apalis's `push` returns no id) and, keyed, an idempotency key. Returns
+/// (task id, x) for each push.
+async fn apalis_push<T>(
+    storage: &apalis_sqlite::SqliteStorage<T>,
+    n: usize,
+    keyed: bool,
+    make: fn(u64) -> T,
+) -> Result<Vec<(String, u64)>, BoxErr>
+where
+    T: Serialize + serde::de::DeserializeOwned + Send + Sync + Unpin + 'static,
+{
+    use apalis::prelude::{TaskBuilder, TaskId, TaskSink};
+    let pushed: Vec<Result<(String, u64), String>> = futures::stream::iter(0..n as u64)
+        .map(|x| {
+            let mut s = storage.clone();
+            async move {
+                let id = TaskId::from_ulid(ulid::Ulid::generate());
+                let mut b = TaskBuilder::new(make(x)).task_id(id.clone());
+                if keyed {
+                    b = b.idempotency_key(format!("k-{x}"));
+                }
+                let r = s.push_task(b.build()).await;
+                COUNT.fetch_add(1, Ordering::Relaxed);
+                r.map(|()| (id.to_string(), x)).map_err(|e| format!("push of {x} failed: {e}"))
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    Ok(pushed.into_iter().collect::<Result<Vec<_>, String>>()?)
+}
+
+/// Wait for every pushed job's result through apalis's `wait_for` (one
+/// stream over all the ids: it polls the table, sleeping 500 ms whenever a
+/// poll finds nothing new) and check each is Done with x + 1. Returns
+/// whether all were correct.
+async fn apalis_await<T>(
+    storage: &apalis_sqlite::SqliteStorage<T>,
+    pushed: &[(String, u64)],
+) -> Result<bool, BoxErr> {
+    use apalis::prelude::{Status, TaskId, WaitForCompletion};
+    let want: std::collections::HashMap<&str, u64> =
+        pushed.iter().map(|(id, x)| (id.as_str(), *x)).collect();
+    let ids: Vec<TaskId> = pushed
+        .iter()
+        .map(|(id, _)| id.parse::<TaskId>())
+        .collect::<Result<_, _>>()?;
+    let mut s = storage.clone();
+    let mut results = WaitForCompletion::<u64>::wait_for(&mut s, ids);
+    let mut seen = 0usize;
+    let mut correct = true;
+    while let Some(r) = results.next().await {
+        let r = r?;
+        seen += 1;
+        COUNT.fetch_add(1, Ordering::Relaxed);
+        let x = want.get(r.task_id.to_string().as_str()).copied();
+        correct &= r.status == Status::Done && x.is_some_and(|x| r.result == Ok(x + 1));
+    }
+    if seen != pushed.len() {
+        return Err(format!(
+            "wait_for ended after {seen} of {} results (apalis's stream ends silently when a poll fails)",
+            pushed.len()
+        )
+        .into());
+    }
+    Ok(correct)
+}
+
+/// apalis 1.0 on apalis-sqlite 1.0: a SQLite file in the temp dir, set up
+/// as apalis-sqlite's README's event-driven worker
+/// (`SqliteStorage::connect_with_callback`, `SqliteStorage::setup`: WAL
+/// journal, `synchronous = OFF` on the connection that runs it; a poll
+/// strategy woken by SQLite's insert hook, with a 500 ms interval beside
+/// it), one worker with `concurrency(job_workers)` and
+/// `parallelize(tokio::spawn)` (apalis's README), default `Config` (fetch
+/// batches of 10, results persisted). Its basic polling worker (no
+/// strategy) is no option here: after a fetch finds nothing it sleeps until
+/// its next heartbeat, 30 s.
+///
+/// The same shape as gaffer's jobs workloads: N pushes with 64 in flight,
+/// then every result awaited and checked. apalis's `push` returns no task
+/// id, so each task is built with an id of ours; results are awaited through
+/// `WaitForCompletion::wait_for`, which polls. Keyed: the task carries
+/// `idempotency_key("k-{x}")` (unique per queue; a duplicate insert is
+/// `ON CONFLICT DO NOTHING`). jobs_resubmit pushes the same N keyed tasks
+/// again: apalis answers each with `Ok(())` and inserts nothing, but tells
+/// the caller neither that it was a duplicate nor the original's id, so
+/// there is no result to await: the phase times the pushes only and checks,
+/// after a 1 s pause outside the timing, that none ran.
+async fn apalis_child(a: &ChildArgs) -> Result<(), BoxErr> {
+    use apalis::prelude::{
+        BackendExt, ParallelizeExt, Strategy, WorkerBuilder, WorkerBuilderExt,
+    };
+    use apalis_sqlite::{Config, SqliteStorage};
+    if a.store != StoreKind::Local {
+        return Err("apalis runs on --store local only (a SQLite file)".into());
+    }
+    let dir = temp_dir(a)?;
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("apalis.db").display());
+    let (pool, listener) = SqliteStorage::connect_with_callback(&url)?;
+    SqliteStorage::setup(&pool).await?;
+    let durability = apalis_synchronous(&pool).await;
+    let strategy = Strategy::new()
+        .stream(listener.ready_chunks(Config::default().batch_size))
+        .interval(Duration::from_millis(500));
+    match a.group {
+        Group::JobsPlain => {
+            let storage = SqliteStorage::<Plain>::new(&pool);
+            let worker = WorkerBuilder::new("bench-plain")
+                .backend(storage.clone().poll_with_strategy(strategy))
+                .concurrency(a.job_workers)
+                .parallelize(tokio::spawn)
+                .build(apalis_add_one::<Plain>);
+            let running = tokio::spawn(worker.run());
+            let m = Meter::start(Workload::JobsPlain.label());
+            let pushed = apalis_push(&storage, a.n, false, |x| Plain { x }).await?;
+            let correct = apalis_await(&storage, &pushed).await?;
+            let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+            let (ok, mut note) = jobs_note(Workload::JobsPlain, a.n, correct, a.n, runs);
+            push_note(&mut note, &durability);
+            emit(&m.finish(a, Workload::JobsPlain, ok, note));
+            running.abort();
+        }
+        Group::JobsKeyed => {
+            let storage = SqliteStorage::<Keyed>::new(&pool);
+            let worker = WorkerBuilder::new("bench-keyed")
+                .backend(storage.clone().poll_with_strategy(strategy))
+                .concurrency(a.job_workers)
+                .parallelize(tokio::spawn)
+                .build(apalis_add_one::<Keyed>);
+            let running = tokio::spawn(worker.run());
+            let m = Meter::start(Workload::JobsKeyed.label());
+            let pushed = apalis_push(&storage, a.n, true, |x| Keyed { x }).await?;
+            let correct = apalis_await(&storage, &pushed).await?;
+            let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+            let (ok, mut note) = jobs_note(Workload::JobsKeyed, a.n, correct, a.n, runs);
+            push_note(&mut note, &durability);
+            emit(&m.finish(a, Workload::JobsKeyed, ok, note));
+
+            let m = Meter::start(Workload::JobsResubmit.label());
+            apalis_push(&storage, a.n, true, |x| Keyed { x }).await?;
+            let mut r = m.finish(a, Workload::JobsResubmit, true, String::new());
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let runs = RUNS.load(Ordering::SeqCst) - m.runs0;
+            r.runs = runs;
+            r.ok = runs == 0;
+            r.note = format!(
+                "pushes only: apalis answers a duplicate with Ok(()), no id, no result to await; {runs} ran within 1 s"
+            );
+            emit(&r);
+            running.abort();
+        }
+        Group::Bulk | Group::Raw => {
+            return Err("apalis runs the jobs workloads only".into());
+        }
+    }
+    pool.close().await;
+    drop(dir);
+    Ok(())
+}
+
 // ---------------------------------------------------------------- parent
 
 /// What happened to one child.
@@ -950,7 +1238,7 @@ enum ChildFate {
     Hung(String),
 }
 
-fn run_child(cli: &Cli, ca: &ChildArgs) -> (Vec<PhaseResult>, ChildFate) {
+fn run_child(hang_secs: u64, ca: &ChildArgs) -> (Vec<PhaseResult>, ChildFate) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
     cmd.arg("child")
@@ -992,7 +1280,7 @@ fn run_child(cli: &Cli, ca: &ChildArgs) -> (Vec<PhaseResult>, ChildFate) {
             }
         }
     });
-    let hang = Duration::from_secs(cli.hang_secs);
+    let hang = Duration::from_secs(hang_secs);
     let mut results = Vec::new();
     let mut last_progress = String::new();
     let mut last_change = Instant::now();
@@ -1042,7 +1330,7 @@ fn run_child(cli: &Cli, ca: &ChildArgs) -> (Vec<PhaseResult>, ChildFate) {
             let tail = err_buf.lock().unwrap().join(" | ");
             break ChildFate::Hung(format!(
                 "no progress for {} s; last progress `{}` (phase, count, runs); stderr tail: {}",
-                cli.hang_secs,
+                hang_secs,
                 last_progress,
                 truncate(&tail, 1000)
             ));
@@ -1245,6 +1533,13 @@ fn parent_main(cli: Cli) {
         .iter()
         .copied()
         .filter(|e| *e != Engine::Raw)
+        .filter(|e| {
+            let peer = *e == Engine::Apalis;
+            if peer {
+                println!("(apalis runs in `side-by-side peers`, not in this matrix)");
+            }
+            !peer
+        })
         .collect();
     let n_of = |f: FlushKind| match f {
         FlushKind::Default => cli.n_default,
@@ -1326,7 +1621,7 @@ fn parent_main(cli: Cli) {
             loadavg()
         );
         let _ = std::io::stdout().flush();
-        let (mut results, fate) = run_child(&cli, ca);
+        let (mut results, fate) = run_child(cli.hang_secs, ca);
         for r in results.iter_mut() {
             r.rep = rep + 1;
             println!("  raw: {}", serde_json::to_string(r).unwrap());
@@ -1639,9 +1934,237 @@ fn main() {
     let cli = Cli::parse();
     match cli.child {
         Some(ChildCmd::Child(a)) => std::process::exit(child_main(a)),
+        Some(ChildCmd::Peers(p)) => peers_main(p),
         None => match cli.report.clone() {
             Some(path) => report_main(cli, &path),
             None => parent_main(cli),
         },
+    }
+}
+
+// ---------------------------------------------------------------- peers
+
+/// (workload, N, engine, store, flush)
+type PeerKey = (Workload, usize, Engine, StoreKind, FlushKind);
+
+/// The engine configurations of a peers run, in their order.
+fn peer_configs(p: &PeersArgs) -> Vec<(Engine, StoreKind, FlushKind)> {
+    let mut c: Vec<(Engine, StoreKind, FlushKind)> = p
+        .gaffer_flush
+        .iter()
+        .map(|&f| (Engine::Gaffer, StoreKind::Local, f))
+        .collect();
+    if p.gaffer_fsync {
+        c.push((Engine::Gaffer, StoreKind::LocalFsync, FlushKind::Default));
+    }
+    c.push((Engine::Apalis, StoreKind::Local, FlushKind::Default));
+    c
+}
+
+fn peers_main(p: PeersArgs) {
+    // The child runs: per repetition, per N, per group, gaffer at each flush
+    // and apalis, back to back (order reversed every other repetition).
+    let mut plan: Vec<(usize, ChildArgs)> = Vec::new();
+    for rep in 0..p.reps {
+        for &n in &p.n {
+            for &group in &p.group {
+                let mut runs: Vec<(Engine, StoreKind, FlushKind)> = peer_configs(&p)
+                    .into_iter()
+                    .filter(|&(e, _, _)| e != Engine::Apalis || n <= p.apalis_max_n)
+                    .collect();
+                if rep % 2 == 1 {
+                    runs.reverse();
+                }
+                for (engine, store, flush) in runs {
+                    plan.push((
+                        rep,
+                        ChildArgs {
+                            engine,
+                            group,
+                            store,
+                            flush,
+                            n,
+                            conc: p.job_workers,
+                            job_workers: p.job_workers,
+                            tmp_dir: p.tmp_dir.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    println!("# side-by-side peers raw output");
+    println!();
+    println!(
+        "children: {}, reps {}, N {:?} (apalis up to {}), configs {:?}, groups {:?}, job workers {}",
+        plan.len(),
+        p.reps,
+        p.n,
+        p.apalis_max_n,
+        peer_configs(&p),
+        p.group,
+        p.job_workers
+    );
+    println!();
+    let t0 = Instant::now();
+    let mut cells: BTreeMap<PeerKey, Cell> = BTreeMap::new();
+    for (i, (rep, ca)) in plan.iter().enumerate() {
+        println!(
+            "[{:>3}/{}] t+{:.0}s rep {} {} {} {} flush={} n={} load: {}",
+            i + 1,
+            plan.len(),
+            t0.elapsed().as_secs_f64(),
+            rep + 1,
+            ca.engine.label(),
+            ca.group.label(),
+            ca.store.label(),
+            ca.flush.label(),
+            ca.n,
+            loadavg()
+        );
+        let _ = std::io::stdout().flush();
+        let (mut results, fate) = run_child(p.hang_secs, ca);
+        for r in results.iter_mut() {
+            r.rep = rep + 1;
+            println!("  raw: {}", serde_json::to_string(r).unwrap());
+            cells
+                .entry((r.workload, r.n, r.engine, r.store, r.flush))
+                .or_default()
+                .runs
+                .push(r.clone());
+        }
+        let problem = match &fate {
+            ChildFate::Done => None,
+            ChildFate::Failed(d) => Some(format!("FAILED (rep {}): {d}", rep + 1)),
+            ChildFate::Hung(d) => Some(format!("HUNG (rep {}): {d}", rep + 1)),
+        };
+        if let Some(text) = problem {
+            println!("  !! {text}");
+            for &w in ca.group.phases() {
+                if !results.iter().any(|r| r.workload == w) {
+                    cells
+                        .entry((w, ca.n, ca.engine, ca.store, ca.flush))
+                        .or_default()
+                        .problems
+                        .push(text.clone());
+                }
+            }
+        }
+    }
+    println!();
+    println!("total time: {:.0} s", t0.elapsed().as_secs_f64());
+    println!();
+    print_peer_tables(&p, &cells);
+}
+
+fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
+    let gaffer_default = FlushKind::Default;
+    println!("## Medians (local disk; medians over the repetitions that reported)");
+    println!();
+    println!(
+        "`÷ apalis` divides items/s medians; `paired` is the median over repetitions of the ratio within one repetition (the engines ran back to back). `ok/reps`: repetitions that reported and passed their checks, of those run."
+    );
+    println!();
+    println!(
+        "| workload | N | engine | store | flush | items/s | per rep | ÷ apalis | paired | CPU s/1k | peak RSS MiB | ok/reps | status |"
+    );
+    println!("|---|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---|");
+    let mut workloads: Vec<Workload> = p.group.iter().flat_map(|g| g.phases().to_vec()).collect();
+    workloads.sort();
+    workloads.dedup();
+    let engines = peer_configs(p);
+    let apalis_key = |w, n| (w, n, Engine::Apalis, StoreKind::Local, FlushKind::Default);
+    for &w in &workloads {
+        for &n in &p.n {
+            let apalis = cells.get(&apalis_key(w, n));
+            for &(e, st, f) in &engines {
+                let Some(cell) = cells.get(&(w, n, e, st, f)) else {
+                    continue;
+                };
+                let m = med(Some(cell));
+                let a = med(apalis);
+                let ok = cell.runs.iter().filter(|r| r.ok).count();
+                let tried = cell.runs.len() + cell.problems.len();
+                let ratio = match (&m, &a, e) {
+                    (Some(m), Some(a), Engine::Gaffer) => fmt_f(Some(m.items_s / a.items_s), 2),
+                    _ => "–".into(),
+                };
+                let paired = match e {
+                    Engine::Gaffer => fmt_f(paired_ratio(Some(cell), apalis), 2),
+                    _ => "–".into(),
+                };
+                println!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |",
+                    w.label(),
+                    n,
+                    e.label(),
+                    st.label(),
+                    if e == Engine::Apalis { "–" } else { f.label() },
+                    fmt_f(m.as_ref().map(|m| m.items_s), 0),
+                    per_rep(Some(cell)),
+                    ratio,
+                    paired,
+                    fmt_f(m.as_ref().map(|m| m.cpu_s / m.n as f64 * 1000.0), 3),
+                    fmt_f(m.as_ref().map(|m| m.rss_mib), 1),
+                    ok,
+                    tried,
+                    truncate(&status_of(Some(cell)), 400),
+                );
+            }
+        }
+    }
+    println!();
+    println!("## Targets (issue #13 §3)");
+    println!();
+    println!("| target | measured | holds |");
+    println!("|---|---|---|");
+    let w = Workload::JobsPlain;
+    for (n, min) in [(2_000usize, 3.0), (10_000, 20.0)] {
+        let g_cell = cells.get(&(w, n, Engine::Gaffer, StoreKind::Local, gaffer_default));
+        let a_cell = cells.get(&apalis_key(w, n));
+        let (gm, am) = (med(g_cell), med(a_cell));
+        let a_clean =
+            a_cell.is_some_and(|c| c.problems.is_empty() && c.runs.iter().all(|r| r.ok));
+        let measured = match (&gm, &am) {
+            (Some(g), Some(a)) => format!(
+                "{:.2}× (paired {}), apalis over {} of {} reps",
+                g.items_s / a.items_s,
+                fmt_f(paired_ratio(g_cell, a_cell), 2),
+                a.reps,
+                a.reps + a_cell.map_or(0, |c| c.problems.len())
+            ),
+            (Some(_), None) => "apalis never finished".into(),
+            _ => "–".into(),
+        };
+        let holds = match (&gm, &am) {
+            (Some(g), Some(a)) if g.items_s / a.items_s >= min => {
+                if a_clean { "yes" } else { "yes (apalis not clean in every rep)" }
+            }
+            (Some(_), Some(_)) => "NO",
+            (Some(_), None) => "n/a (no apalis figure)",
+            _ => "n/a",
+        };
+        println!("| jobs_plain gaffer default ≥ {min}× apalis at N = {n} | {measured} | {holds} |");
+    }
+    let small = p.n.iter().min().copied();
+    let large = p.n.iter().max().copied();
+    if let (Some(small), Some(large)) = (small, large)
+        && small < large
+    {
+        for &f in &p.gaffer_flush {
+            let per_job = |n| {
+                med(cells.get(&(w, n, Engine::Gaffer, StoreKind::Local, f)))
+                    .map(|m| (m.cpu_s / m.n as f64 * 1000.0, m.items_s))
+            };
+            if let (Some((c_s, i_s)), Some((c_l, i_l))) = (per_job(small), per_job(large)) {
+                println!(
+                    "| gaffer {} cost per job flat, N = {small} → {large} | CPU s/1k {c_s:.3} → {c_l:.3} ({:.2}×); items/s {i_s:.0} → {i_l:.0} ({:.2}×) | {} |",
+                    f.label(),
+                    c_l / c_s,
+                    i_l / i_s,
+                    if c_l / c_s <= 1.25 { "yes (within 1.25×)" } else { "NO (over 1.25×)" }
+                );
+            }
+        }
     }
 }
