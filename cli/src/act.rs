@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use gaffer_actors::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
-use gaffer_actors::{EngineError, inspect, keys};
+use gaffer_actors::{inspect, keys};
 
 use crate::error::CliError;
 use crate::read::Store;
@@ -108,7 +108,6 @@ async fn job_state(store: &Store, run_id: &str) -> Result<Option<&'static str>, 
         }));
     }
     Ok(inspect::run_record(view, run_id)
-        .await
-        .map_err(EngineError::from)?
+        .await?
         .map(|_| "submitted"))
 }
