@@ -25,7 +25,7 @@ use gaffer_actors::records::OutputRef;
 use gaffer_actors::{EngineError, JobState, inspect, keys};
 use taquba::object_store::path::Path as ObjectPath;
 use taquba::object_store::{ObjectStore, ObjectStoreExt};
-use taquba::{InboxSender, JobStatus, QueueReader, ReaderMode, ReaderOptions, default_inbox_path};
+use taquba::{InboxSender, QueueReader, ReaderMode, ReaderOptions, default_inbox_path};
 
 use crate::builder::Store;
 use crate::error::{Error, JobError, Result};
@@ -360,26 +360,7 @@ impl Inner {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()).into());
         }
-        let view = self.reader.view();
-        if let Some(rec) = inspect::outcome_record(view, run_id).await? {
-            return Ok(Some(JobState::of(&rec.outcome)));
-        }
-        let Some(run) = inspect::run_record(view, run_id).await? else {
-            // Ended between the two reads?
-            return Ok(inspect::outcome_record(view, run_id)
-                .await?
-                .map(|rec| JobState::of(&rec.outcome)));
-        };
-        let job = view
-            .job_record(&run.job_id)
-            .await
-            .map_err(EngineError::from)?;
-        Ok(Some(match job.map(|j| j.status) {
-            Some(JobStatus::Scheduled) => JobState::Scheduled,
-            Some(JobStatus::Pending) => JobState::Queued,
-            // Claimed, or settling (its record not yet visible here).
-            _ => JobState::Running,
-        }))
+        Ok(inspect::job_state(self.reader.view(), run_id).await?)
     }
 
     async fn outcome<J: Job>(&self, run_id: &str) -> Result<Option<Result<J::Output, JobError>>> {

@@ -51,7 +51,7 @@ LAYERS = {
     "jobs": 4, "operate": 4, "settle": 4, "attempts": 4, "parking": 4, "erased": 4, "manifest": 4,
     "lookups": 4, "status": 4, "inspect": 4, "batch": 4, "services": 4,
     "keys": 5, "records": 5, "store_url": 5, "memo": 5, "effects": 5, "events": 5,
-    "error": 6, "settings": 6,
+    "error": 6, "settings": 6, "telemetry": 6,
 }
 if os.path.basename(os.path.normpath(root)) == "src" and "supervisor" in mods:
     unknown = sorted(m for m in mods if m not in LAYERS and m not in ("lib", "testing"))

@@ -26,6 +26,7 @@
 use taquba::{AttemptOutcome, Claim, JobAttempt};
 
 use crate::keys;
+use crate::records::PastAttempt;
 use crate::settings::Settings;
 
 /// Where a claimed job stands, in gaffer's count.
@@ -151,26 +152,35 @@ pub fn count(
     }
 }
 
-/// The attempts of a claimed job: no read for a first claim; otherwise its
-/// history is read. If that read fails the job runs as if on its last attempt
-/// (never past its limit), so it is neither lost nor run beyond it.
-pub(crate) async fn of(queue: &taquba::Queue, claim: &Claim, settings: &Settings) -> Attempts {
+/// The attempts of a claimed job, and its earlier claims (which its
+/// outcome record keeps): no read for a first claim; otherwise its history
+/// is read. If that read fails the job runs as if on its last attempt (never
+/// past its limit), so it is neither lost nor run beyond it.
+pub(crate) async fn of(
+    queue: &taquba::Queue,
+    claim: &Claim,
+    settings: &Settings,
+) -> (Attempts, Vec<PastAttempt>) {
     let default_limit = queue.queue_config(&claim.queue).max_attempts;
     if claim.attempts <= 1 {
-        return Attempts::first(claim, default_limit);
+        return (Attempts::first(claim, default_limit), Vec::new());
     }
     let window_ms = u64::try_from(settings.interruption_window.as_millis()).unwrap_or(u64::MAX);
     match queue.view().attempt_history(&claim.id).await {
-        Ok(history) => count(claim, default_limit, &history, window_ms),
+        Ok(history) => (
+            count(claim, default_limit, &history, window_ms),
+            PastAttempt::from_history(&history),
+        ),
         Err(e) => {
             let limit = limit_of(claim, default_limit);
             tracing::warn!(job_id = %claim.id, error = %e, "reading the job's attempt history failed; running it as its last attempt");
-            Attempts {
+            let attempts = Attempts {
                 number: claim.attempts.min(limit).max(1),
                 limit,
                 interrupted: 0,
                 episodes: 0,
-            }
+            };
+            (attempts, Vec::new())
         }
     }
 }

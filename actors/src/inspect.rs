@@ -7,13 +7,13 @@
 use std::ops::Bound;
 
 use futures_util::TryStreamExt;
-use taquba::{KvOrder, QueueView};
+use taquba::{JobStatus, KvOrder, QueueView};
 
 use crate::batch::{BatchState, check_batch_id};
 use crate::error::{EngineError, Result};
 use crate::keys;
 use crate::records::{
-    self, BatchHead, ItemMarker, ItemStatus, OutcomeRecord, RunRecord, merge_cost,
+    self, BatchHead, ItemMarker, ItemStatus, JobState, OutcomeRecord, RunRecord, merge_cost,
 };
 
 /// What the layout marker of a store says.
@@ -52,6 +52,27 @@ pub async fn outcome_record(view: &QueueView, run_id: &str) -> Result<Option<Out
         Some(raw) => Ok(Some(records::decode(&key, &raw)?)),
         None => Ok(None),
     }
+}
+
+/// Where the job `run_id` is now, as the records say: its run record and
+/// its queue job's state while it lives, its outcome record once it ended;
+/// `None` when neither exists (never submitted, or past retention).
+pub async fn job_state(view: &QueueView, run_id: &str) -> Result<Option<JobState>> {
+    if let Some(run) = run_record(view, run_id).await? {
+        let record = view.job_record(&run.job_id).await?;
+        return Ok(Some(match record.map(|r| r.status) {
+            Some(JobStatus::Scheduled) => JobState::Scheduled,
+            Some(JobStatus::Pending) | None => JobState::Queued,
+            // Done/Dead with the run record still present: the settlement
+            // is in progress.
+            Some(JobStatus::Claimed | JobStatus::Done | JobStatus::Dead) => JobState::Running,
+        }));
+    }
+    // The run may have ended between the two reads: its outcome record
+    // was committed with the deletion of its run record.
+    Ok(outcome_record(view, run_id)
+        .await?
+        .map(|r| JobState::of(&r.outcome)))
 }
 
 /// A page of outcome records, by run id (`Descending`: ULID run ids newest

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::path::Path;
-use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, JobStatus, SettlementEffects};
+use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, SettlementEffects};
 
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
@@ -54,38 +54,7 @@ pub struct Submitted {
     pub recorded: Option<Box<OutcomeRecord>>,
 }
 
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobState {
-    /// Waiting for its `run_at`, or for a retry's backoff.
-    Scheduled,
-    /// Waiting to be claimed.
-    Queued,
-    /// Claimed by a handler.
-    Running,
-    /// Finished with an output.
-    Succeeded,
-    /// Finished with a failure.
-    Failed,
-    /// Cancelled.
-    Cancelled,
-}
-
-impl JobState {
-    /// Whether the job has ended.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
-    }
-
-    /// The state a recorded outcome ends a job in.
-    pub fn of(outcome: &Outcome) -> Self {
-        match outcome {
-            Outcome::Succeeded(_) => Self::Succeeded,
-            Outcome::Failed { .. } => Self::Failed,
-            Outcome::Cancelled => Self::Cancelled,
-        }
-    }
-}
+pub use crate::records::JobState;
 
 /// What a cancel request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,20 +282,8 @@ impl Services {
     /// submitted, or its record was removed by retention). Durable: works across
     /// restarts.
     pub async fn state(&self, run_id: &str) -> Result<Option<JobState>> {
-        if let Some(run) = self.run_record_of(run_id).await? {
-            let record = self.queue()?.view().job_record(&run.job_id).await?;
-            return Ok(Some(match record.map(|r| r.status) {
-                Some(JobStatus::Scheduled) => JobState::Scheduled,
-                Some(JobStatus::Pending) | None => JobState::Queued,
-                // Done/Dead with the run record still present: the settlement
-                // is in progress.
-                Some(JobStatus::Claimed | JobStatus::Done | JobStatus::Dead) => JobState::Running,
-            }));
-        }
-        Ok(self
-            .outcome(run_id)
-            .await?
-            .map(|r| JobState::of(&r.outcome)))
+        check_id(run_id)?;
+        crate::inspect::job_state(self.queue()?.view(), run_id).await
     }
 
     /// Cancel a job. A queued job is removed and recorded as cancelled in one

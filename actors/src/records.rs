@@ -58,6 +58,39 @@ pub enum Outcome {
     Cancelled,
 }
 
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for its `run_at`, or for a retry's backoff.
+    Scheduled,
+    /// Waiting to be claimed.
+    Queued,
+    /// Claimed by a handler.
+    Running,
+    /// Finished with an output.
+    Succeeded,
+    /// Finished with a failure.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl JobState {
+    /// Whether the job has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    /// The state a recorded outcome ends a job in.
+    pub fn of(outcome: &Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded(_) => Self::Succeeded,
+            Outcome::Failed { .. } => Self::Failed,
+            Outcome::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
 /// The outcome record at `gaffer/v1/outcomes/{run_id}`, committed in the same
 /// transaction as the settlement that ended the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

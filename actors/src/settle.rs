@@ -327,8 +327,7 @@ async fn owns(queue: &taquba::Queue, target: &Target, claim: &Claim) -> crate::R
 pub(crate) async fn settle(
     services: &Services,
     notify: &Notify,
-    claim: Claim,
-    attempts: Attempts,
+    (claim, attempts, history): (Claim, Attempts, Vec<PastAttempt>),
     ending: Ending,
     effects: StagedEffects,
     cost: Cost,
@@ -435,18 +434,8 @@ pub(crate) async fn settle(
         other => other,
     };
     // The queue forgets a job's claims when it is acknowledged: a job that
-    // was claimed before keeps them in its outcome record.
-    let history = if is_job && claim.attempts > 1 {
-        match queue.view().attempt_history(&claim.id).await {
-            Ok(history) => PastAttempt::from_history(&history),
-            Err(e) => {
-                warn!(%run_id, error = %e, "reading the job's attempt history failed; its outcome record goes without it");
-                Vec::new()
-            }
-        }
-    } else {
-        Vec::new()
-    };
+    // was claimed before keeps them (read when it was claimed) in its
+    // outcome record.
     let delivery = Delivery {
         claim: &claim,
         attempts: &attempts,

@@ -98,16 +98,8 @@ pub async fn send(
     Ok(ExitCode::from(code))
 }
 
-async fn job_state(store: &Store, run_id: &str) -> Result<Option<&'static str>, CliError> {
-    let view = store.view();
-    if let Some(rec) = inspect::outcome_record(view, run_id).await? {
-        return Ok(Some(match rec.outcome {
-            gaffer_actors::records::Outcome::Succeeded(_) => "succeeded",
-            gaffer_actors::records::Outcome::Failed { .. } => "failed",
-            gaffer_actors::records::Outcome::Cancelled => "cancelled",
-        }));
-    }
-    Ok(inspect::run_record(view, run_id)
+async fn job_state(store: &Store, run_id: &str) -> Result<Option<String>, CliError> {
+    Ok(inspect::job_state(store.view(), run_id)
         .await?
-        .map(|_| "submitted"))
+        .map(|state| format!("{state:?}").to_lowercase()))
 }

@@ -164,9 +164,10 @@ pub struct RequestReport {
     pub result: Option<String>,
     /// Why it was refused.
     pub reason: Option<String>,
-    /// `submit`: the job's state once applied (`submitted`, or how it
-    /// already ended: `succeeded`, `failed`, `cancelled`).
-    pub job_state: Option<&'static str>,
+    /// `submit`: the job's state once applied: `queued`, `scheduled`,
+    /// `running`, or how it already ended (`succeeded`, `failed`,
+    /// `cancelled`).
+    pub job_state: Option<String>,
 }
 
 impl Render for RequestReport {
@@ -180,7 +181,7 @@ impl Render for RequestReport {
         for (name, v) in [
             ("result", self.result.as_deref()),
             ("reason", self.reason.as_deref()),
-            ("job state", self.job_state),
+            ("job state", self.job_state.as_deref()),
         ] {
             if let Some(v) = v {
                 t.row([name.to_string(), v.to_string()]);

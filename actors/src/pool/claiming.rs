@@ -45,6 +45,8 @@ async fn release_all(queue: &taquba::Queue, held: Vec<Held>, why: &str) {
 pub struct Held {
     pub(super) claim: Claim,
     pub(super) attempts: Attempts,
+    /// Its earlier claims (empty on a first claim), for its outcome record.
+    pub(super) history: Vec<crate::records::PastAttempt>,
     /// The attempt's `gaffer.job` span: the user's code and the settlement
     /// run inside it.
     pub(super) span: tracing::Span,
@@ -89,7 +91,7 @@ impl PoolState {
                         let queue = &queue;
                         let job_type = &job_type;
                         async move {
-                            let attempts = attempts::of(queue, &claim, settings).await;
+                            let (attempts, history) = attempts::of(queue, &claim, settings).await;
                             let span = crate::settle::attempt_span(&claim, &attempts);
                             if let Some(at) = claim.claimed_at {
                                 // Runnable since its enqueue, or its run_at
@@ -101,6 +103,7 @@ impl PoolState {
                             Held {
                                 claim,
                                 attempts,
+                                history,
                                 span,
                             }
                         }

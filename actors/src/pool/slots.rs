@@ -274,7 +274,10 @@ impl PoolState {
         let span = held.span.clone();
         let settlement = async move {
             let Held {
-                claim, attempts, ..
+                claim,
+                attempts,
+                history,
+                ..
             } = held;
             // An attempt that did not succeed leaves its memo entries for the
             // next one (MemoWrites::OnFailure); a cancelled run has none.
@@ -289,7 +292,8 @@ impl PoolState {
                     warn!(job_id = %claim.id, entries, error = %e, "writing the failed attempt's memo entries failed; the next attempt computes them again");
                 }
             }
-            settle(&services, &notify, claim, attempts, ending, effects, cost).await;
+            let delivery = (claim, attempts, history);
+            settle(&services, &notify, delivery, ending, effects, cost).await;
             let _ = myself.cast(PoolMessage::Settled);
         };
         tokio::spawn(tracing::Instrument::instrument(settlement, span));
