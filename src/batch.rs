@@ -125,6 +125,7 @@ impl<P: Pipeline> Batch<P> {
             retention: self.retention,
             window: self.engine.services().settings().batch_window,
             max_rate: self.max_rate,
+            parent: tracing::Span::current(),
         }
     }
 

@@ -253,6 +253,7 @@ impl Client {
             priority: req.priority,
             max_attempts: req.max_attempts,
             run_at_ms: req.run_at.map(epoch_ms),
+            traceparent: gaffer_actors::telemetry::current_traceparent(),
         };
         send_as(
             &self.inner.sender,

@@ -39,6 +39,8 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
         priority: opts.priority,
         max_attempts: opts.max_attempts.or(job.max_attempts()),
         run_at: opts.run_at,
+        // Taken from the current span at `submit`, in the submitting task.
+        traceparent: None,
     })
 }
 

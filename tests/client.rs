@@ -263,6 +263,7 @@ async fn a_request_submitted_twice_is_one_job() {
         priority: None,
         max_attempts: None,
         run_at_ms: None,
+        traceparent: None,
     };
     let services = engine.engine_ref().services();
     let first = services

@@ -150,6 +150,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         retention: None,
         window: 100,
         max_rate: None,
+        parent: tracing::Span::none(),
     };
     let answer = ractor::call!(
         engine.actor(),
@@ -168,6 +169,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         retention: None,
         window: 100,
         max_rate: None,
+        parent: tracing::Span::none(),
     };
     let answer = ractor::call!(
         engine.actor(),
@@ -243,6 +245,7 @@ async fn undecodable_input_is_permanent() {
         retention: None,
         window: 10_000,
         max_rate: None,
+        parent: tracing::Span::none(),
     };
 
     let outcome = within(async {

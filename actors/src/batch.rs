@@ -84,6 +84,10 @@ pub struct BatchSpec {
     /// allows). The store's memory follows how fast the engine writes (see
     /// benches/README.md, "Memory"), so a pace is a memory budget.
     pub max_rate: Option<u32>,
+    /// The span the run's `gaffer.batch` span is a child of: the caller's
+    /// (`Span::current()` where the run was asked for, if this is
+    /// `Span::none()`).
+    pub parent: tracing::Span,
 }
 
 impl std::fmt::Debug for BatchSpec {

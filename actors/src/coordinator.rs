@@ -92,6 +92,10 @@ pub struct CoordinatorState {
     /// Items this run enqueued (paced by `spec.max_rate`) since `paced_since`.
     enqueued: u64,
     paced_since: Instant,
+    /// The run's `gaffer.batch` span: its events tell the run's progress.
+    span: tracing::Span,
+    /// Items counted when progress was last told (an event per tenth).
+    told: u64,
 }
 
 impl std::fmt::Debug for CoordinatorState {
@@ -305,6 +309,26 @@ impl CoordinatorState {
         self.record(&key, &marker, output).await;
     }
 
+    /// A debug event in the run's span at each tenth of the items counted.
+    fn tell_progress(&mut self) {
+        let total = self.head.as_ref().map(|h| h.total).unwrap_or(0);
+        let done = self.outcome.succeeded + self.outcome.failed + self.outcome.cancelled;
+        let step = (total / 10).max(1);
+        if total == 0 || (done < self.told + step && !(done == total && self.told < total)) {
+            return;
+        }
+        self.told = done;
+        tracing::debug!(
+            parent: &self.span,
+            done,
+            total,
+            succeeded = self.outcome.succeeded,
+            failed = self.outcome.failed,
+            cancelled = self.outcome.cancelled,
+            "batch progress"
+        );
+    }
+
     fn progress(&self) -> BatchProgress {
         BatchProgress {
             total: self.head.as_ref().map(|h| h.total).unwrap_or(0),
@@ -375,6 +399,14 @@ impl CoordinatorState {
         {
             warn!(batch_id = %self.spec.batch_id, error = %e, "writing the batch's retention entry failed");
         }
+        tracing::info!(
+            parent: &self.span,
+            succeeded = outcome.succeeded,
+            failed = outcome.failed,
+            cancelled = outcome.cancelled,
+            elapsed_ms = outcome.elapsed.as_millis() as u64,
+            "batch run completed"
+        );
         self.services.emit(EngineEvent::BatchCompleted {
             batch_id: self.spec.batch_id.clone(),
             succeeded: outcome.succeeded,
@@ -425,7 +457,17 @@ impl Actor for Coordinator {
         _myself: ActorRef<Self::Msg>,
         args: CoordinatorArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let span = tracing::info_span!(
+            parent: &args.spec.parent,
+            "gaffer.batch",
+            pipeline = %args.spec.pipeline,
+            batch_id = %args.spec.batch_id,
+            generation = tracing::field::Empty,
+            total = tracing::field::Empty,
+        );
         Ok(CoordinatorState {
+            span,
+            told: 0,
             spec: args.spec,
             services: args.services,
             batches: args.batches,
@@ -455,6 +497,9 @@ impl Actor for Coordinator {
             CoordinatorMessage::Begin(head, reply) => {
                 // A first generation with no item ever enqueued needs no reads.
                 state.fresh = head.generation == 1;
+                state.span.record("generation", head.generation);
+                state.span.record("total", head.total);
+                tracing::debug!(parent: &state.span, total = head.total, generation = head.generation, "batch run started");
                 state.sink = state
                     .spec
                     .sink
@@ -483,6 +528,7 @@ impl Actor for Coordinator {
                 marker,
             } => {
                 state.settled(key, job_id, *marker).await;
+                state.tell_progress();
                 state.maybe_finish(&myself).await;
             }
             CoordinatorMessage::GetProgress(reply) => {
@@ -495,6 +541,6 @@ impl Actor for Coordinator {
 }
 
 async fn fail(state: &mut CoordinatorState, myself: &ActorRef<CoordinatorMessage>, e: EngineError) {
-    warn!(batch_id = %state.spec.batch_id, error = %e, "batch run failed; resume it to continue");
+    warn!(parent: &state.span, batch_id = %state.spec.batch_id, error = %e, "batch run failed; resume it to continue");
     state.end(myself, Err(e));
 }

@@ -23,6 +23,10 @@ where
     I: futures_util::Stream<Item = Result<(String, Vec<u8>)>> + Unpin,
 {
     check_batch_id(&spec.batch_id)?;
+    let mut spec = spec;
+    if spec.parent.is_none() {
+        spec.parent = tracing::Span::current();
+    }
     let coordinator = start_coordinator(services, registry, spec.clone(), None).await?;
     // Dropping this future (or an error below) ends the run: the coordinator
     // stops; queued items keep running and `resume` completes them.

@@ -115,6 +115,9 @@ pub struct IntakeRequest {
     /// Earliest time to run, epoch ms.
     #[serde(default)]
     pub run_at_ms: Option<u64>,
+    /// The W3C `traceparent` of the client's span (feature `otel`).
+    #[serde(default)]
+    pub traceparent: Option<String>,
 }
 
 impl IntakeRequest {
@@ -131,6 +134,7 @@ impl IntakeRequest {
             run_at: self
                 .run_at_ms
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            traceparent: self.traceparent,
         }
     }
 }

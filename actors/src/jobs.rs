@@ -37,6 +37,11 @@ pub struct SubmitRequest {
     pub max_attempts: Option<u32>,
     /// Earliest time to run; `None` = now.
     pub run_at: Option<SystemTime>,
+    /// The W3C `traceparent` of the submitter's span, which each attempt's
+    /// span becomes a child of (feature `otel`). `None` = the span current
+    /// at [`Services::submit`], if it has an OpenTelemetry context. Set by a
+    /// submitter in another process (the client), whose span is not here.
+    pub traceparent: Option<String>,
 }
 
 /// What a submission came to.
@@ -89,13 +94,16 @@ impl Services {
         tracing::Instrument::instrument(self.submit_inner(req), span).await
     }
 
-    async fn submit_inner(&self, req: SubmitRequest) -> Result<Submitted> {
+    async fn submit_inner(&self, mut req: SubmitRequest) -> Result<Submitted> {
         if let Some(h) = req
             .headers
             .keys()
             .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
         {
             return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        if req.traceparent.is_none() {
+            req.traceparent = crate::telemetry::current_traceparent();
         }
         let job_queue = self.job_queue(&req.job_type)?;
         let queue = self.queue()?;
@@ -221,6 +229,9 @@ impl Services {
         let mut headers = req.headers.clone();
         headers.insert(keys::HEADER_TYPE.into(), req.job_type.clone());
         headers.insert(keys::HEADER_RUN.into(), run_id.into());
+        if let Some(traceparent) = &req.traceparent {
+            headers.insert(keys::HEADER_TRACEPARENT.into(), traceparent.clone());
+        }
         // gaffer counts attempts itself (see `attempts`): the queue's own
         // limit is out of reach, and a limit other than the queue's default
         // travels in a header.

@@ -49,6 +49,10 @@ pub const HEADER_KEY: &str = "gaffer.key";
 /// for them. Without it, a first attempt knows no entry can exist and looks
 /// in no store (see the memo module).
 pub const HEADER_MEMO: &str = "gaffer.memo";
+/// Header carrying the W3C `traceparent` of the span that submitted a job
+/// (feature `otel`): each attempt's `gaffer.job` span becomes its child, in
+/// this process or another, before or after a restart.
+pub const HEADER_TRACEPARENT: &str = "gaffer.traceparent";
 /// Longest item key accepted, in bytes.
 pub const MAX_ITEM_KEY_LEN: usize = 1024;
 

@@ -177,6 +177,9 @@ pub(crate) fn attempt_span(claim: &Claim, attempts: &Attempts) -> tracing::Span 
             span.record("item_key", key.as_str());
         }
     }
+    if let Some(traceparent) = claim.headers.get(keys::HEADER_TRACEPARENT) {
+        crate::telemetry::adopt_traceparent(&span, traceparent);
+    }
     span
 }
 

@@ -3,6 +3,10 @@
 //! until the host process installs a recorder). Labels are job types,
 //! pipelines, results and actor names: never ids (bounded cardinality).
 //! The table of every metric is docs/metrics.md.
+//!
+//! Trace context (feature `otel`): [`current_traceparent`] is the W3C
+//! `traceparent` of the current span, taken at submit and stored with the
+//! job; [`adopt_traceparent`] makes an attempt's span its child.
 
 /// How an attempt ended (the `result` label of `gaffer_attempts_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,4 +132,47 @@ pub fn restarted(actor: &'static str) {
     metrics::counter!("gaffer_actor_restarts_total", "actor" => actor).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = actor;
+}
+
+/// The W3C `traceparent` of the current span's OpenTelemetry context, when
+/// it has a valid one (feature `otel`, with a `tracing-opentelemetry` layer
+/// installed); `None` otherwise.
+pub fn current_traceparent() -> Option<String> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::propagation::TextMapPropagator;
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let cx = tracing::Span::current().context();
+        if !cx.span().span_context().is_valid() {
+            return None;
+        }
+        let mut carrier = std::collections::HashMap::new();
+        opentelemetry_sdk::propagation::TraceContextPropagator::new()
+            .inject_context(&cx, &mut carrier);
+        carrier.remove("traceparent")
+    }
+    #[cfg(not(feature = "otel"))]
+    None
+}
+
+/// Make `span` a child of the remote span `traceparent` (feature `otel`; a
+/// malformed value is ignored: the span starts its own trace).
+pub fn adopt_traceparent(span: &tracing::Span, traceparent: &str) {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::propagation::TextMapPropagator;
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let carrier =
+            std::collections::HashMap::from([("traceparent".to_string(), traceparent.to_string())]);
+        let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+        if cx.span().span_context().is_valid() {
+            // Fails only when no OpenTelemetry layer is installed: nothing
+            // would record the parent anyway.
+            let _ = span.set_parent(cx);
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = (span, traceparent);
 }

@@ -42,6 +42,7 @@ pub fn submit_op(
         priority: None,
         max_attempts: None,
         run_at_ms: None,
+        traceparent: None,
     });
     Ok((op, request_id, run_id))
 }

@@ -152,6 +152,12 @@ struct ChildArgs {
     job_workers: usize,
     #[arg(long)]
     tmp_dir: Option<std::path::PathBuf>,
+    /// gaffer only, built with `--features telemetry`: a fmt subscriber at
+    /// `info` (to stderr) and a Prometheus recorder, installed before the
+    /// engine starts.
+    #[arg(long)]
+    #[serde(default)]
+    telemetry: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -678,8 +684,27 @@ fn jobs_note(w: Workload, n: usize, correct: bool, newly: usize, runs: usize) ->
     (ok, note)
 }
 
+/// `--telemetry`: what an operator runs gaffer under.
+fn install_telemetry(a: &ChildArgs) -> Result<(), BoxErr> {
+    if !a.telemetry {
+        return Ok(());
+    }
+    #[cfg(feature = "telemetry")]
+    {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(std::io::stderr)
+            .init();
+        metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        Ok(())
+    }
+    #[cfg(not(feature = "telemetry"))]
+    Err("--telemetry needs a build with `--features telemetry`".into())
+}
+
 async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
     use gaffer::taquba::object_store::memory::InMemory;
+    install_telemetry(a)?;
     let dir = temp_dir(a)?;
     let mut b = gaffer::Engine::builder();
     b = match a.store {
@@ -1578,6 +1603,7 @@ fn parent_main(cli: Cli) {
                                     conc,
                                     job_workers: cli.job_workers,
                                     tmp_dir: cli.tmp_dir.clone(),
+                                    telemetry: false,
                                 },
                             ));
                         }
@@ -1987,6 +2013,7 @@ fn peers_main(p: PeersArgs) {
                             conc: p.job_workers,
                             job_workers: p.job_workers,
                             tmp_dir: p.tmp_dir.clone(),
+                            telemetry: false,
                         },
                     ));
                 }
