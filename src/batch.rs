@@ -32,6 +32,7 @@ pub struct Batch<P: Pipeline> {
     fail_threshold: Option<f64>,
     retention: Option<Duration>,
     max_rate: Option<u32>,
+    on_complete: Option<gaffer_actors::SubmitRequest>,
     _p: PhantomData<fn() -> P>,
 }
 
@@ -55,6 +56,7 @@ impl<P: Pipeline> Batch<P> {
             fail_threshold: None,
             retention: None,
             max_rate: None,
+            on_complete: None,
             _p: PhantomData,
         }
     }
@@ -109,6 +111,23 @@ impl<P: Pipeline> Batch<P> {
         self
     }
 
+    /// A job to run when a run of this batch completes (every item counted):
+    /// it is created in the run's final transaction, so each run that
+    /// completes creates it exactly once, also when the process dies at the
+    /// last item (the resume that completes the run creates it). Its
+    /// [`JobContext::completed_batch`](crate::JobContext::completed_batch)
+    /// holds the run's counts; [`BulkReport::on_complete`] its id. Not
+    /// stored: each run or resume sets its own (as its sink). `J` must be
+    /// registered; its idempotency key is not used.
+    pub fn on_complete<J: crate::Job>(mut self, job: J) -> Result<Self> {
+        self.engine.services().job_queue(J::NAME)?;
+        self.on_complete = Some(crate::submit::submit_request(
+            &job,
+            crate::SubmitOptions::default(),
+        )?);
+        Ok(self)
+    }
+
     /// The bytes-level spec of this batch (its sink wrapped to decode outputs
     /// as `P::Output`), for the `RunBatch` messages of the actor protocol.
     pub fn spec(&self) -> BatchSpec {
@@ -126,6 +145,7 @@ impl<P: Pipeline> Batch<P> {
             window: self.engine.services().settings().batch_window,
             max_rate: self.max_rate,
             parent: tracing::Span::current(),
+            on_complete: self.on_complete.clone(),
         }
     }
 
@@ -204,6 +224,7 @@ impl<P: Pipeline> Batch<P> {
             failed_keys: o.failed_keys,
             sink_errors: o.sink_errors,
             sink_error_keys: o.sink_error_keys,
+            on_complete: o.on_complete,
         };
         if let Some(threshold) = self.fail_threshold
             && report.total > 0

@@ -12,12 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use gaffer_actors::Delivery;
 use gaffer_actors::effects::Effects;
+use gaffer_actors::erased::CompletedBatch;
 
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
 use crate::job::Job;
 use crate::state::StateMap;
-use crate::submit::{SubmitOptions, submit_typed};
+use crate::submit::{SubmitOptions, submit_request, submit_typed};
 
 /// The context of one delivery of a job: its id and attempt, the application
 /// state, the lease, the cancel token, the memo, the effects, KV reads and
@@ -132,6 +133,37 @@ impl JobContext {
     /// [`submit`](Self::submit) with options.
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
         submit_typed(&self.delivery.engine, job, opts).await
+    }
+
+    /// The batch run this job completes, when it is a batch's completion
+    /// job ([`Batch::on_complete`](crate::Batch::on_complete)): the batch id,
+    /// the run's generation and its counts. `None` for any other job.
+    pub fn completed_batch(&self) -> Option<&CompletedBatch> {
+        self.delivery.completes.as_ref()
+    }
+
+    /// A follow-up: `job` is created if, and only if, this job succeeds, in
+    /// the same transaction that records the success (with its run record,
+    /// like [`effects`](Self::effects)). A failed attempt's follow-ups are
+    /// dropped, a retry stages its own, and a crash after the success
+    /// commit cannot lose one: the follow-up exists exactly once.
+    ///
+    /// Returns the id the follow-up will have (derived from this job's id
+    /// and the follow-up's position among this attempt's follow-ups): after
+    /// this job succeeds, [`Engine::handle`](crate::Engine::handle) on it
+    /// gives its handle; the parent's [`JobHandle::followups`] lists them.
+    /// `job`'s idempotency key is not used (the parent's success is what
+    /// makes it one job). Fails at once if `J` is not registered or a header
+    /// is reserved.
+    pub fn then<J: Job>(&self, job: J) -> Result<String> {
+        self.then_with(job, SubmitOptions::default())
+    }
+
+    /// [`then`](Self::then) with options (`run_at` delays the follow-up).
+    pub fn then_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
+        self.delivery.engine.check_job_type(J::NAME)?;
+        let request = submit_request(&job, opts)?;
+        Ok(self.delivery.effects.then(&self.delivery.run_id, request)?)
     }
 }
 

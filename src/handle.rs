@@ -187,6 +187,18 @@ impl<J: Job> JobHandle<J> {
     pub async fn cancel(&self) -> Result<CancelResult> {
         Ok(self.engine.cancel(self.id.clone()).await?)
     }
+
+    /// The ids of the follow-up jobs this job's success created
+    /// ([`JobContext::then`](crate::JobContext::then)), in the order it
+    /// staged them: `Ok(None)` while the job has not ended, `Ok(Some([]))`
+    /// if it ended without follow-ups (or did not succeed).
+    pub async fn followups(&self) -> Result<Option<Vec<String>>> {
+        Ok(self
+            .engine
+            .peek_outcome(self.id.clone())
+            .await?
+            .map(|record| record.followups))
+    }
 }
 
 impl<J: Job> IntoFuture for JobHandle<J> {

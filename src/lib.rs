@@ -74,6 +74,7 @@ pub use sink::{
 pub use submit::{SubmitOptions, submit_request};
 
 pub use gaffer_actors::effects::Effects;
+pub use gaffer_actors::erased::CompletedBatch;
 /// Test helpers (feature `testing`): a fault-injecting object store.
 #[cfg(feature = "testing")]
 pub use gaffer_actors::testing;

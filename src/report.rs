@@ -32,6 +32,10 @@ pub struct BulkReport {
     pub sink_errors: u64,
     /// Keys of those items, in order.
     pub sink_error_keys: Vec<String>,
+    /// The id of the completion job this run created
+    /// ([`Batch::on_complete`](crate::Batch::on_complete)): `Engine::handle`
+    /// on it gives its handle.
+    pub on_complete: Option<String>,
 }
 
 /// A running batch's progress.

@@ -674,6 +674,7 @@ async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not
         finished_at_ms: common::T0_MS,
         outcome: Outcome::Succeeded(OutputRef::Inline(rmp_serde::to_vec(&5u32).unwrap())),
         history: Vec::new(),
+        followups: Vec::new(),
     };
     let decoded = engine.read_outcome::<Counted>(&record).await;
     assert!(

@@ -151,6 +151,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         window: 100,
         max_rate: None,
         parent: tracing::Span::none(),
+        on_complete: None,
     };
     let answer = ractor::call!(
         engine.actor(),
@@ -170,6 +171,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         window: 100,
         max_rate: None,
         parent: tracing::Span::none(),
+        on_complete: None,
     };
     let answer = ractor::call!(
         engine.actor(),
@@ -246,6 +248,7 @@ async fn undecodable_input_is_permanent() {
         window: 10_000,
         max_rate: None,
         parent: tracing::Span::none(),
+        on_complete: None,
     };
 
     let outcome = within(async {

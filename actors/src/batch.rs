@@ -88,6 +88,12 @@ pub struct BatchSpec {
     /// (`Span::current()` where the run was asked for, if this is
     /// `Span::none()`).
     pub parent: tracing::Span,
+    /// A job to create when this run completes (every item counted), in the
+    /// run's final transaction, once per run: its run id is
+    /// [`keys::completion_run_id`](crate::keys::completion_run_id) of the
+    /// batch and the run's generation. Not stored: each run or resume sets
+    /// its own.
+    pub on_complete: Option<crate::jobs::SubmitRequest>,
 }
 
 impl std::fmt::Debug for BatchSpec {
@@ -123,6 +129,9 @@ pub struct BatchOutcome {
     pub sink_errors: u64,
     /// Keys of those items, in order.
     pub sink_error_keys: Vec<String>,
+    /// The run id of the completion job this run created
+    /// ([`BatchSpec::on_complete`]).
+    pub on_complete: Option<String>,
 }
 
 /// The message an actor that ran a batch by `RunBatchAndTell`, or watches it

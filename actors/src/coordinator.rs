@@ -394,10 +394,19 @@ impl CoordinatorState {
             );
             return;
         }
-        if let Some(retention) = self.spec.retention
-            && let Err(e) = self.write_expiry(&head, retention).await
-        {
-            warn!(batch_id = %self.spec.batch_id, error = %e, "writing the batch's retention entry failed");
+        match self.final_commit(&head, &outcome).await {
+            Ok(completion) => outcome.on_complete = completion,
+            // Without a completion job only the retention entry is lost:
+            // the run still completes.
+            Err(e) if self.spec.on_complete.is_none() => {
+                warn!(batch_id = %self.spec.batch_id, error = %e, "writing the batch's retention entry failed");
+            }
+            // Its completion job must exist once the run is reported
+            // complete: fail the run (a resume completes it again).
+            Err(e) => {
+                fail(self, myself, e).await;
+                return;
+            }
         }
         tracing::info!(
             parent: &self.span,
@@ -429,21 +438,65 @@ impl CoordinatorState {
         myself.stop(None);
     }
 
-    async fn write_expiry(&self, head: &BatchHead, retention: std::time::Duration) -> Result<()> {
+    /// The run's final transaction: its retention entry (with
+    /// `spec.retention`) and its completion job (with `spec.on_complete`),
+    /// in one commit. The completion job is created only if its run id (of
+    /// this batch and generation) has neither a run nor an outcome record,
+    /// so a run completes with one completion job at most. Answers its id.
+    async fn final_commit(
+        &self,
+        head: &BatchHead,
+        outcome: &BatchOutcome,
+    ) -> Result<Option<String>> {
         let queue = self.services.queue()?;
-        let due = self
-            .services
-            .clock()
-            .now_ms()
-            .saturating_add(retention.as_millis() as u64);
-        let suffix = format!("{:016x}{}", head.generation, self.spec.batch_id);
-        let fx = SettlementEffects::default().expiry_entry(
-            self.services.batch_expiry(),
-            due,
-            suffix.as_bytes(),
+        let mut fx = SettlementEffects::default();
+        if let Some(retention) = self.spec.retention {
+            let due = self
+                .services
+                .clock()
+                .now_ms()
+                .saturating_add(retention.as_millis() as u64);
+            let suffix = format!("{:016x}{}", head.generation, self.spec.batch_id);
+            fx = fx.expiry_entry(self.services.batch_expiry(), due, suffix.as_bytes());
+        }
+        let Some(request) = &self.spec.on_complete else {
+            if self.spec.retention.is_some() {
+                queue.commit_effects(fx).await?;
+            }
+            return Ok(None);
+        };
+        let run_id = crate::keys::completion_run_id(&self.spec.batch_id, head.generation);
+        let mut request = request.clone();
+        request.headers.insert(
+            crate::keys::HEADER_COMPLETES.to_string(),
+            crate::erased::CompletedBatch {
+                batch_id: self.spec.batch_id.clone(),
+                generation: head.generation,
+                total: head.total,
+                succeeded: outcome.succeeded,
+                failed: outcome.failed,
+                cancelled: outcome.cancelled,
+            }
+            .encode(),
         );
-        queue.commit_effects(fx).await?;
-        Ok(())
+        let with_job = self
+            .services
+            .creation_effects(fx.clone(), &request, &run_id)?;
+        let run_key = crate::keys::run_key(&run_id);
+        let outcome_key = crate::keys::outcome_key(&run_id);
+        let compares: [(&[u8], Option<&[u8]>); 2] = [(&run_key, None), (&outcome_key, None)];
+        if queue
+            .kv_compare_commit(&compares, with_job)
+            .await?
+            .is_none()
+        {
+            // Created already (this generation's completion committed, then
+            // the run was driven again): keep that one.
+            if self.spec.retention.is_some() {
+                queue.commit_effects(fx).await?;
+            }
+        }
+        Ok(Some(run_id))
     }
 }
 

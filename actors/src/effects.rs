@@ -1,5 +1,5 @@
-//! Staged KV effects: writes a handler asks for, applied atomically with its
-//! successful settlement and never otherwise.
+//! Staged effects: KV writes and follow-up jobs a handler asks for, applied
+//! atomically with its successful settlement and never otherwise.
 //!
 //! Clones share one accumulator: the accumulator is attempt-local (it lives for
 //! one delivery of one job and is sealed when the job returns), so it is the
@@ -10,10 +10,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{EngineError, Result};
-use crate::keys::RESERVED_KV_PREFIX;
+use crate::jobs::SubmitRequest;
+use crate::keys::{self, RESERVED_HEADER_PREFIX, RESERVED_KV_PREFIX};
 
-/// What one attempt staged: `Some(v)` puts, `None` deletes.
-pub type StagedEffects = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+/// What one attempt staged.
+#[derive(Debug, Default)]
+pub struct StagedEffects {
+    /// KV writes: `Some(v)` puts, `None` deletes.
+    pub kv: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Follow-up jobs, with the run id each gets.
+    pub followups: Vec<(String, SubmitRequest)>,
+}
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -57,15 +64,43 @@ impl Effects {
         if inner.sealed {
             return Err(EngineError::EffectsSealed);
         }
-        if let Some(existing) = inner.staged.get(&key)
+        if let Some(existing) = inner.staged.kv.get(&key)
             && existing.is_some() != value.is_some()
         {
             return Err(EngineError::ConflictingKvEffect(
                 String::from_utf8_lossy(&key).into_owned(),
             ));
         }
-        inner.staged.insert(key, value);
+        inner.staged.kv.insert(key, value);
         Ok(())
+    }
+
+    /// Stage a follow-up job of the run `parent`: it is created, with its
+    /// run record, in the transaction that records the parent's success, and
+    /// never otherwise. Returns its run id, derived from the parent's and the
+    /// follow-up's position among them (an attempt that stages the same
+    /// follow-ups in the same order names them alike; only the attempt that
+    /// succeeds creates them). The request's idempotency key and run id are
+    /// not used; without a `traceparent` of its own it takes the current
+    /// span's (feature `otel`).
+    pub fn then(&self, parent: &str, mut request: SubmitRequest) -> Result<String> {
+        if let Some(h) = request
+            .headers
+            .keys()
+            .find(|h| h.starts_with(RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        if request.traceparent.is_none() {
+            request.traceparent = crate::telemetry::current_traceparent();
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.sealed {
+            return Err(EngineError::EffectsSealed);
+        }
+        let run_id = keys::followup_run_id(parent, inner.staged.followups.len());
+        inner.staged.followups.push((run_id.clone(), request));
+        Ok(run_id)
     }
 
     /// Seal the handle and take what was staged. Later staging fails with
@@ -100,8 +135,8 @@ mod tests {
         ));
         e.delete("gone").unwrap();
         let staged = e.seal();
-        assert_eq!(staged.get(b"k".as_slice()), Some(&Some(b"w".to_vec())));
-        assert_eq!(staged.get(b"gone".as_slice()), Some(&None));
+        assert_eq!(staged.kv.get(b"k".as_slice()), Some(&Some(b"w".to_vec())));
+        assert_eq!(staged.kv.get(b"gone".as_slice()), Some(&None));
     }
 
     #[test]
@@ -110,11 +145,42 @@ mod tests {
         let clone = e.clone();
         clone.put("a", "1").unwrap();
         let staged = e.seal();
-        assert_eq!(staged.len(), 1);
+        assert_eq!(staged.kv.len(), 1);
         assert!(matches!(
             clone.put("b", "2"),
             Err(EngineError::EffectsSealed)
         ));
+        assert!(matches!(
+            clone.then("p", SubmitRequest::default()),
+            Err(EngineError::EffectsSealed)
+        ));
+    }
+
+    #[test]
+    fn follow_ups_are_named_by_parent_and_position() {
+        let first = Effects::default();
+        let a = first.then("parent", SubmitRequest::default()).unwrap();
+        let b = first.then("parent", SubmitRequest::default()).unwrap();
+        assert_ne!(a, b);
+        assert!(keys::is_valid_id(&a));
+        // Another attempt of the same parent names them alike.
+        let again = Effects::default();
+        assert_eq!(again.then("parent", SubmitRequest::default()).unwrap(), a);
+        assert_ne!(
+            Effects::default()
+                .then("other", SubmitRequest::default())
+                .unwrap(),
+            a
+        );
+        let reserved = SubmitRequest {
+            headers: [("gaffer.run".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            first.then("parent", reserved),
+            Err(EngineError::ReservedHeader(_))
+        ));
+        assert_eq!(first.seal().followups.len(), 2);
     }
 }
 

@@ -52,8 +52,55 @@ pub struct Delivery {
     /// What the job can reach of its engine (KV reads, child submissions and
     /// waits for them).
     pub engine: Arc<dyn JobEngine>,
+    /// The batch run this job completes, if it is a batch's completion job.
+    pub completes: Option<CompletedBatch>,
     /// The worker slot it runs in (a wait for another job parks it).
     pub(crate) parking: crate::parking::Parking,
+}
+
+/// The batch run a completion job completes (`Batch::on_complete`), from
+/// its `gaffer.completes` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedBatch {
+    /// Batch id.
+    pub batch_id: String,
+    /// The run's generation (1 for the first run; each run or resume adds 1).
+    pub generation: u64,
+    /// Items in the batch.
+    pub total: u64,
+    /// Items succeeded.
+    pub succeeded: u64,
+    /// Items failed.
+    pub failed: u64,
+    /// Items cancelled.
+    pub cancelled: u64,
+}
+
+impl CompletedBatch {
+    /// The header value.
+    pub fn encode(&self) -> String {
+        format!(
+            "{},{},{},{},{},{}",
+            self.total, self.succeeded, self.failed, self.cancelled, self.generation, self.batch_id
+        )
+    }
+
+    /// Read a header value (`None` if it is not one).
+    pub fn decode(value: &str) -> Option<Self> {
+        let mut parts = value.splitn(6, ',');
+        let mut number = || parts.next()?.parse::<u64>().ok();
+        let (total, succeeded, failed, cancelled, generation) =
+            (number()?, number()?, number()?, number()?, number()?);
+        let batch_id = parts.next()?.to_string();
+        Some(Self {
+            batch_id,
+            generation,
+            total,
+            succeeded,
+            failed,
+            cancelled,
+        })
+    }
 }
 
 /// Where a bulk item belongs.
@@ -127,6 +174,8 @@ pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
     fn output_bytes(&self, output: OutputRef) -> BoxFuture<Result<Vec<u8>>>;
     /// A committed value of the queue's KV namespace.
     fn kv_get(&self, key: Vec<u8>) -> BoxFuture<Result<Option<Vec<u8>>>>;
+    /// `UnknownJobType` unless `job_type` is a job type of this engine.
+    fn check_job_type(&self, job_type: &str) -> Result<()>;
 }
 
 /// User code behind a job type, with its types erased.

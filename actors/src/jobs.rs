@@ -147,18 +147,7 @@ impl Services {
         }
         let run_key = keys::run_key(&run_id);
         for _ in 0..MAX_SUBMIT_ROUNDS {
-            let job_id = queue.next_job_id();
-            let (options, payload) = self.enqueue_options(&req, &run_id, &job_id);
-            let effects = SettlementEffects::default()
-                .kv_put(
-                    run_key.clone(),
-                    self.run_record(&job_id, &req.job_type, hash)?,
-                )
-                .enqueue(EnqueueRequest {
-                    queue: job_queue.to_string(),
-                    payload,
-                    options,
-                });
+            let effects = self.creation_effects(SettlementEffects::default(), &req, &run_id)?;
             let compares: [(&[u8], Option<&[u8]>); 2] = [(&run_key, None), (&outcome_key, None)];
             if queue.kv_compare_commit(&compares, effects).await?.is_some() {
                 return Ok(Submitted {
@@ -209,6 +198,32 @@ impl Services {
         let mut submitted = self.answer(record.input_hash, hash, run_id)?;
         submitted.recorded = Some(Box::new(record));
         Ok(submitted)
+    }
+
+    /// `fx` plus what creates the run `run_id` of `req` as one commit: its
+    /// run record and the enqueue of its first queue job. The caller
+    /// decides when it may commit (a compare for a keyed submission; the
+    /// parent's success for a follow-up).
+    pub(crate) fn creation_effects(
+        &self,
+        fx: SettlementEffects,
+        req: &SubmitRequest,
+        run_id: &str,
+    ) -> Result<SettlementEffects> {
+        let job_queue = self.job_queue(&req.job_type)?;
+        let job_id = self.queue()?.next_job_id();
+        let hash = keys::input_hash(&req.job_type, &req.payload);
+        let (options, payload) = self.enqueue_options(req, run_id, &job_id);
+        Ok(fx
+            .kv_put(
+                keys::run_key(run_id),
+                self.run_record(&job_id, &req.job_type, hash)?,
+            )
+            .enqueue(EnqueueRequest {
+                queue: job_queue.to_string(),
+                payload,
+                options,
+            }))
     }
 
     fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Result<Vec<u8>> {
@@ -320,6 +335,7 @@ impl Services {
                 finished_at_ms: self.clock().now_ms(),
                 outcome: Outcome::Cancelled,
                 history: Vec::new(),
+                followups: Vec::new(),
             };
             let effects = self.terminal_effects(run_id, &record)?;
             match queue.cancel_with(&run.job_id, effects).await?.0 {

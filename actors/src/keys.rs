@@ -53,6 +53,10 @@ pub const HEADER_MEMO: &str = "gaffer.memo";
 /// (feature `otel`): each attempt's `gaffer.job` span becomes its child, in
 /// this process or another, before or after a restart.
 pub const HEADER_TRACEPARENT: &str = "gaffer.traceparent";
+/// Header on a batch's completion job: the batch id and its run's counts,
+/// `{total},{succeeded},{failed},{cancelled},{generation},{batch_id}`
+/// (see [`CompletedBatch`](crate::erased::CompletedBatch)).
+pub const HEADER_COMPLETES: &str = "gaffer.completes";
 /// Longest item key accepted, in bytes.
 pub const MAX_ITEM_KEY_LEN: usize = 1024;
 
@@ -269,6 +273,20 @@ pub fn input_hash(job_type: &str, payload: &[u8]) -> [u8; 32] {
 /// The run id of a keyed job: hex SHA-256 of the idempotency key.
 pub fn keyed_run_id(key: &str) -> String {
     hex_sha256(key.as_bytes())
+}
+
+/// The run id of the `index`th follow-up of the run `parent`
+/// ([`Effects::then`](crate::effects::Effects::then)): hex SHA-256 of
+/// `gaffer.then`, the parent's id and the index, NUL-separated.
+pub fn followup_run_id(parent: &str, index: usize) -> String {
+    hex_sha256(format!("gaffer.then\0{parent}\0{index}").as_bytes())
+}
+
+/// The run id of the completion job of generation `generation` of the batch
+/// `batch_id`: hex SHA-256 of `gaffer.complete`, the batch id and the
+/// generation, NUL-separated.
+pub fn completion_run_id(batch_id: &str, generation: u64) -> String {
+    hex_sha256(format!("gaffer.complete\0{batch_id}\0{generation}").as_bytes())
 }
 
 /// Whether `id` is an acceptable job id: 1–128 bytes of `[A-Za-z0-9_-]`.

@@ -438,6 +438,10 @@ impl EngineRef {
 }
 
 impl JobEngine for EngineRef {
+    fn check_job_type(&self, job_type: &str) -> Result<()> {
+        self.services.job_queue(job_type).map(|_| ())
+    }
+
     fn submit(&self, request: SubmitRequest) -> BoxFuture<Result<Submitted>> {
         let this = self.clone();
         Box::pin(async move { this.submit(request).await })

@@ -114,6 +114,10 @@ pub struct OutcomeRecord {
     /// field existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<PastAttempt>,
+    /// The run ids of the follow-up jobs its success created
+    /// (`JobContext::then`), in the order they were staged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followups: Vec<String>,
 }
 
 impl OutcomeRecord {
@@ -231,6 +235,7 @@ mod tests {
                 message: "no".into(),
             },
             history: Vec::new(),
+            followups: vec!["f".into()],
         };
         let bytes = encode(&rec).unwrap();
         let back: OutcomeRecord = decode(b"k", &bytes).unwrap();

@@ -229,6 +229,8 @@ struct Delivery<'a> {
     claim: &'a Claim,
     attempts: &'a Attempts,
     history: Vec<PastAttempt>,
+    /// The run ids of the follow-ups a success creates.
+    followups: Vec<String>,
 }
 
 /// The effects that end a target, and the notification to send once they commit.
@@ -244,6 +246,7 @@ fn terminal(
         claim,
         attempts,
         history,
+        followups,
     } = delivery;
     match target {
         Target::Job { run_id } => {
@@ -254,6 +257,10 @@ fn terminal(
                 // A job failed without running (attempts spent) used its limit.
                 attempts: attempts.number.min(attempts.limit),
                 finished_at_ms: services.clock().now_ms(),
+                followups: match end {
+                    End::Succeeded(_) => followups,
+                    _ => Vec::new(),
+                },
                 outcome: match end {
                     End::Succeeded(out) => Outcome::Succeeded(out),
                     End::Failed { kind, message } => Outcome::Failed { kind, message },
@@ -439,15 +446,25 @@ pub(crate) async fn settle(
     // The queue forgets a job's claims when it is acknowledged: a job that
     // was claimed before keeps them (read when it was claimed) in its
     // outcome record.
+    let StagedEffects { kv, followups } = effects;
     let delivery = Delivery {
         claim: &claim,
         attempts: &attempts,
         history,
+        followups: followups.iter().map(|(id, _)| id.clone()).collect(),
     };
-    let (fx, told) = match terminal(services, &target, &job_type, delivery, end, &cost) {
+    let succeeded = matches!(end, End::Succeeded(_));
+    let parts =
+        terminal(services, &target, &job_type, delivery, end, &cost).and_then(|(fx, told)| {
+            match succeeded {
+                true => Ok((with_user(services, fx, kv, &followups)?, told)),
+                false => Ok((fx, told)),
+            }
+        });
+    let (fx, told) = match parts {
         Ok(parts) => parts,
         Err(e) => {
-            warn!(%run_id, error = %e, "the run's record failed to encode; the job stays claimed until its lease expires, then retries");
+            warn!(%run_id, error = %e, "preparing the settlement failed (a record that does not encode, or a follow-up of a type this engine does not have); the job stays claimed until its lease expires, then retries");
             return false;
         }
     };
@@ -458,12 +475,12 @@ pub(crate) async fn settle(
     }
     let result = match &told {
         Told::Job(record) => match &record.outcome {
-            Outcome::Succeeded(_) => queue.ack_with(&claim, with_user(fx, effects)).await,
+            Outcome::Succeeded(_) => queue.ack_with(&claim, fx).await,
             Outcome::Failed { message, .. } => queue.dead_letter_with(&claim, message, fx).await,
             Outcome::Cancelled => queue.dead_letter_with(&claim, "cancelled", fx).await,
         },
         Told::Item(marker) => match marker.status {
-            ItemStatus::Succeeded => queue.ack_with(&claim, with_user(fx, effects)).await,
+            ItemStatus::Succeeded => queue.ack_with(&claim, fx).await,
             ItemStatus::Failed => {
                 let message = marker.error.as_deref().unwrap_or("failed");
                 queue.dead_letter_with(&claim, message, fx).await
@@ -541,9 +558,16 @@ pub(crate) async fn settle(
     true
 }
 
-/// The terminal effects plus the user's staged KV effects (success only).
-fn with_user(mut fx: SettlementEffects, effects: StagedEffects) -> SettlementEffects {
-    for (key, value) in effects {
+/// The terminal effects plus what the attempt staged (success only): its KV
+/// effects, and the creation of each follow-up job (its run record and
+/// first queue job), so that a follow-up exists iff its parent succeeded.
+fn with_user(
+    services: &Services,
+    mut fx: SettlementEffects,
+    kv: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    followups: &[(String, crate::jobs::SubmitRequest)],
+) -> crate::Result<SettlementEffects> {
+    for (key, value) in kv {
         match value {
             Some(v) => {
                 fx.kv_writes.insert(key, v);
@@ -551,5 +575,8 @@ fn with_user(mut fx: SettlementEffects, effects: StagedEffects) -> SettlementEff
             None => fx.kv_deletes.push(key),
         }
     }
-    fx
+    for (run_id, request) in followups {
+        fx = services.creation_effects(fx, request, run_id)?;
+    }
+    Ok(fx)
 }

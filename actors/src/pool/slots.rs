@@ -186,9 +186,14 @@ impl PoolState {
             ),
             Err(_) => (taquba::LeaseHandle::detached(), Duration::from_secs(30)),
         };
+        let completes = claim
+            .headers
+            .get(keys::HEADER_COMPLETES)
+            .and_then(|v| crate::erased::CompletedBatch::decode(v));
         let mut headers = claim.headers.clone();
         headers.retain(|k, _| !k.starts_with(keys::RESERVED_HEADER_PREFIX));
         Delivery {
+            completes,
             span: held.span.clone(),
             memo,
             item,

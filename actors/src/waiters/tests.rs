@@ -20,6 +20,7 @@ fn record(output: u8) -> OutcomeRecord {
         finished_at_ms: 0,
         outcome: Outcome::Succeeded(OutputRef::Inline(vec![output])),
         history: Vec::new(),
+        followups: Vec::new(),
     }
 }
 
