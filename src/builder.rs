@@ -152,6 +152,7 @@ pub struct EngineBuilder {
     /// The individual setters, applied on top of the base at start.
     overrides: Vec<Override>,
     registrations: Vec<PendingRegistration>,
+    periodic: Vec<gaffer_actors::PeriodicSpec>,
     state: StateMap,
     events: gaffer_actors::events::EventSender,
 }
@@ -185,6 +186,7 @@ impl Default for EngineBuilder {
             settings: Settings::default(),
             overrides: Vec::new(),
             registrations: Vec::new(),
+            periodic: Vec::new(),
             state: StateMap::new(),
             events: gaffer_actors::events::channel(),
         }
@@ -350,6 +352,52 @@ impl EngineBuilder {
             concurrency: Some(workers),
             kind: Kind::Pipeline,
         });
+        self
+    }
+
+    /// Submit a job of type `J` (registered on this builder) on `schedule`:
+    /// one run per tick, across restarts and crashes. `make_job` makes the
+    /// tick's job (it should make the same job for the same tick); `name`
+    /// (1-128 characters of `[A-Za-z0-9_.-]`) names the periodic job in the
+    /// store, where its record keeps the last tick it fired, and in each
+    /// tick's job id ([`Tick::job_id`](crate::Tick::job_id)).
+    ///
+    /// Each tick's job is enqueued in one transaction with the record's
+    /// new state, under an idempotency key made of `name` and the tick's
+    /// time, so a tick fired twice (a restart, a stale engine) is one job.
+    /// Ticks missed while no engine ran follow the schedule's
+    /// [`Missed`](crate::Missed) policy. An invalid schedule, a duplicate
+    /// name or an unregistered job type fail [`start`](Self::start).
+    ///
+    /// ```no_run
+    /// # use gaffer::{Engine, Job, JobContext, Schedule};
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct Report { at_ms: u64 }
+    /// # impl Job for Report {
+    /// #     const NAME: &'static str = "report";
+    /// #     type Output = ();
+    /// #     type Error = std::convert::Infallible;
+    /// #     async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> { Ok(()) }
+    /// # }
+    /// # async fn demo() -> gaffer::Result<()> {
+    /// let engine = Engine::builder()
+    ///     .local_dir("gaffer-data")
+    ///     .register::<Report>()
+    ///     .periodic("hourly-report", Schedule::cron("0 * * * *")?, |tick| Report {
+    ///         at_ms: tick.at_ms,
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn periodic<J: Job>(
+        mut self,
+        name: impl Into<String>,
+        schedule: gaffer_actors::Schedule,
+        make_job: impl Fn(&gaffer_actors::Tick) -> J + Send + Sync + 'static,
+    ) -> Self {
+        self.periodic
+            .push(crate::periodic::periodic_spec(name, schedule, make_job));
         self
     }
 
@@ -601,6 +649,7 @@ impl EngineBuilder {
             settings,
             registrations,
             events: Some(self.events),
+            periodic: self.periodic,
         })
         .await?;
         let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());

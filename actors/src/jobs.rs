@@ -177,6 +177,56 @@ impl Services {
         })
     }
 
+    /// Create the keyed job `req` (its idempotency key set) and apply `puts`,
+    /// in one transaction, if neither the run's record nor its outcome
+    /// record exists and every one of `compares` holds (a KV key's bytes,
+    /// `None`: absent). `Ok(true)`: created; `Ok(false)`: a compare failed
+    /// and nothing was written. How a periodic job's tick enqueues its job
+    /// with the new state of its record.
+    pub(crate) async fn create_keyed_with(
+        &self,
+        req: &SubmitRequest,
+        compares: &[(&[u8], Option<&[u8]>)],
+        puts: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<bool> {
+        if let Some(h) = req
+            .headers
+            .keys()
+            .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        let Some(key) = &req.idempotency_key else {
+            return Err(EngineError::InvalidConfig(
+                "a job created with its record needs an idempotency key".into(),
+            ));
+        };
+        let job_queue = self.job_queue(&req.job_type)?;
+        let queue = self.queue()?;
+        let run_id = keys::keyed_run_id(key);
+        let hash = keys::input_hash(&req.job_type, &req.payload);
+        let job_id = queue.next_job_id();
+        let (options, payload) = self.enqueue_options(req, &run_id, &job_id);
+        let run_key = keys::run_key(&run_id);
+        let outcome_key = keys::outcome_key(&run_id);
+        let mut effects = SettlementEffects::default()
+            .kv_put(
+                run_key.clone(),
+                self.run_record(&job_id, &req.job_type, hash)?,
+            )
+            .enqueue(EnqueueRequest {
+                queue: job_queue.to_string(),
+                payload,
+                options,
+            });
+        for (k, v) in puts {
+            effects = effects.kv_put(k, v);
+        }
+        let mut all: Vec<(&[u8], Option<&[u8]>)> = vec![(&run_key, None), (&outcome_key, None)];
+        all.extend_from_slice(compares);
+        Ok(queue.kv_compare_commit(&all, effects).await?.is_some())
+    }
+
     /// A submission that joins the run `run_id`, whose input hash is
     /// `run_hash` (`InputMismatch` unless it is this submission's `hash`).
     fn answer(&self, run_hash: [u8; 32], hash: [u8; 32], run_id: String) -> Result<Submitted> {
