@@ -170,6 +170,10 @@ impl std::fmt::Debug for EngineBuilder {
                     .map(|r| &r.name)
                     .collect::<Vec<_>>(),
             )
+            .field(
+                "periodic",
+                &self.periodic.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -360,7 +360,7 @@ pub enum ScheduleError {
     InvalidName(String),
 }
 
-/// The most missed ticks [`Missed::CatchUp`](crate::schedule::Missed::CatchUp) runs at once.
+/// The most missed ticks a catch-up policy (`Missed::CatchUp`) runs at once.
 pub const MAX_CATCH_UP: u32 = 1000;
 
 impl EngineError {

@@ -425,6 +425,22 @@ mod tests {
     }
 
     #[test]
+    fn daylight_saving_changes_skip_to_after_the_gap_and_run_a_repeated_time_once() {
+        let s = Schedule::cron("30 2 * * *")
+            .unwrap()
+            .time_zone("Europe/Paris")
+            .unwrap();
+        // 2026-03-29: 02:00 → 03:00 in Paris; 02:30 does not exist that day.
+        let gap = s.next_after(ms("2026-03-28T23:00:00Z")).unwrap();
+        assert_eq!(gap, ms("2026-03-29T01:00:00Z"), "03:00 CEST");
+        // 2026-10-25: 03:00 → 02:00; 02:30 happens twice, and runs once.
+        let first = s.next_after(ms("2026-10-24T23:00:00Z")).unwrap();
+        assert_eq!(first, ms("2026-10-25T00:30:00Z"), "02:30 CEST");
+        let next = s.next_after(first).unwrap();
+        assert_eq!(next, ms("2026-10-26T01:30:00Z"), "the next day, 02:30 CET");
+    }
+
+    #[test]
     fn bad_schedules_say_what_is_wrong() {
         let e = Schedule::cron("61 * * * *").unwrap_err();
         assert!(matches!(&e, ScheduleError::InvalidCron { expr, .. } if expr == "61 * * * *"));
