@@ -610,3 +610,32 @@ async fn a_panicking_make_job_fails_the_check_and_the_tick_fires_later() {
     assert_eq!(log.ran(), vec![T0_MS + HOUR_MS]);
     shut_down_cleanly(&engine).await;
 }
+
+/// The periodic actor killed: the supervisor starts it again with every
+/// periodic job, it reads their records again, and the next tick fires
+/// once.
+#[tokio::test(start_paused = true)]
+async fn a_killed_periodic_actor_is_restarted_and_fires_on_without_a_duplicate() {
+    let clock = common::mock_clock();
+    let log = Log::new(Gate::opened());
+    let builder = on_store(&common::shared_store(), &clock, &log, Missed::RunOnce);
+    let mut events = builder.subscribe();
+    let engine = builder.start().await.unwrap();
+    engine.check_periodic().await.unwrap();
+    clock.advance(HOUR);
+    engine.check_periodic().await.unwrap();
+    log.wait_for(1).await;
+
+    common::kill(&engine, gaffer_actors::ChildKind::Periodic).await;
+    clock.advance(HOUR);
+    let fired = common::wait_event(&mut events, LIMIT, |e| {
+        matches!(e, EngineEvent::PeriodicFired { tick_ms, .. } if *tick_ms == T0_MS + 2 * HOUR_MS)
+    })
+    .await;
+    assert!(matches!(fired, EngineEvent::PeriodicFired { .. }));
+    log.wait_for(2).await;
+    assert_eq!(engine.check_periodic().await.unwrap(), 0);
+    assert_eq!(log.ran(), vec![T0_MS + HOUR_MS, T0_MS + 2 * HOUR_MS]);
+    assert_eq!(record(&engine, "beat").await.record.fired, 2);
+    shut_down_cleanly(&engine).await;
+}
