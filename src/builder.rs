@@ -14,6 +14,7 @@ use taquba::object_store::memory::InMemory;
 use taquba::{Clock, OpenOptions, Queue};
 
 use gaffer_actors::erased::JobEngine;
+use gaffer_actors::rate::RateLimit;
 
 use gaffer_actors::{
     EngineConfig, EngineError, EngineEvent, EngineRef, ErasedHandler, Kind, QueueSource,
@@ -69,6 +70,7 @@ struct PendingRegistration {
     make: MakeHandler,
     concurrency: Option<usize>,
     kind: Kind,
+    rate: Option<RateLimit>,
 }
 
 pub(crate) enum Store {
@@ -152,6 +154,7 @@ pub struct EngineBuilder {
     /// The individual setters, applied on top of the base at start.
     overrides: Vec<Override>,
     registrations: Vec<PendingRegistration>,
+    periodic: Vec<gaffer_actors::PeriodicSpec>,
     state: StateMap,
     events: gaffer_actors::events::EventSender,
 }
@@ -169,6 +172,10 @@ impl std::fmt::Debug for EngineBuilder {
                     .map(|r| &r.name)
                     .collect::<Vec<_>>(),
             )
+            .field(
+                "periodic",
+                &self.periodic.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -185,6 +192,7 @@ impl Default for EngineBuilder {
             settings: Settings::default(),
             overrides: Vec::new(),
             registrations: Vec::new(),
+            periodic: Vec::new(),
             state: StateMap::new(),
             events: gaffer_actors::events::channel(),
         }
@@ -312,6 +320,24 @@ impl EngineBuilder {
         self.register_inner::<J>(Some(workers))
     }
 
+    /// Register a job type whose attempts start at most at `rate` (for
+    /// example `RateLimit::per_second(2)?`: 2 a second, bursts of 2;
+    /// `.burst(1)` spaces them 500 ms apart). The limit applies when jobs
+    /// are claimed; a run starts within milliseconds of its claim.
+    /// For an API with a quota, a mail relay, a slow partner. Its pool
+    /// claims no more jobs than it may start, so its backlog waits in the
+    /// queue (scheduled jobs and retries included), holding no lease and no
+    /// worker, and other types run at full speed meanwhile. The limit is
+    /// per engine (two engines on one store would each allow it) and
+    /// starts full at each engine start.
+    pub fn register_with_rate<J: Job>(mut self, rate: RateLimit) -> Self {
+        self = self.register_inner::<J>(None);
+        if let Some(r) = self.registrations.last_mut() {
+            r.rate = Some(rate);
+        }
+        self
+    }
+
     fn register_inner<J: Job>(mut self, concurrency: Option<usize>) -> Self {
         self.registrations.push(PendingRegistration {
             name: J::NAME.to_string(),
@@ -323,6 +349,7 @@ impl EngineBuilder {
             }),
             concurrency,
             kind: Kind::Job,
+            rate: None,
         });
         self
     }
@@ -349,7 +376,54 @@ impl EngineBuilder {
             }),
             concurrency: Some(workers),
             kind: Kind::Pipeline,
+            rate: None,
         });
+        self
+    }
+
+    /// Submit a job of type `J` (registered on this builder) on `schedule`:
+    /// one run per tick, across restarts and crashes. `make_job` makes the
+    /// tick's job (it should make the same job for the same tick); `name`
+    /// (1-128 characters of `[A-Za-z0-9_.-]`) names the periodic job in the
+    /// store, where its record keeps the last tick it fired, and in each
+    /// tick's job id ([`Tick::job_id`](crate::Tick::job_id)).
+    ///
+    /// Each tick's job is enqueued in one transaction with the record's
+    /// new state, under an idempotency key made of `name` and the tick's
+    /// time, so a tick fired twice (a restart, a stale engine) is one job.
+    /// Ticks missed while no engine ran follow the schedule's
+    /// [`Missed`](crate::Missed) policy. An invalid schedule, a duplicate
+    /// name or an unregistered job type fail [`start`](Self::start).
+    ///
+    /// ```no_run
+    /// # use gaffer::{Engine, Job, JobContext, Schedule};
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct Report { at_ms: u64 }
+    /// # impl Job for Report {
+    /// #     const NAME: &'static str = "report";
+    /// #     type Output = ();
+    /// #     type Error = std::convert::Infallible;
+    /// #     async fn run(&self, _ctx: JobContext) -> Result<(), Self::Error> { Ok(()) }
+    /// # }
+    /// # async fn demo() -> gaffer::Result<()> {
+    /// let engine = Engine::builder()
+    ///     .local_dir("gaffer-data")
+    ///     .register::<Report>()
+    ///     .periodic("hourly-report", Schedule::cron("0 * * * *")?, |tick| Report {
+    ///         at_ms: tick.at_ms,
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn periodic<J: Job>(
+        mut self,
+        name: impl Into<String>,
+        schedule: gaffer_actors::Schedule,
+        make_job: impl Fn(&gaffer_actors::Tick) -> J + Send + Sync + 'static,
+    ) -> Self {
+        self.periodic
+            .push(crate::periodic::periodic_spec(name, schedule, make_job));
         self
     }
 
@@ -555,6 +629,7 @@ impl EngineBuilder {
                 handler: (r.make)(state.clone()),
                 concurrency: r.concurrency,
                 kind: r.kind,
+                rate: r.rate,
             })
             .collect();
         // A store only this process can see needs no liveness beat.
@@ -601,6 +676,7 @@ impl EngineBuilder {
             settings,
             registrations,
             events: Some(self.events),
+            periodic: self.periodic,
         })
         .await?;
         let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());

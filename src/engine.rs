@@ -150,6 +150,41 @@ impl Engine {
         Ok(self.inner.retry_failed(job_type, since_ms).await?)
     }
 
+    /// Schedule a periodic job at run time, as
+    /// [`EngineBuilder::periodic`](crate::EngineBuilder::periodic) does at
+    /// start (its job type must be registered, its name free on this
+    /// engine). A periodic job scheduled before under this name (its record
+    /// in the store) goes on from the last tick it handled.
+    pub async fn add_periodic<J: Job>(
+        &self,
+        name: impl Into<String>,
+        schedule: gaffer_actors::Schedule,
+        make_job: impl Fn(&gaffer_actors::Tick) -> J + Send + Sync + 'static,
+    ) -> Result<()> {
+        let spec = crate::periodic::periodic_spec(name, schedule, make_job);
+        Ok(self.inner.add_periodic(spec).await?)
+    }
+
+    /// Stop the periodic job `name` on this engine: no tick fires from now
+    /// on. Its record stays in the store, so scheduling it again goes on
+    /// from its last tick. Answers whether it was scheduled.
+    pub async fn remove_periodic(&self, name: &str) -> Result<bool> {
+        Ok(self.inner.remove_periodic(name).await?)
+    }
+
+    /// Fire the periodic jobs' due ticks now rather than at the engine's
+    /// next look (at most a poll interval away); answers how many fired.
+    pub async fn check_periodic(&self) -> Result<usize> {
+        Ok(self.inner.check_periodic().await?)
+    }
+
+    /// Every periodic job the store has a record of (scheduled on this
+    /// engine or not), by name: its schedule, the last tick it fired and
+    /// when the next is due.
+    pub async fn periodic_jobs(&self) -> Result<Vec<gaffer_actors::PeriodicStatus>> {
+        Ok(self.inner.periodic_jobs().await?)
+    }
+
     /// The supervisor's `ActorRef`, for services that talk to the engine by
     /// message (`call!(engine.actor(), EngineMessage::SubmitJob, request)`).
     pub fn actor(&self) -> &ActorRef<EngineMessage> {

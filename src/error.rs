@@ -60,6 +60,10 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A schedule is not valid (a cron expression that does not parse, an
+    /// unknown time zone …): see [`ScheduleError`](crate::ScheduleError).
+    #[error(transparent)]
+    Schedule(#[from] gaffer_actors::ScheduleError),
     /// The job id belongs to a job of another type.
     #[error("job `{id}` is a `{actual}` job, not a `{expected}` job")]
     WrongJobType {

@@ -49,6 +49,7 @@ mod error;
 mod handle;
 mod items;
 mod job;
+mod periodic;
 mod pipeline;
 mod report;
 mod sink;
@@ -62,9 +63,16 @@ pub use context::{JobContext, Memo};
 pub use cost::CostReport;
 pub use engine::Engine;
 pub use error::{Error, JobError, JoinError, Result};
+/// Periodic jobs: when they tick, what happens to missed ticks, a tick as
+/// `make_job` sees it, and what the store records of each.
+pub use gaffer_actors::{
+    Missed, PeriodicRecord, PeriodicSpec, PeriodicStatus, Schedule, ScheduleError, ScheduleSpec,
+    Tick,
+};
 pub use handle::JobHandle;
 pub use items::{BatchItem, ItemOutcome, ItemPage};
 pub use job::{Job, keyed_job_id, payload_idempotency_key};
+pub use periodic::periodic_spec;
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
 pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
 pub use sink::{
@@ -75,6 +83,7 @@ pub use submit::{SubmitOptions, submit_request};
 
 pub use gaffer_actors::effects::Effects;
 pub use gaffer_actors::erased::CompletedBatch;
+pub use gaffer_actors::rate::RateLimit;
 /// Test helpers (feature `testing`): a fault-injecting object store.
 #[cfg(feature = "testing")]
 pub use gaffer_actors::testing;

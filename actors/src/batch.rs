@@ -93,7 +93,7 @@ pub struct BatchSpec {
     /// [`keys::completion_run_id`](crate::keys::completion_run_id) of the
     /// batch and the run's generation. Not stored: each run or resume sets
     /// its own.
-    pub on_complete: Option<crate::jobs::SubmitRequest>,
+    pub on_complete: Option<crate::request::SubmitRequest>,
 }
 
 impl std::fmt::Debug for BatchSpec {

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{EngineError, Result};
-use crate::jobs::SubmitRequest;
 use crate::keys::{self, RESERVED_HEADER_PREFIX, RESERVED_KV_PREFIX};
+use crate::request::SubmitRequest;
 
 /// What one attempt staged.
 #[derive(Debug, Default)]

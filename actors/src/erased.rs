@@ -198,6 +198,8 @@ pub struct Registration {
     pub concurrency: Option<usize>,
     /// Job type or pipeline.
     pub kind: Kind,
+    /// At most this many attempts start per period (`None`: no limit).
+    pub rate: Option<crate::rate::RateLimit>,
 }
 
 /// Default workers of a pipeline (the reference's `max_concurrent`).

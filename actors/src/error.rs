@@ -286,7 +286,82 @@ pub enum EngineError {
     /// The engine failed to start.
     #[error("engine failed to start: {0}")]
     Startup(String),
+
+    /// A periodic job's schedule is not valid (see [`ScheduleError`]).
+    #[error("the schedule of periodic job `{name}` is not valid: {source}")]
+    InvalidSchedule {
+        /// The periodic job's name.
+        name: String,
+        /// What is wrong with its schedule.
+        #[source]
+        source: ScheduleError,
+    },
+
+    /// Two periodic jobs have one name.
+    #[error(
+        "a periodic job named `{0}` is already scheduled on this engine; every periodic job needs its own name"
+    )]
+    DuplicatePeriodic(String),
+
+    /// A periodic job's `make_job` failed for a tick (it panicked, or the
+    /// job it made failed to encode): the tick is not fired, and is tried
+    /// again later.
+    #[error(
+        "periodic job `{name}` could not make its job for the tick at {tick_ms} ms: {reason}; the tick is tried again"
+    )]
+    PeriodicMakeFailed {
+        /// The periodic job's name.
+        name: String,
+        /// The tick, epoch ms.
+        tick_ms: u64,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// No periodic job of this name is scheduled on this engine.
+    #[error("no periodic job `{0}` is scheduled on this engine")]
+    UnknownPeriodic(String),
 }
+
+/// What is wrong with a periodic job's schedule or name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// The cron expression does not parse.
+    #[error(
+        "invalid cron expression `{expr}`: {reason} (five fields `min hour day month weekday`, or six with seconds first)"
+    )]
+    InvalidCron {
+        /// The expression as given.
+        expr: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The cron expression parses but matches no time (for example the 30th
+    /// of February).
+    #[error("cron expression `{0}` never matches a time")]
+    NeverMatches(String),
+    /// The time zone is not an IANA name this build knows.
+    #[error("unknown time zone `{0}`: use an IANA name such as `Europe/Paris` or `UTC`")]
+    UnknownTimeZone(String),
+    /// A time zone was given to an interval schedule.
+    #[error(
+        "a time zone applies to cron schedules only: an interval counts elapsed time from the Unix epoch; use a cron expression for wall-clock times"
+    )]
+    TimeZoneOnInterval,
+    /// The interval is shorter than a second.
+    #[error("interval of {0:?} is too short: a periodic job ticks at most once a second")]
+    IntervalTooShort(std::time::Duration),
+    /// A catch-up of zero ticks, or of more than the engine fires at once.
+    #[error("catch-up of {0} ticks is out of range: 1 to {max}", max = MAX_CATCH_UP)]
+    CatchUpOutOfRange(u32),
+    /// The name is not of the accepted form.
+    #[error("invalid periodic job name `{0}`: 1-128 characters of [A-Za-z0-9_.-]")]
+    InvalidName(String),
+}
+
+/// The most missed ticks a catch-up policy (`Missed::CatchUp`) runs at once.
+pub const MAX_CATCH_UP: u32 = 1000;
 
 impl EngineError {
     /// True when retrying the same call cannot succeed.

@@ -86,6 +86,16 @@ pub enum EngineEvent {
         /// Items failed.
         failed: u64,
     },
+    /// A tick of a periodic job fired: its job was enqueued (with the
+    /// periodic record's new cursor, in one transaction).
+    PeriodicFired {
+        /// The periodic job's name.
+        name: String,
+        /// The tick's time, epoch ms (queue clock).
+        tick_ms: u64,
+        /// The tick's job id.
+        run_id: String,
+    },
     /// The store closed under the engine (another process opened it as its
     /// writer, which fences this one): the engine stopped. Nothing it settles
     /// afterwards commits; the other process re-runs what was in flight.

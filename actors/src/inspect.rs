@@ -396,3 +396,47 @@ pub async fn ended_page(
     let next = if more { found.last().cloned() } else { None };
     Ok(EndedPage { jobs, next })
 }
+
+/// A periodic job as its record says, with when its next tick is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeriodicStatus {
+    /// The record.
+    pub record: records::PeriodicRecord,
+    /// Its schedule, described (`every 1h`, `cron "0 9 * * *" Europe/Paris`).
+    pub schedule: String,
+    /// The first tick after the record's cursor (epoch ms): the next one
+    /// due, or, if it is past, the one the engine will fire (or drop, by
+    /// its policy) at its next check. `None`: the schedule has no tick left,
+    /// or this build cannot read it.
+    pub next_due_ms: Option<u64>,
+}
+
+/// Every periodic job's record (`gaffer/v1/periodic/`), by name, with when
+/// each is next due. Reads one page of up to 1000 records at a time.
+pub async fn periodic_jobs(view: &QueueView) -> Result<Vec<PeriodicStatus>> {
+    let root = keys::PERIODIC_PREFIX;
+    let mut out = Vec::new();
+    let mut start: Bound<Vec<u8>> = Bound::Unbounded;
+    loop {
+        let page = view
+            .kv_scan(root, (start, Bound::Unbounded), KvOrder::Ascending, 1000)
+            .await?;
+        for (key, raw) in &page.entries {
+            let record: records::PeriodicRecord = records::decode(key, raw)?;
+            let schedule = crate::schedule::Schedule::from_spec(&record.schedule, record.missed);
+            let next_due_ms = schedule
+                .as_ref()
+                .ok()
+                .and_then(|s| s.next_after(record.cursor_ms));
+            out.push(PeriodicStatus {
+                schedule: record.schedule.to_string(),
+                next_due_ms,
+                record,
+            });
+        }
+        match page.entries.last() {
+            Some((last, _)) if page.more => start = Bound::Excluded(last.clone()),
+            _ => return Ok(out),
+        }
+    }
+}

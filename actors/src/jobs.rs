@@ -2,9 +2,6 @@
 //! (with the keyed compare-and-commit), read a job's outcome, record and
 //! state, read an output, cancel; and the types they take and answer.
 
-use std::collections::HashMap;
-use std::time::SystemTime;
-
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::path::Path;
 use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, SettlementEffects};
@@ -15,34 +12,7 @@ use crate::keys;
 use crate::records::{self, Outcome, OutcomeRecord, OutputRef, RunRecord};
 use crate::services::Services;
 
-/// A job to submit, as bytes.
-#[derive(Debug, Clone, Default)]
-pub struct SubmitRequest {
-    /// Job type name; routes the job to its handler.
-    pub job_type: String,
-    /// The encoded job.
-    pub payload: Vec<u8>,
-    /// Idempotency key: submissions with one key are one job.
-    pub idempotency_key: Option<String>,
-    /// The run id of an unkeyed job, chosen by its submitter (a client in
-    /// another process, which must know the id before the engine sees the
-    /// request): submissions with one run id are one job, as with a key.
-    /// `None` (the usual case) makes a fresh one. Ignored with a key.
-    pub run_id: Option<String>,
-    /// Headers stored on the job (no `gaffer.` prefix).
-    pub headers: HashMap<String, String>,
-    /// Priority (lower is claimed first); `None` = queue default.
-    pub priority: Option<u32>,
-    /// Attempt limit; `None` = queue default.
-    pub max_attempts: Option<u32>,
-    /// Earliest time to run; `None` = now.
-    pub run_at: Option<SystemTime>,
-    /// The W3C `traceparent` of the submitter's span, which each attempt's
-    /// span becomes a child of (feature `otel`). `None` = the span current
-    /// at [`Services::submit`], if it has an OpenTelemetry context. Set by a
-    /// submitter in another process (the client), whose span is not here.
-    pub traceparent: Option<String>,
-}
+pub use crate::request::SubmitRequest;
 
 /// What a submission came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +142,43 @@ impl Services {
         Err(EngineError::Contended {
             operation: format!("the submission of `{run_id}`"),
         })
+    }
+
+    /// Create the keyed job `req` (its idempotency key set) and apply `puts`,
+    /// in one transaction, if neither the run's record nor its outcome
+    /// record exists and every one of `compares` holds (a KV key's bytes,
+    /// `None`: absent). `Ok(true)`: created; `Ok(false)`: a compare failed
+    /// and nothing was written. How a periodic job's tick enqueues its job
+    /// with the new state of its record.
+    pub(crate) async fn create_keyed_with(
+        &self,
+        req: &SubmitRequest,
+        compares: &[(&[u8], Option<&[u8]>)],
+        puts: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<bool> {
+        if let Some(h) = req
+            .headers
+            .keys()
+            .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        let Some(key) = &req.idempotency_key else {
+            return Err(EngineError::InvalidConfig(
+                "a job created with its record needs an idempotency key".into(),
+            ));
+        };
+        let queue = self.queue()?;
+        let run_id = keys::keyed_run_id(key);
+        let run_key = keys::run_key(&run_id);
+        let outcome_key = keys::outcome_key(&run_id);
+        let mut effects = self.creation_effects(SettlementEffects::default(), req, &run_id)?;
+        for (k, v) in puts {
+            effects = effects.kv_put(k, v);
+        }
+        let mut all: Vec<(&[u8], Option<&[u8]>)> = vec![(&run_key, None), (&outcome_key, None)];
+        all.extend_from_slice(compares);
+        Ok(queue.kv_compare_commit(&all, effects).await?.is_some())
     }
 
     /// A submission that joins the run `run_id`, whose input hash is

@@ -55,7 +55,7 @@ pub const HEADER_MEMO: &str = "gaffer.memo";
 pub const HEADER_TRACEPARENT: &str = "gaffer.traceparent";
 /// Header on a batch's completion job: the batch id and its run's counts,
 /// `{total},{succeeded},{failed},{cancelled},{generation},{batch_id}`
-/// (see [`CompletedBatch`](crate::erased::CompletedBatch)).
+/// (see `erased::CompletedBatch`).
 pub const HEADER_COMPLETES: &str = "gaffer.completes";
 /// Longest item key accepted, in bytes.
 pub const MAX_ITEM_KEY_LEN: usize = 1024;
@@ -159,6 +159,34 @@ pub fn paused_key(job_type: &str) -> Vec<u8> {
 
 /// Prefix of the paused-type keys ([`paused_key`]).
 pub const PAUSED_PREFIX: &[u8] = b"gaffer/v1/paused/";
+
+/// Prefix of the periodic jobs' records ([`periodic_key`]).
+pub const PERIODIC_PREFIX: &[u8] = b"gaffer/v1/periodic/";
+
+/// `gaffer/v1/periodic/{name}`: the record of the periodic job `name` (its
+/// schedule and the last tick it handled), written in the transaction that
+/// enqueues each tick's job.
+pub fn periodic_key(name: &str) -> Vec<u8> {
+    format!("gaffer/v1/periodic/{name}").into_bytes()
+}
+
+/// The idempotency key of the run of periodic job `name` for its tick at
+/// `tick_ms` (epoch ms): `gaffer.periodic/{name}/{tick_ms}`. Its run id
+/// ([`keyed_run_id`]) is the tick's job id, the same on every engine and
+/// after every restart, so a tick fired twice is one job.
+pub fn periodic_tick_key(name: &str, tick_ms: u64) -> String {
+    format!("gaffer.periodic/{name}/{tick_ms}")
+}
+
+/// Whether `name` is an acceptable periodic job name: 1-128 bytes of
+/// `[A-Za-z0-9_.-]`.
+pub fn is_valid_periodic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
 
 /// Object prefix of all memo entries of a run (trailing slash included, so
 /// `run` never matches `run-suffix`).
@@ -276,7 +304,7 @@ pub fn keyed_run_id(key: &str) -> String {
 }
 
 /// The run id of the `index`th follow-up of the run `parent`
-/// ([`Effects::then`](crate::effects::Effects::then)): hex SHA-256 of
+/// (`Effects::then`): hex SHA-256 of
 /// `gaffer.then`, the parent's id and the index, NUL-separated.
 pub fn followup_run_id(parent: &str, index: usize) -> String {
     hex_sha256(format!("gaffer.then\0{parent}\0{index}").as_bytes())
@@ -312,6 +340,8 @@ mod tests {
             ENDED_INDEX_READY.to_vec(),
             LAYOUT_KEY.to_vec(),
             BARRIER_KEY.to_vec(),
+            periodic_key("a"),
+            PERIODIC_PREFIX.to_vec(),
         ] {
             assert!(key.starts_with(RESERVED_KV_PREFIX.as_bytes()), "{key:?}");
         }

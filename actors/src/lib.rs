@@ -25,11 +25,15 @@ pub mod manifest;
 pub mod memo;
 mod operate;
 mod parking;
+pub mod periodic;
 pub mod pool;
 pub mod protocol;
+pub mod rate;
 pub mod records;
 pub mod registry;
+pub mod request;
 mod restarts;
+pub mod schedule;
 pub mod services;
 pub mod settings;
 mod settle;
@@ -44,6 +48,7 @@ pub mod sweeper;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod ticks;
 pub mod waiters;
 pub mod worker;
 
@@ -53,16 +58,19 @@ pub use batch::{
     SinkError,
 };
 pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
-pub use error::{EngineError, Result};
+pub use error::{EngineError, Result, ScheduleError};
 pub use events::EngineEvent;
+pub use inspect::PeriodicStatus;
 pub use jobs::{CancelResult, JobState, SubmitRequest, Submitted};
 pub use pool::PoolStats;
 #[cfg(feature = "testing")]
 pub use protocol::ChildKind;
 pub use protocol::{EngineConfig, EngineMessage, EngineRef, QueueSource, ShutdownReport};
-pub use records::{Cost, ItemStatus};
+pub use records::{Cost, ItemStatus, PeriodicRecord};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
+pub use schedule::{Missed, Schedule, ScheduleSpec};
 pub use services::{Route, Services, SharedQueue};
 pub use settings::{MemoWrites, Settings};
 pub use sweeper::SweepReport;
+pub use ticks::{MakeTick, PeriodicSpec, Tick};
 pub use waiters::{JobFinished, WaitError};

@@ -24,6 +24,7 @@ pub use crate::shutdown::ShutdownReport;
 pub use crate::startup::QueueSource;
 use crate::supervisor::Supervisor;
 use crate::sweeper::SweepReport;
+use crate::ticks::PeriodicSpec;
 use crate::waiters::{JobFinished, PeekReply, WaitError, WaitReply};
 
 /// The engine's public protocol: what a service (or another actor) sends the
@@ -98,6 +99,18 @@ pub enum EngineMessage {
     SweepNow(RpcReplyPort<SweepReport>),
     /// The outcome of a job if it has durably ended, without waiting.
     PeekOutcome(String, PeekReply),
+    /// Schedule a periodic job at run time (as `EngineBuilder::periodic`
+    /// does at start): its job type must be registered and its name free.
+    /// Answers once it is scheduled; its record is written at its first
+    /// check, at once.
+    AddPeriodic(Box<PeriodicSpec>, RpcReplyPort<Result<()>>),
+    /// Stop a periodic job on this engine (its record stays, so scheduling
+    /// it again goes on from its last tick); answers whether it was
+    /// scheduled.
+    RemovePeriodic(String, RpcReplyPort<Result<bool>>),
+    /// Check every periodic job now, rather than at its timer, and answer
+    /// how many ticks fired.
+    CheckPeriodic(RpcReplyPort<Result<usize>>),
     /// Kill one of the engine's actors, to test that it is restarted and that
     /// nothing is lost (feature `testing`). Answers whether it was found.
     #[cfg(feature = "testing")]
@@ -118,6 +131,8 @@ pub enum ChildKind {
     Pool(String),
     /// The coordinator of this running batch.
     Coordinator(String),
+    /// The periodic actor (fires periodic jobs' ticks).
+    Periodic,
 }
 
 /// Everything the engine starts from.
@@ -134,6 +149,8 @@ pub struct EngineConfig {
     /// drops it after its last event, which ends the subscribers' streams;
     /// a clone kept elsewhere keeps them open.
     pub events: Option<crate::events::EventSender>,
+    /// Periodic jobs (each one's job type among the registrations).
+    pub periodic: Vec<PeriodicSpec>,
 }
 
 /// A clonable handle on a running engine: the supervisor's `ActorRef` plus the
@@ -147,6 +164,22 @@ pub struct EngineRef {
 
 fn unavailable(e: impl std::fmt::Display) -> EngineError {
     EngineError::unavailable("supervisor", e)
+}
+
+/// Longest wait for the answer to adding or removing a periodic job (the
+/// supervisor answers at once).
+const PERIODIC_CALL_MS: u64 = 10_000;
+/// Longest wait for a check of the periodic jobs (it reads and writes the
+/// store).
+const PERIODIC_CHECK_MS: u64 = 60_000;
+
+/// A periodic call that was not answered: the engine stopped, or (a
+/// timeout, a dropped reply) its actor did not answer in time.
+fn periodic_call<T>(e: ractor::RactorErr<T>) -> EngineError {
+    match e {
+        ractor::RactorErr::Messaging(ractor::MessagingErr::SendErr(_)) => EngineError::ShutDown,
+        other => EngineError::unavailable("periodic", other),
+    }
 }
 
 /// Times a wait for a job asks the waiters, at most, while they restart.
@@ -415,6 +448,40 @@ impl EngineRef {
     /// Run one sweeper pass (retention) now.
     pub async fn sweep_now(&self) -> Result<SweepReport> {
         ractor::call!(self.actor, EngineMessage::SweepNow).map_err(unavailable)
+    }
+
+    /// Schedule a periodic job (see [`EngineMessage::AddPeriodic`]).
+    pub async fn add_periodic(&self, spec: PeriodicSpec) -> Result<()> {
+        ractor::call_t!(
+            self.actor,
+            EngineMessage::AddPeriodic,
+            PERIODIC_CALL_MS,
+            Box::new(spec)
+        )
+        .map_err(periodic_call)?
+    }
+
+    /// Stop a periodic job on this engine; whether it was scheduled.
+    pub async fn remove_periodic(&self, name: &str) -> Result<bool> {
+        ractor::call_t!(
+            self.actor,
+            EngineMessage::RemovePeriodic,
+            PERIODIC_CALL_MS,
+            name.to_string()
+        )
+        .map_err(periodic_call)?
+    }
+
+    /// Check every periodic job now; answers how many ticks fired.
+    pub async fn check_periodic(&self) -> Result<usize> {
+        ractor::call_t!(self.actor, EngineMessage::CheckPeriodic, PERIODIC_CHECK_MS)
+            .map_err(periodic_call)?
+    }
+
+    /// Every periodic job's record in the store, with when each is next
+    /// due (also those of periodic jobs no longer scheduled).
+    pub async fn periodic_jobs(&self) -> Result<Vec<crate::inspect::PeriodicStatus>> {
+        crate::inspect::periodic_jobs(self.services.queue()?.view()).await
     }
 
     /// Subscribe to lifecycle events. The stream ends after the engine's

@@ -301,6 +301,34 @@ mod tests {
     }
 }
 
+/// The record of a periodic job at `gaffer/v1/periodic/{name}`: its
+/// schedule as last registered and where its ticks stand. Created when an
+/// engine first schedules the job; rewritten (with a compare on its bytes)
+/// in the transaction that enqueues each tick's job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeriodicRecord {
+    /// The periodic job's name.
+    pub name: String,
+    /// The job type its ticks submit.
+    pub job_type: String,
+    /// Its schedule.
+    pub schedule: crate::schedule::ScheduleSpec,
+    /// Its policy for missed ticks.
+    pub missed: crate::schedule::Missed,
+    /// Every tick at or before this time (epoch ms, queue clock) is handled:
+    /// fired, or dropped by the policy. At creation: the time it was first
+    /// scheduled.
+    pub cursor_ms: u64,
+    /// The last tick fired (epoch ms).
+    pub last_fired_ms: Option<u64>,
+    /// The job id (run id) of the last tick fired.
+    pub last_run_id: Option<String>,
+    /// Ticks fired so far.
+    pub fired: u64,
+    /// When it was first scheduled (epoch ms, queue clock).
+    pub created_at_ms: u64,
+}
+
 /// Cost counters by metric name (sums of `record_cost` amounts).
 pub type Cost = std::collections::BTreeMap<String, f64>;
 

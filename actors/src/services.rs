@@ -146,6 +146,11 @@ impl Services {
         self.queue()
     }
 
+    /// The queues of every registered job type and pipeline.
+    pub fn routes(&self) -> &HashMap<String, Route> {
+        &self.routes
+    }
+
     /// The queue of a registered job type or pipeline.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.routes.get(name)

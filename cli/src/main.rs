@@ -124,6 +124,9 @@ enum Command {
         #[arg(long, default_value_t = 500)]
         every_ms: u64,
     },
+    /// Periodic jobs: name, job type, schedule, missed-tick policy, last
+    /// tick fired, next tick due.
+    Periodic,
     /// The writer's heartbeat and the store's activity; exit status 0 when a
     /// writer is alive, 3 when it is stale, closed or absent.
     Health,
@@ -268,6 +271,7 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             report::print(json, &store.dead(job_type.as_deref(), *limit).await?)?
         }
         Command::Batches { limit } => report::print(json, &store.batches(*limit).await?)?,
+        Command::Periodic => report::print(json, &store.periodic().await?)?,
         Command::Batch {
             id, watch: false, ..
         } => report::print(json, &store.batch(id).await?)?,

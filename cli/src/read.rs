@@ -18,7 +18,8 @@ use taquba::{
 use crate::StateArg;
 use crate::error::CliError;
 use crate::report::{
-    AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, QueueRow, Stats,
+    AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, Periodic,
+    PeriodicRow, QueueRow, Stats,
 };
 
 /// Most failed keys `gaffer batch` shows.
@@ -485,6 +486,30 @@ impl Store {
             failed_keys: keys_too
                 .then(|| s.failed_keys.into_iter().take(FAILED_KEYS_SHOWN).collect()),
         })
+    }
+
+    /// `gaffer periodic`.
+    pub async fn periodic(&self) -> Result<Periodic, CliError> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let periodic = inspect::periodic_jobs(self.view())
+            .await?
+            .into_iter()
+            .map(|p| PeriodicRow {
+                missed: p.record.missed.to_string(),
+                name: p.record.name,
+                job_type: p.record.job_type,
+                schedule: p.schedule,
+                last_fired_ms: p.record.last_fired_ms,
+                last_job_id: p.record.last_run_id,
+                next_due_ms: p.next_due_ms,
+                fired: p.record.fired,
+                handled_until_ms: p.record.cursor_ms,
+            })
+            .collect();
+        Ok(Periodic { now_ms, periodic })
     }
 
     /// `gaffer health`.

@@ -512,3 +512,75 @@ impl Render for Health {
         t.render()
     }
 }
+
+/// `gaffer periodic`: `{"now_ms": …, "periodic": [...]}`.
+#[derive(Debug, Serialize)]
+pub struct Periodic {
+    /// This machine's clock when the records were read (what "overdue" is
+    /// judged against).
+    pub now_ms: u64,
+    /// One row per periodic job the store has a record of, by name.
+    pub periodic: Vec<PeriodicRow>,
+}
+
+/// One periodic job.
+#[derive(Debug, Serialize)]
+pub struct PeriodicRow {
+    /// Its name.
+    pub name: String,
+    /// The job type each tick submits.
+    pub job_type: String,
+    /// Its schedule (`every 1h`, `cron "0 9 * * *" Europe/Paris`).
+    pub schedule: String,
+    /// Its policy for ticks missed while no engine ran: `skip`,
+    /// `run-once`, `catch-up(N)`.
+    pub missed: String,
+    /// The last tick fired, epoch ms.
+    pub last_fired_ms: Option<u64>,
+    /// The job id of the last tick fired.
+    pub last_job_id: Option<String>,
+    /// The next tick (the first after the last one handled), epoch ms;
+    /// `null` if the schedule has none left. Past `now_ms`: overdue (no
+    /// engine has checked since).
+    pub next_due_ms: Option<u64>,
+    /// Ticks fired so far.
+    pub fired: u64,
+    /// Every tick at or before this time is handled (fired or dropped).
+    pub handled_until_ms: u64,
+}
+
+impl Render for Periodic {
+    fn render(&self) -> String {
+        if self.periodic.is_empty() {
+            return "no periodic jobs".into();
+        }
+        let mut t = Table::new([
+            "NAME",
+            "TYPE",
+            "SCHEDULE",
+            "MISSED",
+            "LAST FIRED",
+            "NEXT DUE",
+            "FIRED",
+            "LAST JOB",
+        ]);
+        for p in &self.periodic {
+            let next = match p.next_due_ms {
+                None => "never".to_string(),
+                Some(at) if at <= self.now_ms => format!("{} (overdue)", time(at)),
+                Some(at) => time(at),
+            };
+            t.row([
+                p.name.clone(),
+                p.job_type.clone(),
+                p.schedule.clone(),
+                p.missed.clone(),
+                p.last_fired_ms.map(time).unwrap_or_else(|| "-".into()),
+                next,
+                p.fired.to_string(),
+                p.last_job_id.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        t.render()
+    }
+}

@@ -680,3 +680,100 @@ async fn batch_watch_follows_a_running_batch_to_its_end() {
     assert_eq!(row["outstanding"], 0, "{row}");
     engine.shutdown().await.unwrap();
 }
+
+/// `gaffer periodic` lists each periodic job from its record: its schedule
+/// and policy, the last tick fired and the next one due, with the engine
+/// running and after it stopped. The engine's ticks follow a mock clock set
+/// to 2026-01-01T00:00Z, so its next ticks are overdue on this machine's
+/// clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_lists_each_periodic_job_with_its_last_and_next_tick() {
+    use gaffer::taquba::MockClock;
+    use gaffer::{Missed, Schedule, Tick};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let t0: u64 = 1_767_225_600_000;
+    let hour = Duration::from_secs(3600);
+    let clock = std::sync::Arc::new(MockClock::new(t0));
+    let empty = Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .register::<Greet>()
+        .start()
+        .await
+        .unwrap();
+    empty.shutdown().await.unwrap();
+    assert_eq!(ok(dir, &["periodic"]).trim(), "no periodic jobs");
+
+    let engine = Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .clock(clock.clone())
+        .register::<Greet>()
+        .periodic("hourly-greet", Schedule::every(hour), |tick| Greet {
+            name: format!("tick {}", tick.at_ms),
+        })
+        .periodic(
+            "morning",
+            Schedule::cron("0 9 * * Mon-Fri")
+                .unwrap()
+                .time_zone("Europe/Paris")
+                .unwrap()
+                .on_missed(Missed::Skip),
+            |_| Greet {
+                name: "morning".into(),
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    engine.check_periodic().await.unwrap();
+    clock.advance(hour);
+    engine.check_periodic().await.unwrap();
+    let fired = Tick::new("hourly-greet", t0 + 3_600_000).job_id;
+    let greeting = engine.handle::<Greet>(&fired).unwrap().await.unwrap();
+    assert_eq!(greeting, format!("hello tick {}", t0 + 3_600_000));
+
+    for running in [true, false] {
+        let doc = json(dir, &["periodic"]);
+        let rows = doc["periodic"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{doc}");
+        let hourly = &rows[0];
+        assert_eq!(hourly["name"], "hourly-greet");
+        assert_eq!(hourly["job_type"], "greet");
+        assert_eq!(hourly["schedule"], "every 1h");
+        assert_eq!(hourly["missed"], "run-once");
+        assert_eq!(hourly["last_fired_ms"], t0 + 3_600_000);
+        assert_eq!(hourly["last_job_id"], fired.as_str());
+        assert_eq!(hourly["next_due_ms"], t0 + 7_200_000);
+        assert_eq!(hourly["fired"], 1);
+        let morning = &rows[1];
+        assert_eq!(morning["name"], "morning");
+        assert_eq!(morning["schedule"], "cron \"0 9 * * Mon-Fri\" Europe/Paris");
+        assert_eq!(morning["missed"], "skip");
+        assert_eq!(morning["last_fired_ms"], Value::Null);
+        assert_eq!(morning["fired"], 0);
+        // 2026-01-01 is a Thursday: 09:00 in Paris is 08:00 UTC.
+        assert_eq!(morning["next_due_ms"], t0 + 8 * 3_600_000);
+
+        let text = ok(dir, &["periodic"]);
+        for expected in [
+            "NAME",
+            "NEXT DUE",
+            "hourly-greet",
+            "every 1h",
+            "2026-01-01 01:00:00.000",
+            "2026-01-01 02:00:00.000 (overdue)",
+            "morning",
+            "cron \"0 9 * * Mon-Fri\" Europe/Paris",
+            "2026-01-01 08:00:00.000 (overdue)",
+            fired.as_str(),
+        ] {
+            assert!(text.contains(expected), "{expected:?} in\n{text}");
+        }
+        if running {
+            engine.shutdown().await.unwrap();
+        }
+    }
+}

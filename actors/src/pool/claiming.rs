@@ -61,6 +61,21 @@ impl PoolState {
         let Ok(queue) = self.args.services.queue() else {
             return;
         };
+        // A rate-limited type claims no more than it may start: its backlog
+        // waits in the queue, and the pool wakes when the next token is due.
+        let want = match &mut self.bucket {
+            None => want,
+            Some(bucket) => match bucket.take(want) {
+                0 => {
+                    if !self.rate_wake {
+                        self.rate_wake = true;
+                        myself.send_after(bucket.until_next(), || PoolMessage::Retry);
+                    }
+                    return;
+                }
+                n => n,
+            },
+        };
         self.claiming = Some(want);
         let name = self.args.queue.clone();
         let job_type = self.args.job_type.clone();
@@ -134,7 +149,11 @@ impl PoolState {
         myself: &ActorRef<PoolMessage>,
         result: Result<Vec<Held>, taquba::Error>,
     ) {
-        self.claiming = None;
+        let reserved = self.claiming.take().unwrap_or(0);
+        if let Some(bucket) = &mut self.bucket {
+            let used = result.as_ref().map(Vec::len).unwrap_or(0);
+            bucket.give_back(reserved.saturating_sub(used));
+        }
         match result {
             Ok(held) => {
                 for h in held {

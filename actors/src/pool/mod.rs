@@ -178,6 +178,8 @@ pub struct PoolArguments {
     pub jobs: Arc<dyn crate::erased::JobEngine>,
     /// Start paused: an operator paused the type (durably).
     pub paused: bool,
+    /// At most this many starts per period (`register_with_rate`).
+    pub rate: Option<crate::rate::RateLimit>,
 }
 
 impl std::fmt::Debug for PoolArguments {
@@ -229,6 +231,11 @@ pub struct PoolState {
     draining: bool,
     abandoned: usize,
     paused: bool,
+    /// The type's rate limit: tokens are taken for a claim's size when it
+    /// starts, and those it did not use given back when it lands.
+    bucket: Option<crate::rate::Bucket>,
+    /// A wake for the next token is scheduled.
+    rate_wake: bool,
 }
 
 impl PoolState {
@@ -272,7 +279,10 @@ impl Actor for HandlerPool {
         let draining_token = CancellationToken::new();
         let restarts = Restarts::new(args.services.settings());
         let paused = args.paused;
+        let bucket = args.rate.map(crate::rate::Bucket::new);
         let mut state = PoolState {
+            bucket,
+            rate_wake: false,
             args,
             slots: BTreeMap::new(),
             next_slot: 0,
@@ -307,7 +317,10 @@ impl Actor for HandlerPool {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PoolMessage::Claimed(result) => state.claimed(&myself, result),
-            PoolMessage::Retry => state.maybe_claim(&myself),
+            PoolMessage::Retry => {
+                state.rate_wake = false;
+                state.maybe_claim(&myself);
+            }
             PoolMessage::WorkerDone {
                 slot,
                 verdict,

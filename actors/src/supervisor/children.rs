@@ -11,6 +11,7 @@ use tracing::error;
 use super::SupervisorState;
 use crate::erased::{DEFAULT_PIPELINE_CONCURRENCY, Kind, Unregistered};
 use crate::intake::{Intake, IntakeArguments};
+use crate::periodic::{Periodic, PeriodicArguments, PeriodicRef};
 use crate::pool::{HandlerPool, PoolArguments, PoolRef};
 #[cfg(feature = "testing")]
 use crate::protocol::ChildKind;
@@ -29,6 +30,8 @@ pub(super) enum Child {
     Sweeper,
     /// Takes submissions from other processes (with `client_intake`).
     Intake,
+    /// Fires periodic jobs' ticks.
+    Periodic,
     /// The pool of a registered job type or pipeline.
     Pool(String),
     /// The pool of a queue under the engine's prefixes whose type is not
@@ -44,6 +47,7 @@ impl Child {
             Child::BatchRegistry => "batch_registry",
             Child::Sweeper => "sweeper",
             Child::Intake => "intake",
+            Child::Periodic => "periodic",
             Child::Pool(_) => "pool",
             Child::Stray(_) => "stray_pool",
         }
@@ -69,6 +73,7 @@ impl SupervisorState {
         queue: String,
         handler: Arc<dyn crate::ErasedHandler>,
         concurrency: usize,
+        rate: Option<crate::rate::RateLimit>,
     ) -> PoolArguments {
         PoolArguments {
             job_type: name.to_string(),
@@ -79,6 +84,7 @@ impl SupervisorState {
             notify: self.notify(),
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
+            rate,
         }
     }
 
@@ -123,6 +129,16 @@ impl SupervisorState {
                 let (a, _) = Actor::spawn_linked(None, Intake, args, cell).await?;
                 a.get_id()
             }
+            Child::Periodic => {
+                let args = PeriodicArguments {
+                    services,
+                    schedules: self.periodic.values().cloned().collect(),
+                    started_ms: self.started_ms,
+                };
+                let (a, _) = Actor::spawn_linked(None, Periodic, args, cell).await?;
+                self.periodic_actor = Some(PeriodicRef(a.clone()));
+                a.get_id()
+            }
             Child::Pool(name) => {
                 let (Some(reg), Some(route)) = (
                     self.registrations.get(name).cloned(),
@@ -134,13 +150,19 @@ impl SupervisorState {
                     Kind::Job => services.settings().max_concurrent_jobs,
                     Kind::Pipeline => DEFAULT_PIPELINE_CONCURRENCY,
                 });
-                let args = self.pool_args(name, route.queue, reg.handler.clone(), concurrency);
+                let args = self.pool_args(
+                    name,
+                    route.queue,
+                    reg.handler.clone(),
+                    concurrency,
+                    reg.rate,
+                );
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(name.clone(), PoolRef(a.clone()));
                 a.get_id()
             }
             Child::Stray(queue) => {
-                let args = self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1);
+                let args = self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1, None);
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(queue.clone(), PoolRef(a.clone()));
                 a.get_id()
@@ -185,6 +207,7 @@ impl SupervisorState {
             ChildKind::BatchRegistry => Some(self.registry().get().get_cell()),
             ChildKind::Sweeper => Some(self.sweeper.get_cell()),
             ChildKind::Pool(t) => self.pools.get(t).map(|p| p.get_cell()),
+            ChildKind::Periodic => self.periodic_actor.as_ref().map(|p| p.get_cell()),
             ChildKind::Coordinator(id) => {
                 self.registry().kill_coordinator(id);
                 return true;

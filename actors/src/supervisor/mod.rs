@@ -60,6 +60,13 @@ pub struct SupervisorState {
     sweeper: SweeperRef,
     /// Pools by job type or pipeline name (stray pools by queue name).
     pools: HashMap<String, PoolRef>,
+    /// The periodic jobs scheduled on this engine (handed to the periodic
+    /// actor whenever it is spawned), and the actor.
+    periodic: std::collections::BTreeMap<String, crate::ticks::PeriodicSpec>,
+    periodic_actor: Option<crate::periodic::PeriodicRef>,
+    /// When the engine started (queue clock, epoch ms): periodic ticks due
+    /// before it were missed.
+    started_ms: u64,
     /// Job types an operator paused (durable under `gaffer/v1/paused/`):
     /// their pools start paused, also after a restart of the pool.
     paused: std::collections::HashSet<String>,
@@ -78,6 +85,23 @@ impl std::fmt::Debug for SupervisorState {
             .field("shutting_down", &self.shutting_down)
             .finish_non_exhaustive()
     }
+}
+
+/// The periodic jobs of a start, checked: valid names and schedules, unique
+/// names, each one's job type a registered job type.
+fn check_periodic(
+    specs: Vec<crate::ticks::PeriodicSpec>,
+    routes: &HashMap<String, crate::services::Route>,
+) -> Result<std::collections::BTreeMap<String, crate::ticks::PeriodicSpec>> {
+    let mut periodic = std::collections::BTreeMap::new();
+    for spec in specs {
+        requests::check_periodic_spec(&spec, routes)?;
+        if periodic.contains_key(&spec.name) {
+            return Err(EngineError::DuplicatePeriodic(spec.name));
+        }
+        periodic.insert(spec.name.clone(), spec);
+    }
+    Ok(periodic)
 }
 
 impl Actor for Supervisor {
@@ -99,6 +123,7 @@ impl Actor for Supervisor {
             registrations.insert(reg.job_type.clone(), reg);
         }
         let routes = routes(&config.settings, &registrations)?;
+        let periodic = check_periodic(config.periodic, &routes)?;
         let (queue, store) = open(config.source, &config.settings).await?;
         let strays = match check_layout(&queue).await {
             Ok(()) => stray_queues(&queue, &config.settings, &routes).await,
@@ -112,6 +137,7 @@ impl Actor for Supervisor {
             }
         };
         let clock = queue.clock();
+        let started_ms = clock.now_ms();
         let (queue, queue_back) = SharedQueue::new(queue);
         let events = config.events.unwrap_or_else(crate::events::channel);
         let services = Arc::new(Services::new(
@@ -158,6 +184,9 @@ impl Actor for Supervisor {
             sweeper: SweeperRef(sweeper),
             waiters: WaitersRef(waiters),
             pools: HashMap::new(),
+            periodic,
+            periodic_actor: None,
+            started_ms,
             paused: Default::default(),
             shutting_down: false,
             events: Some(events),
@@ -170,6 +199,7 @@ impl Actor for Supervisor {
         if state.services.settings().client_intake {
             state.spawn_child(Child::Intake, false).await?;
         }
+        state.spawn_child(Child::Periodic, false).await?;
         for queue in state.strays.clone() {
             warn!(%queue, "a queue of an unregistered job type or pipeline holds jobs; they fail as unregistered");
             state.spawn_child(Child::Stray(queue), false).await?;
@@ -217,6 +247,13 @@ impl Actor for Supervisor {
             }
             EngineMessage::GetPoolStats(reply) => state.pool_stats(reply),
             EngineMessage::SweepNow(reply) => state.sweeper.sweep_now(reply),
+            EngineMessage::AddPeriodic(spec, reply) => {
+                let _ = reply.send(state.add_periodic(*spec));
+            }
+            EngineMessage::RemovePeriodic(name, reply) => {
+                let _ = reply.send(Ok(state.remove_periodic(&name)));
+            }
+            EngineMessage::CheckPeriodic(reply) => state.check_periodic(reply),
             #[cfg(feature = "testing")]
             EngineMessage::KillChild(kind, reply) => {
                 let _ = reply.send(state.kill_child(&kind));

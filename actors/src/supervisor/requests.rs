@@ -14,8 +14,10 @@ use crate::error::{EngineError, Result};
 use crate::jobs::{CancelResult, SubmitRequest, Submitted};
 use crate::pool::PoolStats;
 use crate::protocol::{EngineMessage, ShutdownReport};
+use crate::services::{Kind, Route};
 use crate::settle::JobEnd;
 use crate::shutdown::{Closing, shut_down};
+use crate::ticks::PeriodicSpec;
 use crate::waiters::JobFinished;
 
 /// A batch's items as a message carries them.
@@ -255,6 +257,39 @@ impl SupervisorState {
         });
     }
 
+    /// Schedule a periodic job at run time.
+    pub(super) fn add_periodic(&mut self, spec: PeriodicSpec) -> Result<()> {
+        check_periodic_spec(&spec, self.services.routes())?;
+        if self.periodic.contains_key(&spec.name) {
+            return Err(EngineError::DuplicatePeriodic(spec.name));
+        }
+        self.periodic.insert(spec.name.clone(), spec.clone());
+        // A periodic actor restarting now is given the list, this one in it.
+        if let Some(actor) = &self.periodic_actor {
+            actor.add(spec);
+        }
+        Ok(())
+    }
+
+    /// Stop a periodic job; whether it was scheduled.
+    pub(super) fn remove_periodic(&mut self, name: &str) -> bool {
+        let found = self.periodic.remove(name).is_some();
+        if found && let Some(actor) = &self.periodic_actor {
+            actor.remove(name.to_string());
+        }
+        found
+    }
+
+    /// Check the periodic jobs now (the periodic actor answers).
+    pub(super) fn check_periodic(&self, reply: RpcReplyPort<Result<usize>>) {
+        match &self.periodic_actor {
+            Some(actor) => actor.check_now(reply),
+            None => {
+                let _ = reply.send(Ok(0));
+            }
+        }
+    }
+
     /// Every pool's counters (a pool that does not answer is left out).
     pub(super) fn pool_stats(&self, reply: RpcReplyPort<HashMap<String, PoolStats>>) {
         let pools: Vec<_> = self
@@ -271,5 +306,20 @@ impl SupervisorState {
             }
             let _ = reply.send(stats);
         });
+    }
+}
+
+/// A periodic job can be scheduled: its name and schedule are valid, and its
+/// job type is a registered job type (not a pipeline).
+pub(super) fn check_periodic_spec(
+    spec: &PeriodicSpec,
+    routes: &HashMap<String, Route>,
+) -> Result<()> {
+    spec.check()?;
+    match routes.get(&spec.job_type) {
+        Some(Route {
+            kind: Kind::Job, ..
+        }) => Ok(()),
+        _ => Err(EngineError::UnknownJobType(spec.job_type.clone())),
     }
 }
