@@ -90,7 +90,7 @@ pub struct BatchSpec {
     pub parent: tracing::Span,
     /// A job to create when this run completes (every item counted), in the
     /// run's final transaction, once per run: its run id is
-    /// [`keys::completion_run_id`](crate::keys::completion_run_id) of the
+    /// [`crate::keys::completion_run_id`] of the
     /// batch and the run's generation. Not stored: each run or resume sets
     /// its own.
     pub on_complete: Option<crate::request::SubmitRequest>,

@@ -29,7 +29,7 @@ pub struct SubmitRequest {
     pub run_at: Option<SystemTime>,
     /// The W3C `traceparent` of the submitter's span, which each attempt's
     /// span becomes a child of (feature `otel`). `None` = the span current
-    /// at [`Services::submit`], if it has an OpenTelemetry context. Set by a
+    /// at [`Services::submit`](crate::services::Services::submit), if it has an OpenTelemetry context. Set by a
     /// submitter in another process (the client), whose span is not here.
     pub traceparent: Option<String>,
 }
