@@ -691,11 +691,18 @@ fn install_telemetry(a: &ChildArgs) -> Result<(), BoxErr> {
     }
     #[cfg(feature = "telemetry")]
     {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-            .with_writer(std::io::stderr)
-            .init();
-        metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        // `SBS_TELEMETRY=fmt` or `prom` installs only that one (to tell
+        // their costs apart); unset, both.
+        let only = std::env::var("SBS_TELEMETRY").unwrap_or_default();
+        if only != "prom" {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+                .with_writer(std::io::stderr)
+                .init();
+        }
+        if only != "fmt" {
+            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        }
         Ok(())
     }
     #[cfg(not(feature = "telemetry"))]
