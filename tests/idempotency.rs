@@ -334,6 +334,58 @@ async fn duplicate_after_completion_answers_from_the_record_for_success_and_fail
     assert_eq!(runs.get(), 2);
 }
 
+/// A submission reads the outcome record before its compare-and-commit only
+/// while duplicates are frequent (an internal hint): the answers are the same
+/// with and without that read, for a finished key, a mismatching payload and
+/// a new key.
+#[tokio::test(start_paused = true)]
+async fn duplicates_answer_the_same_whether_or_not_the_outcome_is_read_first() {
+    let runs = Arc::new(Runs::default());
+    let engine = engine(&runs).await;
+    let shout = |key: &str, text: &str| Shout {
+        key: key.into(),
+        text: text.into(),
+        fail: false,
+    };
+    let check = |engine: Engine, key: String| async move {
+        let dup = engine.submit(shout(&key, "same")).await.unwrap();
+        assert!(!dup.newly_submitted(), "{key}");
+        assert_eq!(dup.join().await.unwrap(), Ok("SAME".to_string()));
+        let err = engine
+            .submit(shout(&key, "other"))
+            .await
+            .expect_err("another payload under a finished key");
+        assert!(
+            matches!(&err, Error::Engine(EngineError::InputMismatch(_))),
+            "{err:?}"
+        );
+    };
+    let new = |engine: Engine, key: String| async move {
+        let handle = engine.submit(shout(&key, "same")).await.unwrap();
+        assert!(handle.newly_submitted(), "{key}");
+        assert_eq!(handle.join().await.unwrap(), Ok("SAME".to_string()));
+    };
+
+    // A fresh engine expects new ids: no read before the compare.
+    new(engine.clone(), "k-0".into()).await;
+    check(engine.clone(), "k-0".into()).await;
+    // Duplicates in a row: the read comes first.
+    for _ in 0..8 {
+        check(engine.clone(), "k-0".into()).await;
+    }
+    check(engine.clone(), "k-0".into()).await;
+    new(engine.clone(), "k-1".into()).await;
+    check(engine.clone(), "k-1".into()).await;
+    // New ids again: the read is dropped.
+    for i in 2..60 {
+        new(engine.clone(), format!("k-{i}")).await;
+    }
+    check(engine.clone(), "k-1".into()).await;
+    check(engine.clone(), "k-59".into()).await;
+    assert_eq!(runs.get(), 60, "each key ran once");
+    shut_down(&engine).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn concurrent_resubmissions_of_finished_jobs_answer_from_their_records_and_enqueue_nothing() {
     let runs = Arc::new(Runs::default());

@@ -2,6 +2,8 @@
 //! (with the keyed compare-and-commit), read a job's outcome, record and
 //! state, read an output, cancel; and the types they take and answer.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::path::Path;
 use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, SettlementEffects};
@@ -46,15 +48,59 @@ pub enum CancelResult {
 /// Rounds of a submit or cancel that keeps racing concurrent changes.
 const MAX_SUBMIT_ROUNDS: usize = 16;
 
+/// A submission with a larger payload reads the outcome record before it
+/// prepares its job, whatever the duplicate rate.
+const PRE_READ_PAYLOAD: usize = 16 * 1024;
+
+/// How often keyed submissions (and submissions with a given run id) lately
+/// found their id taken: a moving average over about the last 16, in 1/1024.
+///
+/// It decides one thing, whether a submission reads the outcome record
+/// before its compare-and-commit. For a duplicate of a finished job that
+/// read is the whole answer (no job prepared, no transaction); for a new id
+/// it is a miss the compare repeats. So the read pays while duplicates are
+/// more than about one submission in five, and is skipped otherwise. The
+/// answer is the same either way: the compare-and-commit decides, and every
+/// read after a failed compare is made as before. Updates may race (a lost
+/// update only delays the switch); it is a hint, not engine state.
+#[derive(Debug, Default)]
+pub(crate) struct DuplicateRate(AtomicU32);
+
+impl DuplicateRate {
+    const ONE: u32 = 1024;
+    /// Read the outcome record first at or above this rate (1/5).
+    const PRE_READ_AT: u32 = Self::ONE / 5;
+
+    fn pre_read(&self) -> bool {
+        self.0.load(Ordering::Relaxed) >= Self::PRE_READ_AT
+    }
+
+    fn note(&self, duplicate: bool) {
+        let rate = self.0.load(Ordering::Relaxed);
+        let target = if duplicate { Self::ONE } else { 0 };
+        // rate += (target - rate) / 16, rounded away from the old value so
+        // it reaches 0 and ONE.
+        let next = if target > rate {
+            rate + (target - rate).div_ceil(16)
+        } else {
+            rate - (rate - target).div_ceil(16)
+        };
+        self.0.store(next, Ordering::Relaxed);
+    }
+}
+
 impl Services {
     /// Submit a job. With an idempotency key, a live job with the same key is
     /// joined and a recorded outcome answers, atomically: the run record is
     /// created only if neither a run record nor an outcome record exists.
     ///
     /// Order of checks: reserved headers (before any read, so a finished key
-    /// does not hide them); for a keyed job, its outcome record (a finished job
-    /// answers from it with one read); then the compare-and-commit that creates
-    /// the job, and on a miss the run record, then the outcome record.
+    /// does not hide them); for a keyed job, while duplicates are frequent
+    /// (see `DuplicateRate`), its outcome record (a finished job answers from
+    /// it with one read); then the compare-and-commit that creates the job
+    /// (outcome record absent, run record absent), and when it fails the
+    /// records that hold the id: the outcome record (unless just read), the
+    /// run record, the outcome record again.
     pub async fn submit(&self, req: SubmitRequest) -> Result<Submitted> {
         let span = tracing::debug_span!(
             "gaffer.submit",
@@ -111,24 +157,46 @@ impl Services {
         // the run record), so the compare would fail, the run record would be
         // absent and this outcome record would decide. Its input hash decides
         // "same job" or `InputMismatch` exactly as there.
-        if let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+        //
+        // The read is made only while submissions lately found their id
+        // taken (`DuplicateRate`): for a new id it is a miss that the
+        // compare below repeats, and a miss is the costlier read (every
+        // memtable and every filter of the store is searched). Skipping it
+        // changes no answer, only which reads give it. A large payload is
+        // always looked up first: preparing its job costs more than a read
+        // (and above taquba's offload threshold, an object written and
+        // deleted again).
+        let duplicates = self.duplicates();
+        let pre_read = req.payload.len() > PRE_READ_PAYLOAD || duplicates.pre_read();
+        if pre_read && let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+            duplicates.note(true);
             let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
             return self.answer_recorded(rec, hash, run_id);
         }
         let run_key = keys::run_key(&run_id);
         for _ in 0..MAX_SUBMIT_ROUNDS {
             let effects = self.creation_effects(SettlementEffects::default(), &req, &run_id)?;
-            let compares: [(&[u8], Option<&[u8]>); 2] = [(&run_key, None), (&outcome_key, None)];
+            // The outcome record first: a finished id fails the compare at
+            // its first read.
+            let compares: [(&[u8], Option<&[u8]>); 2] = [(&outcome_key, None), (&run_key, None)];
             if queue.kv_compare_commit(&compares, effects).await?.is_some() {
+                duplicates.note(false);
                 return Ok(Submitted {
                     run_id,
                     newly_submitted: true,
                     recorded: None,
                 });
             }
-            // Someone holds the id: a live run or a recorded outcome. Read the run
-            // record first: a run that ends between the two reads has its outcome
-            // committed in the same transaction that deleted the run record.
+            duplicates.note(true);
+            // Someone holds the id: a live run or a recorded outcome. Without
+            // the read above, most likely a recorded outcome: read it first.
+            // Then the run record, and the outcome record again: a run that
+            // ends between the two reads has its outcome committed in the
+            // same transaction that deleted the run record.
+            if !pre_read && let Some(bytes) = queue.view().kv_get(&outcome_key).await? {
+                let rec: OutcomeRecord = records::decode(&outcome_key, &bytes)?;
+                return self.answer_recorded(rec, hash, run_id);
+            }
             if let Some(bytes) = queue.view().kv_get(&run_key).await? {
                 let run: RunRecord = records::decode(&run_key, &bytes)?;
                 return self.answer(run.input_hash, hash, run_id);
@@ -391,5 +459,49 @@ fn check_id(run_id: &str) -> Result<()> {
         Ok(())
     } else {
         Err(EngineError::InvalidJobId(run_id.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DuplicateRate;
+
+    #[test]
+    fn the_outcome_is_read_first_only_while_duplicates_are_frequent() {
+        let rate = DuplicateRate::default();
+        assert!(!rate.pre_read(), "a fresh engine expects new ids");
+        // Four duplicates in a row switch the read on...
+        for _ in 0..3 {
+            rate.note(true);
+        }
+        assert!(!rate.pre_read());
+        rate.note(true);
+        assert!(rate.pre_read());
+        // ...one duplicate in two keeps it on...
+        for _ in 0..100 {
+            rate.note(false);
+            rate.note(true);
+        }
+        assert!(rate.pre_read());
+        // ...one in ten does not.
+        for _ in 0..100 {
+            rate.note(true);
+            for _ in 0..9 {
+                rate.note(false);
+            }
+        }
+        assert!(!rate.pre_read());
+        // The average reaches both ends.
+        for _ in 0..200 {
+            rate.note(false);
+        }
+        assert_eq!(rate.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+        for _ in 0..200 {
+            rate.note(true);
+        }
+        assert_eq!(
+            rate.0.load(std::sync::atomic::Ordering::Relaxed),
+            DuplicateRate::ONE
+        );
     }
 }

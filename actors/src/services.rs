@@ -99,6 +99,10 @@ pub struct Services {
     events: WeakEventSender,
     expiry: ExpiryIndex,
     batch_expiry: ExpiryIndex,
+    /// How often keyed submissions lately found their id taken: decides
+    /// whether a submission reads the outcome record before its
+    /// compare-and-commit (a hint, never an answer: see `jobs`).
+    duplicates: crate::jobs::DuplicateRate,
 }
 
 impl std::fmt::Debug for Services {
@@ -127,6 +131,7 @@ impl Services {
             events: events.downgrade(),
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
             batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
+            duplicates: crate::jobs::DuplicateRate::default(),
         }
     }
 
@@ -220,5 +225,9 @@ impl Services {
 
     pub(crate) fn batch_expiry(&self) -> &ExpiryIndex {
         &self.batch_expiry
+    }
+
+    pub(crate) fn duplicates(&self) -> &crate::jobs::DuplicateRate {
+        &self.duplicates
     }
 }

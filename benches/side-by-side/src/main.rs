@@ -740,7 +740,13 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
                 .register::<Plain>()
                 .start()
                 .await?;
-            for &w in a.group.phases() {
+            // SBS_FIRST_PHASE_ONLY=1: jobs_keyed without its jobs_resubmit
+            // (to profile the first phase alone).
+            let phases = match std::env::var_os("SBS_FIRST_PHASE_ONLY") {
+                Some(_) => &a.group.phases()[..1],
+                None => a.group.phases(),
+            };
+            for &w in phases {
                 let m = Meter::start(w.label());
                 let (correct, newly) = if w == Workload::JobsPlain {
                     drive_jobs(a.n, |x| {
