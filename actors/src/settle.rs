@@ -153,30 +153,32 @@ pub(crate) fn identify(claim: &Claim) -> (Target, String) {
 /// its limit, the queue, and a bulk item's batch id and key.
 pub(crate) fn attempt_span(claim: &Claim, attempts: &Attempts) -> tracing::Span {
     let (target, job_type) = identify(claim);
-    let span = tracing::info_span!(
-        "gaffer.job",
-        job_type = %job_type,
-        job_id = tracing::field::Empty,
-        attempt = attempts.number,
-        max_attempts = attempts.limit,
-        queue = %claim.queue,
-        batch_id = tracing::field::Empty,
-        item_key = tracing::field::Empty,
-    );
-    match &target {
-        Target::Job { run_id } => {
-            span.record("job_id", run_id.as_str());
-        }
+    // Every field given at creation (none recorded later): a formatting
+    // subscriber formats a span's fields once, and again at each record.
+    let span = match &target {
+        Target::Job { run_id } => tracing::info_span!(
+            "gaffer.job",
+            job_type = %job_type,
+            job_id = %run_id,
+            attempt = attempts.number,
+            max_attempts = attempts.limit,
+            queue = %claim.queue,
+        ),
         Target::Item {
             batch_id,
             key,
             run_id,
-        } => {
-            span.record("job_id", run_id.as_str());
-            span.record("batch_id", batch_id.as_str());
-            span.record("item_key", key.as_str());
-        }
-    }
+        } => tracing::info_span!(
+            "gaffer.job",
+            job_type = %job_type,
+            job_id = %run_id,
+            attempt = attempts.number,
+            max_attempts = attempts.limit,
+            queue = %claim.queue,
+            batch_id = %batch_id,
+            item_key = %key,
+        ),
+    };
     if let Some(traceparent) = claim.headers.get(keys::HEADER_TRACEPARENT) {
         crate::telemetry::adopt_traceparent(&span, traceparent);
     }

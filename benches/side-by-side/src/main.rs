@@ -695,8 +695,11 @@ fn install_telemetry(a: &ChildArgs) -> Result<(), BoxErr> {
         // their costs apart); unset, both.
         let only = std::env::var("SBS_TELEMETRY").unwrap_or_default();
         if only != "prom" {
+            // `info`, or `RUST_LOG` when set.
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
             tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+                .with_env_filter(filter)
                 .with_writer(std::io::stderr)
                 .init();
         }
