@@ -7,10 +7,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gaffer::{BulkCtx, CompletedBatch, ItemError, Job, JobContext, Pipeline};
 use serde::{Deserialize, Serialize};
@@ -180,29 +179,10 @@ async fn completion_engine_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_at_the_last_item_still_gives_one_completion_job() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = std::fs::File::create(tmp.path().join("child.log")).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "completion_engine_child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("GAFFER_CJ_DIR", tmp.path())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child =
+        common::spawn_test_child("completion_engine_child", "GAFFER_CJ_DIR", tmp.path());
     let at_last = tmp.path().join("at-last");
-    let t0 = Instant::now();
-    while !at_last.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the child never reached the last item: {}",
-            std::fs::read_to_string(tmp.path().join("child.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_for_child_file(tmp.path(), &at_last, "reaching the last item").await;
     child.kill().unwrap();
     child.wait().unwrap();
 

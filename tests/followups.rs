@@ -7,10 +7,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gaffer::{EngineError, Error, FailureKind, Job, JobContext};
 use serde::{Deserialize, Serialize};
@@ -219,29 +218,9 @@ async fn followups_engine_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_up_survives_a_kill_right_after_its_parents_success() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = std::fs::File::create(tmp.path().join("child.log")).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "followups_engine_child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("GAFFER_FU_DIR", tmp.path())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_test_child("followups_engine_child", "GAFFER_FU_DIR", tmp.path());
     let done = tmp.path().join("parent-done");
-    let t0 = Instant::now();
-    while !done.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the parent did not succeed in the child process: {}",
-            std::fs::read_to_string(tmp.path().join("child.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_for_child_file(tmp.path(), &done, "the parent's success").await;
     child.kill().unwrap();
     child.wait().unwrap();
     let ids: Vec<String> = std::fs::read_to_string(&done)

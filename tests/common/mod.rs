@@ -450,3 +450,31 @@ pub async fn waiting_runs(engine: &gaffer::Engine) -> usize {
     gaffer::ractor::call!(waiters, gaffer_actors::waiters::WaitersMessage::GetWaiting)
         .expect("the waiters answer")
 }
+
+/// Run this test binary's ignored test `test` as a child process with
+/// `{var}={dir}` set (the child reads its directory from it), its output in
+/// `{dir}/child.log`: a real process, for crash tests that SIGKILL it.
+pub fn spawn_test_child(test: &str, var: &str, dir: &std::path::Path) -> std::process::Child {
+    let log = std::fs::File::create(dir.join("child.log")).unwrap();
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--ignored", "--nocapture"])
+        .env(var, dir)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until the child process that logs to `{dir}/child.log` has written
+/// `path` (a minute at most; then panic with its log).
+pub async fn wait_for_child_file(dir: &std::path::Path, path: &std::path::Path, what: &str) {
+    let t0 = std::time::Instant::now();
+    while !path.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{what} did not happen in the child process: {}",
+            std::fs::read_to_string(dir.join("child.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
