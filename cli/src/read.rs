@@ -337,6 +337,7 @@ impl Store {
             batch: row.batch.clone(),
             key: row.key.clone(),
             history: self.history(&job.id, None).await?,
+            followups: Vec::new(),
         };
         // A dead job: its outcome record (jobs) or item marker (bulk items).
         if job.status == JobStatus::Dead {
@@ -639,6 +640,7 @@ fn outcome_detail(id: &str, rec: &OutcomeRecord) -> JobDetail {
         batch: None,
         key: None,
         history: Vec::new(),
+        followups: rec.followups.clone(),
     }
 }
 

@@ -229,6 +229,9 @@ pub struct JobDetail {
     /// Each settled claim, in order: the queue's attempt history, or for a
     /// job that succeeded after earlier claims, the one its outcome record kept.
     pub history: Vec<AttemptRow>,
+    /// The ids of the follow-up jobs its success created (`ctx.then`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub followups: Vec<String>,
 }
 
 /// One settled attempt.
@@ -281,6 +284,7 @@ impl Render for JobDetail {
         kv("output blob", self.output_blob.clone().unwrap_or_default());
         kv("failure", self.failure_kind.clone().unwrap_or_default());
         kv("error", self.error.clone().unwrap_or_default());
+        kv("follow-ups", self.followups.join(" "));
         let mut s = t.render();
         if !self.history.is_empty() {
             let mut h = Table::new(["ATTEMPT", "OUTCOME", "CLAIMED", "SETTLED", "ERROR"]);

@@ -777,3 +777,44 @@ async fn periodic_lists_each_periodic_job_with_its_last_and_next_tick() {
         }
     }
 }
+
+/// Succeeds, staging a `Greet` follow-up.
+#[derive(Debug, Serialize, Deserialize)]
+struct Welcome;
+
+impl Job for Welcome {
+    const NAME: &'static str = "welcome";
+    type Output = String;
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
+        ctx.then(Greet {
+            name: "newcomer".into(),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_shows_the_follow_ups_a_success_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .register::<Greet>()
+        .register::<Welcome>()
+        .start()
+        .await
+        .unwrap();
+    let parent = engine.submit(Welcome).await.unwrap();
+    let child = parent.join().await.unwrap().unwrap();
+    let detail = json(dir, &["job", parent.id()]);
+    assert_eq!(detail["followups"], serde_json::json!([child]), "{detail}");
+    let text = ok(dir, &["job", parent.id()]);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("follow-ups") && l.contains(&child)),
+        "{text}"
+    );
+    engine.shutdown().await.unwrap();
+}
