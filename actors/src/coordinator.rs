@@ -314,7 +314,8 @@ impl CoordinatorState {
         let total = self.head.as_ref().map(|h| h.total).unwrap_or(0);
         let done = self.outcome.succeeded + self.outcome.failed + self.outcome.cancelled;
         let step = (total / 10).max(1);
-        if total == 0 || (done < self.told + step && !(done == total && self.told < total)) {
+        let due = done >= self.told + step || (done == total && self.told < total);
+        if total == 0 || !due {
             return;
         }
         self.told = done;

@@ -458,10 +458,12 @@ pub(crate) async fn settle(
     let succeeded = matches!(end, End::Succeeded(_));
     let parts =
         terminal(services, &target, &job_type, delivery, end, &cost).and_then(|(fx, told)| {
-            match succeeded {
-                true => Ok((with_user(services, fx, kv, &followups)?, told)),
-                false => Ok((fx, told)),
-            }
+            let fx = if succeeded {
+                with_user(services, fx, kv, &followups)?
+            } else {
+                fx
+            };
+            Ok((fx, told))
         });
     let (fx, told) = match parts {
         Ok(parts) => parts,
