@@ -329,7 +329,10 @@ impl EngineBuilder {
     /// queue (scheduled jobs and retries included), holding no lease and no
     /// worker, and other types run at full speed meanwhile. The limit is
     /// per engine (two engines on one store would each allow it) and
-    /// starts full at each engine start.
+    /// starts full at each engine start. With
+    /// [`RateLimit::per_header`] it holds for each value of a job header
+    /// apart (per tenant), each value's jobs waiting in a queue of their
+    /// own.
     pub fn register_with_rate<J: Job>(mut self, rate: RateLimit) -> Self {
         self = self.register_inner::<J>(None);
         if let Some(r) = self.registrations.last_mut() {

@@ -119,3 +119,189 @@ async fn a_burst_lets_a_periods_worth_start_at_once_then_the_rate_holds() {
     assert!(at[9] >= Duration::from_millis(3_990), "{at:?}");
     assert!(at[1] < Duration::from_millis(500), "the burst: {at:?}");
 }
+
+/// Starts of a type limited per header value, with the value of each.
+#[derive(Debug, Default)]
+struct TenantStarts(Mutex<Vec<(Option<String>, Instant)>>);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CallTenantApi(u32);
+
+impl Job for CallTenantApi {
+    const NAME: &'static str = "call-tenant-api";
+    type Output = ();
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<(), gaffer::Error> {
+        let tenant = ctx.headers().get("tenant").cloned();
+        ctx.state::<Arc<TenantStarts>>()
+            .0
+            .lock()
+            .unwrap()
+            .push((tenant, Instant::now()));
+        Ok(())
+    }
+}
+
+fn for_tenant(tenant: Option<&str>) -> gaffer::SubmitOptions {
+    let mut opts = gaffer::SubmitOptions::default();
+    if let Some(t) = tenant {
+        opts.headers.insert("tenant".into(), t.into());
+    }
+    opts
+}
+
+/// Each tenant's starts, as offsets from `t0`, in order.
+fn starts_of(starts: &TenantStarts, tenant: Option<&str>, t0: Instant) -> Vec<Duration> {
+    let mut at: Vec<Duration> = starts
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| t.as_deref() == tenant)
+        .map(|(_, at)| *at - t0)
+        .collect();
+    at.sort();
+    at
+}
+
+fn assert_spaced(what: &str, at: &[Duration]) {
+    for pair in at.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(490),
+            "{what}: starts closer than 500 ms: {at:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_per_tenant_throttles_each_tenant_alone_and_a_busy_one_never_holds_back_another() {
+    let starts = Arc::new(TenantStarts::default());
+    let limit = RateLimit::per_second(2)
+        .unwrap()
+        .burst(1)
+        .per_header("tenant");
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with_rate::<CallTenantApi>(limit)
+        .state(starts.clone())
+        .start()
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    let mut handles = Vec::new();
+    // The busy tenant's backlog is submitted first: ten jobs, 4.5 s of it.
+    for i in 0..10 {
+        handles.push(
+            engine
+                .submit_with(CallTenantApi(i), for_tenant(Some("acme")))
+                .await
+                .unwrap(),
+        );
+    }
+    for i in 10..13 {
+        handles.push(
+            engine
+                .submit_with(CallTenantApi(i), for_tenant(Some("globex")))
+                .await
+                .unwrap(),
+        );
+    }
+    for i in 13..15 {
+        handles.push(
+            engine
+                .submit_with(CallTenantApi(i), for_tenant(None))
+                .await
+                .unwrap(),
+        );
+    }
+    for h in handles {
+        common::within_for(Duration::from_secs(60), h.join())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    engine.shutdown().await.unwrap();
+
+    let acme = starts_of(&starts, Some("acme"), t0);
+    let globex = starts_of(&starts, Some("globex"), t0);
+    let none = starts_of(&starts, None, t0);
+    assert_eq!((acme.len(), globex.len(), none.len()), (10, 3, 2));
+    // Each tenant at its own rate...
+    assert_spaced("acme", &acme);
+    assert_spaced("globex", &globex);
+    assert_spaced("no tenant", &none);
+    assert!(acme[9] >= Duration::from_millis(4_490), "{acme:?}");
+    // ...and the others' first jobs start at once, not behind acme's
+    // backlog: their last starts come one and two intervals in, while acme
+    // still has most of its jobs waiting.
+    assert!(globex[0] < Duration::from_millis(100), "{globex:?}");
+    assert!(none[0] < Duration::from_millis(100), "{none:?}");
+    assert!(globex[2] < Duration::from_millis(1_100), "{globex:?}");
+    assert!(globex[2] < acme[3], "globex {globex:?} acme {acme:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let limit = || RateLimit::per_second(2).unwrap().per_header("tenant");
+    let engine = common::disk_builder(dir.path(), clock.clone())
+        .register_with_rate::<CallTenantApi>(limit())
+        .state(Arc::new(TenantStarts::default()))
+        .start()
+        .await
+        .unwrap();
+    // Paused (durably), so its jobs are still queued at the restart.
+    engine.pause_job_type(CallTenantApi::NAME).await.unwrap();
+    let mut ids = Vec::new();
+    for (i, tenant) in ["acme", "globex", "initech"].iter().enumerate() {
+        let h = engine
+            .submit_with(CallTenantApi(i as u32), for_tenant(Some(tenant)))
+            .await
+            .unwrap();
+        ids.push(h.id().to_string());
+    }
+    engine.shutdown().await.unwrap();
+
+    // The new engine learns the partition queues from the store (no
+    // submission names them), and runs every job once resumed.
+    let starts = Arc::new(TenantStarts::default());
+    let engine = common::disk_builder(dir.path(), clock)
+        .register_with_rate::<CallTenantApi>(limit())
+        .state(starts.clone())
+        .start()
+        .await
+        .unwrap();
+    engine.resume_job_type(CallTenantApi::NAME).await.unwrap();
+    for id in &ids {
+        let h = engine.handle::<CallTenantApi>(id).unwrap();
+        common::within_for(Duration::from_secs(10), h.join())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let mut tenants: Vec<String> = starts
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(t, _)| t.clone())
+        .collect();
+    tenants.sort();
+    assert_eq!(tenants, ["acme", "globex", "initech"]);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_limit_per_reserved_or_empty_header_is_refused_at_start() {
+    for header in ["gaffer.type", ""] {
+        let err = common::memory_builder(common::mock_clock())
+            .register_with_rate::<CallTenantApi>(
+                RateLimit::per_second(2).unwrap().per_header(header),
+            )
+            .start()
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("header"), "{header:?}: {err}");
+    }
+}

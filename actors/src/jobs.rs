@@ -121,7 +121,7 @@ impl Services {
         if req.traceparent.is_none() {
             req.traceparent = crate::telemetry::current_traceparent();
         }
-        let job_queue = self.job_queue(&req.job_type)?;
+        self.job_queue(&req.job_type)?;
         let queue = self.queue()?;
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let given = match (&req.idempotency_key, &req.run_id) {
@@ -139,8 +139,9 @@ impl Services {
                 self.run_record(&job_id, &req.job_type, hash)?,
             );
             let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
+            let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
             queue
-                .enqueue_with_effects(job_queue, payload, opts, effects)
+                .enqueue_with_effects(&job_queue, payload, opts, effects)
                 .await?;
             return Ok(Submitted {
                 run_id: job_id,
@@ -285,7 +286,7 @@ impl Services {
         req: &SubmitRequest,
         run_id: &str,
     ) -> Result<SettlementEffects> {
-        let job_queue = self.job_queue(&req.job_type)?;
+        let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
         let job_id = self.queue()?.next_job_id();
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let (options, payload) = self.enqueue_options(req, run_id, &job_id);
@@ -295,7 +296,7 @@ impl Services {
                 self.run_record(&job_id, &req.job_type, hash)?,
             )
             .enqueue(EnqueueRequest {
-                queue: job_queue.to_string(),
+                queue: job_queue,
                 payload,
                 options,
             }))

@@ -62,11 +62,13 @@ pub const MAX_ITEM_KEY_LEN: usize = 1024;
 
 /// The taquba queue of one job type or pipeline: `{prefix}.{name}` where
 /// `prefix` is the engine's jobs (or bulk) queue prefix. A name that is not
-/// all `[A-Za-z0-9._-]`, or too long for a queue name, is sanitized (other
+/// all `[A-Za-z0-9._-]`, holds `..` (the mark of a partition queue, see
+/// [`partition_queue`]) or is too long for a queue name, is sanitized (other
 /// bytes become `_`, cut to 180 bytes) and suffixed with 16 hex digits of its
 /// SHA-256, so two names never share a queue.
 pub fn queue_for(prefix: &str, name: &str) -> String {
     let plain = !name.is_empty()
+        && !name.contains("..")
         && prefix.len() + 1 + name.len() <= 255
         && name
             .bytes()
@@ -115,6 +117,29 @@ pub const ENDED_ROOT: &[u8] = b"gaffer/v1/ended/";
 /// store is created, or after the one-time backfill of a store made before
 /// the index existed.
 pub const ENDED_INDEX_READY: &[u8] = b"gaffer/v1/ended-index";
+
+/// Bytes a partition queue adds to its type's queue: `..p` and 16 hex digits.
+pub const PARTITION_SUFFIX_LEN: usize = 19;
+
+/// The queue of the jobs of a type whose rate limit is partitioned by a
+/// header (`RateLimit::per_header`) and whose header holds `value`:
+/// `{base}..p{16 hex digits of the value's SHA-256}`, where `base` is the
+/// type's own queue. Each value has its own queue, so a throttled value's
+/// backlog waits in its queue while the pool claims other values' jobs.
+/// No type's queue ends like this ([`queue_for`] never keeps a `..`).
+pub fn partition_queue(base: &str, value: &str) -> String {
+    format!("{base}..p{}", &hex_sha256(value.as_bytes())[..16])
+}
+
+/// The type queue `queue` is a partition of, if it is one (see
+/// [`partition_queue`]).
+pub fn partition_base(queue: &str) -> Option<&str> {
+    let cut = queue.len().checked_sub(PARTITION_SUFFIX_LEN)?;
+    let (base, suffix) = (queue.get(..cut)?, queue.get(cut..)?);
+    let hex = suffix.strip_prefix("..p")?;
+    (!base.is_empty() && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then_some(base)
+}
 
 /// The index segment of a job type: its name when that is all
 /// `[A-Za-z0-9._-]` and at most 180 bytes, else the name sanitized, cut and
@@ -378,6 +403,22 @@ mod tests {
         // Two names that sanitize alike still get their own queues.
         assert_ne!(queue_for("jobs", "a b"), queue_for("jobs", "a:b"));
         assert_ne!(queue_for("jobs", "a_b"), queue_for("jobs", "a b"));
+    }
+
+    #[test]
+    fn partition_queues_are_valid_and_never_a_types_queue() {
+        let base = queue_for("jobs", "call-partner");
+        let p = partition_queue(&base, "tenant 7/é");
+        assert!(taquba::QueueName::new(p.as_str()).is_ok(), "{p}");
+        assert_eq!(p.len(), base.len() + PARTITION_SUFFIX_LEN);
+        assert_eq!(partition_base(&p), Some(base.as_str()));
+        assert_ne!(p, partition_queue(&base, "tenant 8"));
+        assert_eq!(partition_base(&base), None);
+        assert_eq!(partition_base("..p0123456789abcdef"), None);
+        // A type named like a partition gets a queue of its own.
+        let odd = queue_for("jobs", "call-partner..p0123456789abcdef");
+        assert_eq!(partition_base(&odd), None, "{odd}");
+        assert!(taquba::QueueName::new(odd.as_str()).is_ok(), "{odd}");
     }
 
     #[test]

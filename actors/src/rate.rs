@@ -7,6 +7,14 @@
 //! backlog waits in the queue, holding no claim and no worker slot, and
 //! other types (their own pools, their own queues) are not slowed.
 //!
+//! A limit partitioned by a header (`RateLimit::per_header("tenant")`)
+//! gives each value of the header its own bucket, and its own queue
+//! (`keys::partition_queue`): a job is enqueued on the queue of its value,
+//! and the pool claims from every value's queue that has tokens, round
+//! robin, so a throttled tenant's backlog waits in its own queue while the
+//! others' jobs are claimed past it. Jobs without the header share the
+//! type's own queue and its bucket.
+//!
 //! Why not `governor`: its limiters answer "may one more start now" and
 //! cannot give back a token a claim did not use (the pool reserves as many
 //! tokens as jobs it asks the queue for, and gets fewer when the queue runs
@@ -14,6 +22,7 @@
 //! actor's own state does not need; and its clocks do not follow tokio's
 //! paused time. The bucket is a few lines of arithmetic.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -22,11 +31,12 @@ use crate::error::{EngineError, Result};
 
 /// A rate limit: attempts of a job type begin at `starts` per `period` at
 /// most, with bursts of at most [`burst`](Self::burst) (default `starts`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimit {
     starts: u32,
     period: Duration,
     burst: u32,
+    per_header: Option<String>,
 }
 
 impl RateLimit {
@@ -41,7 +51,26 @@ impl RateLimit {
             starts,
             period,
             burst: starts,
+            per_header: None,
         })
+    }
+
+    /// The limit holds for each value of the job header `name` apart (per
+    /// tenant, per customer, per partner account): jobs submitted with
+    /// `name: acme` start at most at the rate, and so do those with `name:
+    /// globex`, each on its own. Each value's jobs wait in their own queue,
+    /// so a throttled value never holds back another's. Jobs without the
+    /// header share one more bucket. The header is a user header
+    /// (`SubmitOptions::headers`); a name starting with `gaffer.` is refused
+    /// when the engine starts.
+    pub fn per_header(mut self, name: impl Into<String>) -> Self {
+        self.per_header = Some(name.into());
+        self
+    }
+
+    /// The header this limit is partitioned by, if any.
+    pub fn partition_header(&self) -> Option<&str> {
+        self.per_header.as_deref()
     }
 
     /// At most `burst` starts at once (default: `starts`, a period's
@@ -90,7 +119,7 @@ pub(crate) struct Bucket {
 }
 
 impl Bucket {
-    pub(crate) fn new(limit: RateLimit) -> Self {
+    pub(crate) fn new(limit: &RateLimit) -> Self {
         let interval = limit.period / limit.starts;
         Self {
             interval,
@@ -125,6 +154,126 @@ impl Bucket {
         let now = Instant::now();
         (self.tat.max(now) - now).saturating_sub(self.tolerance)
     }
+
+    /// Refilled to the brim: the same as a new bucket.
+    fn is_full(&self) -> bool {
+        self.tat <= Instant::now()
+    }
+}
+
+/// What a pool's claim may take: how many jobs from which queue.
+pub(crate) type Plan = Vec<(String, usize)>;
+
+/// A pool's claims, planned: the type's queue and, for a limit partitioned
+/// by a header, every partition queue it knows, each with its bucket. Owned
+/// by the pool (its state, changed only in its handler).
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    limit: Option<RateLimit>,
+    /// The type's queue first, then partition queues in the order learned.
+    queues: Vec<String>,
+    /// Where the next plan starts (round robin over `queues`).
+    next: usize,
+    /// Buckets not full (a full bucket is the same as a new one, so it is
+    /// dropped: the map stays as small as the set of recently busy values).
+    buckets: HashMap<String, Bucket>,
+}
+
+impl Limiter {
+    pub(crate) fn new(queue: String, limit: Option<RateLimit>) -> Self {
+        Self {
+            limit,
+            queues: vec![queue],
+            next: 0,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Whether jobs of this type are spread over partition queues.
+    pub(crate) fn partitioned(&self) -> bool {
+        self.limit
+            .as_ref()
+            .is_some_and(|l| l.partition_header().is_some())
+    }
+
+    /// Learn a partition queue; `false` if it was known.
+    pub(crate) fn learn(&mut self, queue: String) -> bool {
+        if !self.partitioned() || self.queues.contains(&queue) {
+            return false;
+        }
+        self.queues.push(queue);
+        true
+    }
+
+    /// Up to `want` jobs to claim, spread round robin over the queues whose
+    /// buckets have tokens (the tokens are taken; give back what a claim
+    /// did not use). Empty when every queue is throttled.
+    pub(crate) fn plan(&mut self, want: usize) -> Plan {
+        let Some(limit) = &self.limit else {
+            return vec![(self.queues[0].clone(), want)];
+        };
+        self.buckets.retain(|_, b| !b.is_full());
+        let n = self.queues.len();
+        let mut counts = vec![0usize; n];
+        let mut left = want;
+        let mut dry = vec![false; n];
+        let mut i = self.next % n;
+        while left > 0 && dry.iter().any(|d| !d) {
+            if !dry[i] {
+                let bucket = self
+                    .buckets
+                    .entry(self.queues[i].clone())
+                    .or_insert_with(|| Bucket::new(limit));
+                if bucket.take(1) == 1 {
+                    counts[i] += 1;
+                    left -= 1;
+                } else {
+                    dry[i] = true;
+                }
+            }
+            i = (i + 1) % n;
+        }
+        self.next = (self.next + 1) % n;
+        self.queues
+            .iter()
+            .zip(counts)
+            .filter(|(_, c)| *c > 0)
+            .map(|(q, c)| (q.clone(), c))
+            .collect()
+    }
+
+    /// Give back the tokens of `plan` its claim did not use (`used`: jobs
+    /// claimed per queue).
+    pub(crate) fn give_back(&mut self, plan: &Plan, used: &HashMap<&str, usize>) {
+        for (queue, reserved) in plan {
+            let unused = reserved.saturating_sub(used.get(queue.as_str()).copied().unwrap_or(0));
+            if let Some(bucket) = self.buckets.get_mut(queue) {
+                bucket.give_back(unused);
+            }
+        }
+    }
+
+    /// How long until a throttled queue has a token again (`None`: none is
+    /// throttled).
+    pub(crate) fn next_token(&self) -> Option<Duration> {
+        self.buckets
+            .values()
+            .map(Bucket::until_next)
+            .filter(|d| !d.is_zero())
+            .min()
+    }
+
+    /// How long until some queue has a token again.
+    pub(crate) fn until_next(&self) -> Duration {
+        if self.buckets.len() < self.queues.len() {
+            return Duration::ZERO;
+        }
+        self.buckets
+            .values()
+            .map(Bucket::until_next)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
 }
 
 #[cfg(test)]
@@ -143,7 +292,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_bucket_starts_full_refills_at_the_rate_and_takes_back_what_was_not_used() {
-        let mut b = Bucket::new(RateLimit::per_second(2).unwrap());
+        let mut b = Bucket::new(&RateLimit::per_second(2).unwrap());
         assert_eq!(b.take(5), 2);
         assert_eq!(b.take(1), 0);
         assert_eq!(b.until_next(), Duration::from_millis(500));
@@ -157,8 +306,44 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(b.take(10), 2);
 
-        let mut spaced = Bucket::new(RateLimit::per_second(2).unwrap().burst(1));
+        let mut spaced = Bucket::new(&RateLimit::per_second(2).unwrap().burst(1));
         assert_eq!(spaced.take(2), 1);
         assert_eq!(spaced.until_next(), Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partitioned_plan_spreads_over_the_values_with_tokens() {
+        let limit = RateLimit::per_second(2).unwrap().per_header("tenant");
+        let mut l = Limiter::new("q".into(), Some(limit));
+        assert!(l.learn("q..pa".into()));
+        assert!(!l.learn("q..pa".into()));
+        assert!(l.learn("q..pb".into()));
+        // 3 queues with 2 tokens each: 5 wanted are spread 2/2/1 or so.
+        let plan = l.plan(5);
+        let total: usize = plan.iter().map(|(_, n)| n).sum();
+        assert_eq!(total, 5, "{plan:?}");
+        assert!(plan.iter().all(|(_, n)| *n <= 2), "{plan:?}");
+        // Nothing claimed from `q..pa`: its tokens come back.
+        let mut used = HashMap::new();
+        for (q, n) in &plan {
+            if q != "q..pa" {
+                used.insert(q.as_str(), *n);
+            }
+        }
+        l.give_back(&plan, &used);
+        // `q` spent its 2; `q..pa` has its 2 back; `q..pb` its one left.
+        let mut again = l.plan(10);
+        again.sort();
+        assert_eq!(
+            again,
+            vec![("q..pa".to_string(), 2), ("q..pb".to_string(), 1)],
+            "{plan:?} then {again:?}"
+        );
+        assert_eq!(l.plan(1), Vec::new());
+        assert_eq!(l.until_next(), Duration::from_millis(500));
+        // An unlimited or unpartitioned type claims from its queue only.
+        let mut plain = Limiter::new("q".into(), None);
+        assert!(!plain.learn("q..pa".into()));
+        assert_eq!(plain.plan(7), vec![("q".to_string(), 7)]);
     }
 }

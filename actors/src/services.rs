@@ -85,6 +85,9 @@ pub struct Route {
     pub queue: String,
     /// Job type or pipeline.
     pub kind: Kind,
+    /// The job header whose values have queues of their own (a rate limit
+    /// per header value, `RateLimit::per_header`).
+    pub partition: Option<String>,
 }
 
 /// Shared resources and bytes-level operations of one engine.
@@ -99,6 +102,9 @@ pub struct Services {
     events: WeakEventSender,
     expiry: ExpiryIndex,
     batch_expiry: ExpiryIndex,
+    /// Partition queues named by submissions, for the pools that claim
+    /// from them (a pool learns a new tenant's queue from its first job).
+    partitions: tokio::sync::broadcast::Sender<String>,
     /// How often keyed submissions lately found their id taken: decides
     /// whether a submission reads the outcome record before its
     /// compare-and-commit (a hint, never an answer: see `jobs`).
@@ -132,6 +138,7 @@ impl Services {
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
             batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
             duplicates: crate::jobs::DuplicateRate::default(),
+            partitions: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
@@ -168,9 +175,38 @@ impl Services {
             Some(Route {
                 queue,
                 kind: Kind::Job,
+                ..
             }) => Ok(queue),
             _ => Err(EngineError::UnknownJobType(job_type.to_string())),
         }
+    }
+
+    /// The queue a job of `job_type` with `headers` goes to: its type's, or
+    /// when the type's rate limit is per header value and the job has that
+    /// header, the value's partition queue (whose pool is told of it).
+    pub(crate) fn queue_for_job(
+        &self,
+        job_type: &str,
+        headers: &HashMap<String, String>,
+    ) -> Result<String> {
+        let base = self.job_queue(job_type)?;
+        let value = self
+            .routes
+            .get(job_type)
+            .and_then(|r| r.partition.as_ref())
+            .and_then(|h| headers.get(h));
+        let Some(value) = value else {
+            return Ok(base.to_string());
+        };
+        let queue = keys::partition_queue(base, value);
+        // No pool listening (the engine is stopping) is not an error.
+        let _ = self.partitions.send(queue.clone());
+        Ok(queue)
+    }
+
+    /// Partition queues as submissions name them (see `queue_for_job`).
+    pub(crate) fn partition_events(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.partitions.subscribe()
     }
 
     /// The queue of the registered pipeline `pipeline` (`UnknownPipeline`
@@ -180,6 +216,7 @@ impl Services {
             Some(Route {
                 queue,
                 kind: Kind::Pipeline,
+                ..
             }) => Ok(queue),
             _ => Err(EngineError::UnknownPipeline(pipeline.to_string())),
         }

@@ -125,6 +125,27 @@ pub(crate) fn routes(
                  queue prefix or name"
             )));
         }
+        let partition = reg
+            .rate
+            .as_ref()
+            .and_then(|r| r.partition_header())
+            .map(str::to_string);
+        if let Some(header) = &partition {
+            if header.is_empty() || header.starts_with(keys::RESERVED_HEADER_PREFIX) {
+                return Err(EngineError::InvalidConfig(format!(
+                    "the rate limit of `{name}` is per header `{header}`, which a job cannot \
+                     set; name a header of your own (not empty, not starting with `{}`)",
+                    keys::RESERVED_HEADER_PREFIX
+                )));
+            }
+            if queue.len() + keys::PARTITION_SUFFIX_LEN > taquba::MAX_QUEUE_NAME_LEN {
+                return Err(EngineError::InvalidConfig(format!(
+                    "`{name}` has a rate limit per header value, whose queues are named \
+                     `{queue}..p` and 16 hex digits: too long for taquba; use a shorter \
+                     queue prefix or name"
+                )));
+            }
+        }
         if let Some(other) = taken.insert(queue.clone(), name) {
             return Err(EngineError::InvalidConfig(format!(
                 "`{name}` and `{other}` map to the same queue `{queue}`; rename one of them"
@@ -135,6 +156,7 @@ pub(crate) fn routes(
             Route {
                 queue,
                 kind: reg.kind,
+                partition,
             },
         );
     }
@@ -149,13 +171,15 @@ pub(crate) async fn stray_queues(
     routes: &HashMap<String, Route>,
 ) -> Result<Vec<String>> {
     let ours: std::collections::HashSet<&str> = routes.values().map(|r| r.queue.as_str()).collect();
+    // A partition queue is its type's (a rate limit per header value).
+    let ours = |name: &str| ours.contains(keys::partition_base(name).unwrap_or(name));
     let prefixes = [
         format!("{}.", settings.queue_name),
         format!("{}.", settings.bulk_queue_name),
     ];
     let mut strays = Vec::new();
     for name in queue.view().list_queues().await? {
-        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || ours.contains(name.as_str()) {
+        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || ours(&name) {
             continue;
         }
         let stats = queue.view().stats(&name).await?;

@@ -135,8 +135,11 @@ impl Store {
             ]
         });
         for q in self.view().list_queues().await? {
+            // A partition queue (a rate limit per header value) is listed
+            // under its type.
+            let base = keys::partition_base(&q).unwrap_or(&q).to_string();
             if let Some(w) = &wanted
-                && !w.contains(&q)
+                && !w.contains(&base)
             {
                 continue;
             }
@@ -146,7 +149,7 @@ impl Store {
                 if only.is_none() {
                     out.push((q, "intake", "client requests".to_string()));
                 }
-            } else if let Some(name) = q.strip_prefix(&jobs) {
+            } else if let Some(name) = base.strip_prefix(&jobs) {
                 let name = name.to_string();
                 out.push((q, "job", name));
             } else if let Some(name) = q.strip_prefix(&bulk) {

@@ -818,3 +818,54 @@ async fn job_shows_the_follow_ups_a_success_created() {
     );
     engine.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .register_with_rate::<Greet>(
+            gaffer::RateLimit::per_minute(1)
+                .unwrap()
+                .per_header("tenant"),
+        )
+        .start()
+        .await
+        .unwrap();
+    // Two jobs of one tenant: the first starts, the second waits a minute
+    // in the tenant's own queue.
+    let mut opts = gaffer::SubmitOptions::default();
+    opts.headers.insert("tenant".into(), "acme".into());
+    let first = engine
+        .submit_with(Greet { name: "a".into() }, opts.clone())
+        .await
+        .unwrap();
+    first.join().await.unwrap().unwrap();
+    let waiting = engine
+        .submit_with(Greet { name: "b".into() }, opts)
+        .await
+        .unwrap();
+    let stats = json(dir, &["stats"]);
+    let rows: Vec<&Value> = stats["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["name"] == "greet")
+        .collect();
+    let tenant = rows
+        .iter()
+        .find(|q| q["queue"] != "jobs.greet")
+        .unwrap_or_else(|| panic!("no tenant queue in {stats}"));
+    let name = tenant["queue"].as_str().unwrap();
+    assert!(name.starts_with("jobs.greet..p"), "{stats}");
+    assert_eq!(
+        (tenant["kind"].as_str(), tenant["pending"].as_u64()),
+        (Some("job"), Some(1))
+    );
+    let jobs = json(dir, &["jobs", "--type", "greet", "--state", "queued"]);
+    let listed = jobs.to_string();
+    assert!(listed.contains(waiting.id()), "{listed}");
+    engine.shutdown().await.unwrap();
+}

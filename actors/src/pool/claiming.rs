@@ -40,6 +40,60 @@ async fn release_all(queue: &taquba::Queue, held: Vec<Held>, why: &str) {
     }
 }
 
+/// Claim up to `want` jobs of `name`, waiting for them (woken by the queue,
+/// or every `poll`) until some come or the pool stops.
+async fn claim_one(
+    queue: &taquba::Queue,
+    name: &str,
+    want: usize,
+    poll: std::time::Duration,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Result<Vec<Claim>, taquba::Error> {
+    let lease = queue.queue_config(name).lease_duration;
+    loop {
+        if stop.is_cancelled() {
+            return Ok(Vec::new());
+        }
+        match queue.claim_batch(name, want, lease).await {
+            Ok(claims) if claims.is_empty() => {
+                tokio::select! {
+                    _ = queue.wait_for_jobs_on(name, poll) => {}
+                    _ = stop.cancelled() => return Ok(claims),
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Claim what `plan` allows from each of its queues; when none has a job,
+/// wait once (a job on one of them, a new partition, or `wait`) and answer
+/// empty, so that the pool plans again.
+async fn claim_planned(
+    queue: &taquba::Queue,
+    plan: &crate::rate::Plan,
+    wait: std::time::Duration,
+    wake: &tokio::sync::Notify,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Result<Vec<Claim>, taquba::Error> {
+    let mut claims = Vec::new();
+    for (name, want) in plan {
+        let lease = queue.queue_config(name).lease_duration;
+        claims.extend(queue.claim_batch(name, *want, lease).await?);
+    }
+    if claims.is_empty() {
+        let arrivals = plan
+            .iter()
+            .map(|(name, _)| Box::pin(queue.wait_for_jobs_on(name, wait)));
+        tokio::select! {
+            _ = futures_util::future::select_all(arrivals) => {}
+            _ = wake.notified() => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    Ok(claims)
+}
+
 /// A claimed job and its attempts, as gaffer counts them.
 #[derive(Debug)]
 pub struct Held {
@@ -62,41 +116,34 @@ impl PoolState {
             return;
         };
         // A rate-limited type claims no more than it may start: its backlog
-        // waits in the queue, and the pool wakes when the next token is due.
-        let want = match &mut self.bucket {
-            None => want,
-            Some(bucket) => match bucket.take(want) {
-                0 => {
-                    if !self.rate_wake {
-                        self.rate_wake = true;
-                        myself.send_after(bucket.until_next(), || PoolMessage::Retry);
-                    }
-                    return;
-                }
-                n => n,
-            },
-        };
-        self.claiming = Some(want);
-        let name = self.args.queue.clone();
+        // waits in the queue (a partitioned limit: each value's in its own),
+        // and the pool wakes when the next token is due.
+        let plan = self.limiter.plan(want);
+        if plan.is_empty() {
+            if !self.rate_wake {
+                self.rate_wake = true;
+                myself.send_after(self.limiter.until_next(), || PoolMessage::Retry);
+            }
+            return;
+        }
+        self.claiming = Some(plan.clone());
+        // Partition queues come and go: claim once, wait once (for a job on
+        // a planned queue, a new partition or a token), then plan again.
+        let once = self
+            .limiter
+            .partitioned()
+            .then(|| (self.partition_wake.clone(), self.limiter.next_token()));
         let job_type = self.args.job_type.clone();
         let services = self.args.services.clone();
         let stop = self.draining_token.clone();
         let myself = myself.clone();
         tokio::spawn(async move {
             let poll = services.settings().poll_interval;
-            let lease = queue.queue_config(&name).lease_duration;
-            let claimed = loop {
-                if stop.is_cancelled() {
-                    break Ok(Vec::new());
-                }
-                match queue.claim_batch(&name, want, lease).await {
-                    Ok(claims) if claims.is_empty() => {
-                        tokio::select! {
-                            _ = queue.wait_for_jobs_on(&name, poll) => {}
-                            _ = stop.cancelled() => break Ok(claims),
-                        }
-                    }
-                    other => break other,
+            let claimed = match once {
+                None => claim_one(&queue, &plan[0].0, plan[0].1, poll, &stop).await,
+                Some((wake, token)) => {
+                    let wait = token.map_or(poll, |t| t.min(poll));
+                    claim_planned(&queue, &plan, wait, &wake, &stop).await
                 }
             };
             let result = match claimed {
@@ -144,15 +191,66 @@ impl PoolState {
         });
     }
 
+    /// Learn the type's partition queues: those in the store now, and each
+    /// one a submission names from now on (until the pool stops). A lag in
+    /// the submissions' channel lists the store again.
+    pub(super) fn watch_partitions(&self, myself: &ActorRef<PoolMessage>) {
+        let Ok(queue) = self.args.services.queue() else {
+            return;
+        };
+        let mut told = self.args.services.partition_events();
+        let base = self.args.queue.clone();
+        let stop = self.draining_token.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let mine = |q: &str| keys::partition_base(q) == Some(base.as_str());
+            let mut list = true;
+            loop {
+                if list {
+                    list = false;
+                    match queue.view().list_queues().await {
+                        Ok(all) => {
+                            let found: Vec<String> = all.into_iter().filter(|q| mine(q)).collect();
+                            if !found.is_empty()
+                                && myself.cast(PoolMessage::Partitions(found)).is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            warn!(queue = %base, error = %e, "listing the partition queues failed; new ones are still learned as jobs are submitted");
+                        }
+                    }
+                }
+                let q = tokio::select! {
+                    q = told.recv() => q,
+                    _ = stop.cancelled() => return,
+                };
+                match q {
+                    Ok(q) if mine(&q) => {
+                        if myself.cast(PoolMessage::Partitions(vec![q])).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => list = true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+
     pub(super) fn claimed(
         &mut self,
         myself: &ActorRef<PoolMessage>,
         result: Result<Vec<Held>, taquba::Error>,
     ) {
-        let reserved = self.claiming.take().unwrap_or(0);
-        if let Some(bucket) = &mut self.bucket {
-            let used = result.as_ref().map(Vec::len).unwrap_or(0);
-            bucket.give_back(reserved.saturating_sub(used));
+        if let Some(plan) = self.claiming.take() {
+            let mut used = std::collections::HashMap::new();
+            for h in result.iter().flatten() {
+                *used.entry(&*h.claim.queue).or_insert(0) += 1;
+            }
+            self.limiter.give_back(&plan, &used);
         }
         match result {
             Ok(held) => {

@@ -51,8 +51,11 @@ pub use crate::parking::SlotId;
 pub enum PoolMessage {
     /// A claim finished (jobs claimed, with their attempts).
     Claimed(Result<Vec<Held>, taquba::Error>),
-    /// Claim again (after an error).
+    /// Claim again (after an error, or when a throttled queue has a token).
     Retry,
+    /// Partition queues of the type (a rate limit per header value): found
+    /// in the store at the start, or told by a submission to a new value.
+    Partitions(Vec<String>),
     /// A worker finished its job.
     WorkerDone {
         /// Slot of the worker.
@@ -218,8 +221,8 @@ pub struct PoolState {
     idle: VecDeque<SlotId>,
     backlog: VecDeque<Held>,
     parked: usize,
-    /// The claim in flight and how many jobs it may bring.
-    claiming: Option<usize>,
+    /// The claim in flight: how many jobs it may bring from which queue.
+    claiming: Option<crate::rate::Plan>,
     /// Cancelled when the pool drains, or its state is dropped (the pool
     /// stopped or was killed): stops the claim task and ends parked waits.
     draining_token: CancellationToken,
@@ -231,11 +234,15 @@ pub struct PoolState {
     draining: bool,
     abandoned: usize,
     paused: bool,
-    /// The type's rate limit: tokens are taken for a claim's size when it
-    /// starts, and those it did not use given back when it lands.
-    bucket: Option<crate::rate::Bucket>,
+    /// The queues it claims from and the type's rate limit: tokens are
+    /// taken for a claim's size when it starts, and those it did not use
+    /// given back when it lands.
+    limiter: crate::rate::Limiter,
     /// A wake for the next token is scheduled.
     rate_wake: bool,
+    /// Wakes a claim waiting on partition queues when a new one is learned
+    /// (a wake-up signal, not state: a permit is kept until taken).
+    partition_wake: Arc<tokio::sync::Notify>,
 }
 
 impl PoolState {
@@ -279,10 +286,11 @@ impl Actor for HandlerPool {
         let draining_token = CancellationToken::new();
         let restarts = Restarts::new(args.services.settings());
         let paused = args.paused;
-        let bucket = args.rate.map(crate::rate::Bucket::new);
+        let limiter = crate::rate::Limiter::new(args.queue.clone(), args.rate.clone());
         let mut state = PoolState {
-            bucket,
+            limiter,
             rate_wake: false,
+            partition_wake: Arc::new(tokio::sync::Notify::new()),
             args,
             slots: BTreeMap::new(),
             next_slot: 0,
@@ -305,6 +313,9 @@ impl Actor for HandlerPool {
         for _ in 0..n {
             state.add_slot(&myself).await;
         }
+        if state.limiter.partitioned() {
+            state.watch_partitions(&myself);
+        }
         state.maybe_claim(&myself);
         Ok(state)
     }
@@ -320,6 +331,16 @@ impl Actor for HandlerPool {
             PoolMessage::Retry => {
                 state.rate_wake = false;
                 state.maybe_claim(&myself);
+            }
+            PoolMessage::Partitions(queues) => {
+                let mut learned = false;
+                for q in queues {
+                    learned |= state.limiter.learn(q);
+                }
+                if learned {
+                    state.partition_wake.notify_one();
+                    state.maybe_claim(&myself);
+                }
             }
             PoolMessage::WorkerDone {
                 slot,

@@ -68,7 +68,8 @@ impl PoolState {
     /// Retire idle slots while there are more than the type needs.
     pub(super) fn shrink(&mut self) {
         // Idle slots the claim in flight (and the backlog) may need are kept.
-        let promised = self.claiming.unwrap_or(0) + self.backlog.len();
+        let claim: usize = self.claiming.iter().flatten().map(|(_, n)| n).sum();
+        let promised = claim + self.backlog.len();
         while self.excess() > 0 && self.idle.len() > promised {
             let Some(slot) = self.idle.pop_back() else {
                 return;
