@@ -232,6 +232,16 @@ impl Client {
         opts: SubmitOptions,
     ) -> Result<ClientHandle<J>> {
         let req = submit_request(&job, opts)?;
+        self.send_submit(req, ulid::Ulid::new().to_string()).await
+    }
+
+    /// Send the submission `req` as request `request_id` (a ULID; an
+    /// unkeyed job's id too: a shard set picks it to route the job).
+    pub(crate) async fn send_submit<J: Job>(
+        &self,
+        req: gaffer_actors::SubmitRequest,
+        request_id: String,
+    ) -> Result<ClientHandle<J>> {
         if let Some(h) = req
             .headers
             .keys()
@@ -239,7 +249,6 @@ impl Client {
         {
             return Err(EngineError::ReservedHeader(h.clone()).into());
         }
-        let request_id = ulid::Ulid::new().to_string();
         let run_id = match &req.idempotency_key {
             Some(key) => keys::keyed_run_id(key),
             None => request_id.clone(),

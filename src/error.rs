@@ -64,6 +64,10 @@ pub enum Error {
     /// unknown time zone …): see [`ScheduleError`](crate::ScheduleError).
     #[error(transparent)]
     Schedule(#[from] gaffer_actors::ScheduleError),
+    /// A shard set or placement is not valid, or the job belongs to a
+    /// shard this process does not own: see [`ShardError`](crate::ShardError).
+    #[error(transparent)]
+    Shard(#[from] crate::shards::ShardError),
     /// The job id belongs to a job of another type.
     #[error("job `{id}` is a `{actual}` job, not a `{expected}` job")]
     WrongJobType {

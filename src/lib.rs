@@ -52,6 +52,7 @@ mod job;
 mod periodic;
 mod pipeline;
 mod report;
+mod shards;
 mod sink;
 mod state;
 mod submit;
@@ -75,6 +76,7 @@ pub use job::{Job, keyed_job_id, payload_idempotency_key};
 pub use periodic::periodic_spec;
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
 pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
+pub use shards::{MAX_SHARDS, Placement, ShardError, ShardSet, ShardedClient, ShardedEngine};
 pub use sink::{
     ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED,
     STATUS_OUTPUT_UNAVAILABLE, STATUS_SUCCEEDED, read_jsonl,

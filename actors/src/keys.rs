@@ -118,6 +118,31 @@ pub const ENDED_ROOT: &[u8] = b"gaffer/v1/ended/";
 /// the index existed.
 pub const ENDED_INDEX_READY: &[u8] = b"gaffer/v1/ended-index";
 
+/// The shard of the job or batch `id` in a set of `shards` stores
+/// (`gaffer::ShardSet`): the first 8 bytes of `SHA-256(id)`, big-endian,
+/// mod `shards` (0 when `shards` is 0). Fixed for the life of the data:
+/// every reader and writer of a shard set routes with it.
+pub fn shard_of(id: &str, shards: usize) -> usize {
+    if shards == 0 {
+        return 0;
+    }
+    let digest = Sha256::digest(id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) % shards as u64) as usize
+}
+
+/// Largest shard count of a shard set.
+pub const MAX_SHARDS: usize = 4096;
+
+/// The store URL of `shard` in a set of `count` named by `template`: its
+/// `{shard}` replaced by the index, zero-padded to two digits at least (and
+/// to the width of `count - 1`).
+pub fn shard_url(template: &str, shard: usize, count: usize) -> String {
+    let width = count.saturating_sub(1).to_string().len().max(2);
+    template.replace("{shard}", &format!("{shard:0width$}"))
+}
+
 /// Bytes a partition queue adds to its type's queue: `..p` and 16 hex digits.
 pub const PARTITION_SUFFIX_LEN: usize = 19;
 
@@ -403,6 +428,22 @@ mod tests {
         // Two names that sanitize alike still get their own queues.
         assert_ne!(queue_for("jobs", "a b"), queue_for("jobs", "a:b"));
         assert_ne!(queue_for("jobs", "a_b"), queue_for("jobs", "a b"));
+    }
+
+    #[test]
+    fn a_shard_is_fixed_by_the_id_and_the_count() {
+        // Ids already routed depend on this: it must not change.
+        // SHA-256("job-0") begins ec67b2acc821cb48.
+        assert_eq!(
+            shard_of("job-0", 6),
+            (0xec67_b2ac_c821_cb48_u64 % 6) as usize
+        );
+        assert_eq!(
+            shard_of("job-0", 7),
+            (0xec67_b2ac_c821_cb48_u64 % 7) as usize
+        );
+        assert_eq!(shard_of("a", 1), 0);
+        assert_eq!(shard_of("a", 0), 0);
     }
 
     #[test]

@@ -278,9 +278,8 @@ struct ControlState {
     next_ops: AtomicU8,
     /// Operations of `next_ops` still to fail.
     next_remaining: AtomicU64,
-    /// Latency before each operation of `latency_ops`, in nanoseconds.
-    latency_nanos: AtomicU64,
-    latency_ops: AtomicU8,
+    /// Latency before each operation, per kind, in nanoseconds.
+    latency_nanos: [AtomicU64; 6],
     /// Which paths faults (not latency) apply to.
     filter: Mutex<PathFilter>,
     operations: [AtomicU64; 6],
@@ -385,16 +384,40 @@ impl FaultControl {
         self.set_latency_on(Ops::ALL, latency);
     }
 
-    /// Sleep `latency` before every operation of kinds `ops` only.
+    /// Sleep `latency` before every operation of kinds `ops` only (the
+    /// others: none).
     pub fn set_latency_on(&self, ops: impl Into<Ops>, latency: Duration) {
-        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        self.state.latency_ops.store(ops.into().0, Ordering::SeqCst);
-        self.state.latency_nanos.store(nanos, Ordering::SeqCst);
+        let ops = ops.into();
+        for op in Op::ALL {
+            let l = if ops.contains(op) {
+                latency
+            } else {
+                Duration::ZERO
+            };
+            self.set_op_latency(op, l);
+        }
     }
 
-    /// The latency added to each operation.
+    /// Sleep `latency` before every operation of kind `op`, leaving the
+    /// other kinds' latency as it is (what an object store costs: e.g.
+    /// 20 ms per put, 10 ms per get).
+    pub fn set_op_latency(&self, op: Op, latency: Duration) {
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.state.latency_nanos[op.index()].store(nanos, Ordering::SeqCst);
+    }
+
+    /// The largest latency added to an operation kind.
     pub fn latency(&self) -> Duration {
-        Duration::from_nanos(self.state.latency_nanos.load(Ordering::SeqCst))
+        Op::ALL
+            .iter()
+            .map(|op| self.op_latency(*op))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The latency added to each operation of kind `op`.
+    pub fn op_latency(&self, op: Op) -> Duration {
+        Duration::from_nanos(self.state.latency_nanos[op.index()].load(Ordering::SeqCst))
     }
 
     /// The counters so far.
@@ -441,9 +464,8 @@ impl FaultControl {
     /// Count one operation of kind `op`; the latency it must wait, if any.
     fn count(&self, op: Op) -> Option<Duration> {
         self.state.operations[op.index()].fetch_add(1, Ordering::SeqCst);
-        let latency = self.latency();
-        (!latency.is_zero() && Ops(self.state.latency_ops.load(Ordering::SeqCst)).contains(op))
-            .then_some(latency)
+        let latency = self.op_latency(op);
+        (!latency.is_zero()).then_some(latency)
     }
 
     fn decide(&self, op: Op, path: &str) -> object_store::Result<()> {
@@ -841,6 +863,14 @@ mod tests {
         let start = tokio::time::Instant::now();
         put(&store, "b").await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
+        // What an object store costs: each kind its own.
+        faults.set_op_latency(Op::Put, Duration::from_millis(20));
+        faults.set_op_latency(Op::Get, Duration::from_millis(10));
+        let start = tokio::time::Instant::now();
+        put(&store, "c").await.unwrap();
+        store.get(&Path::from("c")).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(30));
+        assert_eq!(faults.latency(), Duration::from_millis(20));
     }
 
     #[tokio::test]

@@ -36,6 +36,19 @@ struct Cli {
     /// `file:///dir`), configured from the provider variables.
     #[arg(long, global = true, value_name = "URL")]
     url: Option<String>,
+    /// A shard set instead of one store: a URL template whose `{shard}`
+    /// is each shard's index, two digits at least (as
+    /// `gaffer::ShardSet::from_template`); needs `--shard-count`. `stats`
+    /// and `health` read every shard; `job`, `batch`, `cancel` and `retry
+    /// ID` the shard of the id; other commands the one `--shard` names.
+    #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
+    shards: Option<String>,
+    /// How many shards the set has (fixed at deploy).
+    #[arg(long, global = true, value_name = "N")]
+    shard_count: Option<usize>,
+    /// With `--shards`: the one shard to read or act on.
+    #[arg(long, global = true, value_name = "INDEX")]
+    shard: Option<usize>,
     /// The queue's path inside the store (the engine's `queue_path`).
     #[arg(long, global = true, default_value = "queue")]
     queue_path: String,
@@ -238,17 +251,90 @@ fn fail(e: &CliError) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, CliError> {
-    let store = read::Store::open(
-        cli.dir.as_deref(),
-        cli.url.as_deref(),
-        &cli.queue_path,
-        &cli.jobs_queue,
-        &cli.bulk_queue,
-    )
-    .await?;
+    if let Some(template) = &cli.shards {
+        return run_on_shards(template, &cli).await;
+    }
+    let store = open(&cli, cli.dir.as_deref(), cli.url.as_deref()).await?;
     let result = command(&store, &cli).await;
     store.close().await;
     result
+}
+
+async fn open(
+    cli: &Cli,
+    dir: Option<&std::path::Path>,
+    url: Option<&str>,
+) -> Result<read::Store, CliError> {
+    read::Store::open(dir, url, &cli.queue_path, &cli.jobs_queue, &cli.bulk_queue).await
+}
+
+/// A command on a shard set: `stats` and `health` on every shard (or the
+/// `--shard`), one document with a part per shard; a command on an id on
+/// the id's shard; any other on the `--shard`.
+async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> {
+    let count = cli.shard_count.unwrap_or(0);
+    if count == 0 || count > gaffer_actors::keys::MAX_SHARDS || !template.contains("{shard}") {
+        return Err(CliError::BadInput(format!(
+            "--shards needs a template with `{{shard}}` and --shard-count 1 to {}",
+            gaffer_actors::keys::MAX_SHARDS
+        )));
+    }
+    if let Some(s) = cli.shard
+        && s >= count
+    {
+        return Err(CliError::BadInput(format!(
+            "--shard {s}: the set has shards 0 to {}",
+            count - 1
+        )));
+    }
+    let url = |shard: usize| gaffer_actors::keys::shard_url(template, shard, count);
+    let by_id = match &cli.command {
+        Command::Job { id }
+        | Command::Batch { id, .. }
+        | Command::Cancel { id, .. }
+        | Command::Retry { id: Some(id), .. } => Some(id),
+        _ => None,
+    };
+    let every = matches!(cli.command, Command::Stats | Command::Health) && cli.shard.is_none();
+    if !every {
+        let shard = match (by_id, cli.shard) {
+            (Some(id), _) => gaffer_actors::keys::shard_of(id, count),
+            (None, Some(s)) => s,
+            (None, None) => {
+                return Err(CliError::BadInput(
+                    "with --shards, this command reads one shard: pass --shard INDEX".into(),
+                ));
+            }
+        };
+        let store = open(cli, None, Some(&url(shard))).await?;
+        let result = command(&store, cli).await;
+        store.close().await;
+        return result;
+    }
+    let mut parts = Vec::new();
+    let mut code = ExitCode::SUCCESS;
+    for shard in 0..count {
+        let store = open(cli, None, Some(&url(shard))).await?;
+        let part = match cli.command {
+            Command::Health => {
+                let health = store.health().await;
+                health.map(|h| {
+                    if !h.alive {
+                        code = ExitCode::from(3);
+                    }
+                    report::ShardPart::new(shard, url(shard), cli.json, &h)
+                })
+            }
+            _ => store
+                .stats()
+                .await
+                .map(|s| report::ShardPart::new(shard, url(shard), cli.json, &s)),
+        };
+        store.close().await;
+        parts.push(part??);
+    }
+    report::print(cli.json, &report::Shards { shards: parts })?;
+    Ok(code)
 }
 
 async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {

@@ -21,6 +21,61 @@ pub fn print<T: Serialize + Render>(json: bool, value: &T) -> Result<(), CliErro
     Ok(())
 }
 
+/// A command's report on each shard of a set (`--shards`):
+/// `{"shards": [{"shard", "url", "report"}]}`.
+#[derive(Debug, Serialize)]
+pub struct Shards {
+    /// One part per shard, in shard order.
+    pub shards: Vec<ShardPart>,
+}
+
+/// One shard's part of [`Shards`].
+#[derive(Debug, Serialize)]
+pub struct ShardPart {
+    /// The shard's index.
+    pub shard: usize,
+    /// Its store URL.
+    pub url: String,
+    /// The command's report on it (the document the command prints for
+    /// one store).
+    pub report: serde_json::Value,
+    #[serde(skip)]
+    text: String,
+}
+
+impl ShardPart {
+    /// The part of `shard` at `url`: `value` as JSON, or as text.
+    pub fn new<T: Serialize + Render>(
+        shard: usize,
+        url: String,
+        json: bool,
+        value: &T,
+    ) -> Result<Self, CliError> {
+        let (report, text) = if json {
+            let v = serde_json::to_value(value).map_err(|e| CliError::Output(e.to_string()))?;
+            (v, String::new())
+        } else {
+            (serde_json::Value::Null, value.render())
+        };
+        Ok(Self {
+            shard,
+            url,
+            report,
+            text,
+        })
+    }
+}
+
+impl Render for Shards {
+    fn render(&self) -> String {
+        self.shards
+            .iter()
+            .map(|p| format!("shard {} ({})\n{}", p.shard, p.url, p.text))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// A report as text.
 pub trait Render {
     /// The aligned tables of the report.

@@ -869,3 +869,76 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
     assert!(listed.contains(waiting.id()), "{listed}");
     engine.shutdown().await.unwrap();
 }
+
+/// `gaffer --shards TEMPLATE --shard-count N …`: its stdout, or panic.
+fn on_shards(template: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .args(["--shards", template, "--shard-count", "3"])
+        .args(args)
+        .output()
+        .expect("the gaffer binary runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        std::fs::create_dir_all(tmp.path().join(format!("shard-{i:02}"))).unwrap();
+    }
+    let template = format!("file://{}/shard-{{shard}}", tmp.path().display());
+    let set = gaffer::ShardSet::from_template(&template, 3).unwrap();
+    let engines =
+        gaffer::ShardedEngine::start(set, &gaffer::Placement::Listed(vec![0, 1, 2]), |_, url| {
+            Engine::builder()
+                .store_url(url)
+                .flush_interval(Duration::from_millis(1))
+                .register::<Greet>()
+        })
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for name in ["ada", "bob", "cy", "dee", "eve", "fay"] {
+        let h = engines.submit(Greet { name: name.into() }).await.unwrap();
+        h.join().await.unwrap().unwrap();
+        ids.push(h.id().to_string());
+    }
+    // stats: one part per shard; the done counts add up to the jobs run.
+    let out = on_shards(&template, &["stats", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parts = stats["shards"].as_array().unwrap();
+    assert_eq!(parts.len(), 3, "{stats}");
+    let done: i64 = parts
+        .iter()
+        .flat_map(|p| p["report"]["queues"].as_array().unwrap())
+        .filter(|q| q["name"] == "greet")
+        .map(|q| q["done"].as_i64().unwrap())
+        .sum();
+    assert_eq!(done, 6, "{stats}");
+    // job ID: found in its shard, whichever it is.
+    for id in &ids {
+        let out = on_shards(&template, &["job", id, "--json"]);
+        assert!(
+            out.status.success(),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let job: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(job["id"], id.as_str(), "{job}");
+    }
+    // A listing names its shard.
+    let out = on_shards(&template, &["jobs"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--shard"));
+    let out = on_shards(&template, &["jobs", "--shard", "1", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    engines.shutdown().await;
+}

@@ -1,0 +1,98 @@
+//! A sharded gaffer service, as `deploy/kubernetes/` runs it: one engine per
+//! shard this replica owns, until SIGTERM.
+//!
+//! Configuration (environment):
+//! - `GAFFER_SHARDS`: the shard set's URL template, `{shard}` replaced by
+//!   each index (`s3://bucket/app/shard-{shard}`, `file:///data/shard-{shard}`);
+//! - `GAFFER_SHARD_COUNT`: how many shards (fixed at deploy);
+//! - `GAFFER_REPLICAS`: the StatefulSet's replicas; this pod owns every
+//!   shard `s` with `s % replicas == ordinal`, the ordinal read from
+//!   `HOSTNAME` (`gaffer-2` → 2). Or `GAFFER_OWNED=0,3` to list them.
+//!
+//! On one machine, without Kubernetes (two shards, one replica):
+//!
+//! ```sh
+//! mkdir -p /tmp/gaffer-shards/shard-00 /tmp/gaffer-shards/shard-01
+//! GAFFER_SHARDS='file:///tmp/gaffer-shards/shard-{shard}' GAFFER_SHARD_COUNT=2 \
+//!   GAFFER_OWNED=0,1 cargo run --example sharded
+//! gaffer --shards 'file:///tmp/gaffer-shards/shard-{shard}' --shard-count 2 stats
+//! ```
+
+use std::time::Duration;
+
+use gaffer::{Engine, Job, JobContext, Placement, ShardSet, ShardedEngine};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SendReceipt {
+    order: u64,
+}
+
+impl Job for SendReceipt {
+    const NAME: &'static str = "send-receipt";
+    type Output = ();
+    type Error = gaffer::Error;
+
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("receipt-{}", self.order))
+    }
+
+    async fn run(&self, ctx: JobContext) -> Result<(), gaffer::Error> {
+        tracing::info!(order = self.order, job = ctx.id(), "receipt sent");
+        Ok(())
+    }
+}
+
+fn env(name: &str) -> Result<String, Box<dyn std::error::Error>> {
+    std::env::var(name).map_err(|_| format!("set {name} (see examples/sharded.rs)").into())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt().with_target(false).init();
+    let count: usize = env("GAFFER_SHARD_COUNT")?.parse()?;
+    let set = ShardSet::from_template(&env("GAFFER_SHARDS")?, count)?;
+    let placement = match std::env::var("GAFFER_OWNED") {
+        Ok(list) => Placement::Listed(
+            list.split(',')
+                .map(|s| s.trim().parse())
+                .collect::<Result<_, _>>()?,
+        ),
+        Err(_) => Placement::from_hostname(env("GAFFER_REPLICAS")?.parse()?)?,
+    };
+    let engines = ShardedEngine::start(set, &placement, |_, url| {
+        Engine::builder()
+            .store_url(url)
+            .register::<SendReceipt>()
+            .shutdown_grace(Duration::from_secs(20))
+    })
+    .await?;
+    tracing::info!(owned = ?engines.owned(), "engines started");
+    // A few jobs, each to its shard (only those this replica owns; another
+    // process would send the rest through a `ShardedClient`).
+    for order in 0..10 {
+        match engines.submit(SendReceipt { order }).await {
+            Ok(_) => {}
+            Err(gaffer::Error::Shard(e)) => tracing::info!("{e}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    shutdown_signal().await;
+    for (shard, result) in engines.shutdown().await {
+        tracing::info!(shard, ok = result.is_ok(), "shard stopped");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        return;
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
