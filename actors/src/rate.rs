@@ -172,6 +172,8 @@ pub(crate) struct Limiter {
     limit: Option<RateLimit>,
     /// The type's queue first, then partition queues in the order learned.
     queues: Vec<String>,
+    /// The same queues, to tell a new one at once.
+    known: std::collections::HashSet<String>,
     /// Where the next plan starts (round robin over `queues`).
     next: usize,
     /// Buckets not full (a full bucket is the same as a new one, so it is
@@ -183,6 +185,7 @@ impl Limiter {
     pub(crate) fn new(queue: String, limit: Option<RateLimit>) -> Self {
         Self {
             limit,
+            known: std::collections::HashSet::from([queue.clone()]),
             queues: vec![queue],
             next: 0,
             buckets: HashMap::new(),
@@ -198,7 +201,7 @@ impl Limiter {
 
     /// Learn a partition queue; `false` if it was known.
     pub(crate) fn learn(&mut self, queue: String) -> bool {
-        if !self.partitioned() || self.queues.contains(&queue) {
+        if !self.partitioned() || !self.known.insert(queue.clone()) {
             return false;
         }
         self.queues.push(queue);

@@ -79,7 +79,13 @@ async fn claim_planned(
     let mut claims = Vec::new();
     for (name, want) in plan {
         let lease = queue.queue_config(name).lease_duration;
-        claims.extend(queue.claim_batch(name, *want, lease).await?);
+        match queue.claim_batch(name, *want, lease).await {
+            Ok(more) => claims.extend(more),
+            // Jobs already claimed are reported (not left to their lease);
+            // the error comes back at the next claim.
+            Err(_) if !claims.is_empty() => return Ok(claims),
+            Err(e) => return Err(e),
+        }
     }
     if claims.is_empty() {
         let arrivals = plan
