@@ -292,6 +292,45 @@ async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
     engine.shutdown().await.unwrap();
 }
 
+#[tokio::test(start_paused = true)]
+async fn tenants_jobs_still_run_when_the_limit_is_no_longer_per_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let engine = common::disk_builder(dir.path(), clock.clone())
+        .register_with_rate::<CallTenantApi>(RateLimit::per_second(2).unwrap().per_header("tenant"))
+        .state(Arc::new(TenantStarts::default()))
+        .start()
+        .await
+        .unwrap();
+    engine.pause_job_type(CallTenantApi::NAME).await.unwrap();
+    let mut ids = Vec::new();
+    for (i, tenant) in ["acme", "globex"].iter().enumerate() {
+        let h = engine
+            .submit_with(CallTenantApi(i as u32), for_tenant(Some(tenant)))
+            .await
+            .unwrap();
+        ids.push(h.id().to_string());
+    }
+    engine.shutdown().await.unwrap();
+    // Registered without a limit now: the jobs waiting in the tenants'
+    // queues still run.
+    let engine = common::disk_builder(dir.path(), clock)
+        .register::<CallTenantApi>()
+        .state(Arc::new(TenantStarts::default()))
+        .start()
+        .await
+        .unwrap();
+    engine.resume_job_type(CallTenantApi::NAME).await.unwrap();
+    for id in &ids {
+        let h = engine.handle::<CallTenantApi>(id).unwrap();
+        common::within_for(Duration::from_secs(10), h.join())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    engine.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_limit_per_reserved_or_empty_header_is_refused_at_start() {
     for header in ["gaffer.type", ""] {

@@ -199,9 +199,11 @@ impl Limiter {
             .is_some_and(|l| l.partition_header().is_some())
     }
 
-    /// Learn a partition queue; `false` if it was known.
+    /// Learn a partition queue; `false` if it was known. A type whose
+    /// limit is no longer per header still claims from the partition
+    /// queues an earlier configuration left (sharing its one bucket).
     pub(crate) fn learn(&mut self, queue: String) -> bool {
-        if !self.partitioned() || !self.known.insert(queue.clone()) {
+        if !self.known.insert(queue.clone()) {
             return false;
         }
         self.queues.push(queue);
@@ -212,10 +214,19 @@ impl Limiter {
     /// buckets have tokens (the tokens are taken; give back what a claim
     /// did not use). Empty when every queue is throttled.
     pub(crate) fn plan(&mut self, want: usize) -> Plan {
-        let Some(limit) = &self.limit else {
-            return vec![(self.queues[0].clone(), want)];
+        let Some(limit) = self.limit.clone() else {
+            return self.spread(want);
         };
         self.buckets.retain(|_, b| !b.is_full());
+        if !self.partitioned() {
+            // One bucket for the type, whatever queues its jobs are in.
+            let got = self
+                .buckets
+                .entry(self.queues[0].clone())
+                .or_insert_with(|| Bucket::new(&limit))
+                .take(want);
+            return self.spread(got);
+        }
         let n = self.queues.len();
         let mut counts = vec![0usize; n];
         let mut left = want;
@@ -226,7 +237,7 @@ impl Limiter {
                 let bucket = self
                     .buckets
                     .entry(self.queues[i].clone())
-                    .or_insert_with(|| Bucket::new(limit));
+                    .or_insert_with(|| Bucket::new(&limit));
                 if bucket.take(1) == 1 {
                     counts[i] += 1;
                     left -= 1;
@@ -237,6 +248,22 @@ impl Limiter {
             i = (i + 1) % n;
         }
         self.next = (self.next + 1) % n;
+        self.collect(counts)
+    }
+
+    /// `n` jobs spread evenly over the queues, from where the last plan
+    /// left off (one queue: all of them there).
+    fn spread(&mut self, n: usize) -> Plan {
+        let q = self.queues.len();
+        let mut counts = vec![n / q; q];
+        for k in 0..n % q {
+            counts[(self.next + k) % q] += 1;
+        }
+        self.next = (self.next + 1) % q;
+        self.collect(counts)
+    }
+
+    fn collect(&self, counts: Vec<usize>) -> Plan {
         self.queues
             .iter()
             .zip(counts)
@@ -245,12 +272,19 @@ impl Limiter {
             .collect()
     }
 
+    /// Whether a claim spans several queues (claim once, then plan again).
+    pub(crate) fn several(&self) -> bool {
+        self.queues.len() > 1 || self.partitioned()
+    }
+
     /// Give back the tokens of `plan` its claim did not use (`used`: jobs
     /// claimed per queue).
     pub(crate) fn give_back(&mut self, plan: &Plan, used: &HashMap<&str, usize>) {
+        let shared = !self.partitioned();
         for (queue, reserved) in plan {
             let unused = reserved.saturating_sub(used.get(queue.as_str()).copied().unwrap_or(0));
-            if let Some(bucket) = self.buckets.get_mut(queue) {
+            let bucket = if shared { &self.queues[0] } else { queue };
+            if let Some(bucket) = self.buckets.get_mut(bucket) {
                 bucket.give_back(unused);
             }
         }
@@ -344,9 +378,24 @@ mod tests {
         );
         assert_eq!(l.plan(1), Vec::new());
         assert_eq!(l.until_next(), Duration::from_millis(500));
-        // An unlimited or unpartitioned type claims from its queue only.
+        // An unlimited type claims from its queue, and from partition
+        // queues an earlier configuration left, sharing what it wants.
         let mut plain = Limiter::new("q".into(), None);
-        assert!(!plain.learn("q..pa".into()));
         assert_eq!(plain.plan(7), vec![("q".to_string(), 7)]);
+        assert!(plain.learn("q..pa".into()));
+        let mut spread = plain.plan(7);
+        spread.sort();
+        assert_eq!(
+            spread,
+            vec![("q".to_string(), 4), ("q..pa".to_string(), 3)],
+            "{spread:?}"
+        );
+        // A limit no longer per header: one bucket across its queues.
+        let mut shared = Limiter::new("q".into(), Some(RateLimit::per_second(3).unwrap()));
+        shared.learn("q..pa".into());
+        let plan = shared.plan(10);
+        assert_eq!(plan.iter().map(|(_, n)| n).sum::<usize>(), 3, "{plan:?}");
+        shared.give_back(&plan, &HashMap::new());
+        assert_eq!(shared.plan(10).iter().map(|(_, n)| n).sum::<usize>(), 3);
     }
 }

@@ -137,7 +137,7 @@ impl PoolState {
         // a planned queue, a new partition or a token), then plan again.
         let once = self
             .limiter
-            .partitioned()
+            .several()
             .then(|| (self.partition_wake.clone(), self.limiter.next_token()));
         let job_type = self.args.job_type.clone();
         let services = self.args.services.clone();
@@ -197,10 +197,11 @@ impl PoolState {
         });
     }
 
-    /// Learn the type's partition queues: those in the store now, and each
-    /// one a submission names from now on (until the pool stops). A lag in
-    /// the submissions' channel lists the store again.
-    pub(super) fn watch_partitions(&self, myself: &ActorRef<PoolMessage>) {
+    /// Learn the type's partition queues: those in the store now, and
+    /// (`follow`: its limit is per header value) each one a submission
+    /// names from now on, until the pool stops. A lag in the submissions'
+    /// channel lists the store again.
+    pub(super) fn watch_partitions(&self, myself: &ActorRef<PoolMessage>, follow: bool) {
         let Ok(queue) = self.args.services.queue() else {
             return;
         };
@@ -227,6 +228,9 @@ impl PoolState {
                             warn!(queue = %base, error = %e, "listing the partition queues failed; new ones are still learned as jobs are submitted");
                         }
                     }
+                }
+                if !follow {
+                    return;
                 }
                 let q = tokio::select! {
                     q = told.recv() => q,

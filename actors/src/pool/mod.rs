@@ -313,8 +313,17 @@ impl Actor for HandlerPool {
         for _ in 0..n {
             state.add_slot(&myself).await;
         }
-        if state.limiter.partitioned() {
-            state.watch_partitions(&myself);
+        // A job type's partition queues (a rate limit per header value, now
+        // or in an earlier configuration); pipelines have none.
+        if matches!(
+            state.args.services.route(&state.args.job_type),
+            Some(crate::services::Route {
+                kind: crate::erased::Kind::Job,
+                ..
+            })
+        ) {
+            let follow = state.limiter.partitioned();
+            state.watch_partitions(&myself, follow);
         }
         state.maybe_claim(&myself);
         Ok(state)
