@@ -39,8 +39,10 @@ struct Cli {
     /// A shard set instead of one store: a URL template whose `{shard}`
     /// is each shard's index, two digits at least (as
     /// `gaffer::ShardSet::from_template`); needs `--shard-count`. `stats`
-    /// and `health` read every shard; `job`, `batch`, `cancel` and `retry
-    /// ID` the shard of the id; other commands the one `--shard` names.
+    /// `health`, `jobs` (a first page), `dead`, `batches` and `periodic`
+    /// read every shard (one part each); `job`, `batch`, `cancel` and
+    /// `retry ID` the shard of the id; other commands, and any with
+    /// `--shard`, the one shard it names.
     #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
     shards: Option<String>,
     /// How many shards the set has (fixed at deploy).
@@ -295,7 +297,18 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
         | Command::Retry { id: Some(id), .. } => Some(id),
         _ => None,
     };
-    let every = matches!(cli.command, Command::Stats | Command::Health) && cli.shard.is_none();
+    // Reads of the whole set: one part per shard (a listing, `limit` per
+    // shard; `jobs` pages by cursor in one shard only).
+    let every = cli.shard.is_none()
+        && matches!(
+            cli.command,
+            Command::Stats
+                | Command::Health
+                | Command::Jobs { after: None, .. }
+                | Command::Dead { .. }
+                | Command::Batches { .. }
+                | Command::Periodic
+        );
     if !every {
         let shard = match (by_id, cli.shard) {
             (Some(id), _) => gaffer_actors::keys::shard_of(id, count),
@@ -315,26 +328,53 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
     let mut code = ExitCode::SUCCESS;
     for shard in 0..count {
         let store = open(cli, None, Some(&url(shard))).await?;
-        let part = match cli.command {
-            Command::Health => {
-                let health = store.health().await;
-                health.map(|h| {
-                    if !h.alive {
-                        code = ExitCode::from(3);
-                    }
-                    report::ShardPart::new(shard, url(shard), cli.json, &h)
-                })
-            }
-            _ => store
-                .stats()
-                .await
-                .map(|s| report::ShardPart::new(shard, url(shard), cli.json, &s)),
-        };
+        let part = shard_part(&store, cli, shard, url(shard), &mut code).await;
         store.close().await;
-        parts.push(part??);
+        parts.push(part?);
     }
     report::print(cli.json, &report::Shards { shards: parts })?;
     Ok(code)
+}
+
+/// One shard's part of a read of the whole set (see `run_on_shards`);
+/// `code` becomes 3 when a shard has no live writer (`health`).
+async fn shard_part(
+    store: &read::Store,
+    cli: &Cli,
+    shard: usize,
+    url: String,
+    code: &mut ExitCode,
+) -> Result<report::ShardPart, CliError> {
+    let json = cli.json;
+    match &cli.command {
+        Command::Health => {
+            let health = store.health().await?;
+            if !health.alive {
+                *code = ExitCode::from(3);
+            }
+            report::ShardPart::new(shard, url, json, &health)
+        }
+        Command::Jobs {
+            state,
+            job_type,
+            limit,
+            ..
+        } => {
+            let jobs = store
+                .jobs(*state, job_type.as_deref(), *limit, None)
+                .await?;
+            report::ShardPart::new(shard, url, json, &jobs)
+        }
+        Command::Dead { job_type, limit } => {
+            let dead = store.dead(job_type.as_deref(), *limit).await?;
+            report::ShardPart::new(shard, url, json, &dead)
+        }
+        Command::Batches { limit } => {
+            report::ShardPart::new(shard, url, json, &store.batches(*limit).await?)
+        }
+        Command::Periodic => report::ShardPart::new(shard, url, json, &store.periodic().await?),
+        _ => report::ShardPart::new(shard, url, json, &store.stats().await?),
+    }
 }
 
 async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {

@@ -930,8 +930,28 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
         let job: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(job["id"], id.as_str(), "{job}");
     }
-    // A listing names its shard.
-    let out = on_shards(&template, &["jobs"]);
+    // A listing reads every shard: each job once, in its shard's part.
+    let out = on_shards(&template, &["jobs", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let set = gaffer::ShardSet::from_template(&template, 3).unwrap();
+    for id in &ids {
+        let home = set.shard_of(id);
+        for shard in 0..3 {
+            let part = listed["shards"][shard]["report"].to_string();
+            assert_eq!(
+                part.contains(id.as_str()),
+                shard == home,
+                "{id} (shard {home}): {listed}"
+            );
+        }
+    }
+    // A page after a cursor, or a command that acts, names its shard.
+    let out = on_shards(&template, &["jobs", "--after", "x"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--shard"));
     let out = on_shards(&template, &["jobs", "--shard", "1", "--json"]);
