@@ -42,6 +42,8 @@ mod adapters;
 mod batch;
 mod builder;
 mod client;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod context;
 mod cost;
 mod engine;
@@ -60,6 +62,8 @@ mod submit;
 pub use batch::Batch;
 pub use builder::EngineBuilder;
 pub use client::{Client, ClientBuilder, ClientHandle, Request, RequestState};
+#[cfg(feature = "cluster")]
+pub use cluster::{ClusterRouter, Gateway, GatewayMessage, shard_group};
 pub use context::{JobContext, Memo};
 pub use cost::CostReport;
 pub use engine::Engine;
@@ -75,6 +79,10 @@ pub use items::{BatchItem, ItemOutcome, ItemPage};
 pub use job::{Job, keyed_job_id, payload_idempotency_key};
 pub use periodic::periodic_spec;
 pub use pipeline::{BulkCtx, ItemError, Pipeline};
+/// `ractor_cluster` (feature `cluster`): its node server and connect, for
+/// joining a ractor cluster.
+#[cfg(feature = "cluster")]
+pub use ractor_cluster;
 pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
 pub use shards::{MAX_SHARDS, Placement, ShardError, ShardSet, ShardedClient, ShardedEngine};
 pub use sink::{

@@ -75,6 +75,10 @@ enum CollectorMsg {
     Finished(JobFinished),
 }
 
+// With feature `cluster`, ractor has no blanket `Message` impl.
+#[cfg(feature = "cluster")]
+impl ractor::Message for CollectorMsg {}
+
 impl From<JobFinished> for CollectorMsg {
     fn from(f: JobFinished) -> Self {
         Self::Finished(f)

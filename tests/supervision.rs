@@ -375,6 +375,10 @@ enum RunnerMsg {
     Crash,
 }
 
+// With feature `cluster`, ractor has no blanket `Message` impl.
+#[cfg(feature = "cluster")]
+impl ractor::Message for RunnerMsg {}
+
 impl From<gaffer::BatchFinished> for RunnerMsg {
     fn from(f: gaffer::BatchFinished) -> Self {
         Self::Finished(f)

@@ -158,6 +158,10 @@ pub struct IntakeArguments {
 #[derive(Debug)]
 pub struct Intake;
 
+/// The intake takes no messages: its work runs in its task.
+#[derive(Debug)]
+pub enum IntakeMessage {}
+
 /// State of the intake actor.
 #[derive(Debug)]
 pub struct IntakeState {
@@ -166,7 +170,7 @@ pub struct IntakeState {
 }
 
 impl Actor for Intake {
-    type Msg = ();
+    type Msg = IntakeMessage;
     type State = IntakeState;
     type Arguments = IntakeArguments;
 

@@ -74,3 +74,32 @@ pub use settings::{MemoWrites, Settings};
 pub use sweeper::SweepReport;
 pub use ticks::{MakeTick, PeriodicSpec, Tick};
 pub use waiters::{JobFinished, WaitError};
+
+/// With ractor's `cluster` feature (this crate's `cluster`), ractor has no
+/// blanket `Message` impl: each type an actor receives names it. These
+/// never leave the process (none is serializable).
+macro_rules! local_messages {
+    ($($t:ty),* $(,)?) => {
+        $(
+            #[cfg(feature = "cluster")]
+            impl ractor::Message for $t {}
+        )*
+    };
+}
+
+local_messages!(
+    coordinator::CoordinatorMessage,
+    batch::BatchFinished,
+    parking::SlotWait,
+    registry::RegistryMessage,
+    settle::JobEnd,
+    settle::ItemEnd,
+    worker::WorkerMessage,
+    protocol::EngineMessage,
+    periodic::PeriodicMessage,
+    pool::PoolMessage,
+    waiters::JobFinished,
+    waiters::WaitersMessage,
+    sweeper::SweeperMessage,
+    intake::IntakeMessage,
+);

@@ -1,0 +1,361 @@
+//! Shards reached by message, across a `ractor_cluster` (feature
+//! `cluster`).
+//!
+//! Actor services joined in one ractor cluster send jobs to the engine of
+//! a job's shard as actor messages, with no bucket in between:
+//!
+//! - Every process that owns shards runs a **gateway** actor per owned
+//!   shard ([`ShardedEngine::serve_cluster`]). Each gateway is a member of
+//!   the process group named for its shard ([`shard_group`]).
+//!   `ractor_cluster` shares the group's membership with every connected
+//!   node.
+//! - A sender ([`ClusterRouter`]) routes each job to its shard as
+//!   [`ShardSet`] does. It asks the group for a member and calls it:
+//!   `Submit`, then `Await` for the outcome.
+//! - When the owner moves (killed, fenced, or its shards given to another
+//!   process), its gateway leaves the group: the gateway stops with its
+//!   engine, or the dead node's members are dropped. The sender then
+//!   retries with whichever gateway the group holds next, until its
+//!   deadline. A keyed job's resubmission meets its first submission in
+//!   the shard's store, so a retry never runs a job twice. For an unkeyed
+//!   job, the router picks the id once and reuses it on every retry.
+//!
+//! The messages are MessagePack bytes in two RPCs, so any process of the
+//! cluster can decode them. Enabling `cluster` turns on ractor's `cluster`
+//! feature for the whole build. That feature removes ractor's blanket
+//! `Message` impl, so every actor message type of the application must
+//! then implement `ractor::Message` itself (ractor_cluster's
+//! `RactorMessage` derive does it).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use gaffer_actors::records::{Outcome, OutcomeRecord, OutputRef};
+use gaffer_actors::{EngineEvent, SubmitRequest, keys};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor_cluster::RactorClusterMessage;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Engine;
+use crate::error::{Error, JobError, Result};
+use crate::job::Job;
+use crate::shards::{ShardSet, ShardedEngine};
+use crate::submit::{SubmitOptions, submit_request};
+
+/// The process group of shard `shard`'s gateway: `gaffer.shard.{shard}`.
+pub fn shard_group(shard: usize) -> String {
+    format!("gaffer.shard.{shard}")
+}
+
+/// What a shard's gateway answers, across the cluster (each payload is
+/// MessagePack).
+#[derive(RactorClusterMessage)]
+pub enum GatewayMessage {
+    /// Submit a job (a `WireSubmit`); answers a `WireSubmitted`.
+    #[rpc]
+    Submit(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// Wait for the job with this id to end; answers a `WireOutcome`.
+    #[rpc]
+    Await(String, RpcReplyPort<Vec<u8>>),
+}
+
+impl std::fmt::Debug for GatewayMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Submit(..) => f.write_str("Submit"),
+            Self::Await(id, _) => write!(f, "Await({id})"),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireSubmit {
+    job_type: String,
+    payload: Vec<u8>,
+    idempotency_key: Option<String>,
+    run_id: Option<String>,
+    headers: HashMap<String, String>,
+    priority: Option<u32>,
+    max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum WireSubmitted {
+    Id(String),
+    Refused(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum WireOutcome {
+    /// The record, with a large output inlined.
+    Ended(Box<OutcomeRecord>),
+    Error(String),
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // The wire types hold strings, bytes and maps: encoding cannot fail.
+    rmp_serde::to_vec_named(v).unwrap_or_default()
+}
+
+/// The gateway of one shard: answers `GatewayMessage`s with its engine.
+#[derive(Debug)]
+pub struct Gateway;
+
+/// A gateway's engine and shard.
+#[derive(Debug)]
+pub struct GatewayArgs {
+    engine: Engine,
+    shard: usize,
+}
+
+impl Actor for Gateway {
+    type Msg = GatewayMessage;
+    type State = GatewayArgs;
+    type Arguments = GatewayArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<GatewayMessage>,
+        args: GatewayArgs,
+    ) -> std::result::Result<GatewayArgs, ActorProcessingErr> {
+        ractor::pg::join(shard_group(args.shard), vec![myself.get_cell()]);
+        // Leave the group when the engine stops (shut down or fenced).
+        let mut events = args.engine.subscribe();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(EngineEvent::ShutDown { .. } | EngineEvent::StoreClosed { .. })
+                    | Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    _ => {}
+                }
+            }
+            me.stop(Some("its engine stopped".into()));
+        });
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<GatewayMessage>,
+        message: GatewayMessage,
+        state: &mut GatewayArgs,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        let engine = state.engine.clone();
+        // Each request runs in its own task: a submit waits for a commit,
+        // an await for the job, and neither holds the gateway.
+        match message {
+            GatewayMessage::Submit(bytes, reply) => {
+                tokio::spawn(async move {
+                    let answer = match submit(&engine, &bytes).await {
+                        Ok(id) => WireSubmitted::Id(id),
+                        Err(e) => WireSubmitted::Refused(e.to_string()),
+                    };
+                    let _ = reply.send(encode(&answer));
+                });
+            }
+            GatewayMessage::Await(id, reply) => {
+                tokio::spawn(async move {
+                    let answer = match outcome(&engine, id).await {
+                        Ok(record) => WireOutcome::Ended(Box::new(record)),
+                        Err(e) => WireOutcome::Error(e.to_string()),
+                    };
+                    let _ = reply.send(encode(&answer));
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
+    let w: WireSubmit =
+        rmp_serde::from_slice(bytes).map_err(|e| Error::decode("a cluster submission", e))?;
+    let req = SubmitRequest {
+        job_type: w.job_type,
+        payload: w.payload,
+        idempotency_key: w.idempotency_key,
+        run_id: w.run_id,
+        headers: w.headers,
+        priority: w.priority,
+        max_attempts: w.max_attempts,
+        run_at: None,
+        traceparent: None,
+    };
+    Ok(engine.jobs.submit(req).await?.run_id)
+}
+
+async fn outcome(engine: &Engine, id: String) -> Result<OutcomeRecord> {
+    let mut record = engine.jobs.await_job(id).await?;
+    if let Outcome::Succeeded(output @ OutputRef::Blob(_)) = &record.outcome {
+        let bytes = engine.jobs.output_bytes(output.clone()).await?;
+        record.outcome = Outcome::Succeeded(OutputRef::Inline(bytes));
+    }
+    Ok(record)
+}
+
+impl ShardedEngine {
+    /// Start a gateway for each owned shard, in the shard's process group,
+    /// so that senders anywhere in the ractor cluster reach it
+    /// ([`ClusterRouter`]). Each gateway stops when its engine stops.
+    pub async fn serve_cluster(&self) -> Result<Vec<ActorRef<GatewayMessage>>> {
+        let mut gateways = Vec::new();
+        for shard in self.owned() {
+            let Some(engine) = self.engine(shard) else {
+                continue;
+            };
+            let (gateway, _) = Actor::spawn(
+                None,
+                Gateway,
+                GatewayArgs {
+                    engine: engine.clone(),
+                    shard,
+                },
+            )
+            .await
+            .map_err(|e| gaffer_actors::EngineError::ActorUnavailable {
+                actor: "shard gateway",
+                reason: e.to_string(),
+            })?;
+            gateways.push(gateway);
+        }
+        Ok(gateways)
+    }
+}
+
+/// Sends jobs to their shards' gateways across a ractor cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterRouter {
+    set: ShardSet,
+    /// How long one call may take before the next gateway is tried.
+    call_timeout: Duration,
+    /// How long a submit or a join keeps looking for a gateway.
+    deadline: Duration,
+}
+
+impl ClusterRouter {
+    /// A router over `set`: a call waits 10 s, and a submit or a join goes
+    /// on finding a gateway for 60 s.
+    pub fn new(set: ShardSet) -> Self {
+        Self {
+            set,
+            call_timeout: Duration::from_secs(10),
+            deadline: Duration::from_secs(60),
+        }
+    }
+
+    /// How long a submit or a join goes on finding a gateway (for a shard
+    /// whose owner is moving).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The gateway of `shard` the group holds now, if any.
+    pub fn gateway(&self, shard: usize) -> Option<ActorRef<GatewayMessage>> {
+        ractor::pg::get_members(&shard_group(shard))
+            .into_iter()
+            .next()
+            .map(ActorRef::from)
+    }
+
+    /// Call the gateway of `shard` until one answers or the deadline.
+    async fn call(
+        &self,
+        shard: usize,
+        what: &str,
+        make: impl Fn(RpcReplyPort<Vec<u8>>) -> GatewayMessage,
+        call_timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let started = tokio::time::Instant::now();
+        loop {
+            if let Some(gw) = self.gateway(shard)
+                && let Ok(ractor::rpc::CallResult::Success(bytes)) =
+                    gw.call(&make, Some(call_timeout)).await
+            {
+                return Ok(bytes);
+            }
+            if started.elapsed() >= self.deadline {
+                return Err(gaffer_actors::EngineError::ActorUnavailable {
+                    actor: "shard gateway",
+                    reason: format!(
+                        "no member of `{}` (shard {shard}) answered {what} within {:?}",
+                        shard_group(shard),
+                        self.deadline
+                    ),
+                }
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Submit a job to its shard's engine, wherever it runs; answers its id.
+    pub async fn submit<J: Job>(&self, job: J) -> Result<String> {
+        self.submit_with(job, SubmitOptions::default()).await
+    }
+
+    /// [`submit`](Self::submit) with options (`run_at` is not carried).
+    pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
+        let req = submit_request(&job, opts)?;
+        let id = match &req.idempotency_key {
+            Some(key) => keys::keyed_run_id(key),
+            None => ulid::Ulid::new().to_string(),
+        };
+        let wire = encode(&WireSubmit {
+            job_type: req.job_type,
+            payload: req.payload,
+            run_id: req.idempotency_key.is_none().then(|| id.clone()),
+            idempotency_key: req.idempotency_key,
+            headers: req.headers,
+            priority: req.priority,
+            max_attempts: req.max_attempts,
+        });
+        let shard = self.set.shard_of(&id);
+        let bytes = self
+            .call(
+                shard,
+                "a submit",
+                |reply| GatewayMessage::Submit(wire.clone(), reply),
+                self.call_timeout,
+            )
+            .await?;
+        match rmp_serde::from_slice(&bytes).map_err(|e| Error::decode("a gateway's answer", e))? {
+            WireSubmitted::Id(id) => Ok(id),
+            WireSubmitted::Refused(reason) => Err(Error::Refused {
+                request: id,
+                reason,
+            }),
+        }
+    }
+
+    /// Wait for the job `id` to end, from its shard's engine; a job runs
+    /// as long as it runs, so each call waits up to the deadline.
+    pub async fn join<J: Job>(&self, id: &str) -> Result<std::result::Result<J::Output, JobError>> {
+        let shard = self.set.shard_of(id);
+        let bytes = self
+            .call(
+                shard,
+                "an await",
+                |reply| GatewayMessage::Await(id.to_string(), reply),
+                self.deadline,
+            )
+            .await?;
+        match rmp_serde::from_slice(&bytes).map_err(|e| Error::decode("a gateway's answer", e))? {
+            WireOutcome::Ended(record) => {
+                crate::handle::decode_outcome_with::<J>(&record, async |_| {
+                    Err(Error::decode("an output", "the gateway sent no bytes"))
+                })
+                .await
+            }
+            WireOutcome::Error(reason) => Err(gaffer_actors::EngineError::ActorUnavailable {
+                actor: "shard gateway",
+                reason: format!("waiting for `{id}`: {reason}"),
+            }
+            .into()),
+        }
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl ractor::Message for crate::sink::OutputRecord {}

@@ -1,0 +1,249 @@
+//! Shards reached by actor message across a `ractor_cluster` (feature
+//! `cluster`), with real processes on local-disk shards:
+//!
+//! - Process `one` owns shard 0, and process `two` owns shard 1. Each runs
+//!   a node and a gateway per shard; `one` connects to `two`.
+//! - `two` is also the sender. Through a `ClusterRouter` it submits keyed
+//!   jobs to both shards by message, and joins each by message.
+//! - Once half the jobs are done, `one` is SIGKILLed. Process `three` takes
+//!   shard 0 over and joins the cluster.
+//! - `two`'s router finds the new gateway for shard 0. Every job's outcome
+//!   comes back, each key with one id.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gaffer::ractor_cluster::NodeServer;
+use gaffer::{ClusterRouter, Engine, Job, JobContext, Placement, ShardSet, ShardedEngine};
+use serde::{Deserialize, Serialize};
+
+const DIR_VAR: &str = "GAFFER_CLUSTER_TEST_DIR";
+const ROLE_VAR: &str = "GAFFER_CLUSTER_ROLE";
+const JOBS: u64 = 60;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Double {
+    n: u64,
+}
+
+impl Job for Double {
+    const NAME: &'static str = "double";
+    type Output = u64;
+    type Error = gaffer::Error;
+
+    fn idempotency_key(&self) -> Option<String> {
+        Some(format!("double-{}", self.n))
+    }
+
+    async fn run(&self, _ctx: JobContext) -> Result<u64, gaffer::Error> {
+        // Which process ran it: `runs-{name}` in the test's directory.
+        let (Ok(dir), Ok(role)) = (std::env::var(DIR_VAR), std::env::var(ROLE_VAR)) else {
+            return Ok(self.n * 2);
+        };
+        let name = role.split(':').next().unwrap_or("unknown");
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(Path::new(&dir).join(format!("runs-{name}")))?;
+        f.write_all(format!("{}\n", self.n).as_bytes())?;
+        Ok(self.n * 2)
+    }
+}
+
+fn set(root: &Path) -> ShardSet {
+    ShardSet::from_template(&format!("file://{}/shard-{{shard}}", root.display()), 2).unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A node on `port`; joined to the node on `peer` when given.
+async fn node(name: &str, port: u16, peer: Option<u16>) {
+    let server = NodeServer::new(
+        port,
+        "gaffer-test-cookie".into(),
+        name.into(),
+        "127.0.0.1".into(),
+        None,
+        None,
+    )
+    .with_listen_addr("127.0.0.1".parse().unwrap());
+    let (node, _) = gaffer::ractor::Actor::spawn(None, server, ())
+        .await
+        .unwrap();
+    if let Some(peer) = peer {
+        let t0 = std::time::Instant::now();
+        while let Err(e) = gaffer::ractor_cluster::client_connect(&node, ("127.0.0.1", peer)).await
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "cannot join {peer}: {e}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Keep the node for the life of the process.
+    std::mem::forget(node);
+}
+
+async fn own(root: &Path, shard: usize) -> ShardedEngine {
+    let engines = ShardedEngine::start(set(root), &Placement::Listed(vec![shard]), |_, url| {
+        Engine::builder()
+            .store_url(url)
+            .flush_interval(Duration::from_millis(1))
+            .poll_interval(Duration::from_millis(20))
+            .register::<Double>()
+    })
+    .await
+    .unwrap();
+    engines.serve_cluster().await.unwrap();
+    engines
+}
+
+/// The child processes' body (run by `spawn`, never on its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of the cluster test"]
+async fn cluster_child() {
+    let root = PathBuf::from(std::env::var(DIR_VAR).unwrap());
+    let role = std::env::var(ROLE_VAR).unwrap();
+    let parts: Vec<&str> = role.split(':').collect();
+    match parts[..] {
+        // An owner of shard 0 that joins the node on `peer`.
+        [name @ ("one" | "three"), port, peer] => {
+            node(name, port.parse().unwrap(), Some(peer.parse().unwrap())).await;
+            let _engines = own(&root, 0).await;
+            std::fs::write(root.join(format!("ready-{name}")), b"").unwrap();
+            std::future::pending::<()>().await;
+        }
+        // The owner of shard 1, and the sender.
+        ["two", port] => {
+            node("two", port.parse().unwrap(), None).await;
+            let _engines = own(&root, 1).await;
+            std::fs::write(root.join("ready-two"), b"").unwrap();
+            while !root.join("ready-one").exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let router = ClusterRouter::new(set(&root)).deadline(Duration::from_secs(90));
+            // Both shards' gateways are in their groups.
+            let t0 = std::time::Instant::now();
+            while router.gateway(0).is_none() || router.gateway(1).is_none() {
+                assert!(t0.elapsed() < Duration::from_secs(30), "no gateways");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mut out = String::new();
+            for n in 0..JOBS {
+                if n == JOBS / 2 {
+                    // Half done: the parent kills `one` now.
+                    std::fs::write(root.join("half"), b"").unwrap();
+                }
+                let id = router.submit(Double { n }).await.unwrap();
+                let value = router.join::<Double>(&id).await.unwrap().unwrap();
+                out.push_str(&format!("{n} {id} {value} {}\n", set(&root).shard_of(&id)));
+            }
+            std::fs::write(root.join("results"), out).unwrap();
+            std::future::pending::<()>().await;
+        }
+        _ => panic!("unknown role {role}"),
+    }
+}
+
+fn spawn(root: &Path, role: &str) -> std::process::Child {
+    let log = std::fs::File::create(root.join(format!("{}.log", role.replace(':', "-")))).unwrap();
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["cluster_child", "--exact", "--ignored", "--nocapture"])
+        .env(DIR_VAR, root)
+        .env(ROLE_VAR, role)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Child processes, killed when dropped.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn wait_for(root: &Path, name: &str) {
+    let t0 = std::time::Instant::now();
+    while !root.join(name).exists() {
+        if t0.elapsed() > Duration::from_secs(180) {
+            let logs: Vec<String> = std::fs::read_dir(root)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .map(|e| {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    let start = text.len().saturating_sub(3000);
+                    format!("{:?}: {}", e.file_name(), &text[start..])
+                })
+                .collect();
+            panic!("{name} was not written in 3 minutes:\n{}", logs.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_in_a_ractor_cluster_submit_and_join_by_message_across_a_takeover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for i in 0..2 {
+        std::fs::create_dir_all(root.join(format!("shard-{i:02}"))).unwrap();
+    }
+    let (p1, p2, p3) = (free_port(), free_port(), free_port());
+    let mut children = Children(Vec::new());
+    children.0.push(spawn(root, &format!("two:{p2}")));
+    wait_for(root, "ready-two").await;
+    children.0.push(spawn(root, &format!("one:{p1}:{p2}")));
+    wait_for(root, "half").await;
+    // `one` dies with half the jobs done; `three` takes shard 0 over.
+    let mut one = children.0.remove(1);
+    one.kill().unwrap();
+    one.wait().unwrap();
+    children.0.push(spawn(root, &format!("three:{p3}:{p2}")));
+    wait_for(root, "results").await;
+
+    let text = std::fs::read_to_string(root.join("results")).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(rows.len() as u64, JOBS);
+    let mut ids = std::collections::HashSet::new();
+    let mut on = [0usize; 2];
+    for r in &rows {
+        let n: u64 = r[0].parse().unwrap();
+        assert_eq!(r[1], gaffer::keyed_job_id(&format!("double-{n}")));
+        assert_eq!(r[2].parse::<u64>().unwrap(), n * 2, "{r:?}");
+        assert!(ids.insert(r[1]));
+        on[r[3].parse::<usize>().unwrap()] += 1;
+    }
+    // Both shards served jobs, shard 0 on `one` and, after the kill, on
+    // `three`: the router found the new owner's gateway.
+    assert!(on[0] > 0 && on[1] > 0, "{on:?}");
+    let runs = |name: &str| {
+        std::fs::read_to_string(root.join(format!("runs-{name}")))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert!(runs("one") > 0, "one ran nothing");
+    assert!(
+        runs("three") > 0,
+        "three ran nothing: the takeover was not exercised"
+    );
+    assert_eq!(runs("two"), on[1]);
+}
