@@ -47,6 +47,10 @@ pub enum RequestState {
     Job(JobState),
 }
 
+/// How long a handle's `join` goes on reading a taken request whose job
+/// reads as absent before it answers `JobNotFound`.
+const MISSING_GRACE: Duration = Duration::from_secs(10);
+
 /// Configures and opens a [`Client`].
 pub struct ClientBuilder {
     store: Store,
@@ -510,12 +514,29 @@ impl<J: Job> ClientHandle<J> {
     /// Wait for the job to end (reading the store every poll interval).
     /// Ends with [`Error::Refused`] if the engine refused the request.
     pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
+        // When the request reads as taken but its job reads as absent, the
+        // job is past retention, or this reader has not caught up with the
+        // store yet (seen under load across an engine restart). Only an
+        // absence that lasts `MISSING_GRACE` ends the wait.
+        let mut missing_since: Option<tokio::time::Instant> = None;
         loop {
             // A read can fail for a moment (the engine restarting, the
             // store briefly unavailable): only a permanent error ends the
             // wait.
             let status = match self.status().await {
-                Ok(status) => status,
+                Ok(status) => {
+                    missing_since = None;
+                    status
+                }
+                Err(Error::Engine(EngineError::JobNotFound(_)))
+                    if missing_since
+                        .get_or_insert_with(tokio::time::Instant::now)
+                        .elapsed()
+                        < MISSING_GRACE =>
+                {
+                    tokio::time::sleep(self.inner.poll).await;
+                    continue;
+                }
                 Err(e) if !e.is_permanent() => {
                     tokio::time::sleep(self.inner.poll).await;
                     continue;
