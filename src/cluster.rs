@@ -57,6 +57,10 @@ pub enum GatewayMessage {
     /// Wait for the job with this id to end; answers a `WireOutcome`.
     #[rpc]
     Await(String, RpcReplyPort<Vec<u8>>),
+    /// Run a batch (a `WireBatch`) to completion; answers a
+    /// `WireBatchDone`.
+    #[rpc]
+    RunBatch(Vec<u8>, RpcReplyPort<Vec<u8>>),
 }
 
 impl std::fmt::Debug for GatewayMessage {
@@ -64,6 +68,7 @@ impl std::fmt::Debug for GatewayMessage {
         match self {
             Self::Submit(..) => f.write_str("Submit"),
             Self::Await(id, _) => write!(f, "Await({id})"),
+            Self::RunBatch(..) => f.write_str("RunBatch"),
         }
     }
 }
@@ -90,6 +95,35 @@ enum WireOutcome {
     /// The record, with a large output inlined.
     Ended(Box<OutcomeRecord>),
     Error(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireBatch {
+    batch_id: String,
+    pipeline: String,
+    /// `(item key, MessagePack input)`, in order.
+    items: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum WireBatchDone {
+    Done(BatchCounts),
+    Error(String),
+}
+
+/// What a batch run by message came to (see [`ClusterRouter::run_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCounts {
+    /// Items in the batch.
+    pub total: u64,
+    /// Succeeded (in this run or an earlier one).
+    pub succeeded: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// Keys of the failed items.
+    pub failed_keys: Vec<String>,
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
@@ -154,6 +188,15 @@ impl Actor for Gateway {
                     let _ = reply.send(encode(&answer));
                 });
             }
+            GatewayMessage::RunBatch(bytes, reply) => {
+                tokio::spawn(async move {
+                    let answer = match run_batch(&engine, &bytes).await {
+                        Ok(counts) => WireBatchDone::Done(counts),
+                        Err(e) => WireBatchDone::Error(e.to_string()),
+                    };
+                    let _ = reply.send(encode(&answer));
+                });
+            }
             GatewayMessage::Await(id, reply) => {
                 tokio::spawn(async move {
                     let answer = match outcome(&engine, id).await {
@@ -183,6 +226,32 @@ async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
         traceparent: None,
     };
     Ok(engine.jobs.submit(req).await?.run_id)
+}
+
+async fn run_batch(engine: &Engine, bytes: &[u8]) -> Result<BatchCounts> {
+    let w: WireBatch =
+        rmp_serde::from_slice(bytes).map_err(|e| Error::decode("a cluster batch", e))?;
+    gaffer_actors::batch::check_batch_id(&w.batch_id)?;
+    let spec = gaffer_actors::BatchSpec {
+        batch_id: w.batch_id,
+        pipeline: w.pipeline,
+        headers: HashMap::new(),
+        sink: None,
+        retention: None,
+        window: engine.inner.services().settings().batch_window,
+        max_rate: None,
+        parent: tracing::Span::none(),
+        on_complete: None,
+    };
+    let items = futures_util::stream::iter(w.items.into_iter().map(Ok));
+    let o = engine.inner.run_batch(spec, items).await?;
+    Ok(BatchCounts {
+        total: o.total,
+        succeeded: o.succeeded,
+        failed: o.failed,
+        cancelled: o.cancelled,
+        failed_keys: o.failed_keys,
+    })
 }
 
 async fn outcome(engine: &Engine, id: String) -> Result<OutcomeRecord> {
@@ -326,6 +395,51 @@ impl ClusterRouter {
                 request: id,
                 reason,
             }),
+        }
+    }
+
+    /// Run the batch `batch_id` of pipeline `P` over `items` (`(key,
+    /// input)`, keys unique) on the engine of the batch's shard, wherever
+    /// it runs, to completion. The call waits up to the deadline: give a
+    /// long batch a long one. A batch run again skips its succeeded items,
+    /// as in process. The items travel in one message (ractor_cluster
+    /// bounds a frame, `DEFAULT_MAX_INBOUND_FRAME_SIZE`): a batch larger
+    /// than that runs in the process that owns its shard
+    /// (`ShardedEngine::batch`).
+    pub async fn run_batch<P: crate::Pipeline>(
+        &self,
+        batch_id: &str,
+        items: impl IntoIterator<Item = (String, P::Input)>,
+    ) -> Result<BatchCounts> {
+        let items = items
+            .into_iter()
+            .map(|(key, input)| {
+                rmp_serde::to_vec_named(&input)
+                    .map(|bytes| (key, bytes))
+                    .map_err(|e| Error::encode(P::NAME, e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let wire = encode(&WireBatch {
+            batch_id: batch_id.to_string(),
+            pipeline: P::NAME.to_string(),
+            items,
+        });
+        let shard = self.set.shard_of(batch_id);
+        let bytes = self
+            .call(
+                shard,
+                "a batch",
+                |reply| GatewayMessage::RunBatch(wire.clone(), reply),
+                self.deadline,
+            )
+            .await?;
+        match rmp_serde::from_slice(&bytes).map_err(|e| Error::decode("a gateway's answer", e))? {
+            WireBatchDone::Done(counts) => Ok(counts),
+            WireBatchDone::Error(reason) => Err(gaffer_actors::EngineError::ActorUnavailable {
+                actor: "shard gateway",
+                reason: format!("running batch `{batch_id}`: {reason}"),
+            }
+            .into()),
         }
     }
 

@@ -63,7 +63,7 @@ pub use batch::Batch;
 pub use builder::EngineBuilder;
 pub use client::{Client, ClientBuilder, ClientHandle, Request, RequestState};
 #[cfg(feature = "cluster")]
-pub use cluster::{ClusterRouter, Gateway, GatewayMessage, shard_group};
+pub use cluster::{BatchCounts, ClusterRouter, Gateway, GatewayMessage, shard_group};
 pub use context::{JobContext, Memo};
 pub use cost::CostReport;
 pub use engine::Engine;

@@ -9,6 +9,7 @@
 //!   shard 0 over and joins the cluster.
 //! - `two`'s router finds the new gateway for shard 0. Every job's outcome
 //!   comes back, each key with one id.
+//! - Then `two` runs a batch on each shard by message, and gets its counts.
 
 mod common;
 
@@ -16,7 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gaffer::ractor_cluster::NodeServer;
-use gaffer::{ClusterRouter, Engine, Job, JobContext, Placement, ShardSet, ShardedEngine};
+use gaffer::{
+    BulkCtx, ClusterRouter, Engine, ItemError, Job, JobContext, Pipeline, Placement, ShardSet,
+    ShardedEngine,
+};
 use serde::{Deserialize, Serialize};
 
 const DIR_VAR: &str = "GAFFER_CLUSTER_TEST_DIR";
@@ -50,6 +54,23 @@ impl Job for Double {
             .open(Path::new(&dir).join(format!("runs-{name}")))?;
         f.write_all(format!("{}\n", self.n).as_bytes())?;
         Ok(self.n * 2)
+    }
+}
+
+/// A pipeline run by message.
+struct Triple;
+
+impl Pipeline for Triple {
+    const NAME: &'static str = "triple";
+    type Input = u64;
+    type Output = u64;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
+        if ctx.input == 13 {
+            return Err(ItemError::permanent("unlucky"));
+        }
+        Ok(ctx.input * 3)
     }
 }
 
@@ -101,6 +122,7 @@ async fn own(root: &Path, shard: usize) -> ShardedEngine {
             .flush_interval(Duration::from_millis(1))
             .poll_interval(Duration::from_millis(20))
             .register::<Double>()
+            .pipeline(Triple)
     })
     .await
     .unwrap();
@@ -148,6 +170,26 @@ async fn cluster_child() {
                 let value = router.join::<Double>(&id).await.unwrap().unwrap();
                 out.push_str(&format!("{n} {id} {value} {}\n", set(&root).shard_of(&id)));
             }
+            // A batch on each shard, by message (shard 0 on its new owner).
+            let mut batches = String::new();
+            for shard in 0..2 {
+                let id = (0..)
+                    .map(|i| format!("batch-{i}"))
+                    .find(|id| set(&root).shard_of(id) == shard)
+                    .unwrap();
+                let counts = router
+                    .run_batch::<Triple>(&id, (0..20u64).map(|i| (format!("item-{i}"), i)))
+                    .await
+                    .unwrap();
+                batches.push_str(&format!(
+                    "{shard} {} {} {} {}\n",
+                    counts.total,
+                    counts.succeeded,
+                    counts.failed,
+                    counts.failed_keys.join(",")
+                ));
+            }
+            std::fs::write(root.join("batches"), batches).unwrap();
             std::fs::write(root.join("results"), out).unwrap();
             std::future::pending::<()>().await;
         }
@@ -246,4 +288,7 @@ async fn services_in_a_ractor_cluster_submit_and_join_by_message_across_a_takeov
         "three ran nothing: the takeover was not exercised"
     );
     assert_eq!(runs("two"), on[1]);
+    // A batch on each shard, run by message: 20 items, the 13th fails.
+    let batches = std::fs::read_to_string(root.join("batches")).unwrap();
+    assert_eq!(batches, "0 20 19 1 item-13\n1 20 19 1 item-13\n");
 }
