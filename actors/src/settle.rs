@@ -35,7 +35,7 @@ use crate::records::{
     PastAttempt, RunRecord,
 };
 use crate::services::Services;
-use crate::telemetry::{self, AttemptResult};
+use crate::telemetry::{AttemptResult, ItemResult, TypeMetrics};
 
 /// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
@@ -339,6 +339,7 @@ async fn owns(queue: &taquba::Queue, target: &Target, claim: &Claim) -> crate::R
 pub(crate) async fn settle(
     services: &Services,
     notify: &Notify,
+    metrics: &TypeMetrics,
     (claim, attempts, history): (Claim, Attempts, Vec<PastAttempt>),
     ending: Ending,
     effects: StagedEffects,
@@ -358,8 +359,8 @@ pub(crate) async fn settle(
             if let Err(e) = queue.nack(&claim, &reason).await {
                 warn!(%run_id, error = %e, "releasing the job failed; it runs again once its lease expires");
             } else {
-                telemetry::attempt_ended(&job_type, !is_job, AttemptResult::Released);
-                telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+                metrics.attempt_ended(&job_type, !is_job, AttemptResult::Released);
+                metrics.settlement(&job_type, started.elapsed().as_secs_f64());
             }
             return false;
         }
@@ -395,8 +396,8 @@ pub(crate) async fn settle(
             if let Err(e) = queue.nack(&claim, &message).await {
                 warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
             } else {
-                telemetry::attempt_ended(&job_type, !is_job, AttemptResult::Retried);
-                telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+                metrics.attempt_ended(&job_type, !is_job, AttemptResult::Retried);
+                metrics.settlement(&job_type, started.elapsed().as_secs_f64());
             }
             return false;
         }
@@ -509,7 +510,7 @@ pub(crate) async fn settle(
         return false;
     }
     debug!(%run_id, %job_type, "run ended");
-    telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+    metrics.settlement(&job_type, started.elapsed().as_secs_f64());
     match &told {
         Told::Job(record) => {
             let result = match record.outcome {
@@ -517,16 +518,16 @@ pub(crate) async fn settle(
                 Outcome::Failed { .. } => AttemptResult::Failed,
                 Outcome::Cancelled => AttemptResult::Cancelled,
             };
-            telemetry::attempt_ended(&job_type, false, result);
+            metrics.attempt_ended(&job_type, false, result);
         }
         Told::Item(marker) => {
-            let (result, label) = match marker.status {
-                ItemStatus::Succeeded => (AttemptResult::Succeeded, "succeeded"),
-                ItemStatus::Failed => (AttemptResult::Failed, "failed"),
-                ItemStatus::Cancelled => (AttemptResult::Cancelled, "cancelled"),
+            let (result, item) = match marker.status {
+                ItemStatus::Succeeded => (AttemptResult::Succeeded, ItemResult::Succeeded),
+                ItemStatus::Failed => (AttemptResult::Failed, ItemResult::Failed),
+                ItemStatus::Cancelled => (AttemptResult::Cancelled, ItemResult::Cancelled),
             };
-            telemetry::attempt_ended(&job_type, true, result);
-            telemetry::item_ended(&job_type, label, &marker.cost);
+            metrics.attempt_ended(&job_type, true, result);
+            metrics.item_ended(&job_type, item, &marker.cost);
         }
     }
     match (told, target) {

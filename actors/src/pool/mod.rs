@@ -236,6 +236,8 @@ pub struct PoolState {
     bucket: Option<crate::rate::Bucket>,
     /// A wake for the next token is scheduled.
     rate_wake: bool,
+    /// The type's metric handles, shared with its workers and tasks.
+    metrics: crate::telemetry::TypeMetrics,
 }
 
 impl PoolState {
@@ -280,7 +282,9 @@ impl Actor for HandlerPool {
         let restarts = Restarts::new(args.services.settings());
         let paused = args.paused;
         let bucket = args.rate.map(crate::rate::Bucket::new);
+        let metrics = crate::telemetry::TypeMetrics::new(&args.job_type);
         let mut state = PoolState {
+            metrics,
             bucket,
             rate_wake: false,
             args,

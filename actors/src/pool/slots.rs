@@ -34,6 +34,7 @@ impl PoolState {
             pool: myself.clone(),
             slot,
             services: self.args.services.clone(),
+            metrics: self.metrics.clone(),
         };
         match Actor::spawn_linked(None, worker, (), myself.get_cell()).await {
             Ok((actor, _)) => {
@@ -276,6 +277,7 @@ impl PoolState {
         let services = self.args.services.clone();
         let notify = self.args.notify.clone();
         let myself = myself.clone();
+        let metrics = self.metrics.clone();
         let span = held.span.clone();
         let settlement = async move {
             let Held {
@@ -298,7 +300,10 @@ impl PoolState {
                 }
             }
             let delivery = (claim, attempts, history);
-            settle(&services, &notify, delivery, ending, effects, cost).await;
+            settle(
+                &services, &notify, &metrics, delivery, ending, effects, cost,
+            )
+            .await;
             let _ = myself.cast(PoolMessage::Settled);
         };
         tokio::spawn(tracing::Instrument::instrument(settlement, span));
