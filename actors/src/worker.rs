@@ -60,9 +60,6 @@ impl Actor for HandlerWorker {
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(delivery) = message;
-        let span = delivery.span.clone();
-        let _entered = span.enter();
-        tracing::debug!("attempt started");
         if delivery.item.is_none() {
             self.services.emit(EngineEvent::JobStarted {
                 run_id: delivery.run_id.clone(),
@@ -73,10 +70,18 @@ impl Actor for HandlerWorker {
         let effects = delivery.effects.clone();
         let cost = delivery.cost.clone();
         let parking = delivery.parking.clone();
-        drop(_entered);
         // Counted down on every way out of the run, a panic included.
         let running = self.metrics.running(&delivery.job_type);
-        let run = tracing::Instrument::instrument(self.handler.run(*delivery), span);
+        let span = delivery.span.clone();
+        // One instrumented future: the span is entered on each of its polls
+        // (its first one logs the start), not also around the set-up above.
+        let run = tracing::Instrument::instrument(
+            async move {
+                tracing::debug!("attempt started");
+                self.handler.run(*delivery).await
+            },
+            span,
+        );
         let verdict = parking::scope(parking, run).await;
         running.ended();
         let effects = effects.seal();

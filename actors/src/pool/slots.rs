@@ -278,14 +278,14 @@ impl PoolState {
         let notify = self.args.notify.clone();
         let myself = myself.clone();
         let metrics = self.metrics.clone();
-        let span = held.span.clone();
+        // The attempt's span moves into the settlement task (no clone).
+        let Held {
+            claim,
+            attempts,
+            history,
+            span,
+        } = held;
         let settlement = async move {
-            let Held {
-                claim,
-                attempts,
-                history,
-                ..
-            } = held;
             // An attempt that did not succeed leaves its memo entries for the
             // next one (MemoWrites::OnFailure); a cancelled run has none.
             let succeeded = matches!(ending, Ending::Verdict(Verdict::Succeeded(_)));
