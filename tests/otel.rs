@@ -251,5 +251,35 @@ async fn a_batch_run_is_a_span_in_the_callers_trace_with_its_progress_as_events(
     // A progress event per tenth of the items: 10 of 20.
     let progress = events.iter().filter(|e| **e == "batch progress").count();
     assert_eq!(progress, 10, "{events:?}");
+
+    // Each item's attempt span names its batch and key, and its job id is
+    // the item's run id, derived from them (an item carries no run id).
+    let mut items = Vec::new();
+    common::eventually(
+        "the items' spans are exported",
+        Duration::from_secs(10),
+        async || {
+            items = exporter()
+                .get_finished_spans()
+                .expect("the in-memory exporter answers")
+                .into_iter()
+                .filter(|s| {
+                    s.name == "gaffer.job"
+                        && attribute(s, "batch_id").as_deref() == Some("otel-batch")
+                })
+                .collect();
+            items.len() >= 20
+        },
+    )
+    .await;
+    assert_eq!(items.len(), 20);
+    for item in &items {
+        let key = attribute(item, "item_key").expect("an item's span has its key");
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(format!("otel-batch/{key}"));
+        let run_id: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(attribute(item, "job_id"), Some(run_id), "item {key}");
+        assert_eq!(attribute(item, "job_type").as_deref(), Some("otel-upper"));
+        assert_eq!(attribute(item, "attempt").as_deref(), Some("1"));
+    }
     engine.shutdown().await.unwrap();
 }

@@ -35,7 +35,7 @@ use crate::records::{
     PastAttempt, RunRecord,
 };
 use crate::services::Services;
-use crate::telemetry::{self, AttemptResult};
+use crate::telemetry::{AttemptResult, ItemResult, TypeMetrics};
 
 /// Largest output kept inline in a record; larger ones go to a blob.
 pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
@@ -151,38 +151,63 @@ pub(crate) fn identify(claim: &Claim) -> (Target, String) {
 /// nothing by themselves; a user's `info!` inside `run` carries its
 /// fields), with the job type, the job's id (its run id), the attempt and
 /// its limit, the queue, and a bulk item's batch id and key.
+///
+/// Its fields are the same as [`identify`]'s answer, but borrowed from the
+/// claim's headers: nothing is copied, and an item's run id (a hash of its
+/// batch and key) is computed only when a subscriber wants the span (the
+/// macro evaluates its fields only then).
 pub(crate) fn attempt_span(claim: &Claim, attempts: &Attempts) -> tracing::Span {
-    let (target, job_type) = identify(claim);
+    let h = &claim.headers;
+    let job_type = h.get(keys::HEADER_TYPE).map_or("", String::as_str);
+    let run_header = h.get(keys::HEADER_RUN).filter(|r| keys::is_valid_id(r));
     // Every field given at creation (none recorded later): a formatting
     // subscriber formats a span's fields once, and again at each record.
-    let span = match &target {
-        Target::Job { run_id } => tracing::info_span!(
+    let span = match (h.get(keys::HEADER_BATCH), h.get(keys::HEADER_KEY)) {
+        (Some(batch_id), Some(key)) if keys::is_valid_id(batch_id) => tracing::info_span!(
             "gaffer.job",
             job_type = %job_type,
-            job_id = %run_id,
-            attempt = attempts.number,
-            max_attempts = attempts.limit,
-            queue = %claim.queue,
-        ),
-        Target::Item {
-            batch_id,
-            key,
-            run_id,
-        } => tracing::info_span!(
-            "gaffer.job",
-            job_type = %job_type,
-            job_id = %run_id,
+            job_id = %ItemRunId { header: run_header, batch_id, key, derived: Default::default() },
             attempt = attempts.number,
             max_attempts = attempts.limit,
             queue = %claim.queue,
             batch_id = %batch_id,
             item_key = %key,
         ),
+        _ => tracing::info_span!(
+            "gaffer.job",
+            job_type = %job_type,
+            job_id = %run_header.unwrap_or(&claim.id),
+            attempt = attempts.number,
+            max_attempts = attempts.limit,
+            queue = %claim.queue,
+        ),
     };
-    if let Some(traceparent) = claim.headers.get(keys::HEADER_TRACEPARENT) {
+    if let Some(traceparent) = h.get(keys::HEADER_TRACEPARENT) {
         crate::telemetry::adopt_traceparent(&span, traceparent);
     }
     span
+}
+
+/// An item's run id as [`identify`] finds it: its `gaffer.run` header (items
+/// enqueued before it was dropped), or else derived from its batch and key
+/// when first formatted (once, however many layers format the span).
+struct ItemRunId<'a> {
+    header: Option<&'a String>,
+    batch_id: &'a str,
+    key: &'a str,
+    derived: std::cell::OnceCell<String>,
+}
+
+impl std::fmt::Display for ItemRunId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.header {
+            Some(run_id) => f.write_str(run_id),
+            None => f.write_str(
+                self.derived
+                    .get_or_init(|| keys::item_run_id(self.batch_id, self.key)),
+            ),
+        }
+    }
 }
 
 /// Whether a claimed job came through gaffer: a job carries its run id, an
@@ -339,6 +364,7 @@ async fn owns(queue: &taquba::Queue, target: &Target, claim: &Claim) -> crate::R
 pub(crate) async fn settle(
     services: &Services,
     notify: &Notify,
+    metrics: &TypeMetrics,
     (claim, attempts, history): (Claim, Attempts, Vec<PastAttempt>),
     ending: Ending,
     effects: StagedEffects,
@@ -358,8 +384,8 @@ pub(crate) async fn settle(
             if let Err(e) = queue.nack(&claim, &reason).await {
                 warn!(%run_id, error = %e, "releasing the job failed; it runs again once its lease expires");
             } else {
-                telemetry::attempt_ended(&job_type, !is_job, AttemptResult::Released);
-                telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+                metrics.attempt_ended(&job_type, !is_job, AttemptResult::Released);
+                metrics.settlement(&job_type, started.elapsed().as_secs_f64());
             }
             return false;
         }
@@ -395,8 +421,8 @@ pub(crate) async fn settle(
             if let Err(e) = queue.nack(&claim, &message).await {
                 warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
             } else {
-                telemetry::attempt_ended(&job_type, !is_job, AttemptResult::Retried);
-                telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+                metrics.attempt_ended(&job_type, !is_job, AttemptResult::Retried);
+                metrics.settlement(&job_type, started.elapsed().as_secs_f64());
             }
             return false;
         }
@@ -509,7 +535,7 @@ pub(crate) async fn settle(
         return false;
     }
     debug!(%run_id, %job_type, "run ended");
-    telemetry::settlement(&job_type, started.elapsed().as_secs_f64());
+    metrics.settlement(&job_type, started.elapsed().as_secs_f64());
     match &told {
         Told::Job(record) => {
             let result = match record.outcome {
@@ -517,16 +543,16 @@ pub(crate) async fn settle(
                 Outcome::Failed { .. } => AttemptResult::Failed,
                 Outcome::Cancelled => AttemptResult::Cancelled,
             };
-            telemetry::attempt_ended(&job_type, false, result);
+            metrics.attempt_ended(&job_type, false, result);
         }
         Told::Item(marker) => {
-            let (result, label) = match marker.status {
-                ItemStatus::Succeeded => (AttemptResult::Succeeded, "succeeded"),
-                ItemStatus::Failed => (AttemptResult::Failed, "failed"),
-                ItemStatus::Cancelled => (AttemptResult::Cancelled, "cancelled"),
+            let (result, item) = match marker.status {
+                ItemStatus::Succeeded => (AttemptResult::Succeeded, ItemResult::Succeeded),
+                ItemStatus::Failed => (AttemptResult::Failed, ItemResult::Failed),
+                ItemStatus::Cancelled => (AttemptResult::Cancelled, ItemResult::Cancelled),
             };
-            telemetry::attempt_ended(&job_type, true, result);
-            telemetry::item_ended(&job_type, label, &marker.cost);
+            metrics.attempt_ended(&job_type, true, result);
+            metrics.item_ended(&job_type, item, &marker.cost);
         }
     }
     match (told, target) {

@@ -1,12 +1,20 @@
 //! gaffer's metrics, through the `metrics` facade (feature `metrics`; every
 //! function here is a no-op without it, and the facade's calls are no-ops
-//! until the host process installs a recorder). Labels are job types,
-//! pipelines, results and actor names: never ids (bounded cardinality).
-//! The table of every metric is docs/metrics.md.
+//! until the host process installs a recorder). A job type's metrics are
+//! held as handles by its pool (`TypeMetrics`), registered at their first
+//! update, so the recorder must be installed before the engine starts.
+//! Labels are job types, pipelines, results and actor names: never ids
+//! (bounded cardinality). The table of every metric is docs/metrics.md.
 //!
 //! Trace context (feature `otel`): [`current_traceparent`] is the W3C
 //! `traceparent` of the current span, taken at submit and stored with the
 //! job; [`adopt_traceparent`] makes an attempt's span its child.
+
+#[cfg(feature = "metrics")]
+use std::sync::{Arc, OnceLock};
+
+#[cfg(feature = "metrics")]
+use metrics::{Counter, Gauge, Histogram};
 
 /// How an attempt ended (the `result` label of `gaffer_attempts_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,93 +44,278 @@ impl AttemptResult {
     }
 }
 
-/// An attempt of `job_type` ended (`item`: a batch item of that pipeline).
-pub fn attempt_ended(job_type: &str, item: bool, result: AttemptResult) {
-    #[cfg(feature = "metrics")]
-    {
-        let kind = if item { "item" } else { "job" };
-        metrics::counter!("gaffer_attempts_total", "job_type" => job_type.to_string(), "kind" => kind, "result" => result.label())
-            .increment(1);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (job_type, item, result);
+/// How a batch item ended (the `result` label of `gaffer_batch_items_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ItemResult {
+    Succeeded,
+    Failed,
+    Cancelled,
 }
 
-/// The user's `run` of an attempt took `seconds`.
-pub fn run_duration(job_type: &str, seconds: f64) {
-    #[cfg(feature = "metrics")]
-    metrics::histogram!("gaffer_job_run_seconds", "job_type" => job_type.to_string())
-        .record(seconds);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (job_type, seconds);
-}
-
-/// A job waited `seconds` from when it became runnable to its claim.
-pub fn queue_wait(job_type: &str, seconds: f64) {
-    #[cfg(feature = "metrics")]
-    metrics::histogram!("gaffer_job_queue_wait_seconds", "job_type" => job_type.to_string())
-        .record(seconds);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (job_type, seconds);
-}
-
-/// A settlement (the commit that ends or retries an attempt) took `seconds`.
-pub fn settlement(job_type: &str, seconds: f64) {
-    #[cfg(feature = "metrics")]
-    metrics::histogram!("gaffer_settlement_seconds", "job_type" => job_type.to_string())
-        .record(seconds);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (job_type, seconds);
-}
-
-/// Jobs of `job_type` running now: +1 when one starts, -1 when it ends.
-pub fn running(job_type: &str, delta: f64) {
-    #[cfg(feature = "metrics")]
-    metrics::gauge!("gaffer_jobs_running", "job_type" => job_type.to_string()).increment(delta);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (job_type, delta);
-}
-
-/// Whether `job_type` is paused (1) or not (0).
-pub fn paused(job_type: &str, paused: bool) {
-    #[cfg(feature = "metrics")]
-    metrics::gauge!("gaffer_job_type_paused", "job_type" => job_type.to_string()).set(if paused {
-        1.0
-    } else {
-        0.0
-    });
-    #[cfg(not(feature = "metrics"))]
-    let _ = (job_type, paused);
-}
-
-/// A batch item of `pipeline` ended with `result` (`succeeded`, `failed`,
-/// `cancelled`), having recorded `cost` (name → amount).
-pub fn item_ended<'a>(
-    pipeline: &str,
-    result: &'static str,
-    cost: impl IntoIterator<Item = (&'a String, &'a f64)>,
-) {
-    #[cfg(feature = "metrics")]
-    {
-        metrics::counter!("gaffer_batch_items_total", "pipeline" => pipeline.to_string(), "result" => result)
-            .increment(1);
-        for (metric, amount) in cost {
-            metrics::gauge!("gaffer_cost_total", "pipeline" => pipeline.to_string(), "metric" => metric.clone())
-                .increment(*amount);
+impl ItemResult {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn label(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (pipeline, result, cost.into_iter().count());
 }
 
-/// A handler of `job_type` panicked (its attempt then counts as retried
-/// or failed in `gaffer_attempts_total`).
-pub fn handler_crashed(job_type: &str) {
+/// The metrics of one job type (or pipeline), made by its pool and cloned
+/// to its workers, its claim task and its settlement tasks.
+///
+/// Each metric is registered with the recorder at its first update and its
+/// handle kept: later updates are an atomic operation on the handle, with no
+/// key built (no label `String`) and no lookup in the recorder's registry.
+/// Registered at first use, not at the pool's start, so a series appears
+/// only once it has a value, as with the facade's macros. A handle taken
+/// before a recorder is installed stays a no-op: the host installs its
+/// recorder before it starts the engine (docs/metrics.md).
+///
+/// Updates for a job type other than the pool's own (a stray pool's claims
+/// name theirs in their headers) go through the facade per update, as
+/// before. Without feature `metrics` this is an empty value and every
+/// method a no-op.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TypeMetrics {
     #[cfg(feature = "metrics")]
-    metrics::counter!("gaffer_handler_crashes_total", "job_type" => job_type.to_string())
-        .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = job_type;
+    handles: Arc<Handles>,
+}
+
+/// The handles of one type, each registered at its first update.
+#[cfg(feature = "metrics")]
+#[derive(Default)]
+struct Handles {
+    job_type: String,
+    /// `gaffer_attempts_total`, by kind (job, item) and result.
+    attempts: [[OnceLock<Counter>; 5]; 2],
+    run: OnceLock<Histogram>,
+    queue_wait: OnceLock<Histogram>,
+    settlement: OnceLock<Histogram>,
+    running: OnceLock<Gauge>,
+    paused: OnceLock<Gauge>,
+    crashes: OnceLock<Counter>,
+    /// `gaffer_batch_items_total`, by result.
+    items: [OnceLock<Counter>; 3],
+}
+
+#[cfg(feature = "metrics")]
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles")
+            .field("job_type", &self.job_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Update the handle in `cell` (registered by `make` on first use), or,
+/// with no cell (another type's update), a handle registered for this one.
+#[cfg(feature = "metrics")]
+fn update<T>(cell: Option<&OnceLock<T>>, make: impl FnOnce() -> T, apply: impl FnOnce(&T)) {
+    match cell {
+        Some(cell) => apply(cell.get_or_init(make)),
+        None => apply(&make()),
+    }
+}
+
+/// `gaffer_jobs_running` for one running job, and the start of its run:
+/// counted down when dropped (the run returned, or its handler panicked);
+/// [`Running::ended`] also records the run's duration.
+#[derive(Debug)]
+pub(crate) struct Running {
+    #[cfg(feature = "metrics")]
+    gauge: Gauge,
+    #[cfg(feature = "metrics")]
+    metrics: TypeMetrics,
+    /// The job's type, when it is not the pool's.
+    #[cfg(feature = "metrics")]
+    foreign: Option<String>,
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
+}
+
+impl Running {
+    /// The run returned: record its duration in `gaffer_job_run_seconds`.
+    pub(crate) fn ended(self) {
+        #[cfg(feature = "metrics")]
+        {
+            let seconds = self.started.elapsed().as_secs_f64();
+            let h = &*self.metrics.handles;
+            match &self.foreign {
+                None => h
+                    .run
+                    .get_or_init(|| run_histogram(&h.job_type))
+                    .record(seconds),
+                Some(job_type) => run_histogram(job_type).record(seconds),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.gauge.decrement(1.0);
+    }
+}
+
+impl TypeMetrics {
+    /// The metrics of `job_type` (nothing is registered yet).
+    pub(crate) fn new(job_type: &str) -> Self {
+        #[cfg(feature = "metrics")]
+        return Self {
+            handles: Arc::new(Handles {
+                job_type: job_type.to_string(),
+                ..Handles::default()
+            }),
+        };
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = job_type;
+            Self {}
+        }
+    }
+
+    /// The held handles, when `job_type` is this pool's type.
+    #[cfg(feature = "metrics")]
+    fn own(&self, job_type: &str) -> Option<&Handles> {
+        (self.handles.job_type == job_type).then_some(&*self.handles)
+    }
+
+    /// An attempt of `job_type` ended (`item`: a batch item of that
+    /// pipeline).
+    pub(crate) fn attempt_ended(&self, job_type: &str, item: bool, result: AttemptResult) {
+        #[cfg(feature = "metrics")]
+        update(
+            self.own(job_type)
+                .map(|h| &h.attempts[usize::from(item)][result as usize]),
+            || {
+                let kind = if item { "item" } else { "job" };
+                metrics::counter!("gaffer_attempts_total", "job_type" => job_type.to_string(), "kind" => kind, "result" => result.label())
+            },
+            |c| c.increment(1),
+        );
+        #[cfg(not(feature = "metrics"))]
+        let _ = (job_type, item, result);
+    }
+
+    /// A job of `job_type` starts its run: `gaffer_jobs_running` goes up
+    /// until the returned guard is dropped.
+    pub(crate) fn running(&self, job_type: &str) -> Running {
+        #[cfg(feature = "metrics")]
+        {
+            let (gauge, foreign) = match self.own(job_type) {
+                Some(h) => (
+                    h.running.get_or_init(|| running_gauge(job_type)).clone(),
+                    None,
+                ),
+                None => (running_gauge(job_type), Some(job_type.to_string())),
+            };
+            gauge.increment(1.0);
+            Running {
+                gauge,
+                metrics: self.clone(),
+                foreign,
+                started: std::time::Instant::now(),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = job_type;
+            Running {}
+        }
+    }
+
+    /// A job of this type waited `seconds` from when it became runnable to
+    /// its claim.
+    pub(crate) fn queue_wait(&self, seconds: f64) {
+        #[cfg(feature = "metrics")]
+        {
+            let h = &*self.handles;
+            h.queue_wait
+                .get_or_init(|| metrics::histogram!("gaffer_job_queue_wait_seconds", "job_type" => h.job_type.clone()))
+                .record(seconds);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = seconds;
+    }
+
+    /// A settlement of `job_type` (the commit that ends or retries an
+    /// attempt) took `seconds`.
+    pub(crate) fn settlement(&self, job_type: &str, seconds: f64) {
+        #[cfg(feature = "metrics")]
+        update(
+            self.own(job_type).map(|h| &h.settlement),
+            || metrics::histogram!("gaffer_settlement_seconds", "job_type" => job_type.to_string()),
+            |h| h.record(seconds),
+        );
+        #[cfg(not(feature = "metrics"))]
+        let _ = (job_type, seconds);
+    }
+
+    /// Whether this type is paused (1) or not (0).
+    pub(crate) fn paused(&self, paused: bool) {
+        #[cfg(feature = "metrics")]
+        {
+            let h = &*self.handles;
+            h.paused
+                .get_or_init(
+                    || metrics::gauge!("gaffer_job_type_paused", "job_type" => h.job_type.clone()),
+                )
+                .set(if paused { 1.0 } else { 0.0 });
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = paused;
+    }
+
+    /// A handler of this type panicked (its attempt then counts as retried
+    /// or failed in `gaffer_attempts_total`).
+    pub(crate) fn handler_crashed(&self) {
+        #[cfg(feature = "metrics")]
+        {
+            let h = &*self.handles;
+            h.crashes
+                .get_or_init(|| metrics::counter!("gaffer_handler_crashes_total", "job_type" => h.job_type.clone()))
+                .increment(1);
+        }
+    }
+
+    /// A batch item of `pipeline` ended with `result`, having recorded
+    /// `cost` (name → amount; user-chosen names, so `gaffer_cost_total`
+    /// goes through the facade per update).
+    pub(crate) fn item_ended<'a>(
+        &self,
+        pipeline: &str,
+        result: ItemResult,
+        cost: impl IntoIterator<Item = (&'a String, &'a f64)>,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            update(
+                self.own(pipeline).map(|h| &h.items[result as usize]),
+                || metrics::counter!("gaffer_batch_items_total", "pipeline" => pipeline.to_string(), "result" => result.label()),
+                |c| c.increment(1),
+            );
+            for (metric, amount) in cost {
+                metrics::gauge!("gaffer_cost_total", "pipeline" => pipeline.to_string(), "metric" => metric.clone())
+                    .increment(*amount);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (pipeline, result, cost.into_iter().count());
+    }
+}
+
+#[cfg(feature = "metrics")]
+fn running_gauge(job_type: &str) -> Gauge {
+    metrics::gauge!("gaffer_jobs_running", "job_type" => job_type.to_string())
+}
+
+#[cfg(feature = "metrics")]
+fn run_histogram(job_type: &str) -> Histogram {
+    metrics::histogram!("gaffer_job_run_seconds", "job_type" => job_type.to_string())
 }
 
 /// One of the engine's actors (`actor`: its role) was restarted after a

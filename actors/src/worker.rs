@@ -12,24 +12,7 @@ use crate::events::EngineEvent;
 use crate::parking;
 use crate::pool::{PoolMessage, SlotId};
 use crate::services::Services;
-use crate::telemetry;
-
-/// `gaffer_jobs_running` for one running job: up at its start, down when
-/// it is dropped (the run returned, or its handler panicked).
-struct Running(String);
-
-impl Running {
-    fn start(job_type: &str) -> Self {
-        telemetry::running(job_type, 1.0);
-        Self(job_type.to_string())
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        telemetry::running(&self.0, -1.0);
-    }
-}
+use crate::telemetry::TypeMetrics;
 
 /// Messages of a handler worker.
 #[derive(Debug)]
@@ -45,6 +28,8 @@ pub struct HandlerWorker {
     pub(crate) pool: ActorRef<PoolMessage>,
     pub(crate) slot: SlotId,
     pub(crate) services: Arc<Services>,
+    /// Its type's metrics (`gaffer_jobs_running`, `gaffer_job_run_seconds`).
+    pub(crate) metrics: TypeMetrics,
 }
 
 impl std::fmt::Debug for HandlerWorker {
@@ -75,9 +60,6 @@ impl Actor for HandlerWorker {
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(delivery) = message;
-        let span = delivery.span.clone();
-        let _entered = span.enter();
-        tracing::debug!("attempt started");
         if delivery.item.is_none() {
             self.services.emit(EngineEvent::JobStarted {
                 run_id: delivery.run_id.clone(),
@@ -88,14 +70,20 @@ impl Actor for HandlerWorker {
         let effects = delivery.effects.clone();
         let cost = delivery.cost.clone();
         let parking = delivery.parking.clone();
-        drop(_entered);
-        let job_type = delivery.job_type.clone();
         // Counted down on every way out of the run, a panic included.
-        let _running = Running::start(&job_type);
-        let started = std::time::Instant::now();
-        let run = tracing::Instrument::instrument(self.handler.run(*delivery), span);
+        let running = self.metrics.running(&delivery.job_type);
+        let span = delivery.span.clone();
+        // One instrumented future: the span is entered on each of its polls
+        // (its first one logs the start), not also around the set-up above.
+        let run = tracing::Instrument::instrument(
+            async move {
+                tracing::debug!("attempt started");
+                self.handler.run(*delivery).await
+            },
+            span,
+        );
         let verdict = parking::scope(parking, run).await;
-        telemetry::run_duration(&job_type, started.elapsed().as_secs_f64());
+        running.ended();
         let effects = effects.seal();
         let _ = self.pool.cast(PoolMessage::WorkerDone {
             slot: self.slot,

@@ -139,7 +139,7 @@ impl PoolState {
             .limiter
             .several()
             .then(|| (self.partition_wake.clone(), self.limiter.next_token()));
-        let job_type = self.args.job_type.clone();
+        let metrics = self.metrics.clone();
         let services = self.args.services.clone();
         let stop = self.draining_token.clone();
         let myself = myself.clone();
@@ -157,7 +157,7 @@ impl PoolState {
                     let settings = services.settings();
                     let counted = claims.into_iter().map(|claim| {
                         let queue = &queue;
-                        let job_type = &job_type;
+                        let metrics = &metrics;
                         async move {
                             let (attempts, history) = attempts::of(queue, &claim, settings).await;
                             let span = crate::settle::attempt_span(&claim, &attempts);
@@ -166,7 +166,7 @@ impl PoolState {
                                 // (a schedule, a retry's backoff).
                                 let since = claim.enqueued_at.max(claim.run_at.unwrap_or(0));
                                 let waited = at.saturating_sub(since) as f64 / 1000.0;
-                                crate::telemetry::queue_wait(job_type, waited);
+                                metrics.queue_wait(waited);
                             }
                             Held {
                                 claim,

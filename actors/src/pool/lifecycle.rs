@@ -19,7 +19,7 @@ impl PoolState {
     /// go back to the queue, running ones finish.
     pub(super) fn pause(&mut self, myself: &ActorRef<PoolMessage>, why: &str) {
         self.paused = true;
-        crate::telemetry::paused(&self.args.job_type, true);
+        self.metrics.paused(true);
         warn!(job_type = %self.args.job_type, "pausing the job type: {why} (its jobs stay queued)");
         self.args.services.emit(EngineEvent::JobTypePaused {
             job_type: self.args.job_type.clone(),
@@ -34,7 +34,7 @@ impl PoolState {
             return false;
         }
         self.paused = false;
-        crate::telemetry::paused(&self.args.job_type, false);
+        self.metrics.paused(false);
         self.restarts.clear();
         let down: Vec<SlotId> = self
             .slots
@@ -125,7 +125,7 @@ impl PoolState {
         };
         self.idle.retain(|s| *s != slot);
         self.crashes += 1;
-        crate::telemetry::handler_crashed(&self.args.job_type);
+        self.metrics.handler_crashed();
         let services = self.args.services.clone();
         services.emit(EngineEvent::HandlerCrashed {
             job_type: self.args.job_type.clone(),

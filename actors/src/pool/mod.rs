@@ -243,6 +243,8 @@ pub struct PoolState {
     /// Wakes a claim waiting on partition queues when a new one is learned
     /// (a wake-up signal, not state: a permit is kept until taken).
     partition_wake: Arc<tokio::sync::Notify>,
+    /// The type's metric handles, shared with its workers and tasks.
+    metrics: crate::telemetry::TypeMetrics,
 }
 
 impl PoolState {
@@ -287,7 +289,9 @@ impl Actor for HandlerPool {
         let restarts = Restarts::new(args.services.settings());
         let paused = args.paused;
         let limiter = crate::rate::Limiter::new(args.queue.clone(), args.rate.clone());
+        let metrics = crate::telemetry::TypeMetrics::new(&args.job_type);
         let mut state = PoolState {
+            metrics,
             limiter,
             rate_wake: false,
             partition_wake: Arc::new(tokio::sync::Notify::new()),

@@ -34,6 +34,7 @@ impl PoolState {
             pool: myself.clone(),
             slot,
             services: self.args.services.clone(),
+            metrics: self.metrics.clone(),
         };
         match Actor::spawn_linked(None, worker, (), myself.get_cell()).await {
             Ok((actor, _)) => {
@@ -277,14 +278,15 @@ impl PoolState {
         let services = self.args.services.clone();
         let notify = self.args.notify.clone();
         let myself = myself.clone();
-        let span = held.span.clone();
+        let metrics = self.metrics.clone();
+        // The attempt's span moves into the settlement task (no clone).
+        let Held {
+            claim,
+            attempts,
+            history,
+            span,
+        } = held;
         let settlement = async move {
-            let Held {
-                claim,
-                attempts,
-                history,
-                ..
-            } = held;
             // An attempt that did not succeed leaves its memo entries for the
             // next one (MemoWrites::OnFailure); a cancelled run has none.
             let succeeded = matches!(ending, Ending::Verdict(Verdict::Succeeded(_)));
@@ -299,7 +301,10 @@ impl PoolState {
                 }
             }
             let delivery = (claim, attempts, history);
-            settle(&services, &notify, delivery, ending, effects, cost).await;
+            settle(
+                &services, &notify, &metrics, delivery, ending, effects, cost,
+            )
+            .await;
             let _ = myself.cast(PoolMessage::Settled);
         };
         tokio::spawn(tracing::Instrument::instrument(settlement, span));

@@ -695,13 +695,20 @@ fn install_telemetry(a: &ChildArgs) -> Result<(), BoxErr> {
         // their costs apart); unset, both.
         let only = std::env::var("SBS_TELEMETRY").unwrap_or_default();
         if only != "prom" {
-            // `info`, or `RUST_LOG` when set.
-            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-            tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .init();
+            // `SBS_FILTER=level`: a plain level filter at `info`
+            // (`with_max_level(Level::INFO)`); unset, an `EnvFilter` of
+            // `info`, or of `RUST_LOG` when set. Both pass the same spans
+            // and events; an `EnvFilter` also takes a lock on each span
+            // enter, exit and close.
+            let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
+            if std::env::var("SBS_FILTER").is_ok_and(|f| f == "level") {
+                fmt.with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+                    .init();
+            } else {
+                let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+                fmt.with_env_filter(filter).init();
+            }
         }
         if only != "fmt" {
             metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
