@@ -253,10 +253,7 @@ impl Client {
         {
             return Err(EngineError::ReservedHeader(h.clone()).into());
         }
-        let run_id = match &req.idempotency_key {
-            Some(key) => keys::keyed_run_id(key),
-            None => request_id.clone(),
-        };
+        let run_id = crate::submit::job_id_of(&req, &request_id);
         let intake = IntakeRequest {
             run_id: run_id.clone(),
             job_type: req.job_type,

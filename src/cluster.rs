@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use gaffer_actors::records::{Outcome, OutcomeRecord, OutputRef};
-use gaffer_actors::{EngineEvent, SubmitRequest, keys};
+use gaffer_actors::{EngineEvent, SubmitRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster::RactorClusterMessage;
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,7 @@ use crate::engine::Engine;
 use crate::error::{Error, JobError, Result};
 use crate::job::Job;
 use crate::shards::{ShardSet, ShardedEngine};
-use crate::submit::{SubmitOptions, submit_request};
+use crate::submit::{SubmitOptions, pin_job_id, submit_request};
 
 /// The process group of shard `shard`'s gateway: `gaffer.shard.{shard}`.
 pub fn shard_group(shard: usize) -> String {
@@ -366,15 +366,12 @@ impl ClusterRouter {
 
     /// [`submit`](Self::submit) with options (`run_at` is not carried).
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
-        let req = submit_request(&job, opts)?;
-        let id = match &req.idempotency_key {
-            Some(key) => keys::keyed_run_id(key),
-            None => ulid::Ulid::new().to_string(),
-        };
+        let mut req = submit_request(&job, opts)?;
+        let id = pin_job_id(&mut req);
         let wire = encode(&WireSubmit {
             job_type: req.job_type,
             payload: req.payload,
-            run_id: req.idempotency_key.is_none().then(|| id.clone()),
+            run_id: req.run_id,
             idempotency_key: req.idempotency_key,
             headers: req.headers,
             priority: req.priority,

@@ -33,7 +33,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::handle::JobHandle;
 use crate::job::Job;
-use crate::submit::{SubmitOptions, submit_request};
+use crate::submit::{SubmitOptions, job_id_of, pin_job_id, submit_request};
 
 /// What is wrong with a shard set, a placement, or a shard asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -290,14 +290,7 @@ impl ShardedEngine {
     /// [`submit`](Self::submit) with options.
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
         let mut req = submit_request(&job, opts)?;
-        let id = match &req.idempotency_key {
-            Some(key) => keys::keyed_run_id(key),
-            None => {
-                let id = ulid::Ulid::new().to_string();
-                req.run_id = Some(id.clone());
-                id
-            }
-        };
+        let id = pin_job_id(&mut req);
         let engine = self.engine_of(&id)?;
         let submitted = engine.jobs.submit(req).await?;
         Ok(JobHandle::submitted(submitted, engine.jobs.clone()))
@@ -376,10 +369,7 @@ impl ShardedClient {
     ) -> Result<ClientHandle<J>> {
         let req = submit_request(&job, opts)?;
         let request_id = ulid::Ulid::new().to_string();
-        let id = match &req.idempotency_key {
-            Some(key) => keys::keyed_run_id(key),
-            None => request_id.clone(),
-        };
+        let id = job_id_of(&req, &request_id);
         self.client_of(&id).send_submit(req, request_id).await
     }
 

@@ -44,6 +44,26 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
     })
 }
 
+/// The id `req`'s job will have: its idempotency key's
+/// ([`keyed_job_id`](crate::keyed_job_id)), else `fresh` (a new ULID).
+/// Known before the request is sent, so a shard set routes by it.
+pub(crate) fn job_id_of(req: &SubmitRequest, fresh: &str) -> String {
+    match &req.idempotency_key {
+        Some(key) => gaffer_actors::keys::keyed_run_id(key),
+        None => fresh.to_string(),
+    }
+}
+
+/// Fix `req`'s job id before it is sent (an unkeyed job gets a fresh ULID
+/// as its `run_id`) and answer it: the id a shard set routes by.
+pub(crate) fn pin_job_id(req: &mut SubmitRequest) -> String {
+    let id = job_id_of(req, &ulid::Ulid::new().to_string());
+    if req.idempotency_key.is_none() {
+        req.run_id = Some(id.clone());
+    }
+    id
+}
+
 pub(crate) async fn submit_typed<J: Job>(
     engine: &Arc<dyn JobEngine>,
     job: J,

@@ -190,29 +190,15 @@ async fn a_limit_per_tenant_throttles_each_tenant_alone_and_a_busy_one_never_hol
     let t0 = Instant::now();
     let mut handles = Vec::new();
     // The busy tenant's backlog is submitted first: ten jobs, 4.5 s of it.
-    for i in 0..10 {
-        handles.push(
-            engine
-                .submit_with(CallTenantApi(i), for_tenant(Some("acme")))
-                .await
-                .unwrap(),
-        );
-    }
-    for i in 10..13 {
-        handles.push(
-            engine
-                .submit_with(CallTenantApi(i), for_tenant(Some("globex")))
-                .await
-                .unwrap(),
-        );
-    }
-    for i in 13..15 {
-        handles.push(
-            engine
-                .submit_with(CallTenantApi(i), for_tenant(None))
-                .await
-                .unwrap(),
-        );
+    for (jobs, tenant) in [
+        (0..10, Some("acme")),
+        (10..13, Some("globex")),
+        (13..15, None),
+    ] {
+        for i in jobs {
+            let opts = for_tenant(tenant);
+            handles.push(engine.submit_with(CallTenantApi(i), opts).await.unwrap());
+        }
     }
     for h in handles {
         common::within_for(Duration::from_secs(60), h.join())
@@ -240,21 +226,25 @@ async fn a_limit_per_tenant_throttles_each_tenant_alone_and_a_busy_one_never_hol
     assert!(globex[2] < acme[3], "globex {globex:?} acme {acme:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
+/// Queue one job per tenant on a store whose type is paused (durably) and
+/// limited per tenant; restart on `again` (registering the type its own
+/// way), resume, and wait for every job. Answers the tenants of the runs
+/// on the second engine, sorted.
+async fn queued_per_tenant_then_restarted(
+    tenants: &[&str],
+    again: impl FnOnce(gaffer::EngineBuilder) -> gaffer::EngineBuilder,
+) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let clock = common::mock_clock();
-    let limit = || RateLimit::per_second(2).unwrap().per_header("tenant");
     let engine = common::disk_builder(dir.path(), clock.clone())
-        .register_with_rate::<CallTenantApi>(limit())
+        .register_with_rate::<CallTenantApi>(RateLimit::per_second(2).unwrap().per_header("tenant"))
         .state(Arc::new(TenantStarts::default()))
         .start()
         .await
         .unwrap();
-    // Paused (durably), so its jobs are still queued at the restart.
     engine.pause_job_type(CallTenantApi::NAME).await.unwrap();
     let mut ids = Vec::new();
-    for (i, tenant) in ["acme", "globex", "initech"].iter().enumerate() {
+    for (i, tenant) in tenants.iter().enumerate() {
         let h = engine
             .submit_with(CallTenantApi(i as u32), for_tenant(Some(tenant)))
             .await
@@ -263,11 +253,8 @@ async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
     }
     engine.shutdown().await.unwrap();
 
-    // The new engine learns the partition queues from the store (no
-    // submission names them), and runs every job once resumed.
     let starts = Arc::new(TenantStarts::default());
-    let engine = common::disk_builder(dir.path(), clock)
-        .register_with_rate::<CallTenantApi>(limit())
+    let engine = again(common::disk_builder(dir.path(), clock))
         .state(starts.clone())
         .start()
         .await
@@ -280,55 +267,39 @@ async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
             .unwrap()
             .unwrap();
     }
-    let mut tenants: Vec<String> = starts
+    engine.shutdown().await.unwrap();
+    let mut ran: Vec<String> = starts
         .0
         .lock()
         .unwrap()
         .iter()
         .filter_map(|(t, _)| t.clone())
         .collect();
-    tenants.sort();
-    assert_eq!(tenants, ["acme", "globex", "initech"]);
-    engine.shutdown().await.unwrap();
+    ran.sort();
+    ran
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
+    // The new engine learns the partition queues from the store (no
+    // submission names them), and runs every job once resumed.
+    let ran = queued_per_tenant_then_restarted(&["acme", "globex", "initech"], |b| {
+        b.register_with_rate::<CallTenantApi>(
+            RateLimit::per_second(2).unwrap().per_header("tenant"),
+        )
+    })
+    .await;
+    assert_eq!(ran, ["acme", "globex", "initech"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn tenants_jobs_still_run_when_the_limit_is_no_longer_per_tenant() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = common::mock_clock();
-    let engine = common::disk_builder(dir.path(), clock.clone())
-        .register_with_rate::<CallTenantApi>(RateLimit::per_second(2).unwrap().per_header("tenant"))
-        .state(Arc::new(TenantStarts::default()))
-        .start()
-        .await
-        .unwrap();
-    engine.pause_job_type(CallTenantApi::NAME).await.unwrap();
-    let mut ids = Vec::new();
-    for (i, tenant) in ["acme", "globex"].iter().enumerate() {
-        let h = engine
-            .submit_with(CallTenantApi(i as u32), for_tenant(Some(tenant)))
-            .await
-            .unwrap();
-        ids.push(h.id().to_string());
-    }
-    engine.shutdown().await.unwrap();
     // Registered without a limit now: the jobs waiting in the tenants'
     // queues still run.
-    let engine = common::disk_builder(dir.path(), clock)
-        .register::<CallTenantApi>()
-        .state(Arc::new(TenantStarts::default()))
-        .start()
-        .await
-        .unwrap();
-    engine.resume_job_type(CallTenantApi::NAME).await.unwrap();
-    for id in &ids {
-        let h = engine.handle::<CallTenantApi>(id).unwrap();
-        common::within_for(Duration::from_secs(10), h.join())
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    engine.shutdown().await.unwrap();
+    let ran =
+        queued_per_tenant_then_restarted(&["acme", "globex"], |b| b.register::<CallTenantApi>())
+            .await;
+    assert_eq!(ran, ["acme", "globex"]);
 }
 
 #[tokio::test]

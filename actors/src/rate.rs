@@ -214,16 +214,17 @@ impl Limiter {
     /// buckets have tokens (the tokens are taken; give back what a claim
     /// did not use). Empty when every queue is throttled.
     pub(crate) fn plan(&mut self, want: usize) -> Plan {
-        let Some(limit) = self.limit.clone() else {
+        let partitioned = self.partitioned();
+        let Some(limit) = &self.limit else {
             return self.spread(want);
         };
         self.buckets.retain(|_, b| !b.is_full());
-        if !self.partitioned() {
+        if !partitioned {
             // One bucket for the type, whatever queues its jobs are in.
             let got = self
                 .buckets
                 .entry(self.queues[0].clone())
-                .or_insert_with(|| Bucket::new(&limit))
+                .or_insert_with(|| Bucket::new(limit))
                 .take(want);
             return self.spread(got);
         }
@@ -237,7 +238,7 @@ impl Limiter {
                 let bucket = self
                     .buckets
                     .entry(self.queues[i].clone())
-                    .or_insert_with(|| Bucket::new(&limit));
+                    .or_insert_with(|| Bucket::new(limit));
                 if bucket.take(1) == 1 {
                     counts[i] += 1;
                     left -= 1;
