@@ -157,6 +157,8 @@ pub struct EngineBuilder {
     periodic: Vec<gaffer_actors::PeriodicSpec>,
     state: StateMap,
     events: gaffer_actors::events::EventSender,
+    /// The engine's place in a shard set (`ShardedEngine` sets it).
+    shard: Option<gaffer_actors::ShardPlace>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -195,6 +197,7 @@ impl Default for EngineBuilder {
             periodic: Vec::new(),
             state: StateMap::new(),
             events: gaffer_actors::events::channel(),
+            shard: None,
         }
     }
 }
@@ -460,6 +463,18 @@ impl EngineBuilder {
         settings
     }
 
+    /// Start as shard `index` of a set of `count` at `url` (see
+    /// `ShardedEngine::start`): the start checks the store's shard marker,
+    /// and writes it the first time.
+    pub(crate) fn in_shard(mut self, index: usize, count: usize, url: &str) -> Self {
+        self.shard = Some(gaffer_actors::ShardPlace {
+            index,
+            count,
+            url: url.to_string(),
+        });
+        self
+    }
+
     /// Record an override of one setting (applied on top of the base).
     fn set(mut self, set: impl Fn(&mut Settings) + Send + Sync + 'static) -> Self {
         self.overrides.push(Box::new(set));
@@ -680,6 +695,7 @@ impl EngineBuilder {
             registrations,
             events: Some(self.events),
             periodic: self.periodic,
+            shard: self.shard,
         })
         .await?;
         let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());

@@ -360,6 +360,13 @@ impl Client {
             .await
     }
 
+    /// Check the store's shard marker against `place` (a store no sharded
+    /// engine has started on passes).
+    pub(crate) async fn check_shard(&self, place: &gaffer_actors::ShardPlace) -> Result<()> {
+        inspect::check_shard(self.inner.reader.view(), place).await?;
+        Ok(())
+    }
+
     /// Close the client's reader.
     pub async fn close(self) {
         let _ = self.inner.reader.close().await;

@@ -231,6 +231,13 @@ impl ShardedEngine {
     /// every shard: any job may land on any shard). The engines start one
     /// after another; if one fails, those started are shut down and the
     /// error returned.
+    ///
+    /// The first start on a store writes its shard marker (`index/count`);
+    /// every later start checks it, and a store written as another shard or
+    /// under another count fails with
+    /// [`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch)
+    /// before any job runs: a set restarted with another count would route
+    /// ids to stores that do not hold them.
     pub async fn start<F>(set: ShardSet, placement: &Placement, mut make: F) -> Result<Self>
     where
         F: FnMut(usize, &str) -> EngineBuilder,
@@ -239,7 +246,11 @@ impl ShardedEngine {
         let mut engines = BTreeMap::new();
         for shard in owned {
             let url = &set.urls[shard];
-            match make(shard, url).start().await {
+            match make(shard, url)
+                .in_shard(shard, set.len(), url)
+                .start()
+                .await
+            {
                 Ok(engine) => {
                     engines.insert(shard, engine);
                 }
@@ -329,14 +340,29 @@ pub struct ShardedClient {
 impl ShardedClient {
     /// Open a client on every shard of `set`; `make(shard, url)` configures
     /// each (`Client::builder().store_url(url)` and the engines' queue
-    /// settings). Fails if a shard's store was never opened by an engine.
+    /// settings). Fails if a shard's store was never opened by an engine,
+    /// or if its shard marker names another shard or another count
+    /// ([`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch)).
     pub async fn open<F>(set: ShardSet, mut make: F) -> Result<Self>
     where
         F: FnMut(usize, &str) -> ClientBuilder,
     {
         let mut clients = Vec::with_capacity(set.len());
         for (shard, url) in set.urls.iter().enumerate() {
-            clients.push(make(shard, url).open().await?);
+            let client = make(shard, url).open().await?;
+            let place = gaffer_actors::ShardPlace {
+                index: shard,
+                count: set.len(),
+                url: url.clone(),
+            };
+            let checked = client.check_shard(&place).await;
+            clients.push(client);
+            if let Err(e) = checked {
+                for c in clients {
+                    c.close().await;
+                }
+                return Err(e);
+            }
         }
         Ok(Self { set, clients })
     }

@@ -486,3 +486,66 @@ async fn a_fenced_shard_stops_alone_while_the_others_go_on() {
     first.shutdown().await;
     second.shutdown().await;
 }
+
+/// A set started again with another count, or with its stores in another
+/// order, would send ids to stores that do not hold them: the shard marker
+/// each store got at its first start refuses it, for engines and clients,
+/// before any job runs; the set as it was starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_reopened_with_another_count_or_order_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    make_dirs(root);
+    let at = local(root);
+    let log = root.join("runs.log");
+    let first = start_engines(&at, vec![0, 1], log.clone()).await;
+    first.shutdown().await;
+    let mismatch = |e: gaffer::Error| match e {
+        gaffer::Error::Engine(gaffer::EngineError::ShardMismatch {
+            found, expected, ..
+        }) => (found, expected),
+        other => panic!("not a shard mismatch: {other}"),
+    };
+    let start = |set: ShardSet, owned: Vec<usize>| {
+        let log = log.clone();
+        async move {
+            ShardedEngine::start(set, &Placement::Listed(owned), move |_, url| {
+                Engine::builder()
+                    .store_url(url)
+                    .flush_interval(Duration::from_millis(1))
+                    .register::<Tally>()
+                    .state(log.clone())
+            })
+            .await
+        }
+    };
+    // Four shards where there were six.
+    let four = ShardSet::from_template(&at.template, 4).unwrap();
+    let err = start(four.clone(), vec![0, 1]).await.unwrap_err();
+    assert_eq!(mismatch(err), ("0/6".to_string(), "0/4".to_string()));
+    let err = ShardedClient::open(four, |_, url| Client::builder().store_url(url))
+        .await
+        .unwrap_err();
+    assert_eq!(mismatch(err), ("0/6".to_string(), "0/4".to_string()));
+    // Shards 0 and 1 swapped.
+    let mut urls = set(&at).urls().to_vec();
+    urls.swap(0, 1);
+    let swapped = ShardSet::from_urls(urls).unwrap();
+    let err = start(swapped, vec![1]).await.unwrap_err();
+    assert_eq!(mismatch(err), ("0/6".to_string(), "1/6".to_string()));
+    // The set as it was starts and runs a job of shard 1.
+    let again = start(set(&at), vec![0, 1]).await.unwrap();
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| set(&at).shard_of_key(k) == 1)
+        .unwrap();
+    let h = again
+        .submit(Tally {
+            key: Some(key),
+            n: 4,
+        })
+        .await
+        .unwrap();
+    assert_eq!(common::within(h.join()).await.unwrap().unwrap(), 8);
+    again.shutdown().await;
+}

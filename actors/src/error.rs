@@ -29,6 +29,24 @@ pub enum EngineError {
         expected: String,
     },
 
+    /// The store was written as another shard, or as a shard of a set of
+    /// another size, than the engine or client opening it was told: the
+    /// set's count and order are fixed for the life of its data, since
+    /// they decide every id's store.
+    #[error(
+        "the store at `{url}` is shard {found} (index/count), but it was opened as shard {expected}; \
+         open the set with the shard count and order its data was written with (docs/shards.md), \
+         or point the set at new, empty stores"
+    )]
+    ShardMismatch {
+        /// The store's URL.
+        url: String,
+        /// The marker found in the store, `index/count`.
+        found: String,
+        /// The marker expected, `index/count`.
+        expected: String,
+    },
+
     /// A header key uses the engine's reserved prefix.
     #[error("header `{0}` uses the reserved `gaffer.` prefix; choose another header name")]
     ReservedHeader(String),

@@ -36,6 +36,24 @@ pub async fn layout(view: &QueueView) -> Result<Layout> {
     })
 }
 
+/// Check the store's shard marker ([`keys::SHARD_KEY`]) against `place`:
+/// `Ok(true)` if it names that shard of that set, `Ok(false)` if the store
+/// has no marker (no sharded engine has started on it), and
+/// [`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch) if it
+/// names another.
+pub async fn check_shard(view: &QueueView, place: &crate::ShardPlace) -> Result<bool> {
+    let expected = keys::shard_marker(place.index, place.count);
+    match view.kv_get(keys::SHARD_KEY).await? {
+        None => Ok(false),
+        Some(found) if found.as_ref() == expected.as_bytes() => Ok(true),
+        Some(found) => Err(crate::EngineError::ShardMismatch {
+            url: place.url.clone(),
+            found: String::from_utf8_lossy(&found).into_owned(),
+            expected,
+        }),
+    }
+}
+
 /// The active-run record of `run_id`, if the run is live.
 pub async fn run_record(view: &QueueView, run_id: &str) -> Result<Option<RunRecord>> {
     let key = keys::run_key(run_id);

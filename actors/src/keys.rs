@@ -132,6 +132,18 @@ pub fn shard_of(id: &str, shards: usize) -> usize {
     (u64::from_be_bytes(first) % shards as u64) as usize
 }
 
+/// `gaffer/v1/shard`: which shard of which set the store is, as text
+/// ([`shard_marker`]: `"{index}/{count}"`). Written by the first engine
+/// started on the store as a shard; every later sharded engine, sharded
+/// client and `gaffer --shards` checks it, so a set started with another
+/// count or order (which would route ids to the wrong stores) is refused.
+pub const SHARD_KEY: &[u8] = b"gaffer/v1/shard";
+
+/// The value of [`SHARD_KEY`] for shard `index` of a set of `count`.
+pub fn shard_marker(index: usize, count: usize) -> String {
+    format!("{index}/{count}")
+}
+
 /// Largest shard count of a shard set.
 pub const MAX_SHARDS: usize = 4096;
 
@@ -389,6 +401,7 @@ mod tests {
             ENDED_ROOT.to_vec(),
             ENDED_INDEX_READY.to_vec(),
             LAYOUT_KEY.to_vec(),
+            SHARD_KEY.to_vec(),
             BARRIER_KEY.to_vec(),
             periodic_key("a"),
             PERIODIC_PREFIX.to_vec(),

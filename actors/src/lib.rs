@@ -65,7 +65,9 @@ pub use jobs::{CancelResult, JobState, SubmitRequest, Submitted};
 pub use pool::PoolStats;
 #[cfg(feature = "testing")]
 pub use protocol::ChildKind;
-pub use protocol::{EngineConfig, EngineMessage, EngineRef, QueueSource, ShutdownReport};
+pub use protocol::{
+    EngineConfig, EngineMessage, EngineRef, QueueSource, ShardPlace, ShutdownReport,
+};
 pub use records::{Cost, ItemStatus, PeriodicRecord};
 pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
 pub use schedule::{Missed, Schedule, ScheduleSpec};

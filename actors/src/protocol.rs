@@ -151,6 +151,21 @@ pub struct EngineConfig {
     pub events: Option<crate::events::EventSender>,
     /// Periodic jobs (each one's job type among the registrations).
     pub periodic: Vec<PeriodicSpec>,
+    /// The engine's place in a shard set (`gaffer::ShardedEngine` sets it):
+    /// checked against the store's shard marker at start, and written
+    /// there by the first start.
+    pub shard: Option<ShardPlace>,
+}
+
+/// Shard `index` of a set of `count` stores, at `url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardPlace {
+    /// The shard's index.
+    pub index: usize,
+    /// How many shards the set has.
+    pub count: usize,
+    /// The shard's store URL (for the error that names it).
+    pub url: String,
 }
 
 /// A clonable handle on a running engine: the supervisor's `ActorRef` plus the

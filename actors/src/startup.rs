@@ -78,6 +78,17 @@ pub(crate) async fn open(
     }
 }
 
+/// Check the store's shard marker against the engine's place in its set,
+/// and write it on the first start as a shard (see [`keys::SHARD_KEY`]).
+pub(crate) async fn check_shard(queue: &Queue, place: &crate::ShardPlace) -> Result<()> {
+    if !crate::inspect::check_shard(queue.view(), place).await? {
+        let marker = keys::shard_marker(place.index, place.count);
+        let fx = SettlementEffects::default().kv_put(keys::SHARD_KEY, marker.into_bytes());
+        queue.commit_effects(fx).await?;
+    }
+    Ok(())
+}
+
 pub(crate) async fn check_layout(queue: &Queue) -> Result<()> {
     match queue.view().kv_get(keys::LAYOUT_KEY).await? {
         None => {

@@ -319,7 +319,7 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
                 ));
             }
         };
-        let store = open(cli, None, Some(&url(shard))).await?;
+        let store = open_shard(cli, shard, count, &url(shard)).await?;
         let result = command(&store, cli).await;
         store.close().await;
         return result;
@@ -327,13 +327,29 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
     let mut parts = Vec::new();
     let mut code = ExitCode::SUCCESS;
     for shard in 0..count {
-        let store = open(cli, None, Some(&url(shard))).await?;
+        let store = open_shard(cli, shard, count, &url(shard)).await?;
         let part = shard_part(&store, cli, shard, url(shard), &mut code).await;
         store.close().await;
         parts.push(part?);
     }
     report::print(cli.json, &report::Shards { shards: parts })?;
     Ok(code)
+}
+
+/// Open shard `shard` of a set of `count` at `url`, refused if the store's
+/// shard marker says it is another shard or of another count.
+async fn open_shard(
+    cli: &Cli,
+    shard: usize,
+    count: usize,
+    url: &str,
+) -> Result<read::Store, CliError> {
+    let store = open(cli, None, Some(url)).await?;
+    if let Err(e) = store.check_shard(shard, count, url).await {
+        store.close().await;
+        return Err(e);
+    }
+    Ok(store)
 }
 
 /// One shard's part of a read of the whole set (see `run_on_shards`);

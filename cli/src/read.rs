@@ -101,6 +101,18 @@ impl Store {
         })
     }
 
+    /// Check the store's shard marker: refused if it was written as
+    /// another shard or under another count (`--shard-count`).
+    pub async fn check_shard(&self, index: usize, count: usize, url: &str) -> Result<(), CliError> {
+        let place = gaffer_actors::ShardPlace {
+            index,
+            count,
+            url: url.to_string(),
+        };
+        inspect::check_shard(self.reader.view(), &place).await?;
+        Ok(())
+    }
+
     /// Close the reader.
     pub async fn close(&self) {
         let _ = self.reader.close().await;

@@ -960,5 +960,14 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The set read with another count: refused at the first shard, whose
+    // marker says it is shard 0 of 3.
+    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .args(["--shards", &template, "--shard-count", "2", "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shard 0/3") && err.contains("0/2"), "{err}");
     engines.shutdown().await;
 }

@@ -34,7 +34,7 @@ use crate::protocol::{EngineConfig, EngineMessage};
 use crate::registry::{BatchRegistry, RegistryMessage, RegistryRef};
 use crate::services::{Services, SharedQueue};
 use crate::settle::Reports;
-use crate::startup::{check_layout, open, routes, stray_queues};
+use crate::startup::{check_layout, check_shard, open, routes, stray_queues};
 use crate::sweeper::{Sweeper, SweeperArguments, SweeperRef};
 use crate::waiters::{Waiters, WaitersArguments, WaitersRef};
 
@@ -125,7 +125,11 @@ impl Actor for Supervisor {
         let routes = routes(&config.settings, &registrations)?;
         let periodic = check_periodic(config.periodic, &routes)?;
         let (queue, store) = open(config.source, &config.settings).await?;
-        let strays = match check_layout(&queue).await {
+        let checked = match (check_layout(&queue).await, &config.shard) {
+            (Ok(()), Some(place)) => check_shard(&queue, place).await,
+            (checked, _) => checked,
+        };
+        let strays = match checked {
             Ok(()) => stray_queues(&queue, &config.settings, &routes).await,
             Err(e) => Err(e),
         };
