@@ -111,7 +111,10 @@ enum Command {
         /// The job's id (its run id, as `JobHandle::id`), or a queue job id.
         id: String,
     },
-    /// Dead letters with their failure records.
+    /// Dead letters with their failure records. A job retried since its
+    /// dead letter is listed by its latest dead letter only (or not at all
+    /// while it runs again); `stats`'s dead count is the queue's own and
+    /// still counts the older ones until the queue's dead retention.
     Dead {
         /// Only dead letters of this type (or pipeline).
         #[arg(long = "type", value_name = "TYPE")]

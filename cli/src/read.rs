@@ -440,13 +440,22 @@ impl Store {
                         d.error = m.error.or(d.error);
                         d.failure_kind = Some(format!("{:?}", m.status));
                     }
-                } else if let Some(rec) = inspect::outcome_record(self.view(), &d.id).await?
-                    && rec.job_id == job.id
-                {
+                } else if let Some(rec) = inspect::outcome_record(self.view(), &d.id).await? {
+                    if rec.job_id != job.id {
+                        // Retried since: a later attempt series ended (and
+                        // has its own dead letter if it failed).
+                        continue;
+                    }
                     d.failed_at_ms = Some(rec.finished_at_ms);
                     d.attempts = rec.attempts;
                     d.error = outcome_error(&rec.outcome);
                     d.failure_kind = failure_kind(&rec.outcome);
+                } else if inspect::run_record(self.view(), &d.id)
+                    .await?
+                    .is_some_and(|run| run.job_id != job.id)
+                {
+                    // Retried since, and running again.
+                    continue;
                 }
                 dead.push(d);
             }

@@ -550,6 +550,16 @@ async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
     let retry = json(dir, &["retry", boom.id()]);
     assert_eq!(retry["status"], "applied", "{retry}");
     assert!(boom.join().await.unwrap().is_err(), "it failed again");
+    // Its first dead letter is superseded: `dead` lists the job once, as
+    // its latest attempt series ended.
+    let dead = json(dir, &["dead", "--type", "explode"]);
+    let boom_rows = dead["dead"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["id"] == boom.id())
+        .count();
+    assert_eq!(boom_rows, 1, "{dead}");
     let all = json(dir, &["retry", "--failed", "--type", "explode"]);
     assert_eq!(all["result"], "retried 1 failed `explode` jobs", "{all}");
     // A succeeded job is not retried.
