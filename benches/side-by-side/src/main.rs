@@ -787,6 +787,9 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
             }
             set_phase("shutdown");
             engine.shutdown().await?;
+            // The temp dir's removal, apart from the engine's shutdown
+            // (on a discard-mounted disk, a 1M-job store takes minutes).
+            set_phase("cleanup");
         }
         Group::Bulk => {
             let engine = b
@@ -823,6 +826,9 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
             }
             set_phase("shutdown");
             engine.shutdown().await?;
+            // The temp dir's removal, apart from the engine's shutdown
+            // (on a discard-mounted disk, a 1M-job store takes minutes).
+            set_phase("cleanup");
         }
         Group::Raw => unreachable!("raw runs on the raw engine"),
     }
@@ -913,6 +919,9 @@ async fn reference_child(a: &ChildArgs) -> Result<(), BoxErr> {
             }
             set_phase("shutdown");
             worker.shutdown().await?;
+            // The temp dir's removal, apart from the engine's shutdown
+            // (on a discard-mounted disk, a 1M-job store takes minutes).
+            set_phase("cleanup");
         }
         Group::Bulk => {
             use taquba_workflow::bulk::Bulk;
@@ -946,6 +955,9 @@ async fn reference_child(a: &ChildArgs) -> Result<(), BoxErr> {
             }
             set_phase("shutdown");
             worker.shutdown().await?;
+            // The temp dir's removal, apart from the engine's shutdown
+            // (on a discard-mounted disk, a 1M-job store takes minutes).
+            set_phase("cleanup");
         }
         Group::Raw => unreachable!("raw runs on the raw engine"),
     }
@@ -1056,6 +1068,7 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
         Ok(q) => q.close().await?,
         Err(_) => eprintln!("queue still shared at close; dropped"),
     }
+    set_phase("cleanup");
     drop(dir);
     Ok(())
 }
