@@ -40,7 +40,7 @@ struct Cli {
     /// is each shard's index, two digits at least (as
     /// `gaffer::ShardSet::from_template`); needs `--shard-count`. `stats`
     /// `health`, `jobs` (a first page), `dead`, `batches` and `periodic`
-    /// read every shard (one part each); `job`, `batch`, `cancel` and
+    /// read every shard (one part each; `stats` adds them up too); `job`, `batch`, `cancel` and
     /// `retry ID` the shard of the id; other commands, and any with
     /// `--shard`, the one shard it names.
     #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
@@ -329,13 +329,21 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
     }
     let mut parts = Vec::new();
     let mut code = ExitCode::SUCCESS;
+    let mut total =
+        matches!(cli.command, Command::Stats).then(|| report::Stats { queues: Vec::new() });
     for shard in 0..count {
         let store = open_shard(cli, shard, count, &url(shard)).await?;
-        let part = shard_part(&store, cli, shard, url(shard), &mut code).await;
+        let part = shard_part(&store, cli, shard, url(shard), &mut code, total.as_mut()).await;
         store.close().await;
         parts.push(part?);
     }
-    report::print(cli.json, &report::Shards { shards: parts })?;
+    report::print(
+        cli.json,
+        &report::Shards {
+            shards: parts,
+            total,
+        },
+    )?;
     Ok(code)
 }
 
@@ -356,13 +364,15 @@ async fn open_shard(
 }
 
 /// One shard's part of a read of the whole set (see `run_on_shards`);
-/// `code` becomes 3 when a shard has no live writer (`health`).
+/// `code` becomes 3 when a shard has no live writer (`health`), and a
+/// shard's `stats` are added to `total`.
 async fn shard_part(
     store: &read::Store,
     cli: &Cli,
     shard: usize,
     url: String,
     code: &mut ExitCode,
+    total: Option<&mut report::Stats>,
 ) -> Result<report::ShardPart, CliError> {
     let json = cli.json;
     match &cli.command {
@@ -392,7 +402,13 @@ async fn shard_part(
             report::ShardPart::new(shard, url, json, &store.batches(*limit).await?)
         }
         Command::Periodic => report::ShardPart::new(shard, url, json, &store.periodic().await?),
-        _ => report::ShardPart::new(shard, url, json, &store.stats().await?),
+        _ => {
+            let stats = store.stats().await?;
+            if let Some(total) = total {
+                total.add(&stats);
+            }
+            report::ShardPart::new(shard, url, json, &stats)
+        }
     }
 }
 

@@ -22,11 +22,15 @@ pub fn print<T: Serialize + Render>(json: bool, value: &T) -> Result<(), CliErro
 }
 
 /// A command's report on each shard of a set (`--shards`):
-/// `{"shards": [{"shard", "url", "report"}]}`.
+/// `{"shards": [{"shard", "url", "report"}]}`, and for `stats` the counts
+/// of every shard added up, `"total": {"queues": [...]}`.
 #[derive(Debug, Serialize)]
 pub struct Shards {
     /// One part per shard, in shard order.
     pub shards: Vec<ShardPart>,
+    /// `stats` only: each queue's counts summed over the shards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<Stats>,
 }
 
 /// One shard's part of [`Shards`].
@@ -68,11 +72,19 @@ impl ShardPart {
 
 impl Render for Shards {
     fn render(&self) -> String {
-        self.shards
+        let mut parts: Vec<String> = self
+            .shards
             .iter()
             .map(|p| format!("shard {} ({})\n{}", p.shard, p.url, p.text))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        if let Some(total) = &self.total {
+            parts.push(format!(
+                "all {} shards\n{}",
+                self.shards.len(),
+                total.render()
+            ));
+        }
+        parts.join("\n")
     }
 }
 
@@ -90,7 +102,7 @@ pub struct Stats {
 }
 
 /// The counts of one queue.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct QueueRow {
     /// The taquba queue (`jobs.{type}`, `bulk-items.{pipeline}`).
     pub queue: String,
@@ -108,6 +120,26 @@ pub struct QueueRow {
     pub done: i64,
     /// Dead letters kept.
     pub dead: i64,
+}
+
+impl Stats {
+    /// Add `other`'s counts to these, queue by queue (a queue of `other`
+    /// not here is added as a row; rows stay sorted by queue).
+    pub fn add(&mut self, other: &Stats) {
+        for row in &other.queues {
+            match self.queues.iter_mut().find(|q| q.queue == row.queue) {
+                Some(q) => {
+                    q.pending += row.pending;
+                    q.scheduled += row.scheduled;
+                    q.running += row.running;
+                    q.done += row.done;
+                    q.dead += row.dead;
+                }
+                None => self.queues.push(row.clone()),
+            }
+        }
+        self.queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+    }
 }
 
 impl Render for Stats {

@@ -929,6 +929,20 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
         .map(|q| q["done"].as_i64().unwrap())
         .sum();
     assert_eq!(done, 6, "{stats}");
+    // And the counts added up over the shards.
+    let total = stats["total"]["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "greet")
+        .unwrap();
+    assert_eq!(total["done"], 6, "{stats}");
+    let text = on_shards(&template, &["stats"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("all 3 shards"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
     // job ID: found in its shard, whichever it is.
     for id in &ids {
         let out = on_shards(&template, &["job", id, "--json"]);
