@@ -519,9 +519,12 @@ impl<J: Job> ClientHandle<J> {
     /// Ends with [`Error::Refused`] if the engine refused the request.
     pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
         // When the request reads as taken but its job reads as absent, the
-        // job is past retention, or this reader has not caught up with the
-        // store yet (seen under load across an engine restart). Only an
-        // absence that lasts `MISSING_GRACE` ends the wait.
+        // job is past retention. This was also seen under load across an
+        // engine restart, from `request_progress` reading the intake job
+        // before the inbox record (a request still queued read as taken);
+        // it reads them the other way round now. Only an absence that
+        // lasts `MISSING_GRACE` ends the wait, in case a reader can still
+        // see a taken request before its job.
         let mut missing_since: Option<tokio::time::Instant> = None;
         loop {
             // A read can fail for a moment (the engine restarting, the

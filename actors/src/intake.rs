@@ -394,6 +394,17 @@ pub async fn request_progress(
 ) -> Result<RequestProgress> {
     use taquba::{InboxOutcome, JobStatus};
     let intake = intake_queue(queue_name);
+    // The inbox record first, the intake job second. A following reader
+    // moves forward between two reads, so the job read sees a state at
+    // least as new as the record's: a record that says "applied" with no
+    // job after it means the job was taken. Read the other way round, a
+    // job read before the entry was applied (none yet) and a record read
+    // after it (applied) made a request still waiting in the intake queue
+    // read as taken, and its job as missing.
+    let record = view
+        .inbox_record(&intake, request_id)
+        .await?
+        .map(|r| r.outcome);
     let job = view
         .job_record(request_id)
         .await?
@@ -408,11 +419,7 @@ pub async fn request_progress(
         Some(_) => return Ok(RequestProgress::Sent),
         // In the inbox still, rejected by it, or taken and its intake job
         // record since removed.
-        None => match view
-            .inbox_record(&intake, request_id)
-            .await?
-            .map(|r| r.outcome)
-        {
+        None => match record {
             None => return Ok(RequestProgress::Sent),
             Some(InboxOutcome::Rejected(why)) => {
                 return Ok(RequestProgress::Refused(format!(
