@@ -707,7 +707,12 @@ fn install_telemetry(a: &ChildArgs) -> Result<(), BoxErr> {
             // `info`, or of `RUST_LOG` when set. Both pass the same spans
             // and events; an `EnvFilter` also takes a lock on each span
             // enter, exit and close.
-            let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
+            // `SBS_ANSI=0`: no ANSI styling (`with_ansi(false)`), as for
+            // logs written to a file; unset, the default (styled).
+            let ansi = std::env::var("SBS_ANSI").map_or(true, |v| v != "0");
+            let fmt = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi);
             if std::env::var("SBS_FILTER").is_ok_and(|f| f == "level") {
                 fmt.with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
                     .init();
