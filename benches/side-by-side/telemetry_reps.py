@@ -14,6 +14,9 @@ core over 2 s; gives up waiting after 2 h). Appends one row per run to OUT:
 `other`: CPU the rest of the machine used during the run (system busy time
 minus the child's own), in cores; `before`: the same in the quiet check.
 STORE and N in the environment override the store and the item count.
+A configuration's ENV is passed to the child: SBS_FILTER=level (a
+with_max_level(INFO) filter), SBS_ANSI=0 (the fmt subscriber without ANSI
+styling, with_ansi(false)), SBS_TELEMETRY=fmt|prom; X=1 sets nothing.
 """
 import json, os, resource, subprocess, sys, time
 

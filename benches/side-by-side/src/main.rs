@@ -42,7 +42,10 @@ const IN_FLIGHT: usize = 64;
 // ---------------------------------------------------------------- CLI
 
 #[derive(Parser, Debug)]
-#[command(name = "side-by-side", about = "gaffer vs taquba-workflow 0.11.0 vs raw taquba 0.16")]
+#[command(
+    name = "side-by-side",
+    about = "gaffer vs taquba-workflow 0.11.0 vs raw taquba 0.16"
+)]
 struct Cli {
     #[command(subcommand)]
     child: Option<ChildCmd>,
@@ -213,8 +216,9 @@ impl StoreKind {
 
 /// A fresh S3 URL for one child: `$SBS_S3_URL/{the child's temp dir name}`.
 fn s3_url(dir: &tempfile::TempDir) -> Result<String, BoxErr> {
-    let base = std::env::var("SBS_S3_URL")
-        .map_err(|_| "--store s3 needs SBS_S3_URL (e.g. s3://bucket/prefix) and the AWS_* variables")?;
+    let base = std::env::var("SBS_S3_URL").map_err(
+        |_| "--store s3 needs SBS_S3_URL (e.g. s3://bucket/prefix) and the AWS_* variables",
+    )?;
     let name = dir
         .path()
         .file_name()
@@ -426,7 +430,11 @@ impl Meter {
             store: a.store,
             flush: a.flush,
             n: a.n,
-            conc: if workload.uses_conc() { a.conc } else { a.job_workers },
+            conc: if workload.uses_conc() {
+                a.conc
+            } else {
+                a.job_workers
+            },
             wall_s: wall,
             items_per_s: a.n as f64 / wall,
             cpu_s: cpu,
@@ -604,10 +612,7 @@ fn temp_dir(a: &ChildArgs) -> Result<tempfile::TempDir, BoxErr> {
 /// Submit `n` jobs (at most IN_FLIGHT submissions in flight), then await every
 /// handle (IN_FLIGHT awaits in flight). Returns (all results == x+1, how many
 /// handles said "newly submitted").
-async fn drive_jobs<H, Fut, S, SFut, E1, E2>(
-    n: usize,
-    submit: S,
-) -> Result<(bool, usize), BoxErr>
+async fn drive_jobs<H, Fut, S, SFut, E1, E2>(n: usize, submit: S) -> Result<(bool, usize), BoxErr>
 where
     S: Fn(u64) -> SFut,
     SFut: std::future::Future<Output = Result<(H, bool), E1>>,
@@ -616,19 +621,21 @@ where
     E1: std::fmt::Display,
     E2: std::fmt::Display,
 {
-    let submitted: Vec<Result<(u64, H, bool), String>> =
-        futures::stream::iter(0..n as u64)
-            .map(|x| {
-                let f = submit(x);
-                async move {
-                    let r = f.await.map(|(h, new)| (x, h, new)).map_err(|e| e.to_string());
-                    COUNT.fetch_add(1, Ordering::Relaxed);
-                    r
-                }
-            })
-            .buffer_unordered(IN_FLIGHT)
-            .collect()
-            .await;
+    let submitted: Vec<Result<(u64, H, bool), String>> = futures::stream::iter(0..n as u64)
+        .map(|x| {
+            let f = submit(x);
+            async move {
+                let r = f
+                    .await
+                    .map(|(h, new)| (x, h, new))
+                    .map_err(|e| e.to_string());
+                COUNT.fetch_add(1, Ordering::Relaxed);
+                r
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
     let mut handles = Vec::with_capacity(n);
     let mut newly = 0;
     for s in submitted {
@@ -700,7 +707,12 @@ fn install_telemetry(a: &ChildArgs) -> Result<(), BoxErr> {
             // `info`, or of `RUST_LOG` when set. Both pass the same spans
             // and events; an `EnvFilter` also takes a lock on each span
             // enter, exit and close.
-            let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
+            // `SBS_ANSI=0`: no ANSI styling (`with_ansi(false)`), as for
+            // logs written to a file; unset, the default (styled).
+            let ansi = std::env::var("SBS_ANSI").map_or(true, |v| v != "0");
+            let fmt = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi);
             if std::env::var("SBS_FILTER").is_ok_and(|f| f == "level") {
                 fmt.with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
                     .init();
@@ -792,10 +804,7 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
             set_phase("cleanup");
         }
         Group::Bulk => {
-            let engine = b
-                .pipeline_with_concurrency(GPipe, a.conc)
-                .start()
-                .await?;
+            let engine = b.pipeline_with_concurrency(GPipe, a.conc).start().await?;
             let batch = engine.batch::<GPipe>("bench")?;
             for &w in a.group.phases() {
                 let m = Meter::start(w.label());
@@ -1118,13 +1127,19 @@ async fn apalis_synchronous(pool: &apalis_sqlite::SqlitePool) -> String {
                 let m: Result<(i64,), _> = sqlx::query_as("PRAGMA synchronous")
                     .fetch_one(&mut *c)
                     .await;
-                modes.push(m.map(|m| m.0.to_string()).unwrap_or_else(|e| format!("?{e}")));
+                modes.push(
+                    m.map(|m| m.0.to_string())
+                        .unwrap_or_else(|e| format!("?{e}")),
+                );
                 conns.push(c);
             }
             _ => break,
         }
     }
-    format!("PRAGMA synchronous per pool connection [{}] (0 = OFF, 2 = FULL)", modes.join(","))
+    format!(
+        "PRAGMA synchronous per pool connection [{}] (0 = OFF, 2 = FULL)",
+        modes.join(",")
+    )
 }
 
 /// Push `n` jobs, `IN_FLIGHT` pushes in flight, each with a task id of ours
@@ -1151,7 +1166,8 @@ where
                 }
                 let r = s.push_task(b.build()).await;
                 COUNT.fetch_add(1, Ordering::Relaxed);
-                r.map(|()| (id.to_string(), x)).map_err(|e| format!("push of {x} failed: {e}"))
+                r.map(|()| (id.to_string(), x))
+                    .map_err(|e| format!("push of {x} failed: {e}"))
             }
         })
         .buffer_unordered(IN_FLIGHT)
@@ -1218,15 +1234,16 @@ async fn apalis_await<T>(
 /// there is no result to await: the phase times the pushes only and checks,
 /// after a 1 s pause outside the timing, that none ran.
 async fn apalis_child(a: &ChildArgs) -> Result<(), BoxErr> {
-    use apalis::prelude::{
-        BackendExt, ParallelizeExt, Strategy, WorkerBuilder, WorkerBuilderExt,
-    };
+    use apalis::prelude::{BackendExt, ParallelizeExt, Strategy, WorkerBuilder, WorkerBuilderExt};
     use apalis_sqlite::{Config, SqliteStorage};
     if a.store != StoreKind::Local {
         return Err("apalis runs on --store local only (a SQLite file)".into());
     }
     let dir = temp_dir(a)?;
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("apalis.db").display());
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("apalis.db").display()
+    );
     let (pool, listener) = SqliteStorage::connect_with_callback(&url)?;
     SqliteStorage::setup(&pool).await?;
     let durability = apalis_synchronous(&pool).await;
@@ -1688,7 +1705,13 @@ fn parent_main(cli: Cli) {
             r.rep = rep + 1;
             println!("  raw: {}", serde_json::to_string(r).unwrap());
         }
-        let conc_of = |w: Workload| if w.uses_conc() { ca.conc } else { ca.job_workers };
+        let conc_of = |w: Workload| {
+            if w.uses_conc() {
+                ca.conc
+            } else {
+                ca.job_workers
+            }
+        };
         for r in results.iter() {
             if !workloads.contains(&r.workload) {
                 continue;
@@ -1756,7 +1779,9 @@ fn print_tables(cli: &Cli, cells: &BTreeMap<Key, Cell>, workloads: &[Workload]) 
     println!(
         "| workload | store | flush | N | gaffer items/s | reference items/s | gaffer ÷ ref | paired g÷r | gaffer ÷ raw(16) | gaffer ÷ raw(200) | gaffer CPU s | ref CPU s | CPU g÷r | gaffer CPU s/1k | gaffer peak RSS MiB | ref peak RSS MiB | RSS g÷r | reps g/r | status gaffer | status reference |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|");
+    println!(
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+    );
     let engine_workloads: Vec<Workload> = workloads
         .iter()
         .copied()
@@ -1791,7 +1816,10 @@ fn print_tables(cli: &Cli, cells: &BTreeMap<Key, Cell>, workloads: &[Workload]) 
                         name,
                         store.label(),
                         flush.label(),
-                        g.as_ref().or(r.as_ref()).map(|m| m.n.to_string()).unwrap_or("–".into()),
+                        g.as_ref()
+                            .or(r.as_ref())
+                            .map(|m| m.n.to_string())
+                            .unwrap_or("–".into()),
                         fmt_f(gi, 0),
                         fmt_f(ri, 0),
                         fmt_f(ratio(gi, ri), 2),
@@ -1806,11 +1834,17 @@ fn print_tables(cli: &Cli, cells: &BTreeMap<Key, Cell>, workloads: &[Workload]) 
                         fmt_f(ratio(gi, r200), 2),
                         fmt_f(g.as_ref().map(|m| m.cpu_s), 2),
                         fmt_f(r.as_ref().map(|m| m.cpu_s), 2),
-                        fmt_f(ratio(g.as_ref().map(|m| m.cpu_s), r.as_ref().map(|m| m.cpu_s)), 2),
+                        fmt_f(
+                            ratio(g.as_ref().map(|m| m.cpu_s), r.as_ref().map(|m| m.cpu_s)),
+                            2
+                        ),
                         fmt_f(g.as_ref().map(|m| m.cpu_s / m.n as f64 * 1000.0), 3),
                         fmt_f(g.as_ref().map(|m| m.rss_mib), 1),
                         fmt_f(r.as_ref().map(|m| m.rss_mib), 1),
-                        fmt_f(ratio(g.as_ref().map(|m| m.rss_mib), r.as_ref().map(|m| m.rss_mib)), 2),
+                        fmt_f(
+                            ratio(g.as_ref().map(|m| m.rss_mib), r.as_ref().map(|m| m.rss_mib)),
+                            2
+                        ),
                         g.as_ref().map(|m| m.reps).unwrap_or(0),
                         r.as_ref().map(|m| m.reps).unwrap_or(0),
                         status_of(get(w, store, flush, c, Engine::Gaffer)),
@@ -1853,9 +1887,13 @@ fn print_tables(cli: &Cli, cells: &BTreeMap<Key, Cell>, workloads: &[Workload]) 
     }
     if workloads.contains(&Workload::RawQueue) {
         println!();
-        println!("### raw_queue (taquba 0.16: enqueue N × 64 B with 64 in flight, then claim + ack)");
+        println!(
+            "### raw_queue (taquba 0.16: enqueue N × 64 B with 64 in flight, then claim + ack)"
+        );
         println!();
-        println!("| store | flush | N | conc | items/s (total) | wall s | enqueue s | claim+ack s | CPU s | CPU s/1k | peak RSS MiB | reps | items/s per rep | status |");
+        println!(
+            "| store | flush | N | conc | items/s (total) | wall s | enqueue s | claim+ack s | CPU s | CPU s/1k | peak RSS MiB | reps | items/s per rep | status |"
+        );
         println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
         for &flush in &cli.flush {
             for &store in &cli.store {
@@ -1907,7 +1945,8 @@ fn print_targets(cli: &Cli, cells: &BTreeMap<Key, Cell>) {
         let speed = |w: Workload, f: FlushKind, c: usize| -> Option<(f64, f64, bool)> {
             let g = get(w, store, f, c, Engine::Gaffer)?;
             let r = get(w, store, f, c, Engine::Reference)?;
-            let clean = clean(w, store, f, c, Engine::Gaffer) && clean(w, store, f, c, Engine::Reference);
+            let clean =
+                clean(w, store, f, c, Engine::Gaffer) && clean(w, store, f, c, Engine::Reference);
             let paired = paired_ratio(
                 cells.get(&(w, store, f, c, Engine::Gaffer)),
                 cells.get(&(w, store, f, c, Engine::Reference)),
@@ -1932,11 +1971,35 @@ fn print_targets(cli: &Cli, cells: &BTreeMap<Key, Cell>) {
                 v
             );
         };
-        row("jobs_keyed default flush ≥ 3× reference", Workload::JobsKeyed, FlushKind::Default, jw, 3.0);
-        row("jobs_keyed 1 ms ≥ 2× reference", Workload::JobsKeyed, FlushKind::OneMs, jw, 2.0);
+        row(
+            "jobs_keyed default flush ≥ 3× reference",
+            Workload::JobsKeyed,
+            FlushKind::Default,
+            jw,
+            3.0,
+        );
+        row(
+            "jobs_keyed 1 ms ≥ 2× reference",
+            Workload::JobsKeyed,
+            FlushKind::OneMs,
+            jw,
+            2.0,
+        );
         {
-            let g = get(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Gaffer);
-            let raw = get(Workload::RawQueue, store, FlushKind::OneMs, 200, Engine::Raw);
+            let g = get(
+                Workload::JobsKeyed,
+                store,
+                FlushKind::OneMs,
+                jw,
+                Engine::Gaffer,
+            );
+            let raw = get(
+                Workload::RawQueue,
+                store,
+                FlushKind::OneMs,
+                200,
+                Engine::Raw,
+            );
             let v = match (&g, &raw) {
                 (Some(g), Some(r)) => Some(g.items_s / r.items_s),
                 _ => None,
@@ -1944,24 +2007,73 @@ fn print_targets(cli: &Cli, cells: &BTreeMap<Key, Cell>) {
             println!(
                 "| jobs_keyed 1 ms ≥ 60% of raw_queue(200) | {} | {} | {} |",
                 store.label(),
-                v.map(|x| format!("{:.1}% of raw(200)", x * 100.0)).unwrap_or("–".into()),
-                verdict(v.map(|x| x >= 0.6 && clean(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Gaffer)))
+                v.map(|x| format!("{:.1}% of raw(200)", x * 100.0))
+                    .unwrap_or("–".into()),
+                verdict(v.map(|x| x >= 0.6
+                    && clean(
+                        Workload::JobsKeyed,
+                        store,
+                        FlushKind::OneMs,
+                        jw,
+                        Engine::Gaffer
+                    )))
             );
         }
-        row("jobs_resubmit 1 ms ≥ 3×", Workload::JobsResubmit, FlushKind::OneMs, jw, 3.0);
-        row("bulk_items(16) default ≥ 10×", Workload::BulkItems, FlushKind::Default, 16, 10.0);
-        row("bulk_items(16) 1 ms ≥ 5×", Workload::BulkItems, FlushKind::OneMs, 16, 5.0);
-        row("bulk_rerun 1 ms ≥ 3× (at 16)", Workload::BulkRerun, FlushKind::OneMs, 16, 3.0);
-        row("bulk_rerun 1 ms ≥ 3× (at 200)", Workload::BulkRerun, FlushKind::OneMs, 200, 3.0);
+        row(
+            "jobs_resubmit 1 ms ≥ 3×",
+            Workload::JobsResubmit,
+            FlushKind::OneMs,
+            jw,
+            3.0,
+        );
+        row(
+            "bulk_items(16) default ≥ 10×",
+            Workload::BulkItems,
+            FlushKind::Default,
+            16,
+            10.0,
+        );
+        row(
+            "bulk_items(16) 1 ms ≥ 5×",
+            Workload::BulkItems,
+            FlushKind::OneMs,
+            16,
+            5.0,
+        );
+        row(
+            "bulk_rerun 1 ms ≥ 3× (at 16)",
+            Workload::BulkRerun,
+            FlushKind::OneMs,
+            16,
+            3.0,
+        );
+        row(
+            "bulk_rerun 1 ms ≥ 3× (at 200)",
+            Workload::BulkRerun,
+            FlushKind::OneMs,
+            200,
+            3.0,
+        );
         {
-            let g = get(Workload::JobsKeyed, store, FlushKind::Default, jw, Engine::Gaffer);
+            let g = get(
+                Workload::JobsKeyed,
+                store,
+                FlushKind::Default,
+                jw,
+                Engine::Gaffer,
+            );
             for c in [16usize, 200] {
-                let raw = get(Workload::RawQueue, store, FlushKind::Default, c, Engine::Raw);
+                let raw = get(
+                    Workload::RawQueue,
+                    store,
+                    FlushKind::Default,
+                    c,
+                    Engine::Raw,
+                );
                 let v = match (&g, &raw) {
-                    (Some(g), Some(r)) => Some((
-                        g.cpu_s / g.n as f64 * 1000.0,
-                        r.cpu_s / r.n as f64 * 1000.0,
-                    )),
+                    (Some(g), Some(r)) => {
+                        Some((g.cpu_s / g.n as f64 * 1000.0, r.cpu_s / r.n as f64 * 1000.0))
+                    }
                     _ => None,
                 };
                 println!(
@@ -1974,8 +2086,20 @@ fn print_targets(cli: &Cli, cells: &BTreeMap<Key, Cell>) {
             }
         }
         {
-            let g = get(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Gaffer);
-            let r = get(Workload::JobsKeyed, store, FlushKind::OneMs, jw, Engine::Reference);
+            let g = get(
+                Workload::JobsKeyed,
+                store,
+                FlushKind::OneMs,
+                jw,
+                Engine::Gaffer,
+            );
+            let r = get(
+                Workload::JobsKeyed,
+                store,
+                FlushKind::OneMs,
+                jw,
+                Engine::Reference,
+            );
             let v = match (&g, &r) {
                 (Some(g), Some(r)) => Some((g.rss_mib, r.rss_mib, g.n)),
                 _ => None,
@@ -2162,7 +2286,11 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
                     n,
                     e.label(),
                     st.label(),
-                    if e == Engine::Apalis { "–" } else { f.label() },
+                    if e == Engine::Apalis {
+                        "–"
+                    } else {
+                        f.label()
+                    },
                     fmt_f(m.as_ref().map(|m| m.items_s), 0),
                     per_rep(Some(cell)),
                     ratio,
@@ -2186,8 +2314,7 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
         let g_cell = cells.get(&(w, n, Engine::Gaffer, StoreKind::Local, gaffer_default));
         let a_cell = cells.get(&apalis_key(w, n));
         let (gm, am) = (med(g_cell), med(a_cell));
-        let a_clean =
-            a_cell.is_some_and(|c| c.problems.is_empty() && c.runs.iter().all(|r| r.ok));
+        let a_clean = a_cell.is_some_and(|c| c.problems.is_empty() && c.runs.iter().all(|r| r.ok));
         let measured = match (&gm, &am) {
             (Some(g), Some(a)) => format!(
                 "{:.2}× (paired {}), apalis over {} of {} reps",
@@ -2201,7 +2328,11 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
         };
         let holds = match (&gm, &am) {
             (Some(g), Some(a)) if g.items_s / a.items_s >= min => {
-                if a_clean { "yes" } else { "yes (apalis not clean in every rep)" }
+                if a_clean {
+                    "yes"
+                } else {
+                    "yes (apalis not clean in every rep)"
+                }
             }
             (Some(_), Some(_)) => "NO",
             (Some(_), None) => "n/a (no apalis figure)",
@@ -2225,7 +2356,11 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
                     f.label(),
                     c_l / c_s,
                     i_l / i_s,
-                    if c_l / c_s <= 1.25 { "yes (within 1.25×)" } else { "NO (over 1.25×)" }
+                    if c_l / c_s <= 1.25 {
+                        "yes (within 1.25×)"
+                    } else {
+                        "NO (over 1.25×)"
+                    }
                 );
             }
         }
