@@ -39,7 +39,7 @@ pub async fn layout(view: &QueueView) -> Result<Layout> {
 /// Check the store's shard marker ([`keys::SHARD_KEY`]) against `place`:
 /// `Ok(true)` if it names that shard of that set, `Ok(false)` if the store
 /// has no marker (no sharded engine has started on it), and
-/// [`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch) if it
+/// [`EngineError::ShardMismatch`] if it
 /// names another.
 pub async fn check_shard(view: &QueueView, place: &crate::ShardPlace) -> Result<bool> {
     let expected = keys::shard_marker(place.index, place.count);
