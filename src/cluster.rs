@@ -179,36 +179,37 @@ impl Actor for Gateway {
         // Each request runs in its own task: a submit waits for a commit,
         // an await for the job, and neither holds the gateway.
         match message {
-            GatewayMessage::Submit(bytes, reply) => {
-                tokio::spawn(async move {
-                    let answer = match submit(&engine, &bytes).await {
-                        Ok(id) => WireSubmitted::Id(id),
-                        Err(e) => WireSubmitted::Refused(e.to_string()),
-                    };
-                    let _ = reply.send(encode(&answer));
-                });
-            }
-            GatewayMessage::RunBatch(bytes, reply) => {
-                tokio::spawn(async move {
-                    let answer = match run_batch(&engine, &bytes).await {
-                        Ok(counts) => WireBatchDone::Done(counts),
-                        Err(e) => WireBatchDone::Error(e.to_string()),
-                    };
-                    let _ = reply.send(encode(&answer));
-                });
-            }
-            GatewayMessage::Await(id, reply) => {
-                tokio::spawn(async move {
-                    let answer = match outcome(&engine, id).await {
-                        Ok(record) => WireOutcome::Ended(Box::new(record)),
-                        Err(e) => WireOutcome::Error(e.to_string()),
-                    };
-                    let _ = reply.send(encode(&answer));
-                });
-            }
+            GatewayMessage::Submit(bytes, reply) => answer(reply, async move {
+                match submit(&engine, &bytes).await {
+                    Ok(id) => WireSubmitted::Id(id),
+                    Err(e) => WireSubmitted::Refused(e.to_string()),
+                }
+            }),
+            GatewayMessage::RunBatch(bytes, reply) => answer(reply, async move {
+                match run_batch(&engine, &bytes).await {
+                    Ok(counts) => WireBatchDone::Done(counts),
+                    Err(e) => WireBatchDone::Error(e.to_string()),
+                }
+            }),
+            GatewayMessage::Await(id, reply) => answer(reply, async move {
+                match outcome(&engine, id).await {
+                    Ok(record) => WireOutcome::Ended(Box::new(record)),
+                    Err(e) => WireOutcome::Error(e.to_string()),
+                }
+            }),
         }
         Ok(())
     }
+}
+
+/// Answer `reply` with what `work` comes to, encoded, from a task of its own.
+fn answer<T: Serialize>(
+    reply: RpcReplyPort<Vec<u8>>,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        let _ = reply.send(encode(&work.await));
+    });
 }
 
 async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
@@ -328,21 +329,23 @@ impl ClusterRouter {
             .map(ActorRef::from)
     }
 
-    /// Call the gateway of `shard` until one answers or the deadline.
-    async fn call(
+    /// Call the gateway of `shard` until one answers or the deadline;
+    /// its answer decoded.
+    async fn call<T: serde::de::DeserializeOwned>(
         &self,
         shard: usize,
         what: &str,
         make: impl Fn(RpcReplyPort<Vec<u8>>) -> GatewayMessage,
         call_timeout: Duration,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<T> {
         let started = tokio::time::Instant::now();
         loop {
             if let Some(gw) = self.gateway(shard)
                 && let Ok(ractor::rpc::CallResult::Success(bytes)) =
                     gw.call(&make, Some(call_timeout)).await
             {
-                return Ok(bytes);
+                return rmp_serde::from_slice(&bytes)
+                    .map_err(|e| Error::decode("a gateway's answer", e));
             }
             if started.elapsed() >= self.deadline {
                 return Err(gaffer_actors::EngineError::ActorUnavailable {
@@ -378,7 +381,7 @@ impl ClusterRouter {
             max_attempts: req.max_attempts,
         });
         let shard = self.set.shard_of(&id);
-        let bytes = self
+        let answer = self
             .call(
                 shard,
                 "a submit",
@@ -386,7 +389,7 @@ impl ClusterRouter {
                 self.call_timeout,
             )
             .await?;
-        match rmp_serde::from_slice(&bytes).map_err(|e| Error::decode("a gateway's answer", e))? {
+        match answer {
             WireSubmitted::Id(id) => Ok(id),
             WireSubmitted::Refused(reason) => Err(Error::Refused {
                 request: id,
@@ -422,7 +425,7 @@ impl ClusterRouter {
             items,
         });
         let shard = self.set.shard_of(batch_id);
-        let bytes = self
+        let answer = self
             .call(
                 shard,
                 "a batch",
@@ -430,7 +433,7 @@ impl ClusterRouter {
                 self.deadline,
             )
             .await?;
-        match rmp_serde::from_slice(&bytes).map_err(|e| Error::decode("a gateway's answer", e))? {
+        match answer {
             WireBatchDone::Done(counts) => Ok(counts),
             WireBatchDone::Error(reason) => Err(gaffer_actors::EngineError::ActorUnavailable {
                 actor: "shard gateway",
@@ -444,7 +447,7 @@ impl ClusterRouter {
     /// as long as it runs, so each call waits up to the deadline.
     pub async fn join<J: Job>(&self, id: &str) -> Result<std::result::Result<J::Output, JobError>> {
         let shard = self.set.shard_of(id);
-        let bytes = self
+        let answer = self
             .call(
                 shard,
                 "an await",
@@ -452,7 +455,7 @@ impl ClusterRouter {
                 self.deadline,
             )
             .await?;
-        match rmp_serde::from_slice(&bytes).map_err(|e| Error::decode("a gateway's answer", e))? {
+        match answer {
             WireOutcome::Ended(record) => {
                 crate::handle::decode_outcome_with::<J>(&record, async |_| {
                     Err(Error::decode("an output", "the gateway sent no bytes"))
