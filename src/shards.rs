@@ -349,20 +349,29 @@ impl ShardedClient {
     {
         let mut clients = Vec::with_capacity(set.len());
         for (shard, url) in set.urls.iter().enumerate() {
-            let client = make(shard, url).open().await?;
             let place = gaffer_actors::ShardPlace {
                 index: shard,
                 count: set.len(),
                 url: url.clone(),
             };
-            let checked = client.check_shard(&place).await;
-            clients.push(client);
-            if let Err(e) = checked {
-                for c in clients {
-                    c.close().await;
-                }
-                return Err(e);
+            let error = match make(shard, url).open().await {
+                Ok(client) => match client.check_shard(&place).await {
+                    Ok(()) => {
+                        clients.push(client);
+                        continue;
+                    }
+                    Err(e) => {
+                        client.close().await;
+                        e
+                    }
+                },
+                Err(e) => e,
+            };
+            // The shards opened so far are closed, not left to their drop.
+            for c in clients {
+                c.close().await;
             }
+            return Err(error);
         }
         Ok(Self { set, clients })
     }
