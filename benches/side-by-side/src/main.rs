@@ -24,6 +24,11 @@
 //! only; see `apalis_child` for what the apalis side does and lacks.
 //!
 //! Run `side-by-side --help` (and `side-by-side peers --help`) for the flags.
+//! Child options by environment (benches/README.md): `SBS_FIRST_PHASE_ONLY`,
+//! `SBS_JOIN_EACH` (each task submits a job and joins it before the next),
+//! `SBS_RETENTION_MS` (gaffer's retention), `SBS_RAW_KEYED` (the raw queue
+//! commits each job as a keyed gaffer submission does), `SBS_TELEMETRY`,
+//! `SBS_FILTER`, `SBS_ANSI`, `SBS_S3_URL`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -621,6 +626,9 @@ where
     E1: std::fmt::Display,
     E2: std::fmt::Display,
 {
+    if std::env::var_os("SBS_JOIN_EACH").is_some() {
+        return drive_jobs_each(n, submit).await;
+    }
     let submitted: Vec<Result<(u64, H, bool), String>> = futures::stream::iter(0..n as u64)
         .map(|x| {
             let f = submit(x);
@@ -658,6 +666,48 @@ where
     let mut all_ok = true;
     for r in results {
         all_ok &= r?;
+    }
+    Ok((all_ok, newly))
+}
+
+/// `SBS_JOIN_EACH=1`: each of IN_FLIGHT tasks submits a job and awaits it
+/// before the next, so the backlog stays at most IN_FLIGHT and each join
+/// reads a record written moments before (as a service that awaits what it
+/// submits does; #13 §4).
+async fn drive_jobs_each<H, Fut, S, SFut, E1, E2>(
+    n: usize,
+    submit: S,
+) -> Result<(bool, usize), BoxErr>
+where
+    S: Fn(u64) -> SFut,
+    SFut: std::future::Future<Output = Result<(H, bool), E1>>,
+    H: std::future::IntoFuture<Output = Result<u64, E2>, IntoFuture = Fut>,
+    Fut: std::future::Future<Output = Result<u64, E2>>,
+    E1: std::fmt::Display,
+    E2: std::fmt::Display,
+{
+    let results: Vec<Result<(bool, bool), String>> = futures::stream::iter(0..n as u64)
+        .map(|x| {
+            let f = submit(x);
+            async move {
+                let (h, new) = f.await.map_err(|e| format!("submit failed: {e}"))?;
+                let v = h
+                    .into_future()
+                    .await
+                    .map_err(|e| format!("job {x} failed: {e}"))?;
+                COUNT.fetch_add(1, Ordering::Relaxed);
+                Ok((v == x + 1, new))
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    let mut all_ok = true;
+    let mut newly = 0;
+    for r in results {
+        let (ok, new) = r?;
+        all_ok &= ok;
+        newly += new as usize;
     }
     Ok((all_ok, newly))
 }
@@ -753,6 +803,14 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
     };
     if let Some(f) = a.flush.interval() {
         b = b.flush_interval(f);
+    }
+    // SBS_RETENTION_MS=d: outcome records removed d ms after each job ends
+    // (#13 §4: what retention does to the cost as the store grows).
+    if let Some(ms) = std::env::var("SBS_RETENTION_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        b = b.retention(Duration::from_millis(ms));
     }
     match a.group {
         Group::JobsKeyed | Group::JobsPlain => {
@@ -1019,6 +1077,12 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
         opts = opts.flush_interval(f);
     }
     let queue = Arc::new(taquba::Queue::open_with_options(store, &path, opts).await?);
+    if std::env::var_os("SBS_JOIN_EACH").is_some() {
+        raw_join_each(a, queue).await?;
+        set_phase("cleanup");
+        drop(dir);
+        return Ok(());
+    }
     let m = Meter::start("raw_queue");
     // Enqueue N 64-byte payloads, 64 in flight.
     let enq: Vec<Result<String, taquba::Error>> = futures::stream::iter(0..a.n)
@@ -1079,6 +1143,88 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
     }
     set_phase("cleanup");
     drop(dir);
+    Ok(())
+}
+
+/// `SBS_JOIN_EACH=1` on the raw queue: `conc` workers claim and ack while
+/// IN_FLIGHT tasks each enqueue a job and wait for its completion before the
+/// next (the raw counterpart of gaffer's join-each keyed run, #13 §4).
+async fn raw_join_each(a: &ChildArgs, queue: Arc<taquba::Queue>) -> Result<(), BoxErr> {
+    let m = Meter::start("raw_queue");
+    let acker = Arc::new(Acker {
+        done: AtomicUsize::new(0),
+        n: a.n,
+        all_done: tokio::sync::Notify::new(),
+    });
+    let stop = acker.clone();
+    let worker = {
+        let queue = queue.clone();
+        let acker = acker.clone();
+        let conc = a.conc;
+        tokio::spawn(async move {
+            taquba::run_worker_concurrent(
+                &queue,
+                "bench",
+                acker,
+                conc,
+                Duration::from_millis(100),
+                async move { stop.all_done.notified().await },
+            )
+            .await
+        })
+    };
+    let keyed = std::env::var_os("SBS_RAW_KEYED").is_some();
+    let waited: Vec<Result<bool, taquba::Error>> = futures::stream::iter(0..a.n)
+        .map(|i| {
+            let q = &queue;
+            async move {
+                let mut payload = vec![0u8; 64];
+                payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                let id = if keyed {
+                    // SBS_RAW_KEYED=1: as a keyed gaffer submission commits
+                    // (a compare that a fresh key is absent, a record put
+                    // there and kept, a caller-chosen job id), with none of
+                    // gaffer's other work.
+                    let id = q.next_job_id();
+                    let key = format!("bench/{i}").into_bytes();
+                    let fx = taquba::SettlementEffects::default()
+                        .kv_put(key.clone(), vec![0u8; 64])
+                        .enqueue(taquba::EnqueueRequest {
+                            queue: "bench".into(),
+                            payload,
+                            options: taquba::EnqueueOptions::default().id_override(id.clone()),
+                        });
+                    if q.kv_compare_commit(&[(&key, None)], fx).await?.is_none() {
+                        return Ok(false);
+                    }
+                    id
+                } else {
+                    q.enqueue("bench", payload).await?
+                };
+                let done = matches!(
+                    q.wait_for_completion(&id).await?,
+                    taquba::WaitOutcome::Done(_) | taquba::WaitOutcome::NotFound
+                );
+                Ok(done)
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    let mut all = true;
+    for w in waited {
+        all &= w?;
+    }
+    worker.await??;
+    let ok = all && acker.done.load(Ordering::SeqCst) == a.n;
+    let mut r = m.finish(a, Workload::RawQueue, ok, String::new());
+    r.runs = acker.done.load(Ordering::SeqCst);
+    emit(&r);
+    set_phase("shutdown");
+    match Arc::try_unwrap(queue) {
+        Ok(q) => q.close().await?,
+        Err(_) => eprintln!("queue still shared at close; dropped"),
+    }
     Ok(())
 }
 
