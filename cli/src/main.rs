@@ -40,7 +40,9 @@ struct Cli {
     /// is each shard's index, two digits at least (as
     /// `gaffer::ShardSet::from_template`); needs `--shard-count`. `stats`
     /// `health`, `jobs` (a first page), `dead`, `batches` and `periodic`
-    /// read every shard (one part each; `stats` adds them up too); `job`, `batch`, `cancel` and
+    /// read every shard (one part each; `stats` adds them up too, `jobs`
+    /// and `dead` print one listing merged over the set with a SHARD
+    /// column, at most `--limit` rows); `job`, `batch`, `cancel` and
     /// `retry ID` the shard of the id; other commands, and any with
     /// `--shard`, the one shard it names.
     #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
@@ -331,20 +333,96 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
     let mut code = ExitCode::SUCCESS;
     let mut total =
         matches!(cli.command, Command::Stats).then(|| report::Stats { queues: Vec::new() });
+    let mut merge = Merge::default();
     for shard in 0..count {
         let store = open_shard(cli, shard, count, &url(shard)).await?;
-        let part = shard_part(&store, cli, shard, url(shard), &mut code, total.as_mut()).await;
+        let part = shard_part(
+            &store,
+            cli,
+            (shard, url(shard)),
+            &mut code,
+            total.as_mut(),
+            &mut merge,
+        )
+        .await;
         store.close().await;
         parts.push(part?);
     }
+    let (all, all_text) = match &cli.command {
+        Command::Jobs { limit, .. } => report::merged(cli.json, &merge.jobs(*limit))?,
+        Command::Dead { limit, .. } => report::merged(cli.json, &merge.dead(*limit))?,
+        _ => (None, None),
+    };
     report::print(
         cli.json,
         &report::Shards {
             shards: parts,
             total,
+            all,
+            all_text,
         },
     )?;
     Ok(code)
+}
+
+/// The rows of every shard's `jobs` or `dead` listing, each tagged with
+/// its shard, for the listing merged over the set.
+#[derive(Default)]
+struct Merge {
+    jobs: Vec<report::JobRow>,
+    dead: Vec<report::DeadRow>,
+    /// A shard had more jobs than its page.
+    more: bool,
+}
+
+impl Merge {
+    /// The merged `jobs` listing: live jobs first (running, queued,
+    /// scheduled, dead; each oldest first), then finished ones newest
+    /// first; at most `limit` (each shard listed at most `limit`, so the
+    /// newest `limit` finished jobs of the set are among them).
+    fn jobs(&mut self, limit: usize) -> report::Jobs {
+        let rank = |state: &str| match state {
+            "running" => 0,
+            "queued" => 1,
+            "scheduled" => 2,
+            "dead" => 3,
+            _ => 4,
+        };
+        let mut jobs = std::mem::take(&mut self.jobs);
+        jobs.sort_by(|a, b| {
+            let (ra, rb) = (rank(a.state), rank(b.state));
+            ra.cmp(&rb).then_with(|| {
+                if ra == 4 {
+                    b.at_ms.cmp(&a.at_ms)
+                } else {
+                    a.at_ms.cmp(&b.at_ms)
+                }
+            })
+        });
+        let limit = limit.clamp(1, 1000);
+        let more = self.more || jobs.len() > limit;
+        jobs.truncate(limit);
+        report::Jobs {
+            jobs,
+            more,
+            next: None,
+        }
+    }
+
+    /// The merged `dead` listing: newest failure first (letters without a
+    /// failure time after, by enqueue time), at most `limit`.
+    fn dead(&mut self, limit: usize) -> report::Dead {
+        let mut dead = std::mem::take(&mut self.dead);
+        dead.sort_by(|a, b| {
+            (b.failed_at_ms.is_some(), b.failed_at_ms, b.enqueued_at_ms).cmp(&(
+                a.failed_at_ms.is_some(),
+                a.failed_at_ms,
+                a.enqueued_at_ms,
+            ))
+        });
+        dead.truncate(limit);
+        report::Dead { dead }
+    }
 }
 
 /// Open shard `shard` of a set of `count` at `url`, refused if the store's
@@ -364,15 +442,16 @@ async fn open_shard(
 }
 
 /// One shard's part of a read of the whole set (see `run_on_shards`);
-/// `code` becomes 3 when a shard has no live writer (`health`), and a
-/// shard's `stats` are added to `total`.
+/// `code` becomes 3 when a shard has no live writer (`health`), a
+/// shard's `stats` are added to `total`, and its `jobs` and `dead` rows
+/// to `merge`.
 async fn shard_part(
     store: &read::Store,
     cli: &Cli,
-    shard: usize,
-    url: String,
+    (shard, url): (usize, String),
     code: &mut ExitCode,
     total: Option<&mut report::Stats>,
+    merge: &mut Merge,
 ) -> Result<report::ShardPart, CliError> {
     let json = cli.json;
     match &cli.command {
@@ -392,11 +471,22 @@ async fn shard_part(
             let jobs = store
                 .jobs(*state, job_type.as_deref(), *limit, None)
                 .await?;
-            report::ShardPart::new(shard, url, json, &jobs)
+            let part = report::ShardPart::new(shard, url, json, &jobs);
+            merge.more |= jobs.more;
+            merge.jobs.extend(jobs.jobs.into_iter().map(|mut j| {
+                j.shard = Some(shard);
+                j
+            }));
+            part
         }
         Command::Dead { job_type, limit } => {
             let dead = store.dead(job_type.as_deref(), *limit).await?;
-            report::ShardPart::new(shard, url, json, &dead)
+            let part = report::ShardPart::new(shard, url, json, &dead);
+            merge.dead.extend(dead.dead.into_iter().map(|mut d| {
+                d.shard = Some(shard);
+                d
+            }));
+            part
         }
         Command::Batches { limit } => {
             report::ShardPart::new(shard, url, json, &store.batches(*limit).await?)
@@ -499,4 +589,87 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: &'static str, at_ms: u64, shard: usize) -> report::JobRow {
+        report::JobRow {
+            id: format!("{state}-{at_ms}"),
+            job_type: "t".into(),
+            state,
+            attempts: 1,
+            at_ms: Some(at_ms),
+            batch: None,
+            key: None,
+            error: None,
+            shard: Some(shard),
+        }
+    }
+
+    fn dead(failed: Option<u64>, enqueued: u64) -> report::DeadRow {
+        report::DeadRow {
+            id: format!("{failed:?}-{enqueued}"),
+            job_id: String::new(),
+            job_type: "t".into(),
+            attempts: 3,
+            enqueued_at_ms: enqueued,
+            failed_at_ms: failed,
+            failure_kind: None,
+            error: None,
+            batch: None,
+            key: None,
+            shard: Some(0),
+        }
+    }
+
+    #[test]
+    fn a_merged_listing_puts_live_jobs_first_then_the_newest_finished() {
+        let mut m = Merge {
+            jobs: vec![
+                job("succeeded", 5, 0),
+                job("queued", 7, 1),
+                job("failed", 9, 1),
+                job("running", 8, 0),
+                job("queued", 3, 2),
+                job("succeeded", 1, 2),
+            ],
+            ..Merge::default()
+        };
+        let listed = m.jobs(5);
+        let ids: Vec<_> = listed.jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "running-8",
+                "queued-3",
+                "queued-7",
+                "failed-9",
+                "succeeded-5"
+            ]
+        );
+        assert!(listed.more, "a sixth job was left out");
+        let mut m = Merge {
+            jobs: vec![job("succeeded", 1, 0)],
+            ..Merge::default()
+        };
+        assert!(!m.jobs(5).more);
+    }
+
+    #[test]
+    fn a_merged_dead_listing_is_newest_failure_first() {
+        let mut m = Merge {
+            dead: vec![
+                dead(None, 50),
+                dead(Some(10), 1),
+                dead(Some(30), 2),
+                dead(None, 60),
+            ],
+            ..Merge::default()
+        };
+        let ids: Vec<_> = m.dead(3).dead.into_iter().map(|d| d.id).collect();
+        assert_eq!(ids, ["Some(30)-2", "Some(10)-1", "None-60"]);
+    }
 }

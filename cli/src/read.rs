@@ -299,6 +299,7 @@ impl Store {
                     batch: None,
                     key: None,
                     error: outcome_error(&rec.outcome),
+                    shard: None,
                 }));
             }
         }
@@ -434,6 +435,7 @@ impl Store {
                     error: job.last_error.clone(),
                     batch: row.batch,
                     key: row.key,
+                    shard: None,
                 };
                 if let (Some(b), Some(k)) = (&d.batch, &d.key) {
                     if let Some(m) = self.marker(b, k).await? {
@@ -601,6 +603,7 @@ fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
         batch: h(keys::HEADER_BATCH),
         key: h(keys::HEADER_KEY),
         error: job.last_error.clone(),
+        shard: None,
     }
 }
 

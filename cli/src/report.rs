@@ -22,8 +22,11 @@ pub fn print<T: Serialize + Render>(json: bool, value: &T) -> Result<(), CliErro
 }
 
 /// A command's report on each shard of a set (`--shards`):
-/// `{"shards": [{"shard", "url", "report"}]}`, and for `stats` the counts
-/// of every shard added up, `"total": {"queues": [...]}`.
+/// `{"shards": [{"shard", "url", "report"}]}`; for `stats` the counts
+/// of every shard added up, `"total": {"queues": [...]}`; for `jobs` and
+/// `dead` the shards' rows merged into one listing, each row with its
+/// `shard`, `"all": {"jobs": [...], "more"}` or `"all": {"dead": [...]}`
+/// (the text shows only the merged listing).
 #[derive(Debug, Serialize)]
 pub struct Shards {
     /// One part per shard, in shard order.
@@ -31,6 +34,26 @@ pub struct Shards {
     /// `stats` only: each queue's counts summed over the shards.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<Stats>,
+    /// `jobs` and `dead` only: the merged listing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all: Option<serde_json::Value>,
+    /// The merged listing as text.
+    #[serde(skip)]
+    pub all_text: Option<String>,
+}
+
+/// The merged listing of a set's shards (`jobs`, `dead`), ready for
+/// [`Shards::all`] and [`Shards::all_text`].
+pub fn merged<T: Serialize + Render>(
+    json: bool,
+    value: &T,
+) -> Result<(Option<serde_json::Value>, Option<String>), CliError> {
+    Ok(if json {
+        let v = serde_json::to_value(value).map_err(|e| CliError::Output(e.to_string()))?;
+        (Some(v), None)
+    } else {
+        (None, Some(value.render()))
+    })
 }
 
 /// One shard's part of [`Shards`].
@@ -72,6 +95,9 @@ impl ShardPart {
 
 impl Render for Shards {
     fn render(&self) -> String {
+        if let Some(all) = &self.all_text {
+            return format!("all {} shards\n{all}", self.shards.len());
+        }
         let mut parts: Vec<String> = self
             .shards
             .iter()
@@ -205,24 +231,33 @@ pub struct JobRow {
     pub key: Option<String>,
     /// The last error.
     pub error: Option<String>,
+    /// Its shard, in a listing merged over a shard set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<usize>,
 }
 
 impl Render for Jobs {
     fn render(&self) -> String {
-        let mut t = Table::new(["ID", "TYPE", "STATE", "ATTEMPTS", "AT", "ERROR"]);
+        let mut t = Table::with_shard(
+            self.jobs.iter().any(|j| j.shard.is_some()),
+            &["ID", "TYPE", "STATE", "ATTEMPTS", "AT", "ERROR"],
+        );
         for j in &self.jobs {
             let ty = match (&j.batch, &j.key) {
                 (Some(b), Some(k)) => format!("{} ({b}/{k})", j.job_type),
                 _ => j.job_type.clone(),
             };
-            t.row([
-                j.id.clone(),
-                ty,
-                j.state.into(),
-                j.attempts.to_string(),
-                j.at_ms.map(time).unwrap_or_default(),
-                j.error.clone().unwrap_or_default(),
-            ]);
+            t.shard_row(
+                j.shard,
+                [
+                    j.id.clone(),
+                    ty,
+                    j.state.into(),
+                    j.attempts.to_string(),
+                    j.at_ms.map(time).unwrap_or_default(),
+                    j.error.clone().unwrap_or_default(),
+                ],
+            );
         }
         let mut s = if self.jobs.is_empty() {
             "no jobs".to_string()
@@ -231,6 +266,8 @@ impl Render for Jobs {
         };
         if let Some(next) = &self.next {
             s.push_str(&format!("\n(more: pass --after {next})"));
+        } else if self.more {
+            s.push_str("\n(more: narrow with --state or --type, or page one shard with --shard)");
         }
         s
     }
@@ -421,6 +458,9 @@ pub struct DeadRow {
     pub batch: Option<String>,
     /// The item key of a bulk item.
     pub key: Option<String>,
+    /// Its shard, in a listing merged over a shard set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<usize>,
 }
 
 impl Render for Dead {
@@ -428,20 +468,26 @@ impl Render for Dead {
         if self.dead.is_empty() {
             return "no dead letters".into();
         }
-        let mut t = Table::new(["ID", "TYPE", "ATTEMPTS", "FAILED", "KIND", "ERROR"]);
+        let mut t = Table::with_shard(
+            self.dead.iter().any(|d| d.shard.is_some()),
+            &["ID", "TYPE", "ATTEMPTS", "FAILED", "KIND", "ERROR"],
+        );
         for d in &self.dead {
             let ty = match (&d.batch, &d.key) {
                 (Some(b), Some(k)) => format!("{} ({b}/{k})", d.job_type),
                 _ => d.job_type.clone(),
             };
-            t.row([
-                d.id.clone(),
-                ty,
-                d.attempts.to_string(),
-                d.failed_at_ms.map(time).unwrap_or_default(),
-                d.failure_kind.clone().unwrap_or_default(),
-                d.error.clone().unwrap_or_default(),
-            ]);
+            t.shard_row(
+                d.shard,
+                [
+                    d.id.clone(),
+                    ty,
+                    d.attempts.to_string(),
+                    d.failed_at_ms.map(time).unwrap_or_default(),
+                    d.failure_kind.clone().unwrap_or_default(),
+                    d.error.clone().unwrap_or_default(),
+                ],
+            );
         }
         t.render()
     }

@@ -974,6 +974,31 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
             );
         }
     }
+    // And merged over the set: each job once, tagged with its shard,
+    // newest first; `--limit` bounds the merged listing.
+    let all = listed["all"]["jobs"].as_array().unwrap();
+    assert_eq!(all.len(), ids.len(), "{listed}");
+    for id in &ids {
+        let rows: Vec<_> = all.iter().filter(|j| j["id"] == id.as_str()).collect();
+        assert_eq!(rows.len(), 1, "{id}: {listed}");
+        assert_eq!(rows[0]["shard"], set.shard_of(id), "{id}: {listed}");
+    }
+    let at: Vec<i64> = all.iter().map(|j| j["at_ms"].as_i64().unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] >= w[1]), "{listed}");
+    let out = on_shards(&template, &["jobs", "--limit", "2", "--json"]);
+    let two: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(two["all"]["jobs"].as_array().unwrap().len(), 2, "{two}");
+    assert_eq!(two["all"]["more"], true, "{two}");
+    let text = String::from_utf8_lossy(&on_shards(&template, &["jobs"]).stdout).into_owned();
+    assert!(
+        text.starts_with("all 3 shards\n")
+            && text
+                .lines()
+                .nth(1)
+                .is_some_and(|h| h.trim_start().starts_with("SHARD"))
+            && text.matches("greet").count() == ids.len(),
+        "{text}"
+    );
     // A page after a cursor, or a command that acts, names its shard.
     let out = on_shards(&template, &["jobs", "--after", "x"]);
     assert!(!out.status.success());
