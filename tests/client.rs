@@ -125,6 +125,53 @@ async fn a_client_submits_and_joins_through_the_store() {
     engine.shutdown().await.unwrap();
 }
 
+/// A handle's join whose job was taken and then removed by retention
+/// ends with `JobNotFound`: only after the client's grace for a taken
+/// request whose job reads as absent (10 s), and not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = Engine::builder()
+        .local_dir(tmp.path())
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .poll_interval(Duration::from_millis(20))
+        .retention(Duration::from_millis(1))
+        .register::<Square>()
+        .state(runs.clone())
+        .start()
+        .await
+        .expect("engine starts");
+    let client = client(tmp.path()).await;
+    let h = client.submit(Square { x: 3, key: None }).await.unwrap();
+    // It runs, and the sweeper removes its outcome record.
+    within(async {
+        while runs.load(Ordering::SeqCst) == 0
+            || !matches!(
+                engine.status(h.id()).await,
+                Err(Error::Engine(gaffer::EngineError::JobNotFound(_)))
+            )
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let joined = within(h.join()).await;
+    assert!(
+        matches!(&joined, Err(Error::Engine(gaffer::EngineError::JobNotFound(id))) if id == h.id()),
+        "{joined:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "ended after {:?}, before the grace",
+        started.elapsed()
+    );
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_refused_with_a_reason_the_client_reads() {
     let tmp = tempfile::tempdir().unwrap();
