@@ -94,6 +94,8 @@ enum WireSubmitted {
 enum WireOutcome {
     /// The record, with a large output inlined.
     Ended(Box<OutcomeRecord>),
+    /// No job has this id (never submitted, or past retention).
+    NotFound,
     Error(String),
 }
 
@@ -194,6 +196,9 @@ impl Actor for Gateway {
             GatewayMessage::Await(id, reply) => answer(reply, async move {
                 match outcome(&engine, id).await {
                     Ok(record) => WireOutcome::Ended(Box::new(record)),
+                    Err(Error::Engine(gaffer_actors::EngineError::JobNotFound(_))) => {
+                        WireOutcome::NotFound
+                    }
                     Err(e) => WireOutcome::Error(e.to_string()),
                 }
             }),
@@ -461,6 +466,9 @@ impl ClusterRouter {
                     Err(Error::decode("an output", "the gateway sent no bytes"))
                 })
                 .await
+            }
+            WireOutcome::NotFound => {
+                Err(gaffer_actors::EngineError::JobNotFound(id.to_string()).into())
             }
             WireOutcome::Error(reason) => Err(gaffer_actors::EngineError::ActorUnavailable {
                 actor: "shard gateway",

@@ -189,6 +189,18 @@ async fn cluster_child() {
                     counts.failed_keys.join(",")
                 ));
             }
+            // A job no shard knows is `JobNotFound`, as in process.
+            for shard in 0..2 {
+                let id = (0..)
+                    .map(|i| format!("unknown-{i}"))
+                    .find(|id| set(&root).shard_of(id) == shard)
+                    .unwrap();
+                let err = router.join::<Double>(&id).await.unwrap_err();
+                assert!(
+                    matches!(&err, gaffer::Error::Engine(gaffer::EngineError::JobNotFound(x)) if *x == id),
+                    "{err:?}"
+                );
+            }
             std::fs::write(root.join("batches"), batches).unwrap();
             std::fs::write(root.join("results"), out).unwrap();
             std::future::pending::<()>().await;
