@@ -450,6 +450,9 @@ impl ClusterRouter {
 
     /// Wait for the job `id` to end, from its shard's engine; a job runs
     /// as long as it runs, so each call waits up to the deadline.
+    /// [`EngineError::JobNotFound`](gaffer_actors::EngineError::JobNotFound)
+    /// if its shard knows no job of that id (never submitted, or past
+    /// retention).
     pub async fn join<J: Job>(&self, id: &str) -> Result<std::result::Result<J::Output, JobError>> {
         let shard = self.set.shard_of(id);
         let answer = self
