@@ -626,8 +626,35 @@ where
     E1: std::fmt::Display,
     E2: std::fmt::Display,
 {
+    // `SBS_JOIN_EACH=1`: each of IN_FLIGHT tasks submits a job and awaits
+    // it before the next, so the backlog stays at most IN_FLIGHT and each
+    // join reads a record written moments before (as a service that awaits
+    // what it submits does; #13 §4).
     if std::env::var_os("SBS_JOIN_EACH").is_some() {
-        return drive_jobs_each(n, submit).await;
+        let results: Vec<Result<(bool, bool), String>> = futures::stream::iter(0..n as u64)
+            .map(|x| {
+                let f = submit(x);
+                async move {
+                    let (h, new) = f.await.map_err(|e| format!("submit failed: {e}"))?;
+                    let v = h
+                        .into_future()
+                        .await
+                        .map_err(|e| format!("job {x} failed: {e}"))?;
+                    COUNT.fetch_add(1, Ordering::Relaxed);
+                    Ok((v == x + 1, new))
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .collect()
+            .await;
+        let mut all_ok = true;
+        let mut newly = 0;
+        for r in results {
+            let (ok, new) = r?;
+            all_ok &= ok;
+            newly += new as usize;
+        }
+        return Ok((all_ok, newly));
     }
     let submitted: Vec<Result<(u64, H, bool), String>> = futures::stream::iter(0..n as u64)
         .map(|x| {
@@ -666,48 +693,6 @@ where
     let mut all_ok = true;
     for r in results {
         all_ok &= r?;
-    }
-    Ok((all_ok, newly))
-}
-
-/// `SBS_JOIN_EACH=1`: each of IN_FLIGHT tasks submits a job and awaits it
-/// before the next, so the backlog stays at most IN_FLIGHT and each join
-/// reads a record written moments before (as a service that awaits what it
-/// submits does; #13 §4).
-async fn drive_jobs_each<H, Fut, S, SFut, E1, E2>(
-    n: usize,
-    submit: S,
-) -> Result<(bool, usize), BoxErr>
-where
-    S: Fn(u64) -> SFut,
-    SFut: std::future::Future<Output = Result<(H, bool), E1>>,
-    H: std::future::IntoFuture<Output = Result<u64, E2>, IntoFuture = Fut>,
-    Fut: std::future::Future<Output = Result<u64, E2>>,
-    E1: std::fmt::Display,
-    E2: std::fmt::Display,
-{
-    let results: Vec<Result<(bool, bool), String>> = futures::stream::iter(0..n as u64)
-        .map(|x| {
-            let f = submit(x);
-            async move {
-                let (h, new) = f.await.map_err(|e| format!("submit failed: {e}"))?;
-                let v = h
-                    .into_future()
-                    .await
-                    .map_err(|e| format!("job {x} failed: {e}"))?;
-                COUNT.fetch_add(1, Ordering::Relaxed);
-                Ok((v == x + 1, new))
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .collect()
-        .await;
-    let mut all_ok = true;
-    let mut newly = 0;
-    for r in results {
-        let (ok, new) = r?;
-        all_ok &= ok;
-        newly += new as usize;
     }
     Ok((all_ok, newly))
 }
@@ -1089,8 +1074,7 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
         .map(|i| {
             let q = &queue;
             async move {
-                let mut payload = vec![0u8; 64];
-                payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                let payload = raw_payload(i);
                 let r = q.enqueue("bench", payload).await;
                 COUNT.fetch_add(1, Ordering::Relaxed);
                 r
@@ -1146,6 +1130,13 @@ async fn raw_child(a: &ChildArgs) -> Result<(), BoxErr> {
     Ok(())
 }
 
+/// The raw queue's job `i`: 64 bytes, `i` first.
+fn raw_payload(i: usize) -> Vec<u8> {
+    let mut payload = vec![0u8; 64];
+    payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    payload
+}
+
 /// `SBS_JOIN_EACH=1` on the raw queue: `conc` workers claim and ack while
 /// IN_FLIGHT tasks each enqueue a job and wait for its completion before the
 /// next (the raw counterpart of gaffer's join-each keyed run, #13 §4).
@@ -1178,8 +1169,7 @@ async fn raw_join_each(a: &ChildArgs, queue: Arc<taquba::Queue>) -> Result<(), B
         .map(|i| {
             let q = &queue;
             async move {
-                let mut payload = vec![0u8; 64];
-                payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                let payload = raw_payload(i);
                 let id = if keyed {
                     // SBS_RAW_KEYED=1: as a keyed gaffer submission commits
                     // (a compare that a fresh key is absent, a record put
