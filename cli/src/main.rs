@@ -349,8 +349,8 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
         parts.push(part?);
     }
     let (all, all_text) = match &cli.command {
-        Command::Jobs { limit, .. } => report::merged(cli.json, &merge.jobs(*limit))?,
-        Command::Dead { limit, .. } => report::merged(cli.json, &merge.dead(*limit))?,
+        Command::Jobs { limit, .. } => report::as_report(cli.json, &merge.jobs(*limit))?,
+        Command::Dead { limit, .. } => report::as_report(cli.json, &merge.dead(*limit))?,
         _ => (None, None),
     };
     report::print(

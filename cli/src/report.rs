@@ -42,9 +42,9 @@ pub struct Shards {
     pub all_text: Option<String>,
 }
 
-/// The merged listing of a set's shards (`jobs`, `dead`), ready for
-/// [`Shards::all`] and [`Shards::all_text`].
-pub fn merged<T: Serialize + Render>(
+/// `value` as JSON (with `--json`) or as text: a shard's part, or the
+/// merged listing of a set's shards ([`Shards::all`], [`Shards::all_text`]).
+pub fn as_report<T: Serialize + Render>(
     json: bool,
     value: &T,
 ) -> Result<(Option<serde_json::Value>, Option<String>), CliError> {
@@ -78,17 +78,12 @@ impl ShardPart {
         json: bool,
         value: &T,
     ) -> Result<Self, CliError> {
-        let (report, text) = if json {
-            let v = serde_json::to_value(value).map_err(|e| CliError::Output(e.to_string()))?;
-            (v, String::new())
-        } else {
-            (serde_json::Value::Null, value.render())
-        };
+        let (report, text) = as_report(json, value)?;
         Ok(Self {
             shard,
             url,
-            report,
-            text,
+            report: report.unwrap_or_default(),
+            text: text.unwrap_or_default(),
         })
     }
 }
