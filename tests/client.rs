@@ -137,7 +137,7 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
         .flush_interval(Duration::from_millis(1))
         .intake_poll(Duration::from_millis(20))
         .poll_interval(Duration::from_millis(20))
-        .retention(Duration::from_millis(1))
+        .retention(Duration::from_secs(1))
         .register::<Square>()
         .state(runs.clone())
         .start()
@@ -145,18 +145,22 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
         .expect("engine starts");
     let client = client(tmp.path()).await;
     let h = client.submit(Square { x: 3, key: None }).await.unwrap();
-    // It runs, and the sweeper removes its outcome record.
+    // The client's reader follows the engine's writes: it sees the job
+    // succeed (its record is kept 1 s), then the sweeper remove it. Past
+    // that, it cannot read the record again to answer the join with.
     within(async {
-        while runs.load(Ordering::SeqCst) == 0
-            || !matches!(
-                engine.status(h.id()).await,
-                Err(Error::Engine(gaffer::EngineError::JobNotFound(_)))
-            )
-        {
+        while !matches!(client.status(h.id()).await, Ok(JobState::Succeeded)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while !matches!(
+            client.status(h.id()).await,
+            Err(Error::Engine(gaffer::EngineError::JobNotFound(_)))
+        ) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
     let started = std::time::Instant::now();
     let joined = within(h.join()).await;
     assert!(
