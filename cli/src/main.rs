@@ -330,52 +330,49 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
         return result;
     }
     let mut parts = Vec::new();
-    let mut code = ExitCode::SUCCESS;
-    let mut total =
-        matches!(cli.command, Command::Stats).then(|| report::Stats { queues: Vec::new() });
-    let mut merge = Merge::default();
+    let mut over = OverSet {
+        code: ExitCode::SUCCESS,
+        total: matches!(cli.command, Command::Stats).then(|| report::Stats { queues: Vec::new() }),
+        ..OverSet::default()
+    };
     for shard in 0..count {
         let store = open_shard(cli, shard, count, &url(shard)).await?;
-        let part = shard_part(
-            &store,
-            cli,
-            (shard, url(shard)),
-            &mut code,
-            total.as_mut(),
-            &mut merge,
-        )
-        .await;
+        let part = shard_part(&store, cli, shard, url(shard), &mut over).await;
         store.close().await;
         parts.push(part?);
     }
     let (all, all_text) = match &cli.command {
-        Command::Jobs { limit, .. } => report::as_report(cli.json, &merge.jobs(*limit))?,
-        Command::Dead { limit, .. } => report::as_report(cli.json, &merge.dead(*limit))?,
+        Command::Jobs { limit, .. } => report::as_report(cli.json, &over.jobs(*limit))?,
+        Command::Dead { limit, .. } => report::as_report(cli.json, &over.dead(*limit))?,
         _ => (None, None),
     };
     report::print(
         cli.json,
         &report::Shards {
             shards: parts,
-            total,
+            total: over.total,
             all,
             all_text,
         },
     )?;
-    Ok(code)
+    Ok(over.code)
 }
 
-/// The rows of every shard's `jobs` or `dead` listing, each tagged with
-/// its shard, for the listing merged over the set.
+/// What a read of every shard gathers beside the shards' parts: the exit
+/// status (3 when a shard has no live writer, `health`), `stats` added up,
+/// and the rows of every shard's `jobs` or `dead` listing, each tagged
+/// with its shard, for the listing merged over the set.
 #[derive(Default)]
-struct Merge {
+struct OverSet {
+    code: ExitCode,
+    total: Option<report::Stats>,
     jobs: Vec<report::JobRow>,
     dead: Vec<report::DeadRow>,
     /// A shard had more jobs than its page.
     more: bool,
 }
 
-impl Merge {
+impl OverSet {
     /// The merged `jobs` listing: live jobs first (running, queued,
     /// scheduled, dead; each oldest first), then finished ones newest
     /// first; at most `limit` (each shard listed at most `limit`, so the
@@ -441,24 +438,21 @@ async fn open_shard(
     Ok(store)
 }
 
-/// One shard's part of a read of the whole set (see `run_on_shards`);
-/// `code` becomes 3 when a shard has no live writer (`health`), a
-/// shard's `stats` are added to `total`, and its `jobs` and `dead` rows
-/// to `merge`.
+/// One shard's part of a read of the whole set (see `run_on_shards`),
+/// and what it adds to `over`.
 async fn shard_part(
     store: &read::Store,
     cli: &Cli,
-    (shard, url): (usize, String),
-    code: &mut ExitCode,
-    total: Option<&mut report::Stats>,
-    merge: &mut Merge,
+    shard: usize,
+    url: String,
+    over: &mut OverSet,
 ) -> Result<report::ShardPart, CliError> {
     let json = cli.json;
     match &cli.command {
         Command::Health => {
             let health = store.health().await?;
             if !health.alive {
-                *code = ExitCode::from(3);
+                over.code = ExitCode::from(3);
             }
             report::ShardPart::new(shard, url, json, &health)
         }
@@ -472,8 +466,8 @@ async fn shard_part(
                 .jobs(*state, job_type.as_deref(), *limit, None)
                 .await?;
             let part = report::ShardPart::new(shard, url, json, &jobs);
-            merge.more |= jobs.more;
-            merge.jobs.extend(jobs.jobs.into_iter().map(|mut j| {
+            over.more |= jobs.more;
+            over.jobs.extend(jobs.jobs.into_iter().map(|mut j| {
                 j.shard = Some(shard);
                 j
             }));
@@ -482,7 +476,7 @@ async fn shard_part(
         Command::Dead { job_type, limit } => {
             let dead = store.dead(job_type.as_deref(), *limit).await?;
             let part = report::ShardPart::new(shard, url, json, &dead);
-            merge.dead.extend(dead.dead.into_iter().map(|mut d| {
+            over.dead.extend(dead.dead.into_iter().map(|mut d| {
                 d.shard = Some(shard);
                 d
             }));
@@ -494,7 +488,7 @@ async fn shard_part(
         Command::Periodic => report::ShardPart::new(shard, url, json, &store.periodic().await?),
         _ => {
             let stats = store.stats().await?;
-            if let Some(total) = total {
+            if let Some(total) = &mut over.total {
                 total.add(&stats);
             }
             report::ShardPart::new(shard, url, json, &stats)
@@ -627,7 +621,7 @@ mod tests {
 
     #[test]
     fn a_merged_listing_puts_live_jobs_first_then_the_newest_finished() {
-        let mut m = Merge {
+        let mut m = OverSet {
             jobs: vec![
                 job("succeeded", 5, 0),
                 job("queued", 7, 1),
@@ -636,7 +630,7 @@ mod tests {
                 job("queued", 3, 2),
                 job("succeeded", 1, 2),
             ],
-            ..Merge::default()
+            ..OverSet::default()
         };
         let listed = m.jobs(5);
         let ids: Vec<_> = listed.jobs.iter().map(|j| j.id.as_str()).collect();
@@ -651,23 +645,23 @@ mod tests {
             ]
         );
         assert!(listed.more, "a sixth job was left out");
-        let mut m = Merge {
+        let mut m = OverSet {
             jobs: vec![job("succeeded", 1, 0)],
-            ..Merge::default()
+            ..OverSet::default()
         };
         assert!(!m.jobs(5).more);
     }
 
     #[test]
     fn a_merged_dead_listing_is_newest_failure_first() {
-        let mut m = Merge {
+        let mut m = OverSet {
             dead: vec![
                 dead(None, 50),
                 dead(Some(10), 1),
                 dead(Some(30), 2),
                 dead(None, 60),
             ],
-            ..Merge::default()
+            ..OverSet::default()
         };
         let ids: Vec<_> = m.dead(3).dead.into_iter().map(|d| d.id).collect();
         assert_eq!(ids, ["Some(30)-2", "Some(10)-1", "None-60"]);

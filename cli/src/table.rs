@@ -8,9 +8,7 @@ pub struct Table(comfy_table::Table);
 impl Table {
     /// A table with these column names.
     pub fn new<const N: usize>(header: [&str; N]) -> Self {
-        let mut t = comfy_table::Table::new();
-        t.load_preset(NOTHING).set_header(header.to_vec());
-        Self(t)
+        Self::with_shard(false, &header)
     }
 
     /// Add a row.

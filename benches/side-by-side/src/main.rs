@@ -791,10 +791,10 @@ async fn gaffer_child(a: &ChildArgs) -> Result<(), BoxErr> {
     }
     // SBS_RETENTION_MS=d: outcome records removed d ms after each job ends
     // (#13 §4: what retention does to the cost as the store grows).
-    if let Some(ms) = std::env::var("SBS_RETENTION_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    if let Ok(ms) = std::env::var("SBS_RETENTION_MS") {
+        let ms: u64 = ms
+            .parse()
+            .map_err(|_| format!("SBS_RETENTION_MS={ms}: not a number of milliseconds"))?;
         b = b.retention(Duration::from_millis(ms));
     }
     match a.group {
@@ -1201,10 +1201,9 @@ async fn raw_join_each(a: &ChildArgs, queue: Arc<taquba::Queue>) -> Result<(), B
         .buffer_unordered(IN_FLIGHT)
         .collect()
         .await;
-    let mut all = true;
-    for w in waited {
-        all &= w?;
-    }
+    let all = waited
+        .into_iter()
+        .try_fold(true, |all, w| w.map(|done| all && done))?;
     worker.await??;
     let ok = all && acker.done.load(Ordering::SeqCst) == a.n;
     let mut r = m.finish(a, Workload::RawQueue, ok, String::new());
