@@ -496,6 +496,15 @@ impl EngineBuilder {
         self.set(move |s| s.intake_poll = every)
     }
 
+    /// How long the result of an operator request sent from another
+    /// process (`Client::retry`, `gaffer cancel`, `gaffer pause` …) stays
+    /// readable by its sender once the engine applied it
+    /// ([`Settings::request_retention`](crate::Settings::request_retention));
+    /// the retention pass removes it after. At least 1 ms. Default 7 days.
+    pub fn request_retention(self, keep: Duration) -> Self {
+        self.set(move |s| s.request_retention = keep)
+    }
+
     /// Prefix of the taquba queues of job types: each type has its own queue,
     /// `{prefix}.{type}` (queue configs given to `open_options` use those
     /// names). Queues under this prefix are the engine's. Default `"jobs"`.
@@ -589,7 +598,8 @@ impl EngineBuilder {
     /// A job that was running when the process died runs again without
     /// spending an attempt; one under which the process keeps dying is a
     /// poison pill: after this many separate interruption episodes (see
-    /// [`interruption_window`](Self::interruption_window)) it fails
+    /// [`interruption_window`](Self::interruption_window)) within
+    /// [`interruption_memory`](Self::interruption_memory) it fails
     /// permanently instead. At least 1. Default 3.
     pub fn max_interruptions(self, episodes: u32) -> Self {
         self.set(move |s| s.max_interruptions = episodes)
@@ -600,6 +610,16 @@ impl EngineBuilder {
     /// crash loop, or several kills in a row, is one episode). Default 60 s.
     pub fn interruption_window(self, window: Duration) -> Self {
         self.set(move |s| s.interruption_window = window)
+    }
+
+    /// An interruption episode is forgotten this long after it began
+    /// ([`Settings::interruption_memory`](crate::Settings::interruption_memory)):
+    /// a long job that runs through unrelated crashes hours apart is never
+    /// taken for a poison pill, while a crash loop still reaches
+    /// [`max_interruptions`](Self::max_interruptions) within it. Longer than
+    /// the interruption window. Default 1 h.
+    pub fn interruption_memory(self, memory: Duration) -> Self {
+        self.set(move |s| s.interruption_memory = memory)
     }
 
     /// When memo entries are written to the object store. Default

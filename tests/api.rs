@@ -61,9 +61,11 @@ fn every_setting_changed() -> Settings {
         restart_window: Duration::from_secs(12),
         max_interruptions: 6,
         interruption_window: Duration::from_secs(13),
+        interruption_memory: Duration::from_secs(14),
         memo_writes: MemoWrites::Immediate,
         client_intake: false,
         intake_poll: Duration::from_millis(300),
+        request_retention: Duration::from_secs(15),
     }
 }
 
@@ -115,9 +117,17 @@ async fn every_builder_setter_reaches_the_engines_settings() {
             "interruption_window",
             want.interruption_window == default.interruption_window,
         ),
+        (
+            "interruption_memory",
+            want.interruption_memory == default.interruption_memory,
+        ),
         ("memo_writes", want.memo_writes == default.memo_writes),
         ("client_intake", want.client_intake == default.client_intake),
         ("intake_poll", want.intake_poll == default.intake_poll),
+        (
+            "request_retention",
+            want.request_retention == default.request_retention,
+        ),
     ] {
         assert!(!same, "the test value of `{field}` is its default");
     }
@@ -140,9 +150,11 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .restart_window(want.restart_window)
         .max_interruptions(want.max_interruptions)
         .interruption_window(want.interruption_window)
+        .interruption_memory(want.interruption_memory)
         .memo_writes(want.memo_writes)
         .client_intake(want.client_intake)
         .intake_poll(want.intake_poll)
+        .request_retention(want.request_retention)
         .register::<Add>()
         .start()
         .await

@@ -188,10 +188,14 @@ async fn a_job_that_panics_is_retried_and_the_engine_keeps_serving() {
         Ok(42),
         "succeeds on attempt 2"
     );
+    // The worker is replaced at once, while the crashed attempt's retry
+    // commits: the two events come in either order.
     let seen = common::collect_events_until(&mut events, common::LIMIT, |evs| {
         evs.iter().any(|e| {
             matches!(e, EngineEvent::HandlerRestarted { job_type } if job_type == "panics-once")
-        })
+        }) && evs
+            .iter()
+            .any(|e| matches!(e, EngineEvent::JobFailed { retrying: true, .. }))
     })
     .await;
     assert!(
@@ -236,11 +240,13 @@ async fn a_healthy_type_runs_at_once_while_another_type_crashes() {
         .start()
         .await
         .unwrap();
+    // Subscribed first: the crashed workers are replaced at once, so the
+    // crashes may all be over before the last submission returns.
+    let mut events = engine.subscribe();
     let mut crashing = Vec::new();
     for i in 0..48 {
         crashing.push(engine.submit(PanicOnce(i)).await.unwrap());
     }
-    let mut events = engine.subscribe();
     common::wait_event(&mut events, common::LIMIT, |e| {
         matches!(e, EngineEvent::HandlerCrashed { .. })
     })
@@ -470,4 +476,187 @@ async fn a_second_engine_on_the_same_store_in_one_process_fences_the_first() {
         .unwrap();
     assert_eq!(report.succeeded, 1);
     second.shutdown().await.unwrap();
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("failed on attempt {0}")]
+struct FailedOn(u32);
+
+/// Waits at the gate in its state, then fails (transiently).
+#[derive(Serialize, Deserialize)]
+struct FailsAtTheGate;
+
+impl Job for FailsAtTheGate {
+    const NAME: &'static str = "fails-at-the-gate";
+    type Output = ();
+    type Error = FailedOn;
+    async fn run(&self, ctx: JobContext) -> Result<(), FailedOn> {
+        ctx.state::<common::Gate>().wait().await;
+        Err(FailedOn(ctx.attempt()))
+    }
+    fn max_attempts(&self) -> Option<u32> {
+        Some(3)
+    }
+}
+
+/// A job's queue job as the store holds it: (status, run_at − now in ms).
+async fn scheduled_in(
+    engine: &gaffer::Engine,
+    clock: &gaffer::taquba::MockClock,
+    id: &str,
+) -> Option<(gaffer::taquba::JobStatus, Option<i64>)> {
+    use gaffer::taquba::Clock;
+    let queue = engine.engine_ref().services().raw_queue().ok()?;
+    let job = queue.view().get_job(id).await.ok()??;
+    let now = clock.now_ms() as i64;
+    Some((job.status, job.run_at.map(|at| at as i64 - now)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_three_interruptions_a_jobs_first_retry_waits_the_first_backoff_not_a_longer_one() {
+    use gaffer::taquba::{JobStatus, QueueConfig};
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let gate = common::Gate::closed();
+    // The queue's backoff: 1 s, doubling, at most 300 s (taquba's default).
+    let build = || {
+        gaffer::Engine::builder()
+            .object_store(store.clone())
+            .open_options(
+                common::test_options(clock.clone()).default_queue_config(
+                    QueueConfig::default()
+                        .retry_backoff_base(Duration::from_secs(1))
+                        .retry_backoff_max(Duration::from_secs(300)),
+                ),
+            )
+            .poll_interval(Duration::from_millis(20))
+            .register::<FailsAtTheGate>()
+            .state(gate.clone())
+    };
+    let first = build().start().await.unwrap();
+    let id = first.submit(FailsAtTheGate).await.unwrap().id().to_string();
+    common::eventually("the job runs", common::LIMIT, async || {
+        common::running(&first, FailsAtTheGate::NAME).await == 1
+    })
+    .await;
+    // Three takeovers while it runs: each new engine fences the last, whose
+    // claim the queue records as interrupted (one episode: the clock stands
+    // still), and runs the job again.
+    let mut engines = vec![first];
+    for _ in 0..3 {
+        let next = build().start().await.unwrap();
+        common::eventually("the job runs again", common::LIMIT, async || {
+            common::running(&next, FailsAtTheGate::NAME).await == 1
+        })
+        .await;
+        engines.push(next);
+    }
+    let last = engines.pop().unwrap();
+    let mut events = last.subscribe();
+    gate.open();
+    common::wait_event(&mut events, common::LIMIT, |e| {
+        matches!(e, EngineEvent::JobFailed { retrying: true, .. })
+    })
+    .await;
+    // Its first real failure: retried after the first backoff (1 s), not
+    // after the queue's count of claims (4 claims: 8 s).
+    common::eventually("the retry is scheduled", common::LIMIT, async || {
+        scheduled_in(&last, &clock, &id).await == Some((JobStatus::Scheduled, Some(1_000)))
+    })
+    .await;
+    // The next one doubles on gaffer's count.
+    clock.advance(Duration::from_secs(1));
+    common::wait_event(&mut events, common::LIMIT, |e| {
+        matches!(e, EngineEvent::JobFailed { retrying: true, .. })
+    })
+    .await;
+    common::eventually("the second retry is scheduled", common::LIMIT, async || {
+        scheduled_in(&last, &clock, &id).await == Some((JobStatus::Scheduled, Some(2_000)))
+    })
+    .await;
+    // The third attempt is its last: it fails with its record, which keeps
+    // every earlier claim, the three interrupted ones included.
+    clock.advance(Duration::from_secs(2));
+    let handle = last.handle::<FailsAtTheGate>(&id).unwrap();
+    let err = within(handle.join()).await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("failed on attempt 3"), "{err}");
+    let queue = last.engine_ref().services().raw_queue().unwrap();
+    let key = gaffer_actors::keys::outcome_key(&id);
+    let raw = queue.view().kv_get(&key).await.unwrap().unwrap();
+    let record: gaffer_actors::records::OutcomeRecord =
+        gaffer_actors::records::decode(&key, &raw).unwrap();
+    drop(queue);
+    let how: Vec<&str> = record.history.iter().map(|a| a.how.as_str()).collect();
+    assert_eq!(
+        how,
+        [
+            "interrupted",
+            "interrupted",
+            "interrupted",
+            "failed",
+            "failed"
+        ],
+        "{:#?}",
+        record.history
+    );
+    let claims: Vec<u32> = record.history.iter().map(|a| a.claim).collect();
+    assert_eq!(claims, [1, 2, 3, 4, 5]);
+    assert_eq!(record.attempts, 3);
+    common::shut_down_cleanly(&last).await;
+}
+
+/// Panics on its first attempt, then waits at the gate in its state.
+#[derive(Serialize, Deserialize)]
+struct PanicsThenWaits(u32);
+
+impl Job for PanicsThenWaits {
+    const NAME: &'static str = "panics-then-waits";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        if ctx.attempt() == 1 {
+            panic!("boom {}", self.0);
+        }
+        ctx.state::<common::Gate>().wait().await;
+        Ok(self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_costs_its_type_no_capacity_the_crashed_worker_is_replaced_at_once() {
+    quiet_panics();
+    let gate = common::Gate::closed();
+    let engine = common::memory_builder(common::mock_clock())
+        .max_restarts(1_000)
+        .register_with_concurrency::<PanicsThenWaits>(4)
+        .state(gate.clone())
+        .start()
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        handles.push(engine.submit(PanicsThenWaits(i)).await.unwrap());
+    }
+    // Every first attempt panics; the retries run on fresh workers at once:
+    // all four slots busy again with no restart backoff waited (the policy
+    // before waited 50, 100, 200 and 400 ms of it, one slot after another).
+    gate.wait_entered(4, common::LIMIT).await;
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_millis(50),
+        "the retries waited {waited:?} for their workers"
+    );
+    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    let pool = stats[PanicsThenWaits::NAME];
+    assert_eq!(
+        (pool.workers, pool.running, pool.crashes),
+        (4, 4, 4),
+        "{pool:?}"
+    );
+    gate.open();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(within(h).await.unwrap(), i as u32);
+    }
+    common::shut_down_cleanly(&engine).await;
 }

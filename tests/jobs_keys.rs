@@ -449,6 +449,92 @@ async fn a_stray_job_carrying_a_finished_runs_id_does_not_replace_its_outcome() 
     engine.shutdown().await.unwrap();
 }
 
+/// A queue job put on a type's queue by hand, with a valid payload of the
+/// type, carrying `run_header` as its `gaffer.run`.
+async fn enqueue_runnable_impostor(engine: &Engine, run_header: &str) -> String {
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let headers = [
+        ("gaffer.type".to_string(), "keyed".to_string()),
+        ("gaffer.run".to_string(), run_header.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let payload = rmp_serde::to_vec_named(&Keyed::new("impostor", 7)).unwrap();
+    queue
+        .enqueue_with(
+            "jobs.keyed",
+            payload,
+            EnqueueOptions::default().headers(headers),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_made_job_carrying_a_run_id_it_does_not_own_never_runs_user_code() {
+    let probe = Probe::new(Gate::opened());
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Keyed>()
+        .state(probe.clone())
+        .start()
+        .await
+        .unwrap();
+    let finished = engine.submit(Keyed::new("owned", 1)).await.unwrap();
+    assert_eq!(within(finished.clone()).await.unwrap(), 2);
+    assert_eq!(probe.runs.load(Ordering::SeqCst), 1);
+    // The id of a finished run, a path, and a well-formed id no run has.
+    let unknown = gaffer::taquba::Queue::open(
+        Arc::new(gaffer::taquba::object_store::memory::InMemory::new()),
+        "scratch",
+    )
+    .await
+    .unwrap();
+    let unknown_id = unknown.next_job_id();
+    unknown.close().await.unwrap();
+    for header in [finished.id(), "../../etc/passwd", unknown_id.as_str()] {
+        enqueue_runnable_impostor(&engine, header).await;
+    }
+    eventually("the three impostors are dead-lettered", LIMIT, async || {
+        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        queue.view().stats("jobs.keyed").await.unwrap().dead == 3
+    })
+    .await;
+    assert_eq!(
+        probe.runs.load(Ordering::SeqCst),
+        1,
+        "the user's code ran for a job gaffer did not submit"
+    );
+    // Each is dead-lettered with a reason saying why, and the finished run
+    // keeps its outcome.
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let dead = queue
+        .view()
+        .dead_jobs("jobs.keyed", None, 10)
+        .await
+        .unwrap();
+    let reasons: Vec<String> = dead
+        .iter()
+        .map(|j| j.last_error.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("invalid run id")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| r.contains("is not that run's live job"))
+            .count(),
+        2,
+        "{reasons:?}"
+    );
+    drop(queue);
+    let again = engine.submit(Keyed::new("owned", 1)).await.unwrap();
+    assert!(!again.newly_submitted());
+    assert_eq!(within(again).await.unwrap(), 2);
+    shut_down_cleanly(&engine).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stray_job_carrying_a_live_runs_id_does_not_end_that_run() {
     let probe = Probe::new(Gate::closed());

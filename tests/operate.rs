@@ -2,6 +2,8 @@
 //! job type durably, cancel; from the engine's API and from a `Client` in
 //! the store's inbox. On a real local-disk store, restarted in between.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -81,9 +83,8 @@ async fn start(dir: &Path, fix: &Arc<Fix>) -> Engine {
         .expect("engine starts")
 }
 
-/// Submitted and waiting: queued, or scheduled when a paused pool had
-/// claimed it and gave it back (a release is a nack with the queue's
-/// backoff).
+/// Submitted and waiting: queued (a paused pool that had claimed it gave it
+/// back at once), or scheduled.
 fn waits(state: &gaffer::RequestState) -> bool {
     matches!(
         state,
@@ -223,6 +224,53 @@ async fn a_client_retries_cancels_pauses_and_resumes_through_the_store() {
         engine.pause_job_type("nope").await,
         Err(Error::Engine(EngineError::UnknownJobType(_)))
     ));
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_requests_result_is_kept_for_its_retention_then_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let engine = common::disk_builder(tmp.path(), clock.clone())
+        .intake_poll(Duration::from_millis(20))
+        .request_retention(Duration::from_secs(3600))
+        .register::<Ping>()
+        .start()
+        .await
+        .unwrap();
+    let client = client(tmp.path()).await;
+    let request = client.pause("ping").await.unwrap();
+    let result = within(request.wait()).await.unwrap();
+    assert!(result.contains("paused"), "{result}");
+    let key = gaffer_actors::intake::request_result_key(request.id());
+    let record = async || {
+        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        queue.view().kv_get(&key).await.unwrap().is_some()
+    };
+    assert!(record().await);
+    // The intake's job for the request is gone with its ack: nothing of it
+    // is kept but the record.
+    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    assert!(
+        queue
+            .view()
+            .job_record(request.id())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    drop(queue);
+    // Within its retention, its sender still reads what it came to.
+    clock.advance(Duration::from_secs(3500));
+    engine.engine_ref().sweep_now().await.unwrap();
+    assert!(record().await);
+    assert_eq!(within(request.result()).await.unwrap(), Some(result));
+    // Past it, the pass removes it.
+    clock.advance(Duration::from_secs(200));
+    let swept = engine.engine_ref().sweep_now().await.unwrap();
+    assert_eq!(swept.expired, 1, "{swept:?}");
+    assert!(!record().await);
     client.close().await;
     engine.shutdown().await.unwrap();
 }

@@ -477,3 +477,56 @@ async fn shutdown_closes_the_queue_the_moment_its_last_user_lets_go() {
         done.duration_since(released)
     );
 }
+
+/// Answers with an output too large for a record: it is kept as a blob,
+/// which retention deletes.
+#[derive(Serialize, Deserialize)]
+struct Large;
+
+impl Job for Large {
+    const NAME: &'static str = "large";
+    type Output = Vec<u8>;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<Vec<u8>, Self::Error> {
+        Ok(vec![7; 400 * 1024])
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retention_pass_that_outlasts_the_release_wait_does_not_keep_the_queue_from_closing() {
+    use gaffer_actors::testing::Op;
+    let inner = common::shared_store();
+    let (store, faults) = common::faults::faulty(&inner);
+    let clock = common::mock_clock();
+    let engine = gaffer::Engine::builder()
+        .object_store(store)
+        .open_options(common::test_options(clock.clone()))
+        .poll_interval(Duration::from_millis(20))
+        .retention(Duration::from_secs(60))
+        .register::<Large>()
+        .start()
+        .await
+        .unwrap();
+    let out = within(engine.submit(Large).await.unwrap()).await.unwrap();
+    assert_eq!(out.len(), 400 * 1024);
+    // The pass that removes its record deletes its output blob first, and
+    // that delete takes a minute (a store that has become very slow).
+    faults.reset_stats();
+    faults.set_op_latency(Op::Delete, Duration::from_secs(60));
+    clock.advance(Duration::from_secs(61));
+    let sweep = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.engine_ref().sweep_now().await }
+    });
+    common::eventually("the pass is deleting the blob", LIMIT, async || {
+        faults.stats().of(Op::Delete).0 > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!sweep.is_finished(), "the pass did not stall");
+    // The shutdown ends the pass and closes the queue (it waited 5 s for
+    // the pass to let go of it, then dropped the queue unclosed).
+    let report = within(engine.shutdown()).await.unwrap();
+    assert!(report.queue_closed, "{report:?}");
+    assert!(report.problems.is_empty(), "{report:?}");
+}

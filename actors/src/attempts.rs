@@ -6,17 +6,26 @@
 //! gives the queue a limit out of reach ([`keys::QUEUE_ATTEMPTS`]), keeps the
 //! job's real limit in a header ([`keys::HEADER_ATTEMPTS`]) when it is not
 //! the queue's default, and reads the job's attempt history when it claims a
-//! job that was claimed before:
+//! job that the queue claimed before:
 //!
-//! - an attempt that failed (a nack) or whose lease expired counts;
+//! - an attempt that failed or whose lease expired counts;
 //! - an attempt interrupted by a process exit does not: the job did not fail,
 //!   the process died. A job under which the process keeps dying is a poison
 //!   pill: interruptions closer together than `interruption_window` count as
-//!   one episode, and after `max_interruptions` episodes the job fails
-//!   permanently instead of running again;
+//!   one episode, an episode is forgotten `interruption_memory` after it
+//!   began, and a job claimed with `max_interruptions` episodes remembered
+//!   fails permanently instead of running again;
 //! - a claim given back on purpose (released at the end of a shutdown grace
-//!   period, or by a paused type) does not count either: its nack error starts
-//!   with [`keys::RELEASED_PREFIX`].
+//!   period, or by a paused type) does not count either.
+//!
+//! A real failure with attempts left, and a claim given back, put the job
+//! back on its queue **under the same id** in the transaction that
+//! acknowledges the claim (`settle::requeue`), after gaffer's own backoff
+//! ([`backoff`], on this count): taquba's nack would wait a backoff on its
+//! own claim count, which interruptions and releases raise. The queue
+//! forgets an acknowledged job's history, so what was counted travels in the
+//! new job's [`keys::HEADER_PAST`] header ([`Carried`]), and a job's earlier
+//! claims in its run record.
 //!
 //! So every job ends through gaffer, with its record: on its last real
 //! attempt a transient failure dead-letters it with its failure record, and a
@@ -30,7 +39,7 @@ use crate::records::PastAttempt;
 use crate::settings::Settings;
 
 /// Where a claimed job stands, in gaffer's count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempts {
     /// This attempt, 1-based (interruptions and releases not counted).
     pub number: u32,
@@ -38,9 +47,13 @@ pub struct Attempts {
     pub limit: u32,
     /// Claims of the job ended by a process exit.
     pub interrupted: u32,
-    /// Separate episodes of those interruptions (closer together than the
-    /// interruption window count once).
+    /// Separate episodes of those interruptions still remembered (closer
+    /// together than the interruption window count once; older than the
+    /// interruption memory, forgotten).
     pub episodes: u32,
+    /// When each remembered episode began (epoch ms, queue clock), oldest
+    /// first: what a job put back on its queue carries (`gaffer.past`).
+    pub(crate) episode_starts: Vec<u64>,
 }
 
 /// What to do with a claimed job.
@@ -54,6 +67,73 @@ pub(crate) enum Fate {
     Exhausted(String),
 }
 
+/// What earlier queue jobs of the same run counted, carried in the
+/// [`keys::HEADER_PAST`] header of a job gaffer put back on its queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Carried {
+    /// Real attempts spent.
+    pub(crate) tried: u32,
+    /// Interruptions.
+    pub(crate) interrupted: u32,
+    /// Start times of the episodes still remembered, oldest first.
+    pub(crate) episodes: Vec<u64>,
+}
+
+/// Episode starts a header keeps at most (the newest): more than any
+/// sensible `max_interruptions`.
+const CARRIED_EPISODES: usize = 32;
+
+impl Carried {
+    /// What `claim` carries; nothing for a job never put back (or a header
+    /// that does not parse: only gaffer writes it, submissions may not).
+    pub(crate) fn of(claim: &Claim) -> Self {
+        claim
+            .headers
+            .get(keys::HEADER_PAST)
+            .and_then(|v| Self::parse(v))
+            .unwrap_or_default()
+    }
+
+    fn parse(v: &str) -> Option<Self> {
+        let mut parts = v.splitn(3, ':');
+        let tried = parts.next()?.parse().ok()?;
+        let interrupted = parts.next()?.parse().ok()?;
+        let episodes = match parts.next()? {
+            "" => Vec::new(),
+            list => list
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<Vec<u64>, _>>()
+                .ok()?,
+        };
+        Some(Self {
+            tried,
+            interrupted,
+            episodes,
+        })
+    }
+
+    /// The header's value.
+    pub(crate) fn encode(&self) -> String {
+        let episodes: Vec<String> = self.episodes.iter().map(u64::to_string).collect();
+        format!("{}:{}:{}", self.tried, self.interrupted, episodes.join(","))
+    }
+
+    /// What a job put back after the attempt `attempts` carries: `spent`
+    /// when that attempt counts (a real failure), not when it was given back.
+    pub(crate) fn after(attempts: &Attempts, spent: bool) -> Self {
+        let skip = attempts
+            .episode_starts
+            .len()
+            .saturating_sub(CARRIED_EPISODES);
+        Self {
+            tried: attempts.number - 1 + u32::from(spent),
+            interrupted: attempts.interrupted,
+            episodes: attempts.episode_starts[skip..].to_vec(),
+        }
+    }
+}
+
 impl Attempts {
     /// A job claimed for the first time; `default_limit` is its queue's.
     pub fn first(claim: &Claim, default_limit: u32) -> Self {
@@ -62,6 +142,7 @@ impl Attempts {
             limit: limit_of(claim, default_limit),
             interrupted: 0,
             episodes: 0,
+            episode_starts: Vec::new(),
         }
     }
 
@@ -73,10 +154,13 @@ impl Attempts {
     pub(crate) fn fate(&self, settings: &Settings) -> Fate {
         if self.episodes >= settings.max_interruptions {
             return Fate::Poisoned(format!(
-                "the process exited while this job ran, in {} separate episodes ({} \
-                 interruptions): it may be what kills the process, so it is not run again \
-                 (max_interruptions = {})",
-                self.episodes, self.interrupted, settings.max_interruptions
+                "the process exited while this job ran, in {} separate episodes within {:?} \
+                 ({} interruptions in all): it may be what kills the process, so it is not run \
+                 again (max_interruptions = {})",
+                self.episodes,
+                settings.interruption_memory,
+                self.interrupted,
+                settings.max_interruptions
             ));
         }
         if self.number > self.limit {
@@ -106,31 +190,55 @@ pub fn limit_of(claim: &Claim, default_limit: u32) -> u32 {
     }
 }
 
-/// Count the attempts of `claim` from its history (entries recorded before
-/// this claim, in write order).
-pub fn count(
+/// How interruptions are grouped and remembered (from the settings).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Episodes {
+    /// Interruptions closer together than this are one episode.
+    pub(crate) window_ms: u64,
+    /// An episode is forgotten this long after it began.
+    pub(crate) memory_ms: u64,
+}
+
+impl Episodes {
+    pub(crate) fn of(settings: &Settings) -> Self {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            window_ms: ms(settings.interruption_window),
+            memory_ms: ms(settings.interruption_memory),
+        }
+    }
+}
+
+/// Count the attempts of `claim` at `now_ms`: what its earlier queue jobs
+/// counted (`carried`), then its own history (entries recorded before this
+/// claim, in write order).
+pub(crate) fn count(
     claim: &Claim,
     default_limit: u32,
+    carried: &Carried,
     history: &[JobAttempt],
-    window_ms: u64,
+    episodes: Episodes,
+    now_ms: u64,
 ) -> Attempts {
-    // An operator's revival restarts the count.
+    // An operator's revival of this queue job restarts the count.
     let since = history
         .iter()
         .rposition(|a| a.outcome == AttemptOutcome::Requeued)
-        .map_or(0, |i| i + 1);
-    let mut real = 0u32;
-    let mut interrupted = 0u32;
-    let mut episodes = 0u32;
-    let mut episode_start: Option<u64> = None;
-    for entry in &history[since..] {
+        .map(|i| i + 1);
+    let fresh = Carried::default();
+    let carried = if since.is_some() { &fresh } else { carried };
+    let mut real = carried.tried;
+    let mut interrupted = carried.interrupted;
+    let mut starts = carried.episodes.clone();
+    for entry in &history[since.unwrap_or(0)..] {
         match entry.outcome {
             AttemptOutcome::Interrupted => {
                 interrupted += 1;
-                if episode_start.is_none_or(|at| entry.recorded_at.saturating_sub(at) >= window_ms)
+                if starts
+                    .last()
+                    .is_none_or(|at| entry.recorded_at.saturating_sub(*at) >= episodes.window_ms)
                 {
-                    episodes += 1;
-                    episode_start = Some(entry.recorded_at);
+                    starts.push(entry.recorded_at);
                 }
             }
             AttemptOutcome::Retried
@@ -144,45 +252,69 @@ pub fn count(
             }
         }
     }
+    // Episodes older than the memory are forgotten.
+    starts.retain(|at| now_ms.saturating_sub(*at) < episodes.memory_ms);
     Attempts {
         number: real.saturating_add(1),
         limit: limit_of(claim, default_limit),
         interrupted,
-        episodes,
+        episodes: u32::try_from(starts.len()).unwrap_or(u32::MAX),
+        episode_starts: starts,
     }
 }
 
-/// The attempts of a claimed job, and its earlier claims (which its
-/// outcome record keeps): no read for a first claim; otherwise its history
-/// is read. If that read fails the job runs as if on its last attempt (never
-/// past its limit), so it is neither lost nor run beyond it.
+/// The attempts of a claimed job, and the earlier claims of this queue job
+/// (which its outcome record keeps): its history is read only when the
+/// queue claimed it before (`claim.attempts > 1`); what earlier queue jobs
+/// of its run counted comes with it ([`keys::HEADER_PAST`]). If the read
+/// fails the job runs as if on its last attempt (never past its limit), so
+/// it is neither lost nor run beyond it.
 pub(crate) async fn of(
     queue: &taquba::Queue,
     claim: &Claim,
     settings: &Settings,
 ) -> (Attempts, Vec<PastAttempt>) {
     let default_limit = queue.queue_config(&claim.queue).max_attempts;
+    let carried = Carried::of(claim);
+    let now_ms = queue.clock().now_ms();
+    let episodes = Episodes::of(settings);
     if claim.attempts <= 1 {
-        return (Attempts::first(claim, default_limit), Vec::new());
+        let attempts = count(claim, default_limit, &carried, &[], episodes, now_ms);
+        return (attempts, Vec::new());
     }
-    let window_ms = u64::try_from(settings.interruption_window.as_millis()).unwrap_or(u64::MAX);
     match queue.view().attempt_history(&claim.id).await {
         Ok(history) => (
-            count(claim, default_limit, &history, window_ms),
+            count(claim, default_limit, &carried, &history, episodes, now_ms),
             PastAttempt::from_history(&history),
         ),
         Err(e) => {
             let limit = limit_of(claim, default_limit);
             tracing::warn!(job_id = %claim.id, error = %e, "reading the job's attempt history failed; running it as its last attempt");
             let attempts = Attempts {
-                number: claim.attempts.min(limit).max(1),
+                number: (carried.tried + claim.attempts).min(limit).max(1),
                 limit,
-                interrupted: 0,
+                interrupted: carried.interrupted,
                 episodes: 0,
+                episode_starts: Vec::new(),
             };
             (attempts, Vec::new())
         }
     }
+}
+
+/// The delay before attempt `number + 1` after attempt `number` failed:
+/// the queue's backoff (`retry_backoff_base · 2^(number − 1)`, capped at
+/// `retry_backoff_max`), on gaffer's count, so interruptions and releases
+/// (which the queue counts as claims) never lengthen it.
+pub(crate) fn backoff(config: &taquba::QueueConfig, number: u32) -> std::time::Duration {
+    if config.retry_backoff_base.is_zero() {
+        return std::time::Duration::ZERO;
+    }
+    let doublings = number.saturating_sub(1).min(31);
+    config
+        .retry_backoff_base
+        .saturating_mul(1u32 << doublings)
+        .min(config.retry_backoff_max)
 }
 
 #[cfg(test)]
@@ -190,6 +322,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// A 60 s episode window, a one-hour memory.
+    const EPISODES: Episodes = Episodes {
+        window_ms: 60_000,
+        memory_ms: 3_600_000,
+    };
 
     fn entry(outcome: AttemptOutcome, at: u64, error: Option<&str>) -> JobAttempt {
         JobAttempt {
@@ -239,14 +377,15 @@ mod tests {
             entry(Interrupted, 200_000, None),
             entry(LeaseExpired, 300_000, None),
         ];
-        let a = count(&claim, 7, &history, 60_000);
+        let a = count(&claim, 7, &Carried::default(), &history, EPISODES, 300_000);
         assert_eq!(
             a,
             Attempts {
                 number: 3,
                 limit: 3,
                 interrupted: 2,
-                episodes: 2
+                episodes: 2,
+                episode_starts: vec![1_000, 200_000],
             }
         );
         assert!(a.is_last());
@@ -262,7 +401,7 @@ mod tests {
         let burst: Vec<_> = (0..50)
             .map(|i| entry(Interrupted, i * 1_000, None))
             .collect();
-        let a = count(&claim, 7, &burst, 60_000);
+        let a = count(&claim, 7, &Carried::default(), &burst, EPISODES, 60_000);
         assert_eq!(
             (a.number, a.limit, a.interrupted, a.episodes),
             (1, 7, 50, 1)
@@ -272,7 +411,7 @@ mod tests {
         let spread: Vec<_> = (0..3)
             .map(|i| entry(Interrupted, i * 60_000, None))
             .collect();
-        let a = count(&claim, 7, &spread, 60_000);
+        let a = count(&claim, 7, &Carried::default(), &spread, EPISODES, 120_000);
         assert_eq!(a.episodes, 3);
         assert!(
             matches!(a.fate(&Settings::default()), Fate::Poisoned(m) if m.contains("3 separate episodes"))
@@ -316,9 +455,81 @@ mod tests {
             entry(LeaseExpired, 4, None),
             entry(LeaseExpired, 5, None),
         ];
-        let a = count(&claim, 7, &history, 60_000);
+        let a = count(&claim, 7, &Carried::default(), &history, EPISODES, 5);
         assert_eq!((a.number, a.limit), (3, 2));
         assert!(matches!(a.fate(&Settings::default()), Fate::Exhausted(_)));
         queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn episodes_are_forgotten_after_the_memory_so_unrelated_crashes_hours_apart_never_poison()
+    {
+        let (queue, claim) = a_claim(None).await;
+        use AttemptOutcome::*;
+        let hour = 3_600_000;
+        // Three episodes, each an hour and a half after the last: at the
+        // fourth claim only the newest is remembered.
+        let spread: Vec<_> = (0..3)
+            .map(|i| entry(Interrupted, i * 90 * 60_000, None))
+            .collect();
+        let now = 2 * 90 * 60_000 + 1_000;
+        let a = count(&claim, 7, &Carried::default(), &spread, EPISODES, now);
+        assert_eq!((a.interrupted, a.episodes), (3, 1));
+        assert_eq!(a.fate(&Settings::default()), Fate::Run);
+        // The same three within the hour poison.
+        let close: Vec<_> = (0..3)
+            .map(|i| entry(Interrupted, i * 20 * 60_000, None))
+            .collect();
+        let a = count(&claim, 7, &Carried::default(), &close, EPISODES, hour);
+        assert_eq!(a.episodes, 3);
+        assert!(matches!(a.fate(&Settings::default()), Fate::Poisoned(_)));
+        queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_a_job_put_back_carries_is_counted_with_its_own_history() {
+        let (queue, claim) = a_claim(Some("5")).await;
+        use AttemptOutcome::*;
+        // Two real attempts and one episode before it was put back.
+        let carried = Carried {
+            tried: 2,
+            interrupted: 4,
+            episodes: vec![10_000],
+        };
+        assert_eq!(Carried::parse(&carried.encode()), Some(carried.clone()));
+        assert_eq!(
+            Carried::parse("1:0:"),
+            Some(Carried {
+                tried: 1,
+                ..Default::default()
+            })
+        );
+        assert_eq!(Carried::parse("x"), None);
+        // Since: one interruption (a new episode) and one expired lease.
+        let history = [
+            entry(Interrupted, 100_000, None),
+            entry(LeaseExpired, 110_000, None),
+        ];
+        let a = count(&claim, 7, &carried, &history, EPISODES, 120_000);
+        assert_eq!((a.number, a.limit, a.interrupted, a.episodes), (4, 5, 5, 2));
+        // A failure of this attempt carries one more; a release does not.
+        assert_eq!(Carried::after(&a, true).tried, 4);
+        assert_eq!(Carried::after(&a, false).tried, 3);
+        assert_eq!(Carried::after(&a, false).episodes, vec![10_000, 100_000]);
+        queue.close().await.unwrap();
+    }
+
+    #[test]
+    fn gaffers_backoff_doubles_on_its_own_count_and_stops_at_the_cap() {
+        let config = taquba::QueueConfig::default()
+            .retry_backoff_base(Duration::from_secs(1))
+            .retry_backoff_max(Duration::from_secs(300));
+        let secs: Vec<u64> = [1, 2, 3, 9, 10, 40]
+            .iter()
+            .map(|n| backoff(&config, *n).as_secs())
+            .collect();
+        assert_eq!(secs, vec![1, 2, 4, 256, 300, 300]);
+        let zero = config.retry_backoff_base(Duration::ZERO);
+        assert_eq!(backoff(&zero, 5), Duration::ZERO);
     }
 }

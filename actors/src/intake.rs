@@ -84,7 +84,8 @@ impl IntakeOp {
 
 /// `gaffer/v1/requests/{request_id}`: what an applied operator request
 /// (not a submission: its job's records say that) came to, written with
-/// the intake's ack.
+/// the intake's ack and removed by the retention pass once
+/// `request_retention` has passed.
 pub fn request_result_key(request_id: &str) -> Vec<u8> {
     format!("gaffer/v1/requests/{request_id}").into_bytes()
 }
@@ -298,8 +299,14 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     let settled = match applied {
         Ok(None) => queue.ack(&claim).await,
         Ok(Some(result)) => {
+            // Kept for its sender to read, until `request_retention` passes.
             let fx = taquba::SettlementEffects::default()
-                .kv_put(request_result_key(&claim.id), result.into_bytes());
+                .kv_put(request_result_key(&claim.id), result.into_bytes())
+                .expiry_entry(
+                    services.request_expiry(),
+                    services.clock().now_ms(),
+                    claim.id.as_bytes(),
+                );
             queue.ack_with(&claim, fx).await.map(|_| ())
         }
         Err(e) => match refusal(&e) {

@@ -308,6 +308,7 @@ impl Services {
             job_type: job_type.to_string(),
             input_hash,
             submitted_at_ms: self.clock().now_ms(),
+            past: Vec::new(),
         })
     }
 

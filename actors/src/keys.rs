@@ -39,6 +39,9 @@ pub const RELEASED_PREFIX: &str = "gaffer-released: ";
 pub const JOBS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/jobs/";
 /// Prefix of the batch retention index (a taquba `ExpiryIndex`).
 pub const BATCHES_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/batches/";
+/// Prefix of the retention index of operator request records
+/// (`gaffer/v1/requests/{id}`; a taquba `ExpiryIndex`, suffix = request id).
+pub const REQUESTS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/requests/";
 /// Header carrying the batch id of a bulk item.
 pub const HEADER_BATCH: &str = "gaffer.batch";
 /// Header carrying the item key of a bulk item.
@@ -49,6 +52,14 @@ pub const HEADER_KEY: &str = "gaffer.key";
 /// for them. Without it, a first attempt knows no entry can exist and looks
 /// in no store (see the memo module).
 pub const HEADER_MEMO: &str = "gaffer.memo";
+/// Header on a queue job gaffer put back on its queue under the same id (a
+/// retry after a real failure, or a claim given back), carrying what it
+/// counted of the run so far: `{tried}:{interrupted}:{episode starts}` (real
+/// attempts spent, interruptions, and the start times, epoch ms, of the
+/// interruption episodes still remembered, comma separated). The queue
+/// forgets a job's attempt history when the job is acknowledged, so the
+/// count travels with the job (see `attempts`).
+pub const HEADER_PAST: &str = "gaffer.past";
 /// Header carrying the W3C `traceparent` of the span that submitted a job
 /// (feature `otel`): each attempt's `gaffer.job` span becomes its child, in
 /// this process or another, before or after a restart.

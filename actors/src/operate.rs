@@ -54,11 +54,14 @@ impl Services {
         // Its failed attempts' memo entries are in the store: the new first
         // attempt must look for them.
         headers.insert(keys::HEADER_MEMO.into(), String::new());
+        // A retried run starts its count afresh.
+        headers.remove(keys::HEADER_PAST);
         let run = records::encode(&records::RunRecord {
             job_id: job_id.clone(),
             job_type: record.job_type.clone(),
             input_hash: record.input_hash,
             submitted_at_ms: self.clock().now_ms(),
+            past: Vec::new(),
         })?;
         let effects = SettlementEffects::default()
             .kv_delete(outcome_key.clone())

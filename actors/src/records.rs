@@ -30,6 +30,14 @@ pub struct RunRecord {
     pub input_hash: [u8; 32],
     /// Submission time, queue clock, epoch ms.
     pub submitted_at_ms: u64,
+    /// The run's claims on its earlier queue jobs, oldest first: a job put
+    /// back on its queue (a retry, a claim given back) is a new queue job
+    /// under the same id, and the queue forgets the old one's history, so
+    /// the transaction that puts it back writes them here; its outcome
+    /// record's `history` starts with them. Empty until then (and in
+    /// records written before this field existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub past: Vec<PastAttempt>,
 }
 
 /// Where a success output lives.

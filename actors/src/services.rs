@@ -102,6 +102,7 @@ pub struct Services {
     events: WeakEventSender,
     expiry: ExpiryIndex,
     batch_expiry: ExpiryIndex,
+    request_expiry: ExpiryIndex,
     /// Partition queues named by submissions, for the pools that claim
     /// from them (a pool learns a new tenant's queue from its first job).
     partitions: tokio::sync::broadcast::Sender<String>,
@@ -137,6 +138,7 @@ impl Services {
             events: events.downgrade(),
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
             batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
+            request_expiry: ExpiryIndex::new(keys::REQUESTS_EXPIRY_PREFIX),
             duplicates: crate::jobs::DuplicateRate::default(),
             partitions: tokio::sync::broadcast::channel(1024).0,
         }
@@ -262,6 +264,11 @@ impl Services {
 
     pub(crate) fn batch_expiry(&self) -> &ExpiryIndex {
         &self.batch_expiry
+    }
+
+    /// The retention index of operator request records.
+    pub(crate) fn request_expiry(&self) -> &ExpiryIndex {
+        &self.request_expiry
     }
 
     pub(crate) fn duplicates(&self) -> &crate::jobs::DuplicateRate {

@@ -59,13 +59,19 @@ pub struct Settings {
     /// A job that was running when the process died is run again without
     /// spending an attempt. A job under which the process keeps dying is a
     /// poison pill: once it has been interrupted in this many separate
-    /// windows (see `interruption_window`), it fails permanently instead of
-    /// running again. Default 3.
+    /// episodes (see `interruption_window`) within `interruption_memory`, it
+    /// fails permanently instead of running again. Default 3.
     pub max_interruptions: u32,
     /// Interruptions of one job closer together than this count once toward
     /// `max_interruptions` (a crash loop, or many kills in a row, is one
     /// episode). Default 60 s.
     pub interruption_window: Duration,
+    /// An interruption episode is forgotten this long after it began, so a
+    /// long job that runs through unrelated crashes hours apart is never
+    /// taken for a poison pill, while a crash loop (its restarts at most
+    /// minutes apart, as Kubernetes' capped back-off and systemd's restarts
+    /// are) still reaches `max_interruptions` well within it. Default 1 h.
+    pub interruption_memory: Duration,
     /// When memo entries reach the object store. Default
     /// [`MemoWrites::OnFailure`].
     pub memo_writes: MemoWrites,
@@ -75,6 +81,13 @@ pub struct Settings {
     /// request each: 43 200 a day at 2 s) and lists the inbox at most once a
     /// minute without a touch. Default `true`.
     pub client_intake: bool,
+    /// How long the result of an operator request from another process
+    /// (`gaffer retry`, `cancel`, `pause` … through the store's inbox) is
+    /// kept for its sender to read (`gaffer/v1/requests/{id}`), from when
+    /// the engine applied it. Matches how long taquba keeps the inbox's own
+    /// record of the request and a refused request's dead letter. Default 7
+    /// days.
+    pub request_retention: Duration,
     /// How often the writer looks for client requests (the touch poll):
     /// a client's submission waits up to this long before the engine sees
     /// it. Default 2 s.
@@ -123,9 +136,11 @@ impl Default for Settings {
             restart_window: Duration::from_secs(10),
             max_interruptions: 3,
             interruption_window: Duration::from_secs(60),
+            interruption_memory: Duration::from_secs(3600),
             memo_writes: MemoWrites::OnFailure,
             client_intake: true,
             intake_poll: Duration::from_secs(2),
+            request_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -169,8 +184,20 @@ impl Settings {
                 self.queue_name, self.bulk_queue_name
             ));
         }
+        if self.request_retention < Duration::from_millis(1) {
+            return bad(format!(
+                "request_retention must be at least 1 ms (got {:?})",
+                self.request_retention
+            ));
+        }
         if self.intake_poll.is_zero() {
             return bad("intake_poll must be greater than zero".into());
+        }
+        if self.interruption_memory <= self.interruption_window {
+            return bad(format!(
+                "interruption_memory ({:?}) must be longer than interruption_window ({:?})",
+                self.interruption_memory, self.interruption_window
+            ));
         }
         if self.max_interruptions == 0 {
             return bad("max_interruptions must be at least 1".into());

@@ -6,26 +6,34 @@
 //! next job while this commit waits for the queue's flush; concurrent
 //! settlements share one flush.
 //!
-//! A settlement ends only the run it owns: before a terminal commit it checks
-//! that the run's record (a job's run record, an item's active record) names
-//! this queue job. A queue job carrying another run's id (enqueued by hand, or
-//! a stale duplicate) is dead-lettered as its own failure without touching
-//! that run's records. taquba's settlement transactions take no compare, so
-//! the check is a read before the commit; it is exact because nothing changes
-//! whether a run's record names a claimed job while the claim is held: the
-//! record is created with the job's enqueue (a new id), removed only by the
-//! job's own terminal settlement (this one: a lost claim fails its commit with
-//! `ClaimLost`), and a cancel of a claimed job only requests it.
+//! A settlement ends only the run it owns, and user code runs only for the
+//! run a claim owns: when a job is claimed, [`standing`] reads whether the
+//! run's record (a job's run record, an item's active record) names this
+//! queue job. A queue job carrying another run's id, an invalid one, or none
+//! (enqueued by hand, or a stale duplicate) is dead-lettered at once as its
+//! own failure, never run, without touching any run's records. taquba's
+//! settlement transactions take no compare, so the check is a read; it is
+//! exact from the claim to the settlement because nothing changes whether a
+//! run's record names a claimed job while the claim is held: the record is
+//! created with the job's enqueue (a new id), removed only by the job's own
+//! terminal settlement (a lost claim fails its commit with `ClaimLost`), and
+//! rewritten only by the job's own retry (same id); a cancel of a claimed
+//! job only requests it.
+//!
+//! A retry (a real failure with attempts left) and a claim given back put
+//! the job back on its queue under the same id ([`requeue`]): one
+//! transaction acknowledges the claim and enqueues it again, after gaffer's
+//! own backoff.
 
 use ractor::DerivedActorRef;
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::PutPayload;
 use taquba::object_store::path::Path;
-use taquba::{Claim, SettlementEffects};
+use taquba::{Claim, EnqueueOptions, EnqueueRequest, SettlementEffects};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use crate::attempts::Attempts;
+use crate::attempts::{Attempts, Carried};
 use crate::effects::StagedEffects;
 use crate::erased::Verdict;
 use crate::events::EngineEvent;
@@ -123,28 +131,123 @@ impl Target {
     }
 }
 
-/// The target and type name a claimed job carries in its headers (a job
-/// without gaffer's headers is a job under its own id with no type).
-/// An item carries no `gaffer.run` header (items enqueued before it was
-/// dropped do): its run id follows from its batch and key.
-pub(crate) fn identify(claim: &Claim) -> (Target, String) {
+/// The target and type name a claimed job carries in its headers, or why it
+/// carries none gaffer could run: a job carries its run id, an item its
+/// batch and key (its run id follows from them; items enqueued before the
+/// header was dropped carry `gaffer.run` too). A header that is not a valid
+/// id is an error, never replaced by the queue job's id.
+pub(crate) fn identify(claim: &Claim) -> std::result::Result<(Target, String), String> {
     let h = &claim.headers;
-    let run_id = h
-        .get(keys::HEADER_RUN)
-        .filter(|r| keys::is_valid_id(r))
-        .cloned();
+    let run_id = match h.get(keys::HEADER_RUN) {
+        Some(r) if keys::is_valid_id(r) => Some(r.clone()),
+        Some(r) => {
+            return Err(format!(
+                "queue job `{}` carries an invalid run id `{}`; not run",
+                claim.id,
+                r.escape_debug()
+            ));
+        }
+        None => None,
+    };
     let job_type = h.get(keys::HEADER_TYPE).cloned().unwrap_or_default();
     let target = match (h.get(keys::HEADER_BATCH), h.get(keys::HEADER_KEY)) {
-        (Some(batch_id), Some(key)) if keys::is_valid_id(batch_id) => Target::Item {
+        (Some(batch_id), Some(_)) if !keys::is_valid_id(batch_id) => {
+            return Err(format!(
+                "queue job `{}` carries an invalid batch id `{}`; not run",
+                claim.id,
+                batch_id.escape_debug()
+            ));
+        }
+        (Some(batch_id), Some(key)) => Target::Item {
             run_id: run_id.unwrap_or_else(|| keys::item_run_id(batch_id, key)),
             batch_id: batch_id.clone(),
             key: key.clone(),
         },
-        _ => Target::Job {
-            run_id: run_id.unwrap_or_else(|| claim.id.clone()),
+        _ => match run_id {
+            Some(run_id) => Target::Job { run_id },
+            None => {
+                return Err(
+                    crate::EngineError::NotSubmittedThroughGaffer(claim.id.clone()).to_string(),
+                );
+            }
         },
     };
-    (target, job_type)
+    Ok((target, job_type))
+}
+
+/// What a claimed job is to gaffer, read when it is claimed.
+#[derive(Debug)]
+pub(crate) enum Standing {
+    /// The live job of its run: run it.
+    Owner(Owner),
+    /// Not a job gaffer runs (no run id, an invalid one, or a run whose
+    /// record names another queue job or is gone): dead-lettered at once with
+    /// this reason, touching no run's records, the user's code never run.
+    Stray(String),
+    /// The read failed (the store): give the claim back, to be claimed again.
+    Unread(String),
+}
+
+/// The run a claimed job owns.
+#[derive(Debug)]
+pub(crate) struct Owner {
+    pub(crate) target: Target,
+    pub(crate) job_type: String,
+    /// A job's run record, as read at the claim (an item has none).
+    pub(crate) run: Option<Box<RunRecord>>,
+}
+
+/// Whether `claim` is the live job of the run it names: its run record (a
+/// job) or its active record (an item) holds the claim's id. One read.
+pub(crate) async fn standing(queue: &taquba::Queue, claim: &Claim) -> Standing {
+    let (target, job_type) = match identify(claim) {
+        Ok(found) => found,
+        Err(reason) => return Standing::Stray(reason),
+    };
+    let stray = |target: &Target| {
+        Standing::Stray(format!(
+            "queue job `{}` carries run id `{}` but is not that run's live job (enqueued by \
+             hand, or a stale duplicate); not run, and the run's records are untouched",
+            claim.id,
+            target.run_id()
+        ))
+    };
+    match &target {
+        Target::Job { run_id } => {
+            let key = keys::run_key(run_id);
+            match queue.view().kv_get(&key).await {
+                Ok(Some(raw)) => match records::decode::<RunRecord>(&key, &raw) {
+                    Ok(run) if run.job_id == claim.id => Standing::Owner(Owner {
+                        target,
+                        job_type,
+                        run: Some(Box::new(run)),
+                    }),
+                    Ok(_) => stray(&target),
+                    Err(e) => Standing::Stray(format!(
+                        "queue job `{}`: its run's record does not decode ({e}); not run",
+                        claim.id
+                    )),
+                },
+                Ok(None) => stray(&target),
+                Err(e) => Standing::Unread(e.to_string()),
+            }
+        }
+        Target::Item { batch_id, key, .. } => {
+            match queue
+                .view()
+                .kv_get(&keys::item_active_key(batch_id, key))
+                .await
+            {
+                Ok(Some(job)) if job.as_ref() == claim.id.as_bytes() => Standing::Owner(Owner {
+                    target,
+                    job_type,
+                    run: None,
+                }),
+                Ok(_) => stray(&target),
+                Err(e) => Standing::Unread(e.to_string()),
+            }
+        }
+    }
 }
 
 /// The `gaffer.job` span of one attempt: an info span (spans print
@@ -210,14 +313,6 @@ impl std::fmt::Display for ItemRunId<'_> {
     }
 }
 
-/// Whether a claimed job came through gaffer: a job carries its run id, an
-/// item its batch and key.
-pub(crate) fn submitted_through_gaffer(claim: &Claim) -> bool {
-    let h = &claim.headers;
-    h.contains_key(keys::HEADER_RUN)
-        || (h.contains_key(keys::HEADER_BATCH) && h.contains_key(keys::HEADER_KEY))
-}
-
 /// How a delivery ends.
 #[derive(Debug)]
 pub(crate) enum Ending {
@@ -226,6 +321,9 @@ pub(crate) enum Ending {
     /// Give the claim back without spending an attempt (shutdown grace over,
     /// paused type): the job runs again later.
     Release(String),
+    /// A job gaffer does not run ([`Standing::Stray`]): dead-letter it with
+    /// this reason, touching no run's records.
+    Refuse(String),
 }
 
 /// How the run ended, before it is written as a record or marker.
@@ -233,16 +331,6 @@ enum End {
     Succeeded(OutputRef),
     Failed { kind: FailureKind, message: String },
     Cancelled,
-}
-
-impl End {
-    fn reason(&self) -> &str {
-        match self {
-            Self::Succeeded(_) => "succeeded",
-            Self::Failed { message, .. } => message,
-            Self::Cancelled => "cancelled",
-        }
-    }
 }
 
 enum Told {
@@ -340,57 +428,203 @@ fn blob_path(services: &Services, target: &Target, claim: &Claim) -> String {
     }
 }
 
-/// Whether the run `target` names this queue job: its run record (a job) or
-/// its active record (an item) holds `claim`'s id.
-async fn owns(queue: &taquba::Queue, target: &Target, claim: &Claim) -> crate::Result<bool> {
-    Ok(match target {
-        Target::Job { run_id } => {
-            let key = keys::run_key(run_id);
-            match queue.view().kv_get(&key).await? {
-                Some(raw) => records::decode::<RunRecord>(&key, &raw)?.job_id == claim.id,
-                None => false,
-            }
-        }
-        Target::Item { batch_id, key, .. } => queue
-            .view()
-            .kv_get(&keys::item_active_key(batch_id, key))
-            .await?
-            .is_some_and(|job| job.as_ref() == claim.id.as_bytes()),
-    })
+/// A claimed job on its way to its settlement: its claim, gaffer's count of
+/// its attempts, the run's earlier claims (for its outcome record), and what
+/// it is to gaffer (read at the claim).
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) claim: Claim,
+    pub(crate) attempts: Attempts,
+    pub(crate) history: Vec<PastAttempt>,
+    pub(crate) standing: Standing,
 }
 
-/// Settle `claim`. Returns whether this settlement ended the run (and, if so,
-/// told the waiters or the batch's coordinator).
+/// The earlier claims of a run: those its run record keeps (its earlier
+/// queue jobs'), then this queue job's own, numbered on from them.
+pub(crate) fn run_history(run: Option<&RunRecord>, own: Vec<PastAttempt>) -> Vec<PastAttempt> {
+    let Some(run) = run.filter(|r| !r.past.is_empty()) else {
+        return own;
+    };
+    let offset = run.past.last().map_or(0, |a| a.claim);
+    let mut all = run.past.clone();
+    all.extend(own.into_iter().map(|mut a| {
+        a.claim = a.claim.saturating_add(offset);
+        a
+    }));
+    all
+}
+
+/// Past claims a run record keeps at most (the newest), and the longest
+/// error kept with each: a run that keeps failing cannot grow its record
+/// past the KV cap.
+const PAST_KEPT: usize = 64;
+const PAST_ERROR_MAX: usize = 2048;
+
+/// Put a claimed job back on its queue as the same queue job (same id, so
+/// its run's record still names it), in the one transaction that
+/// acknowledges its claim: after gaffer's backoff on its own count when the
+/// attempt failed (`spent`), at once when it was given back. What gaffer
+/// counted travels in the job's `gaffer.past` header; a job's earlier claims
+/// (this one included: `how`, `error`) in its run record, rewritten in the
+/// same transaction.
+async fn requeue(
+    services: &Services,
+    queue: &taquba::Queue,
+    claimed: &Claimed,
+    owner: &Owner,
+    spent: bool,
+    (how, error): (&str, &str),
+) -> crate::Result<()> {
+    let Claimed {
+        claim,
+        attempts,
+        history,
+        ..
+    } = claimed;
+    let now = services.clock().now_ms();
+    let mut headers = claim.headers.clone();
+    headers.insert(
+        keys::HEADER_PAST.into(),
+        Carried::after(attempts, spent).encode(),
+    );
+    let delay = if spent {
+        crate::attempts::backoff(queue.queue_config(&claim.queue), attempts.number)
+    } else {
+        std::time::Duration::ZERO
+    };
+    let run_at = (!delay.is_zero())
+        .then(|| std::time::UNIX_EPOCH + std::time::Duration::from_millis(now) + delay);
+    let mut fx = SettlementEffects::default().enqueue(EnqueueRequest {
+        queue: claim.queue.to_string(),
+        payload: claim.payload.clone(),
+        options: EnqueueOptions::default()
+            .id_override(claim.id.clone())
+            .headers(headers)
+            .priority(claim.priority)
+            .max_attempts(claim.max_attempts)
+            .run_at(run_at),
+    });
+    if let (Target::Job { run_id }, Some(run)) = (&owner.target, &owner.run) {
+        let mut error = error.to_string();
+        if error.len() > PAST_ERROR_MAX {
+            let mut cut = PAST_ERROR_MAX;
+            while !error.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            error.truncate(cut);
+            error.push('…');
+        }
+        let mut past = history.clone();
+        past.push(PastAttempt {
+            claim: past.last().map_or(0, |a| a.claim).saturating_add(1),
+            claimed_at_ms: claim.claimed_at,
+            ended_at_ms: now,
+            how: how.to_string(),
+            error: (!error.is_empty()).then_some(error),
+        });
+        let skip = past.len().saturating_sub(PAST_KEPT);
+        let run = RunRecord {
+            past: past.split_off(skip),
+            ..(**run).clone()
+        };
+        fx = fx.kv_put(keys::run_key(run_id), records::encode(&run)?);
+    }
+    queue.ack_with(claim, fx).await?;
+    Ok(())
+}
+
+/// Give a claimed job back without spending an attempt (`why`: logged and
+/// kept in its history): the same queue job again at once for the run it
+/// owns; any other claim as the queue gives claims back.
+pub(crate) async fn give_back(
+    services: &Services,
+    claimed: Claimed,
+    why: &str,
+) -> crate::Result<()> {
+    let queue = services.queue()?;
+    let reason = format!("{}{why}", keys::RELEASED_PREFIX);
+    match &claimed.standing {
+        Standing::Owner(owner) => {
+            requeue(
+                services,
+                &queue,
+                &claimed,
+                owner,
+                false,
+                ("released", &reason),
+            )
+            .await
+        }
+        _ => Ok(queue.nack(&claimed.claim, &reason).await?),
+    }
+}
+
+/// Settle a claimed job. Returns whether this settlement ended the run (and,
+/// if so, told the waiters or the batch's coordinator).
 pub(crate) async fn settle(
     services: &Services,
     notify: &Notify,
     metrics: &TypeMetrics,
-    (claim, attempts, history): (Claim, Attempts, Vec<PastAttempt>),
+    claimed: Claimed,
     ending: Ending,
     effects: StagedEffects,
     cost: Cost,
 ) -> bool {
     let started = std::time::Instant::now();
-    let (target, job_type) = identify(&claim);
-    let run_id = target.run_id().to_string();
     let Ok(queue) = services.queue() else {
-        warn!(%run_id, "engine shut down before settlement; the job is redelivered on the next open");
+        warn!(job_id = %claimed.claim.id, "engine shut down before settlement; the job is redelivered on the next open");
         return false;
     };
-    let is_job = matches!(target, Target::Job { .. });
     let verdict = match ending {
+        Ending::Verdict(v) => v,
         Ending::Release(reason) => {
-            let reason = format!("{}{reason}", keys::RELEASED_PREFIX);
-            if let Err(e) = queue.nack(&claim, &reason).await {
-                warn!(%run_id, error = %e, "releasing the job failed; it runs again once its lease expires");
-            } else {
-                metrics.attempt_ended(&job_type, !is_job, AttemptResult::Released);
-                metrics.settlement(&job_type, started.elapsed().as_secs_f64());
+            let (job_type, item) = match &claimed.standing {
+                Standing::Owner(o) => (o.job_type.clone(), !matches!(o.target, Target::Job { .. })),
+                _ => (String::new(), false),
+            };
+            let job_id = claimed.claim.id.clone();
+            match give_back(services, claimed, &reason).await {
+                Ok(()) => {
+                    metrics.attempt_ended(&job_type, item, AttemptResult::Released);
+                    metrics.settlement(&job_type, started.elapsed().as_secs_f64());
+                }
+                Err(e) => {
+                    warn!(%job_id, error = %e, "releasing the job failed; it runs again once its lease expires");
+                }
             }
             return false;
         }
-        Ending::Verdict(v) => v,
+        Ending::Refuse(reason) => {
+            refuse(&queue, &claimed.claim, &reason).await;
+            return false;
+        }
     };
+    let owner = match &claimed.standing {
+        Standing::Owner(owner) => owner,
+        Standing::Stray(reason) => {
+            refuse(&queue, &claimed.claim, reason).await;
+            return false;
+        }
+        Standing::Unread(error) => {
+            // Not known to be its run's job: given back, and read again at
+            // its next claim.
+            let why = format!("reading its run's record failed: {error}");
+            if let Err(e) = give_back(services, claimed, &why).await {
+                warn!(error = %e, "giving the job back failed; it runs again once its lease expires");
+            }
+            return false;
+        }
+    };
+    let Claimed {
+        claim,
+        attempts,
+        history,
+        ..
+    } = &claimed;
+    let target = &owner.target;
+    let job_type = owner.job_type.clone();
+    let run_id = target.run_id().to_string();
+    let is_job = matches!(target, Target::Job { .. });
     let end = match verdict {
         _ if claim.cancel_token().is_cancelled() => End::Cancelled,
         Verdict::Succeeded(output) => End::Succeeded(OutputRef::Inline(output)),
@@ -400,7 +634,7 @@ pub(crate) async fn settle(
             End::Failed { kind, message }
         }
         Verdict::Failed { kind, message } => {
-            // A retry. It is announced before the nack: once the nack commits,
+            // A retry. It is announced before the commit: once it commits,
             // the next attempt may run (and end) before this task resumes, and
             // a job's events must arrive in attempt order.
             if is_job {
@@ -418,46 +652,39 @@ pub(crate) async fn settle(
             } else {
                 message
             };
-            if let Err(e) = queue.nack(&claim, &message).await {
-                warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
-            } else {
-                metrics.attempt_ended(&job_type, !is_job, AttemptResult::Retried);
-                metrics.settlement(&job_type, started.elapsed().as_secs_f64());
+            match requeue(
+                services,
+                &queue,
+                &claimed,
+                owner,
+                true,
+                ("failed", &message),
+            )
+            .await
+            {
+                Ok(()) => {
+                    metrics.attempt_ended(&job_type, !is_job, AttemptResult::Retried);
+                    metrics.settlement(&job_type, started.elapsed().as_secs_f64());
+                    // A cancel that came while the retry committed asked the
+                    // queue job this settlement ended: ask its successor.
+                    if is_job
+                        && claim.cancel_token().is_cancelled()
+                        && let Err(e) = services.cancel(&run_id).await
+                    {
+                        warn!(%run_id, error = %e, "cancelling the retried job failed");
+                    }
+                }
+                Err(e) => {
+                    warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
+                }
             }
             return false;
         }
     };
 
-    // A terminal transition: only for the run this job owns.
-    match owns(&queue, &target, &claim).await {
-        Ok(true) => {}
-        Ok(false) => {
-            let reason = if submitted_through_gaffer(&claim) {
-                format!(
-                    "queue job `{}` carries run id `{run_id}` but is not that run's live job \
-                     (enqueued by hand, or a stale duplicate); ended without touching the run's \
-                     records ({})",
-                    claim.id,
-                    end.reason()
-                )
-            } else {
-                crate::EngineError::NotSubmittedThroughGaffer(claim.id.clone()).to_string()
-            };
-            warn!(%run_id, job_id = %claim.id, "{reason}");
-            if let Err(e) = queue.dead_letter(&claim, &reason).await {
-                warn!(%run_id, error = %e, "dead-lettering a stray job failed");
-            }
-            return false;
-        }
-        Err(e) => {
-            warn!(%run_id, error = %e, "reading the run's record failed; the job stays claimed until its lease expires, then retries");
-            return false;
-        }
-    }
-
     let end = match end {
         End::Succeeded(OutputRef::Inline(output)) if output.len() > INLINE_OUTPUT_MAX => {
-            let path = blob_path(services, &target, &claim);
+            let path = blob_path(services, target, claim);
             if let Err(e) = services
                 .store()
                 .put(&Path::from(path.as_str()), PutPayload::from(output))
@@ -476,14 +703,14 @@ pub(crate) async fn settle(
     // outcome record.
     let StagedEffects { kv, followups } = effects;
     let delivery = Delivery {
-        claim: &claim,
-        attempts: &attempts,
-        history,
+        claim,
+        attempts,
+        history: history.clone(),
         followups: followups.iter().map(|(id, _)| id.clone()).collect(),
     };
     let succeeded = matches!(end, End::Succeeded(_));
     let parts =
-        terminal(services, &target, &job_type, delivery, end, &cost).and_then(|(fx, told)| {
+        terminal(services, target, &job_type, delivery, end, &cost).and_then(|(fx, told)| {
             let fx = if succeeded {
                 with_user(services, fx, kv, &followups)?
             } else {
@@ -505,17 +732,17 @@ pub(crate) async fn settle(
     }
     let result = match &told {
         Told::Job(record) => match &record.outcome {
-            Outcome::Succeeded(_) => queue.ack_with(&claim, fx).await,
-            Outcome::Failed { message, .. } => queue.dead_letter_with(&claim, message, fx).await,
-            Outcome::Cancelled => queue.dead_letter_with(&claim, "cancelled", fx).await,
+            Outcome::Succeeded(_) => queue.ack_with(claim, fx).await,
+            Outcome::Failed { message, .. } => queue.dead_letter_with(claim, message, fx).await,
+            Outcome::Cancelled => queue.dead_letter_with(claim, "cancelled", fx).await,
         },
         Told::Item(marker) => match marker.status {
-            ItemStatus::Succeeded => queue.ack_with(&claim, fx).await,
+            ItemStatus::Succeeded => queue.ack_with(claim, fx).await,
             ItemStatus::Failed => {
                 let message = marker.error.as_deref().unwrap_or("failed");
-                queue.dead_letter_with(&claim, message, fx).await
+                queue.dead_letter_with(claim, message, fx).await
             }
-            ItemStatus::Cancelled => queue.dead_letter_with(&claim, "cancelled", fx).await,
+            ItemStatus::Cancelled => queue.dead_letter_with(claim, "cancelled", fx).await,
         },
     };
     if let Err(e) = result {
@@ -577,8 +804,8 @@ pub(crate) async fn settle(
         }
         (Told::Item(marker), Target::Item { batch_id, key, .. }) => {
             notify.item(ItemEnd {
-                batch_id,
-                key,
+                batch_id: batch_id.clone(),
+                key: key.clone(),
                 job_id: claim.id.clone(),
                 marker,
             });
@@ -586,6 +813,15 @@ pub(crate) async fn settle(
         _ => {}
     }
     true
+}
+
+/// Dead-letter a job gaffer does not run, with `reason`, touching no run's
+/// records.
+async fn refuse(queue: &taquba::Queue, claim: &Claim, reason: &str) {
+    warn!(job_id = %claim.id, "{reason}");
+    if let Err(e) = queue.dead_letter(claim, reason).await {
+        warn!(job_id = %claim.id, error = %e, "dead-lettering a stray job failed; it is refused again at its next claim");
+    }
 }
 
 /// The terminal effects plus what the attempt staged (success only): its KV

@@ -1,8 +1,12 @@
-//! Sweeper: the periodic actor. Each tick (the poll interval, re-armed after
-//! the pass so ticks never pile up) it runs a retention pass, in a task (the
-//! actor never awaits inside `handle`): under retention it removes expired
-//! outcome records (and the run's memo entries and output blobs) through
-//! taquba's `ExpiryIndex`, and forgets batches whose retention ended.
+//! Sweeper: the retention actor. Each tick (the poll interval, re-armed after
+//! the pass so ticks never pile up) it runs a retention pass, in a task that
+//! reports its end even if it panics (the actor never awaits inside
+//! `handle`): under retention it removes expired outcome records (and the
+//! run's memo entries and output blobs) through taquba's `ExpiryIndex`,
+//! forgets batches whose retention ended, and removes operator request
+//! records past `request_retention`. A pass in flight when the sweeper stops
+//! is aborted (the shutdown closes the queue, which the pass holds); the
+//! entries it did not reach are read again by the next pass.
 //!
 //! There is no reconciliation of queue dead-letters: taquba never ends a
 //! gaffer job on its own (its attempt limit is out of reach, see
@@ -32,7 +36,21 @@ pub enum SweeperMessage {
     /// request, even if a pass is in flight).
     SweepNow(RpcReplyPort<SweepReport>),
     /// A pass finished.
-    PassDone(std::result::Result<SweepReport, String>),
+    PassDone(std::result::Result<SweepReport, PassFailed>),
+}
+
+/// Why a pass ended without its report.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PassFailed {
+    /// The engine is shutting down (its queue is gone).
+    #[error("the engine shut down")]
+    ShutDown,
+    /// A read or a write of the pass failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The pass panicked, or was aborted.
+    #[error("{0}")]
+    Ended(String),
 }
 
 /// The typed handle of the sweeper, for its supervisor.
@@ -76,8 +94,8 @@ pub struct Sweeper;
 pub struct SweeperState {
     services: Arc<Services>,
     registry: RegistryRef,
-    /// A pass is in flight.
-    in_flight: bool,
+    /// The pass in flight: aborted if the sweeper stops.
+    in_flight: Option<tokio::task::AbortHandle>,
     /// A timer tick is owed: the timer is re-armed when the pass in flight
     /// ends (ticks never pile up, and never get lost).
     tick_owed: bool,
@@ -89,23 +107,29 @@ pub struct SweeperState {
 
 impl SweeperState {
     fn start(&mut self, myself: &ActorRef<SweeperMessage>, timer: bool) {
-        self.in_flight = true;
         self.tick_owed |= timer;
         self.current = std::mem::take(&mut self.next);
         let services = self.services.clone();
         let registry = self.registry.clone();
         let myself = myself.clone();
-        tokio::spawn(async move {
-            let done = pass(&services, registry).await.map_err(|e| e.to_string());
+        let work = async move {
+            pass(&services, registry).await.map_err(|e| match e {
+                crate::EngineError::ShutDown => PassFailed::ShutDown,
+                e => PassFailed::Failed(e.to_string()),
+            })
+        };
+        self.in_flight = Some(crate::task::spawn_reported(work, move |ended| {
+            let done = ended.unwrap_or_else(|e| Err(PassFailed::Ended(e.to_string())));
             let _ = myself.cast(SweeperMessage::PassDone(done));
-        });
+        }));
     }
 }
 
 async fn pass(services: &Arc<Services>, registry: RegistryRef) -> Result<SweepReport> {
     let queue = services.queue()?;
-    let expired =
-        expire(services, &queue).await? + expire_batches(services, &queue, registry).await?;
+    let expired = expire(services, &queue).await?
+        + expire_batches(services, &queue, registry).await?
+        + expire_requests(services, &queue).await?;
     if expired > 0 {
         services.emit(EngineEvent::Swept { removed: expired });
     }
@@ -133,6 +157,26 @@ async fn expire_batches(
                 async move { expire_batch(&services, &registry, now, at_ms, suffix).await }
             },
         )
+        .await?;
+    Ok(removed)
+}
+
+/// Remove the operator request records (`gaffer/v1/requests/{id}`) older
+/// than `request_retention`: each entry names its request.
+async fn expire_requests(services: &Arc<Services>, queue: &Queue) -> Result<usize> {
+    let retention = services.settings().request_retention;
+    let now = services.clock().now_ms();
+    let index = services.request_expiry().clone();
+    let removed = index
+        .pass(queue, now, retention, |_at_ms, suffix| async move {
+            let effects = match String::from_utf8(suffix) {
+                Ok(id) => {
+                    SettlementEffects::default().kv_delete(crate::intake::request_result_key(&id))
+                }
+                Err(_) => SettlementEffects::default(),
+            };
+            Expired::Delete(effects)
+        })
         .await?;
     Ok(removed)
 }
@@ -263,7 +307,7 @@ impl Actor for Sweeper {
         Ok(SweeperState {
             services: args.services,
             registry: args.registry,
-            in_flight: false,
+            in_flight: None,
             tick_owed: false,
             current: Vec::new(),
             next: Vec::new(),
@@ -278,7 +322,7 @@ impl Actor for Sweeper {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SweeperMessage::Sweep => {
-                if state.in_flight {
+                if state.in_flight.is_some() {
                     // The pass in flight serves this tick; the timer is
                     // re-armed when it ends.
                     state.tick_owed = true;
@@ -288,24 +332,23 @@ impl Actor for Sweeper {
             }
             SweeperMessage::SweepNow(reply) => {
                 state.next.push(reply);
-                if !state.in_flight {
+                if state.in_flight.is_none() {
                     state.start(&myself, false);
                 }
             }
             SweeperMessage::PassDone(done) => {
                 let report = match done {
                     Ok(report) => report,
+                    Err(PassFailed::ShutDown) => SweepReport::default(),
                     Err(e) => {
-                        if !e.contains("shut down") {
-                            warn!(error = %e, "sweep pass failed; retrying next tick");
-                        }
+                        warn!(error = %e, "sweep pass failed; retrying next tick");
                         SweepReport::default()
                     }
                 };
                 for reply in state.current.drain(..) {
                     let _ = reply.send(report);
                 }
-                state.in_flight = false;
+                state.in_flight = None;
                 if std::mem::take(&mut state.tick_owed) {
                     let every = state.services.settings().poll_interval;
                     myself.send_after(every, || SweeperMessage::Sweep);
@@ -314,6 +357,20 @@ impl Actor for Sweeper {
                     state.start(&myself, false);
                 }
             }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A pass in flight holds the queue: the shutdown waits for its last
+        // user before closing it. The pass is aborted (each of its
+        // transactions is whole; what it did not reach, the next pass does).
+        if let Some(pass) = state.in_flight.take() {
+            pass.abort();
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use tracing::warn;
 use super::{PoolMessage, PoolState};
 use crate::attempts::{self, Attempts};
 use crate::keys;
+use crate::settle::{Claimed, Standing};
 
 /// Prefix of the exit reason of a pool whose store closed under it.
 pub(crate) const STORE_CLOSED: &str = "store closed";
@@ -31,11 +32,11 @@ pub(crate) fn store_closed(e: &taquba::Error) -> Option<String> {
 
 /// Give claims back to the queue without counting an attempt (the pool that
 /// claimed them is gone or stopping).
-async fn release_all(queue: &taquba::Queue, held: Vec<Held>, why: &str) {
-    let reason = format!("{}{why}", keys::RELEASED_PREFIX);
+async fn release_all(services: &crate::services::Services, held: Vec<Held>, why: &str) {
     for h in held {
-        if let Err(e) = queue.nack(&h.claim, &reason).await {
-            warn!(job_id = %h.claim.id, error = %e, "giving a claim back failed; it runs again once its lease expires");
+        let id = h.claim.id.clone();
+        if let Err(e) = crate::settle::give_back(services, h.into_claimed(), why).await {
+            warn!(job_id = %id, error = %e, "giving a claim back failed; it runs again once its lease expires");
         }
     }
 }
@@ -100,16 +101,32 @@ async fn claim_planned(
     Ok(claims)
 }
 
-/// A claimed job and its attempts, as gaffer counts them.
+/// A claimed job, its attempts as gaffer counts them, and whether it is the
+/// live job of the run it names (read with the claim, before any user code).
 #[derive(Debug)]
 pub struct Held {
     pub(super) claim: Claim,
     pub(super) attempts: Attempts,
-    /// Its earlier claims (empty on a first claim), for its outcome record.
+    /// Its run's earlier claims (empty on a first claim), for its outcome
+    /// record.
     pub(super) history: Vec<crate::records::PastAttempt>,
+    /// What it is to gaffer: the run it owns, or why it is not run.
+    pub(super) standing: Standing,
     /// The attempt's `gaffer.job` span: the user's code and the settlement
     /// run inside it.
     pub(super) span: tracing::Span,
+}
+
+impl Held {
+    /// The parts its settlement takes (the span goes to the task).
+    pub(super) fn into_claimed(self) -> Claimed {
+        Claimed {
+            claim: self.claim,
+            attempts: self.attempts,
+            history: self.history,
+            standing: self.standing,
+        }
+    }
 }
 
 impl PoolState {
@@ -159,7 +176,17 @@ impl PoolState {
                         let queue = &queue;
                         let metrics = &metrics;
                         async move {
-                            let (attempts, history) = attempts::of(queue, &claim, settings).await;
+                            // Its attempts and its standing, read side by
+                            // side: the one read a settlement used to make.
+                            let ((attempts, own), standing) = futures_util::join!(
+                                attempts::of(queue, &claim, settings),
+                                crate::settle::standing(queue, &claim)
+                            );
+                            let run = match &standing {
+                                Standing::Owner(owner) => owner.run.as_deref(),
+                                _ => None,
+                            };
+                            let history = crate::settle::run_history(run, own);
                             let span = crate::settle::attempt_span(&claim, &attempts);
                             if let Some(at) = claim.claimed_at {
                                 // Runnable since its enqueue, or its run_at
@@ -172,6 +199,7 @@ impl PoolState {
                                 claim,
                                 attempts,
                                 history,
+                                standing,
                                 span,
                             }
                         }
@@ -184,7 +212,7 @@ impl PoolState {
             // jobs back at once rather than let their leases run out.
             let result = match result {
                 Ok(held) if stop.is_cancelled() => {
-                    release_all(&queue, held, "the pool stopped claiming").await;
+                    release_all(&services, held, "the pool stopped claiming").await;
                     Ok(Vec::new())
                 }
                 other => other,
@@ -192,7 +220,7 @@ impl PoolState {
             if let Err(ractor::MessagingErr::SendErr(PoolMessage::Claimed(Ok(held)))) =
                 myself.cast(PoolMessage::Claimed(result))
             {
-                release_all(&queue, held, "the pool stopped").await;
+                release_all(&services, held, "the pool stopped").await;
             }
         });
     }

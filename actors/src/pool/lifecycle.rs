@@ -114,6 +114,19 @@ impl PoolState {
         }
     }
 
+    /// An attempt ended without a panic: a streak of panics is over, and
+    /// workers still waiting out its backoff start now.
+    pub(super) fn ended_normally(&mut self, myself: &ActorRef<PoolMessage>) {
+        if !self.restarts.ended_normally() {
+            return;
+        }
+        for (slot, s) in &self.slots {
+            if s.worker.is_none() {
+                let _ = myself.cast(PoolMessage::RestartWorker(*slot));
+            }
+        }
+    }
+
     pub(super) fn crashed(
         &mut self,
         myself: &ActorRef<PoolMessage>,
@@ -153,7 +166,7 @@ impl PoolState {
                 memo,
             );
         }
-        let delay = match self.restarts.crashed(Instant::now()) {
+        let delay = match self.restarts.crashed(Instant::now(), self.args.concurrency) {
             AfterCrash::Restart(delay) => Some(delay),
             AfterCrash::Pause { recent } => {
                 if !self.paused {
@@ -173,7 +186,11 @@ impl PoolState {
             && !self.paused
             && !self.draining
         {
-            myself.send_after(delay, move || PoolMessage::RestartWorker(slot));
+            if delay.is_zero() {
+                let _ = myself.cast(PoolMessage::RestartWorker(slot));
+            } else {
+                myself.send_after(delay, move || PoolMessage::RestartWorker(slot));
+            }
         }
         self.check_drained();
     }

@@ -17,7 +17,7 @@ use crate::keys;
 use crate::memo::{Memo, UnwrittenEntries};
 use crate::parking::Parking;
 use crate::records::Cost;
-use crate::settle::{Ending, Target, identify, settle, submitted_through_gaffer};
+use crate::settle::{Ending, Owner, Standing, Target, settle};
 use crate::worker::{HandlerWorker, WorkerMessage};
 
 impl PoolState {
@@ -80,22 +80,30 @@ impl PoolState {
     }
 
     pub(super) fn dispatch(&mut self, myself: &ActorRef<PoolMessage>, held: Held) {
-        // A job put on the queue directly (not through gaffer's submit: no
-        // run id, no run record) is not run: its user code would run with no
-        // outcome to record. It is dead-lettered saying so.
-        if !submitted_through_gaffer(&held.claim) {
-            let message =
-                crate::EngineError::NotSubmittedThroughGaffer(held.claim.id.clone()).to_string();
-            warn!(job_type = %self.args.job_type, job_id = %held.claim.id, "{message}");
-            self.start_settlement(
-                myself,
-                held,
-                Ending::Verdict(Verdict::permanent(message)),
-                StagedEffects::default(),
-                Cost::default(),
-                None,
-            );
-            return;
+        // A job gaffer does not run (put on the queue by hand: no run id, an
+        // invalid one, or one whose run does not name it) is dead-lettered
+        // at once saying so, the user's code never run, no run's records
+        // touched. One whose standing could not be read is given back.
+        match &held.standing {
+            Standing::Owner(_) => {}
+            Standing::Stray(reason) => {
+                let reason = reason.clone();
+                self.start_settlement(
+                    myself,
+                    held,
+                    Ending::Refuse(reason),
+                    StagedEffects::default(),
+                    Cost::default(),
+                    None,
+                );
+                return;
+            }
+            Standing::Unread(error) => {
+                warn!(job_type = %self.args.job_type, job_id = %held.claim.id, %error, "reading the claimed job's run record failed; giving it back");
+                let why = format!("reading its run's record failed: {error}");
+                self.release(myself, held, why, None);
+                return;
+            }
         }
         match held.attempts.fate(self.settings()) {
             Fate::Run => {}
@@ -135,7 +143,11 @@ impl PoolState {
             self.backlog.push_back(held);
             return;
         };
-        let delivery = self.delivery(myself, slot, &held);
+        let Standing::Owner(owner) = &held.standing else {
+            // Only a job that owns its run gets here (above).
+            return;
+        };
+        let delivery = self.delivery(myself, slot, &held, owner);
         if let Some(s) = self.slots.get_mut(&slot) {
             s.memo = Some(delivery.memo.clone());
             s.waits = Some(delivery.parking.state.clone());
@@ -151,16 +163,20 @@ impl PoolState {
         myself: &ActorRef<PoolMessage>,
         slot: SlotId,
         held: &Held,
+        owner: &Owner,
     ) -> Delivery {
         let claim = &held.claim;
-        let (target, job_type) = identify(claim);
+        let (target, job_type) = (owner.target.clone(), owner.job_type.clone());
         let services = &self.args.services;
         let blob = &services.settings().blob_prefix;
         let writes = services.settings().memo_writes;
         // A run's memo entries reach the store only when a delivery of it
-        // did not succeed: on its first claim there are none, unless a later
-        // run of its batch enqueued it again.
-        let earlier = claim.attempts > 1 || claim.headers.contains_key(keys::HEADER_MEMO);
+        // did not succeed: on its first claim there are none, unless it was
+        // put back on its queue (a retry, a release) or a later run of its
+        // batch enqueued it again.
+        let earlier = claim.attempts > 1
+            || claim.headers.contains_key(keys::HEADER_MEMO)
+            || claim.headers.contains_key(keys::HEADER_PAST);
         let (run_id, memo, item) = match target {
             Target::Job { run_id } => (
                 run_id.clone(),
@@ -252,6 +268,7 @@ impl PoolState {
             verdict => Ending::Verdict(verdict),
         };
         self.start_settlement(myself, held, ending, effects, cost, memo);
+        self.ended_normally(myself);
         if alive {
             if self.excess() > 0 {
                 self.retire(slot);
@@ -284,6 +301,7 @@ impl PoolState {
             claim,
             attempts,
             history,
+            standing,
             span,
         } = held;
         let settlement = async move {
@@ -300,11 +318,13 @@ impl PoolState {
                     warn!(job_id = %claim.id, entries, error = %e, "writing the failed attempt's memo entries failed; the next attempt computes them again");
                 }
             }
-            let delivery = (claim, attempts, history);
-            settle(
-                &services, &notify, &metrics, delivery, ending, effects, cost,
-            )
-            .await;
+            let claimed = crate::settle::Claimed {
+                claim,
+                attempts,
+                history,
+                standing,
+            };
+            settle(&services, &notify, &metrics, claimed, ending, effects, cost).await;
             let _ = myself.cast(PoolMessage::Settled);
         };
         tokio::spawn(tracing::Instrument::instrument(settlement, span));
