@@ -180,6 +180,10 @@ impl ClientBuilder {
             .map_err(EngineError::from)?;
         match inspect::layout(reader.view()).await {
             Ok(inspect::Layout::Current) => {}
+            Ok(inspect::Layout::Other(found)) => {
+                let _ = reader.close().await;
+                return Err(EngineError::foreign_layout(found).into());
+            }
             Ok(other) => {
                 let _ = reader.close().await;
                 return Err(EngineError::InvalidConfig(format!(

@@ -16,17 +16,36 @@ pub enum EngineError {
     #[error("object store error: {0}")]
     Store(#[source] Arc<taquba::object_store::Error>),
 
-    /// The store was written with another durable layout version; gaffer refuses
-    /// to read it rather than misread it.
+    /// The store holds a durable layout this build does not read and that is
+    /// not newer than its own (a layout from before the first release, such
+    /// as `gaffer-layout-1`, or a marker of another form); gaffer refuses to
+    /// read it rather than misread it.
     #[error(
-        "the store holds gaffer layout `{found}` but this build reads `{expected}`; \
-         open it with the gaffer version that wrote it, or point this engine at a new store path"
+        "the store holds gaffer layout `{found}` but this build reads `{expected}` and has no \
+         upgrade from it (layouts before `gaffer-layout-2` are from before gaffer's first \
+         release); open it with the gaffer version that wrote it, or point this engine at a \
+         new store path"
     )]
     LayoutMismatch {
         /// The version marker found in the store.
         found: String,
         /// The version marker this build writes and reads.
         expected: String,
+    },
+
+    /// The store was written (or upgraded) by a later gaffer release, with a
+    /// layout newer than this build's: this build cannot read it, and the
+    /// store is not touched.
+    #[error(
+        "the store holds gaffer layout `{found}`, newer than `{supported}`, the newest this \
+         build reads: it was written by a later gaffer release; upgrade gaffer to that release \
+         (or later) to open it"
+    )]
+    LayoutTooNew {
+        /// The version marker found in the store.
+        found: String,
+        /// The newest layout this build reads (the one it writes).
+        supported: String,
     },
 
     /// The store was written as another shard, or as a shard of a set of
@@ -402,6 +421,23 @@ impl EngineError {
 }
 
 impl EngineError {
+    /// The refusal of a store whose layout marker is `found`, not this
+    /// build's: [`LayoutTooNew`](Self::LayoutTooNew) for a later layout,
+    /// [`LayoutMismatch`](Self::LayoutMismatch) for any other.
+    pub fn foreign_layout(found: String) -> Self {
+        let current = crate::keys::layout_number(crate::keys::LAYOUT_VERSION);
+        match (crate::keys::layout_number(&found), current) {
+            (Some(n), Some(current)) if n > current => Self::LayoutTooNew {
+                found,
+                supported: crate::keys::LAYOUT_VERSION.into(),
+            },
+            _ => Self::LayoutMismatch {
+                found,
+                expected: crate::keys::LAYOUT_VERSION.into(),
+            },
+        }
+    }
+
     /// An actor (`actor`) that stopped before it answered.
     pub(crate) fn unavailable(actor: &'static str, reason: impl std::fmt::Display) -> Self {
         Self::ActorUnavailable {

@@ -12,6 +12,15 @@ use sha2::{Digest, Sha256};
 pub const LAYOUT_VERSION: &str = "gaffer-layout-2";
 /// KV key holding the layout marker.
 pub const LAYOUT_KEY: &[u8] = b"gaffer/layout";
+/// Prefix of every layout marker: `gaffer-layout-{n}`, numbered in release
+/// order.
+pub const LAYOUT_PREFIX: &str = "gaffer-layout-";
+
+/// The number `n` of a layout marker `gaffer-layout-{n}`; `None` for a
+/// value of another form.
+pub fn layout_number(marker: &str) -> Option<u32> {
+    marker.strip_prefix(LAYOUT_PREFIX)?.parse().ok()
+}
 /// Reserved prefix of the caller KV namespace: user effects may not write under it.
 pub const RESERVED_KV_PREFIX: &str = "gaffer/";
 /// Reserved header prefix: submissions may not set headers under it.
@@ -402,6 +411,21 @@ pub fn is_valid_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layout_markers_are_numbered() {
+        assert_eq!(layout_number(LAYOUT_VERSION), Some(2));
+        assert_eq!(layout_number("gaffer-layout-10"), Some(10));
+        for other in [
+            "gaffer-layout-",
+            "gaffer-layout-x",
+            "gaffer-layout--1",
+            "layout-2",
+            "",
+        ] {
+            assert_eq!(layout_number(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn internal_keys_are_under_the_reserved_prefix() {

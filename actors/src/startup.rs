@@ -89,6 +89,12 @@ pub(crate) async fn check_shard(queue: &Queue, place: &crate::ShardPlace) -> Res
     Ok(())
 }
 
+/// Check the store's layout marker (ARCHITECTURE.md, *Durable layout*): a
+/// new store gets this build's; this build's own is read (after the
+/// one-time backfill of the finished-jobs index); a later one is refused
+/// with [`EngineError::LayoutTooNew`] (upgrade gaffer), any other with
+/// [`EngineError::LayoutMismatch`]. A layout change adds its migration
+/// from the previous layout here, before anything else reads the store.
 pub(crate) async fn check_layout(queue: &Queue) -> Result<()> {
     match queue.view().kv_get(keys::LAYOUT_KEY).await? {
         None => {
@@ -110,10 +116,10 @@ pub(crate) async fn check_layout(queue: &Queue) -> Result<()> {
             }
             Ok(())
         }
-        Some(found) => Err(EngineError::LayoutMismatch {
-            found: String::from_utf8_lossy(&found).into_owned(),
-            expected: keys::LAYOUT_VERSION.into(),
-        }),
+        // A later layout asks for an upgrade of gaffer; no other is read.
+        Some(found) => Err(EngineError::foreign_layout(
+            String::from_utf8_lossy(&found).into_owned(),
+        )),
     }
 }
 

@@ -17,9 +17,25 @@ pub enum CliError {
     /// A queue without gaffer's layout marker.
     #[error("{0} is not a gaffer store: it has no layout marker")]
     NotGaffer(String),
-    /// A layout this build does not read.
-    #[error("{store} holds gaffer layout `{found}`; this command reads `{expected}`")]
+    /// A layout this build does not read (older, or of another form).
+    #[error(
+        "{store} holds gaffer layout `{found}`; this command reads `{expected}`: use the gaffer \
+         command of the version that wrote the store"
+    )]
     UnknownLayout {
+        /// The store.
+        store: String,
+        /// The marker found.
+        found: String,
+        /// The marker this build reads.
+        expected: &'static str,
+    },
+    /// A layout newer than this build's: written by a later release.
+    #[error(
+        "{store} holds gaffer layout `{found}`, newer than `{expected}`, the newest this command \
+         reads: it was written by a later gaffer release; upgrade the gaffer command to read it"
+    )]
+    NewerLayout {
         /// The store.
         store: String,
         /// The marker found.

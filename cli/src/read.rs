@@ -82,10 +82,22 @@ impl Store {
             }
             Ok(Layout::Other(found)) => {
                 close(reader).await;
-                return Err(CliError::UnknownLayout {
-                    store: name,
-                    found,
-                    expected: keys::LAYOUT_VERSION,
+                let newer = keys::layout_number(&found)
+                    .zip(keys::layout_number(keys::LAYOUT_VERSION))
+                    .is_some_and(|(found, ours)| found > ours);
+                let (store, expected) = (name, keys::LAYOUT_VERSION);
+                return Err(if newer {
+                    CliError::NewerLayout {
+                        store,
+                        found,
+                        expected,
+                    }
+                } else {
+                    CliError::UnknownLayout {
+                        store,
+                        found,
+                        expected,
+                    }
                 });
             }
             Err(e) => {
