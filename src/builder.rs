@@ -332,7 +332,8 @@ impl EngineBuilder {
     /// queue (scheduled jobs and retries included), holding no lease and no
     /// worker, and other types run at full speed meanwhile. The limit is
     /// per engine (two engines on one store would each allow it) and
-    /// starts full at each engine start. With
+    /// starts empty at each engine start (the first job waits one
+    /// interval, `period / starts`), so restarts never add a burst. With
     /// [`RateLimit::per_header`] it holds for each value of a job header
     /// apart (per tenant), each value's jobs waiting in a queue of their
     /// own.

@@ -19,13 +19,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use gaffer_actors::intake::{
-    IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send, send_as,
+    IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send_as,
 };
 use gaffer_actors::records::OutputRef;
 use gaffer_actors::{EngineError, JobState, inspect, keys};
 use taquba::object_store::path::Path as ObjectPath;
 use taquba::object_store::{ObjectStore, ObjectStoreExt};
-use taquba::{InboxSender, QueueReader, ReaderMode, ReaderOptions, default_inbox_path};
+use taquba::{
+    EnqueueEntry, EnqueueOptions, InboxSender, MAX_INBOX_ENTRY_SIZE, QueueReader, ReaderMode,
+    ReaderOptions, default_inbox_path,
+};
 
 use crate::builder::Store;
 use crate::error::{Error, JobError, Result};
@@ -40,8 +43,9 @@ pub enum RequestState {
     /// submitted it yet.
     Sent,
     /// The engine refused it, for this reason (unknown job type, a key
-    /// already used with another input, an undecodable payload …). It will
-    /// not run.
+    /// already used with another input, a request that does not decode as
+    /// a gaffer request …). It will not run. A job payload its type does not
+    /// decode is not refused: the job fails when it runs.
     Refused(String),
     /// Submitted: the job is in this state.
     Job(JobState),
@@ -229,6 +233,13 @@ impl Client {
     /// object write); the engine takes it at its next look at the inbox.
     /// The job's id is known at once: a fresh ULID, or the hex SHA-256 of
     /// its idempotency key (the same as in-process).
+    ///
+    /// A request larger than the inbox takes (16 MiB, its payload and
+    /// headers encoded) fails with [`Error::RequestTooLarge`] before
+    /// anything is written. A payload the engine's version of the job type
+    /// does not decode is not refused: the job fails permanently when it
+    /// runs ("invalid input for …"), and [`ClientHandle::join`] answers that
+    /// failure.
     pub async fn submit<J: Job>(&self, job: J) -> Result<ClientHandle<J>> {
         self.submit_with(job, SubmitOptions::default()).await
     }
@@ -269,13 +280,9 @@ impl Client {
             run_at_ms: req.run_at.map(epoch_ms),
             traceparent: gaffer_actors::telemetry::current_traceparent(),
         };
-        send_as(
-            &self.inner.sender,
-            &self.inner.queue_name,
-            &request_id,
-            &IntakeOp::Submit(intake),
-        )
-        .await?;
+        self.inner
+            .send(&request_id, &IntakeOp::Submit(intake))
+            .await?;
         Ok(ClientHandle {
             id: run_id,
             request_id,
@@ -423,13 +430,43 @@ impl Inner {
         })
     }
 
+    /// Send `op` as request `request_id` (a ULID), unless its inbox entry
+    /// would be over the inbox's limit: then nothing is written.
+    async fn send(&self, request_id: &str, op: &IntakeOp) -> Result<()> {
+        let size = entry_size(request_id, op)?;
+        if size > MAX_INBOX_ENTRY_SIZE {
+            return Err(Error::RequestTooLarge {
+                size,
+                max: MAX_INBOX_ENTRY_SIZE,
+            });
+        }
+        send_as(&self.sender, &self.queue_name, request_id, op).await?;
+        Ok(())
+    }
+
     async fn operate(self: &Arc<Self>, op: IntakeOp) -> Result<Request> {
-        let id = send(&self.sender, &self.queue_name, &op).await?;
+        let id = ulid::Ulid::new().to_string();
+        self.send(&id, &op).await?;
         Ok(Request {
             id,
             inner: self.clone(),
         })
     }
+}
+
+/// The size of the inbox object [`send_as`] writes for `op` as request
+/// `request_id`: its `EnqueueEntry`, which taquba encodes as MessagePack with
+/// named fields and whose object its inbox rejects above
+/// `MAX_INBOX_ENTRY_SIZE` (`tests/client.rs` checks that an entry of exactly
+/// that size is written and read as an entry).
+fn entry_size(request_id: &str, op: &IntakeOp) -> Result<usize> {
+    let entry = EnqueueEntry {
+        payload: op.encode()?,
+        options: EnqueueOptions::default().id_override(request_id.to_string()),
+    };
+    rmp_serde::to_vec_named(&entry)
+        .map(|body| body.len())
+        .map_err(|e| Error::encode("the client's inbox entry", e))
 }
 
 /// An operator request a [`Client`] sent (cancel, retry, pause, resume).
@@ -476,6 +513,15 @@ impl Request {
                 Err(e) => return Err(e),
             }
             tokio::time::sleep(self.inner.poll).await;
+        }
+    }
+
+    /// [`wait`](Self::wait) for at most `timeout`; `Ok(None)` if the
+    /// engine has not applied it by then (no engine took it yet, say).
+    pub async fn wait_timeout(&self, timeout: Duration) -> Result<Option<String>> {
+        match tokio::time::timeout(timeout, self.wait()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
         }
     }
 }
@@ -570,6 +616,19 @@ impl<J: Job> ClientHandle<J> {
                 _ => {}
             }
             tokio::time::sleep(self.inner.poll).await;
+        }
+    }
+
+    /// [`join`](Self::join) for at most `timeout`; `Ok(None)` if the job
+    /// has not ended by then (as [`JobHandle::join_timeout`](crate::JobHandle::join_timeout)),
+    /// also when no engine has taken the request yet.
+    pub async fn join_timeout(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<Result<J::Output, JobError>>> {
+        match tokio::time::timeout(timeout, self.join()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
         }
     }
 }

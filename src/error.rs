@@ -51,14 +51,27 @@ pub enum Error {
         report: Box<crate::report::BulkReport>,
     },
     /// The engine refused a [`Client`](crate::Client)'s submission (unknown
-    /// job type, a key already used with another input, a payload that does
-    /// not decode …): the job will not run.
+    /// job type, a key already used with another input, a request that does
+    /// not decode as a gaffer request …): the job will not run. A job payload
+    /// its type does not decode is not refused: the job fails when it runs.
     #[error("request `{request}` was refused by the engine: {reason}")]
     Refused {
         /// The request's id ([`ClientHandle::request_id`](crate::ClientHandle::request_id)).
         request: String,
         /// Why.
         reason: String,
+    },
+    /// A [`Client`](crate::Client)'s request would be larger than the store's
+    /// inbox takes (taquba's `MAX_INBOX_ENTRY_SIZE`, 16 MiB): refused before
+    /// anything is written.
+    #[error(
+        "the request is {size} bytes, over the {max}-byte limit of the store's inbox; keep large data in an object of its own and pass its key in the job"
+    )]
+    RequestTooLarge {
+        /// The size of the inbox entry it would be.
+        size: usize,
+        /// The inbox's limit.
+        max: usize,
     },
     /// A schedule is not valid (a cron expression that does not parse, an
     /// unknown time zone …): see [`ScheduleError`](crate::ScheduleError).

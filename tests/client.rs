@@ -255,26 +255,107 @@ impl Job for Blob {
     }
 }
 
+/// The files under `dir` (none if it does not exist), with their sizes.
+fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            found.extend(files_under(&entry.path()));
+        } else {
+            found.push((entry.path(), meta.len()));
+        }
+    }
+    found
+}
+
+/// A submission whose inbox entry would be over taquba's limit is refused
+/// by the client before it writes anything (on S3, before a 16 MiB PUT the
+/// engine would reject); one exactly at the limit is written, and taquba's
+/// inbox reads it as an entry it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_inbox_limit_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    // An engine made the store, and is gone: nothing takes or deletes what
+    // the client writes.
+    engine(tmp.path(), Arc::new(AtomicUsize::new(0)))
+        .await
+        .shutdown()
+        .await
+        .unwrap();
+    let inbox = tmp.path().join("queue-inbox");
+    let before = files_under(&inbox);
+    let client = client(tmp.path()).await;
+    let max = gaffer::taquba::MAX_INBOX_ENTRY_SIZE;
+
+    let refused = client
+        .submit(Blob {
+            data: "x".repeat(max),
+        })
+        .await;
+    let size = match refused {
+        Err(Error::RequestTooLarge { size, max: m }) => {
+            assert_eq!(m, max);
+            assert!(size > max, "{size}");
+            size
+        }
+        other => panic!("expected RequestTooLarge, got {other:?}"),
+    };
+    assert_eq!(files_under(&inbox), before, "the client wrote to the inbox");
+
+    // One byte over: refused too, and still nothing written.
+    let over = max - (size - max) + 1;
+    match client
+        .submit(Blob {
+            data: "x".repeat(over),
+        })
+        .await
+    {
+        Err(Error::RequestTooLarge { size, .. }) => assert_eq!(size, max + 1),
+        other => panic!("expected RequestTooLarge, got {other:?}"),
+    }
+    assert_eq!(files_under(&inbox), before, "the client wrote to the inbox");
+
+    // Exactly at the limit: written, one object of `max` bytes, which the
+    // inbox reads as an entry (not a rejection).
+    let at = client
+        .submit(Blob {
+            data: "x".repeat(over - 1),
+        })
+        .await
+        .unwrap();
+    let entries: Vec<_> = files_under(&inbox)
+        .into_iter()
+        .filter(|(path, _)| !before.iter().any(|(p, _)| p == path))
+        .filter(|(path, _)| path.to_string_lossy().contains(at.request_id()))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].1, max as u64);
+    let store: Arc<dyn gaffer::taquba::object_store::ObjectStore> = Arc::new(
+        gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(tmp.path()).unwrap(),
+    );
+    let sender = gaffer::taquba::InboxSender::new(store, "queue-inbox");
+    let pending = sender.pending("jobs-intake").await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(
+        matches!(
+            sender.read(&pending[0]).await.unwrap(),
+            gaffer::taquba::EntryRead::Entry(_)
+        ),
+        "the inbox rejects the entry at the limit"
+    );
+    client.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_the_inbox_rejects_are_refused_to_their_client() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = engine(tmp.path(), runs.clone()).await;
-
-    // Over the inbox's 16 MiB entry limit.
-    let client = client(tmp.path()).await;
-    let big = client
-        .submit(Blob {
-            data: "x".repeat(17 * 1024 * 1024),
-        })
-        .await
-        .unwrap();
-    match within(big.join()).await {
-        Err(Error::Refused { reason, .. }) => {
-            assert!(reason.contains("inbox rejected"), "{reason}")
-        }
-        other => panic!("expected a refusal, got {other:?}"),
-    }
 
     // A client that names another engine's queue prefix: its entries are
     // for a queue this engine's inbox does not accept.
@@ -293,8 +374,99 @@ async fn entries_the_inbox_rejects_are_refused_to_their_client() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0);
-    client.close().await;
     stray.close().await;
+    engine.shutdown().await.unwrap();
+}
+
+/// `join_timeout` answers like `JobHandle::join_timeout`: the result when
+/// the job ends in time, `Ok(None)` when it has not (here: a request no
+/// engine takes), and a refusal as `join` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_timeout_ends_on_a_request_no_engine_takes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let client = client(tmp.path()).await;
+    let done = client.submit(Square { x: 6, key: None }).await.unwrap();
+    assert_eq!(
+        done.join_timeout(LIMIT).await.unwrap(),
+        Some(Ok(36)),
+        "the job ended within the limit"
+    );
+    let refused = client.submit(Nobody).await.unwrap();
+    assert!(
+        matches!(
+            refused.join_timeout(LIMIT).await,
+            Err(Error::Refused { .. })
+        ),
+        "a refusal ends the wait as an error"
+    );
+    engine.shutdown().await.unwrap();
+
+    // No engine: the request stays in the inbox, and the wait ends.
+    let waiting = client.submit(Square { x: 7, key: None }).await.unwrap();
+    let started = std::time::Instant::now();
+    let timeout = Duration::from_millis(300);
+    assert_eq!(waiting.join_timeout(timeout).await.unwrap(), None);
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+    assert!(started.elapsed() < LIMIT, "{:?}", started.elapsed());
+    assert_eq!(waiting.status().await.unwrap(), RequestState::Sent);
+    // An operator's request too.
+    let pause = client.pause(Square::NAME).await.unwrap();
+    assert_eq!(pause.wait_timeout(timeout).await.unwrap(), None);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    client.close().await;
+}
+
+/// `square` as another version of the program encodes it: its payload does
+/// not decode as the engine's `Square`.
+#[derive(Debug, Serialize, Deserialize)]
+struct SquareOfText {
+    x: String,
+}
+
+impl Job for SquareOfText {
+    const NAME: &'static str = "square";
+    type Output = u64;
+    type Error = gaffer::Error;
+
+    async fn run(&self, _ctx: JobContext) -> Result<u64, gaffer::Error> {
+        Ok(0)
+    }
+}
+
+/// A payload that does not decode as the engine's type is not refused at
+/// the intake (only the job's own adapter decodes it, when it runs): the
+/// job is submitted, and its one attempt fails permanently with "invalid
+/// input", which the client's join reports as the job's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_does_not_decode_fails_its_job_permanently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let client = client(tmp.path()).await;
+    let h = client
+        .submit(SquareOfText { x: "seven".into() })
+        .await
+        .unwrap();
+    let err = within(h.join())
+        .await
+        .expect("the request is taken, not refused")
+        .expect_err("the job cannot succeed");
+    assert_eq!(err.kind, gaffer::FailureKind::Permanent, "{err:?}");
+    assert!(!err.is_cancelled());
+    assert!(
+        err.message.contains("invalid input for `square`"),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        h.status().await.unwrap(),
+        RequestState::Job(JobState::Failed)
+    );
+    assert_eq!(engine.status(h.id()).await.unwrap(), JobState::Failed);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler never ran");
+    client.close().await;
     engine.shutdown().await.unwrap();
 }
 

@@ -52,12 +52,15 @@ impl Job for Fast {
 async fn limited_and_fast(rate: RateLimit) -> (Vec<Duration>, Duration) {
     let starts = Arc::new(Starts::default());
     let engine = common::memory_builder(common::mock_clock())
-        .register_with_rate::<CallPartner>(rate)
+        .register_with_rate::<CallPartner>(rate.clone())
         .register::<Fast>()
         .state(starts.clone())
         .start()
         .await
         .unwrap();
+    // A bucket starts empty and earns from its pool's start: a period on,
+    // it holds its burst.
+    tokio::time::sleep(rate.period()).await;
     let t0 = Instant::now();
     let mut limited = Vec::new();
     for i in 0..10 {
@@ -187,6 +190,9 @@ async fn a_limit_per_tenant_throttles_each_tenant_alone_and_a_busy_one_never_hol
         .start()
         .await
         .unwrap();
+    // Up a period: every tenant's bucket has earned its burst (a value
+    // first seen now earns from the pool's start).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let t0 = Instant::now();
     let mut handles = Vec::new();
     // The busy tenant's backlog is submitted first: ten jobs, 4.5 s of it.
@@ -313,5 +319,132 @@ async fn a_limit_per_reserved_or_empty_header_is_refused_at_start() {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("header"), "{header:?}: {err}");
+    }
+}
+
+/// Check every window of the sorted starts `at` against `limit`: from the
+/// i-th start to the j-th, at most `burst + rate × (t_j - t_i)` (with 10 ms
+/// for a start's lag behind its claim).
+fn assert_within_limit(what: &str, at: &[Duration], limit: &RateLimit) {
+    let interval = (limit.period() / limit.starts()).as_nanos();
+    for i in 0..at.len() {
+        for j in i..at.len() {
+            let span = at[j] - at[i] + Duration::from_millis(10);
+            let allowed = u128::from(limit.max_burst()) + span.as_nanos() / interval;
+            let n = (j - i + 1) as u128;
+            assert!(
+                n <= allowed,
+                "{what}: {n} starts from {:?} to {:?}, over the {allowed} the limit allows \
+                 ({} starts in all, the last at {:?})",
+                at[i],
+                at[j],
+                at.len(),
+                at.last(),
+            );
+        }
+    }
+}
+
+/// A crash loop must not let a type run a burst per restart: an engine
+/// restarted every second on its store, with a backlog larger than the
+/// whole span allows, starts no more than the limit over the span.
+/// Each new engine's bucket starts empty: its first start comes one
+/// interval after it starts.
+#[tokio::test(start_paused = true)]
+async fn a_limit_holds_across_an_engine_restarted_every_second() {
+    // 4 a second, bursts of 40: a burst per restart would be ten times the rate.
+    let limit = RateLimit::new(40, Duration::from_secs(10)).unwrap();
+    let interval = limit.period() / limit.starts();
+    // A store the engines share, one after the other (nothing of a bucket
+    // is stored: what matters is that each engine is new). On paused time,
+    // so "every second" is exact.
+    let store = common::shared_store();
+    let clock = common::mock_clock();
+    let starts = Arc::new(Starts::default());
+    let start = || {
+        common::shared_memory_builder(store.clone(), clock.clone())
+            .register_with_rate::<CallPartner>(limit.clone())
+            .state(starts.clone())
+            .start()
+    };
+    // When each engine was asked to start (its pool, and its bucket,
+    // start after).
+    let mut started_at = vec![Instant::now()];
+    let t0 = started_at[0];
+    let mut engine = start().await.unwrap();
+    for i in 0..150 {
+        engine.submit(CallPartner(i)).await.unwrap();
+    }
+    // 4 restarts (an engine start on a store that saw many takes seconds
+    // of paused time, and real ones: enough to show a burst per restart).
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        engine.shutdown().await.unwrap();
+        started_at.push(Instant::now());
+        engine = start().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    engine.shutdown().await.unwrap();
+    started_at.push(Instant::now());
+
+    let mut all: Vec<Instant> = starts.0.lock().unwrap().clone();
+    all.sort();
+    let at: Vec<Duration> = all.iter().map(|s| *s - t0).collect();
+    // The engines ran jobs (the bound below is not met by running none)…
+    assert!(at.len() >= 12, "{} starts: {at:?}", at.len());
+    // …no more than the limit allows in any window…
+    assert_within_limit("across restarts", &at, &limit);
+    // …and each engine's first start waited one interval.
+    for pair in started_at.windows(2) {
+        let first = all
+            .iter()
+            .find(|s| **s >= pair[0] && **s < pair[1])
+            .unwrap_or_else(|| panic!("the engine started at {:?} ran nothing", pair[0] - t0));
+        assert!(
+            *first - pair[0] >= interval,
+            "an engine started at {:?} ran a job at {:?}",
+            pair[0] - t0,
+            *first - t0
+        );
+    }
+}
+
+/// A pool restarted inside a running engine (killed every second) starts
+/// its buckets empty too, each tenant's of a limit per header as well: each
+/// tenant's starts stay within the limit over the span.
+#[tokio::test(start_paused = true)]
+async fn a_limit_per_tenant_holds_across_a_pool_killed_every_second() {
+    // 4 a second, bursts of 40, for each tenant.
+    let limit = RateLimit::new(40, Duration::from_secs(10))
+        .unwrap()
+        .per_header("tenant");
+    let starts = Arc::new(TenantStarts::default());
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with_rate::<CallTenantApi>(limit.clone())
+        .state(starts.clone())
+        .start()
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    for i in 0..100 {
+        for tenant in ["acme", "globex"] {
+            let opts = for_tenant(Some(tenant));
+            engine.submit_with(CallTenantApi(i), opts).await.unwrap();
+        }
+    }
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        common::kill(
+            &engine,
+            gaffer_actors::ChildKind::Pool(CallTenantApi::NAME.into()),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    engine.shutdown().await.unwrap();
+    for tenant in ["acme", "globex"] {
+        let at = starts_of(&starts, Some(tenant), t0);
+        assert!(at.len() >= 12, "{tenant}: {} starts: {at:?}", at.len());
+        assert_within_limit(tenant, &at, &limit);
     }
 }

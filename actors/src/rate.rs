@@ -7,6 +7,15 @@
 //! backlog waits in the queue, holding no claim and no worker slot, and
 //! other types (their own pools, their own queues) are not slowed.
 //!
+//! Buckets start empty: a pool earns tokens only from its own start, at
+//! the rate, up to the burst. Nothing of a bucket is stored, so a bucket
+//! that started full would let a crash loop (or a pool restarted again and
+//! again) start a burst per restart on top of the rate; an empty start
+//! keeps the limit over any window, across restarts, at one cost: after
+//! every start (a deploy too) the type's first job waits one interval
+//! (`period / starts`), and the full burst is there after `burst`
+//! intervals.
+//!
 //! A limit partitioned by a header (`RateLimit::per_header("tenant")`)
 //! gives each value of the header its own bucket, and its own queue
 //! (`keys::partition_queue`): a job is enqueued on the queue of its value,
@@ -110,7 +119,9 @@ impl RateLimit {
 /// A token bucket of `burst` tokens refilled at `starts / period`, in
 /// integer time (GCRA: a theoretical arrival time `tat`, each start moves
 /// it one interval on, and a start is allowed while `tat` is at most
-/// `burst - 1` intervals ahead of now). It starts full.
+/// `burst - 1` intervals ahead of now). It holds what it earned since
+/// `since` (its pool's start): empty then, one token an interval later,
+/// full `burst` intervals later.
 #[derive(Debug)]
 pub(crate) struct Bucket {
     interval: Duration,
@@ -119,12 +130,14 @@ pub(crate) struct Bucket {
 }
 
 impl Bucket {
-    pub(crate) fn new(limit: &RateLimit) -> Self {
+    pub(crate) fn new(limit: &RateLimit, since: Instant) -> Self {
         let interval = limit.period / limit.starts;
         Self {
             interval,
             tolerance: interval * (limit.burst - 1),
-            tat: Instant::now(),
+            // Empty at `since`: `tat - since` is one interval past the
+            // tolerance.
+            tat: since + interval * limit.burst,
         }
     }
 
@@ -149,13 +162,25 @@ impl Bucket {
         self.tat = self.tat.checked_sub(back).unwrap_or(self.tat);
     }
 
+    /// Settle `reserved` tokens taken earlier of which `used` were used:
+    /// all go back, and the used ones are taken again as of now. Taking
+    /// them again cannot find too few (a later `now` only adds tokens), but
+    /// they are spent whatever it finds: their jobs are claimed.
+    fn settle(&mut self, reserved: usize, used: usize) {
+        self.give_back(reserved);
+        let spent = self.interval * u32::try_from(used).unwrap_or(u32::MAX);
+        self.tat = self.tat.max(Instant::now()) + spent;
+    }
+
     /// How long until a token is there.
     pub(crate) fn until_next(&self) -> Duration {
         let now = Instant::now();
         (self.tat.max(now) - now).saturating_sub(self.tolerance)
     }
 
-    /// Refilled to the brim: the same as a new bucket.
+    /// Refilled to the brim: the same as a bucket made now from the same
+    /// `since` (`tat` never goes below where it started, `burst` intervals
+    /// after `since`, so once it is full, so is a new one).
     fn is_full(&self) -> bool {
         self.tat <= Instant::now()
     }
@@ -179,9 +204,13 @@ pub(crate) struct Limiter {
     /// Buckets not full (a full bucket is the same as a new one, so it is
     /// dropped: the map stays as small as the set of recently busy values).
     buckets: HashMap<String, Bucket>,
+    /// When the pool started: every bucket earns from here (see the
+    /// module's note), also one made later for a value first seen later.
+    since: Instant,
 }
 
 impl Limiter {
+    /// A pool's limiter, at its start: its buckets start empty.
     pub(crate) fn new(queue: String, limit: Option<RateLimit>) -> Self {
         Self {
             limit,
@@ -189,6 +218,7 @@ impl Limiter {
             queues: vec![queue],
             next: 0,
             buckets: HashMap::new(),
+            since: Instant::now(),
         }
     }
 
@@ -219,12 +249,13 @@ impl Limiter {
             return self.spread(want);
         };
         self.buckets.retain(|_, b| !b.is_full());
+        let since = self.since;
         if !partitioned {
             // One bucket for the type, whatever queues its jobs are in.
             let got = self
                 .buckets
                 .entry(self.queues[0].clone())
-                .or_insert_with(|| Bucket::new(limit))
+                .or_insert_with(|| Bucket::new(limit, since))
                 .take(want);
             return self.spread(got);
         }
@@ -238,7 +269,7 @@ impl Limiter {
                 let bucket = self
                     .buckets
                     .entry(self.queues[i].clone())
-                    .or_insert_with(|| Bucket::new(limit));
+                    .or_insert_with(|| Bucket::new(limit, since));
                 if bucket.take(1) == 1 {
                     counts[i] += 1;
                     left -= 1;
@@ -278,39 +309,60 @@ impl Limiter {
         self.queues.len() > 1 || self.partitioned()
     }
 
-    /// Give back the tokens of `plan` its claim did not use (`used`: jobs
-    /// claimed per queue).
+    /// Settle the tokens of `plan` when its claim returns (`used`: jobs
+    /// claimed per queue): those not used go back, and those used count
+    /// from now, when their jobs start. A claim waits for jobs with its
+    /// tokens in hand; counted from the plan, a token taken while the queue
+    /// was empty would be spent long after, on top of the tokens earned
+    /// meanwhile (with a burst of 1, two starts at once after a quiet
+    /// spell).
     pub(crate) fn give_back(&mut self, plan: &Plan, used: &HashMap<&str, usize>) {
         let shared = !self.partitioned();
+        // Per bucket: tokens reserved, tokens used.
+        let mut settled: HashMap<&str, (usize, usize)> = HashMap::new();
         for (queue, reserved) in plan {
-            let unused = reserved.saturating_sub(used.get(queue.as_str()).copied().unwrap_or(0));
+            let used = used
+                .get(queue.as_str())
+                .copied()
+                .unwrap_or(0)
+                .min(*reserved);
             let bucket = if shared { &self.queues[0] } else { queue };
+            let entry = settled.entry(bucket.as_str()).or_default();
+            entry.0 += reserved;
+            entry.1 += used;
+        }
+        for (bucket, (reserved, used)) in settled {
             if let Some(bucket) = self.buckets.get_mut(bucket) {
-                bucket.give_back(unused);
+                bucket.settle(reserved, used);
             }
         }
+    }
+
+    /// How long until each bucket that decides a claim has a token: the
+    /// type's one (not partitioned) or each queue's, a queue without a
+    /// bucket as a bucket made now would say. Empty without a limit.
+    fn waits(&self) -> impl Iterator<Item = Duration> + '_ {
+        let limit = self.limit.as_ref();
+        let fresh = limit.map(|l| Bucket::new(l, self.since).until_next());
+        let deciding = if self.partitioned() {
+            &self.queues[..]
+        } else {
+            &self.queues[..1]
+        };
+        deciding.iter().filter_map(move |q| {
+            fresh.map(|fresh| self.buckets.get(q).map_or(fresh, Bucket::until_next))
+        })
     }
 
     /// How long until a throttled queue has a token again (`None`: none is
     /// throttled).
     pub(crate) fn next_token(&self) -> Option<Duration> {
-        self.buckets
-            .values()
-            .map(Bucket::until_next)
-            .filter(|d| !d.is_zero())
-            .min()
+        self.waits().filter(|d| !d.is_zero()).min()
     }
 
     /// How long until some queue has a token again.
     pub(crate) fn until_next(&self) -> Duration {
-        if self.buckets.len() < self.queues.len() {
-            return Duration::ZERO;
-        }
-        self.buckets
-            .values()
-            .map(Bucket::until_next)
-            .min()
-            .unwrap_or(Duration::ZERO)
+        self.waits().min().unwrap_or(Duration::ZERO)
     }
 }
 
@@ -329,24 +381,121 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_bucket_starts_full_refills_at_the_rate_and_takes_back_what_was_not_used() {
-        let mut b = Bucket::new(&RateLimit::per_second(2).unwrap());
-        assert_eq!(b.take(5), 2);
-        assert_eq!(b.take(1), 0);
+    async fn the_bucket_starts_empty_refills_at_the_rate_and_takes_back_what_was_not_used() {
+        let mut b = Bucket::new(&RateLimit::per_second(2).unwrap(), Instant::now());
+        // Empty at its start: the first token one interval on.
+        assert_eq!(b.take(5), 0);
         assert_eq!(b.until_next(), Duration::from_millis(500));
         tokio::time::advance(Duration::from_millis(499)).await;
         assert_eq!(b.take(1), 0);
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(b.take(3), 1);
+        assert_eq!(b.until_next(), Duration::from_millis(500));
+        // A period's worth later: the burst.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(b.take(5), 2);
+        assert_eq!(b.take(1), 0);
+        assert_eq!(b.until_next(), Duration::from_millis(500));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(b.take(3), 1);
         b.give_back(1);
         assert_eq!(b.take(3), 1);
         // Never more than a period's worth.
         tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(b.is_full());
         assert_eq!(b.take(10), 2);
 
-        let mut spaced = Bucket::new(&RateLimit::per_second(2).unwrap().burst(1));
+        // Made long after its pool's start: what it earned since, full.
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let mut late = Bucket::new(&RateLimit::per_second(2).unwrap(), started);
+        assert!(late.is_full());
+        assert_eq!(late.take(5), 2);
+
+        let mut spaced = Bucket::new(&RateLimit::per_second(2).unwrap().burst(1), Instant::now());
+        assert_eq!(spaced.take(2), 0);
+        tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(spaced.take(2), 1);
         assert_eq!(spaced.until_next(), Duration::from_millis(500));
+    }
+
+    /// A pool's limiter at its start has no token for any queue (a value
+    /// first seen later neither), says when the first one comes, and after
+    /// the burst's worth of time has the burst.
+    #[tokio::test(start_paused = true)]
+    async fn a_limiter_starts_empty_for_every_queue() {
+        let limit = RateLimit::per_second(2).unwrap().per_header("tenant");
+        let mut l = Limiter::new("q".into(), Some(limit));
+        assert!(l.learn("q..pa".into()));
+        assert_eq!(l.plan(5), Vec::new());
+        assert_eq!(l.until_next(), Duration::from_millis(500));
+        assert_eq!(l.next_token(), Some(Duration::from_millis(500)));
+        tokio::time::advance(Duration::from_millis(250)).await;
+        // A value first seen now earns from the pool's start, not from now.
+        assert!(l.learn("q..pb".into()));
+        assert_eq!(l.until_next(), Duration::from_millis(250));
+        tokio::time::advance(Duration::from_millis(250)).await;
+        let mut plan = l.plan(5);
+        plan.sort();
+        assert_eq!(
+            plan,
+            vec![
+                ("q".to_string(), 1),
+                ("q..pa".to_string(), 1),
+                ("q..pb".to_string(), 1)
+            ]
+        );
+        // Unlimited: nothing to wait for.
+        let mut plain = Limiter::new("q".into(), None);
+        assert_eq!(plain.plan(3), vec![("q".to_string(), 3)]);
+        assert_eq!(plain.until_next(), Duration::ZERO);
+        assert_eq!(plain.next_token(), None);
+    }
+
+    /// A claim may wait long for jobs with its tokens reserved: the tokens
+    /// its jobs used count from when it returned, not from when it was
+    /// planned, so a token reserved while the queue was empty is not
+    /// banked (with a burst of 1, two jobs arriving after a quiet second
+    /// started together).
+    #[tokio::test(start_paused = true)]
+    async fn tokens_a_claim_used_count_from_when_it_returned() {
+        for limit in [
+            RateLimit::per_second(2).unwrap().burst(1),
+            RateLimit::per_second(2)
+                .unwrap()
+                .burst(1)
+                .per_header("tenant"),
+        ] {
+            let mut l = Limiter::new("q".into(), Some(limit));
+            tokio::time::advance(Duration::from_millis(500)).await;
+            let plan = l.plan(1);
+            assert_eq!(plan, vec![("q".to_string(), 1)]);
+            // The claim waits a second for a job, and brings one.
+            tokio::time::advance(Duration::from_secs(1)).await;
+            l.give_back(&plan, &HashMap::from([("q", 1)]));
+            assert_eq!(l.plan(1), Vec::new(), "a second start at once");
+            assert_eq!(l.until_next(), Duration::from_millis(500));
+            // Nothing used: everything back, as before.
+            tokio::time::advance(Duration::from_millis(500)).await;
+            let plan = l.plan(1);
+            assert_eq!(plan.len(), 1);
+            l.give_back(&plan, &HashMap::new());
+            assert_eq!(l.plan(1).len(), 1);
+        }
+    }
+
+    /// A limit no longer per header shares the type's one bucket across
+    /// the partition queues an earlier configuration left: with it empty,
+    /// the pool waits for its next token (it was told "now" while some
+    /// queue had no bucket, and woke again and again until the token).
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_bucket_over_several_queues_says_when_its_next_token_comes() {
+        let mut shared = Limiter::new("q".into(), Some(RateLimit::per_second(2).unwrap()));
+        shared.learn("q..pa".into());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(shared.plan(10).iter().map(|(_, n)| n).sum::<usize>(), 2);
+        assert_eq!(shared.plan(10), Vec::new());
+        assert_eq!(shared.until_next(), Duration::from_millis(500));
     }
 
     #[tokio::test(start_paused = true)]
@@ -356,6 +505,8 @@ mod tests {
         assert!(l.learn("q..pa".into()));
         assert!(!l.learn("q..pa".into()));
         assert!(l.learn("q..pb".into()));
+        // A period after the pool's start, every queue has its burst.
+        tokio::time::advance(Duration::from_secs(1)).await;
         // 3 queues with 2 tokens each: 5 wanted are spread 2/2/1 or so.
         let plan = l.plan(5);
         let total: usize = plan.iter().map(|(_, n)| n).sum();
@@ -394,6 +545,7 @@ mod tests {
         // A limit no longer per header: one bucket across its queues.
         let mut shared = Limiter::new("q".into(), Some(RateLimit::per_second(3).unwrap()));
         shared.learn("q..pa".into());
+        tokio::time::advance(Duration::from_secs(1)).await;
         let plan = shared.plan(10);
         assert_eq!(plan.iter().map(|(_, n)| n).sum::<usize>(), 3, "{plan:?}");
         shared.give_back(&plan, &HashMap::new());
