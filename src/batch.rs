@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use gaffer_actors::{
-    BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, ItemStatus, RecordSink,
-    SinkError,
+    BatchFinished, BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, ItemStatus,
+    RecordSink, SinkAttached, SinkError,
 };
 
 use crate::error::{Error, Result};
@@ -135,12 +135,7 @@ impl<P: Pipeline> Batch<P> {
             batch_id: self.id.clone(),
             pipeline: P::NAME.to_string(),
             headers: self.headers.clone(),
-            sink: self.sink.clone().map(|s| {
-                Arc::new(SinkAdapter::<P> {
-                    sink: s,
-                    _p: PhantomData,
-                }) as Arc<dyn RecordSink>
-            }),
+            sink: self.sink.clone().map(record_sink::<P>),
             retention: self.retention,
             window: self.engine.services().settings().batch_window,
             max_rate: self.max_rate,
@@ -333,6 +328,49 @@ impl<P: Pipeline> Batch<P> {
         })
     }
 
+    /// Take over the run of this batch in progress here: `to` is told when it
+    /// ends (as by [`Engine::watch_batch`](crate::Engine::watch_batch)), and
+    /// `sink` gets the records of every item counted from now on. How a
+    /// service that was the run's sink (an [`ActorSink`](crate::ActorSink)
+    /// to itself) and was restarted by its supervisor gets the rest of the
+    /// run's records without running the batch again; records written to
+    /// the dead actor meanwhile count in the report's `sink_errors`.
+    ///
+    /// Answers where the switch fell: the [`SinkAttached::written`] items
+    /// counted before it had their records given to the run's earlier sink.
+    /// Each item of the run reaches exactly one of the two sinks, so the
+    /// records the new sink did not get are read from the item markers: once
+    /// `to` is told the run ended, the items listed by
+    /// [`items`](Self::items) whose keys `sink` did not receive are exactly
+    /// those `written` (an item's marker is written before its record is
+    /// given to a sink). If the run's coordinator is replaced after the
+    /// switch, the replacement gives every item's record to `sink` again:
+    /// dedupe on key, as for every re-run. `BatchNotRunning` if no run of the
+    /// batch is in progress here.
+    ///
+    /// ```no_run
+    /// # async fn demo<P: gaffer::Pipeline>(
+    /// #     batch: gaffer::Batch<P>,
+    /// #     me: gaffer::ractor::ActorRef<gaffer::OutputRecord>,
+    /// #     told: gaffer::ractor::DerivedActorRef<gaffer::BatchFinished>,
+    /// # ) -> gaffer::Result<()> {
+    /// let sink = std::sync::Arc::new(gaffer::ActorSink::new(me.get_derived()));
+    /// let attached = batch.attach(sink, told).await?;
+    /// // … once told the run ended: the `attached.written` records not
+    /// // received are those of `batch.items(..)` whose keys did not arrive.
+    /// # Ok(()) }
+    /// ```
+    pub async fn attach(
+        &self,
+        sink: Arc<dyn OutputSink>,
+        to: ractor::DerivedActorRef<BatchFinished>,
+    ) -> Result<SinkAttached> {
+        Ok(self
+            .engine
+            .attach_batch(&self.id, record_sink::<P>(sink), to)
+            .await?)
+    }
+
     /// Remove everything the batch wrote. Refused (`BatchRunning`) while a run
     /// of it is active here, and (`BatchActive`) while items are queued or
     /// running: resume it to completion first.
@@ -345,6 +383,14 @@ impl<P: Pipeline> Batch<P> {
         .map_err(|_| Error::Engine(gaffer_actors::EngineError::ShutDown))??;
         Ok(())
     }
+}
+
+/// `sink` as a bytes-level sink, decoding outputs as `P::Output`.
+fn record_sink<P: Pipeline>(sink: Arc<dyn OutputSink>) -> Arc<dyn RecordSink> {
+    Arc::new(SinkAdapter::<P> {
+        sink,
+        _p: PhantomData,
+    })
 }
 
 struct SinkAdapter<P> {

@@ -101,8 +101,8 @@ pub use gaffer_actors::testing;
 /// (`EngineMessage`, `EngineRef`) and what those messages carry and answer.
 pub use gaffer_actors::{
     BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineMessage, EngineRef, JobFinished,
-    JobState, Outcome, OutcomeRecord, OutputRef, PoolStats, ShutdownReport, SubmitRequest,
-    Submitted, SweepReport, WaitError,
+    JobState, Outcome, OutcomeRecord, OutputRef, PoolStats, ShutdownReport, SinkAttached,
+    SinkTakeover, SubmitRequest, Submitted, SweepReport, WaitError,
 };
 /// Settings, events and the engine's errors.
 pub use gaffer_actors::{EngineError, EngineEvent, FailureKind, MemoWrites, Settings};

@@ -41,7 +41,8 @@ pub struct OutputRecord {
 
 /// Receives item records, in order, on a thread of the batch run's own (a
 /// write may block on I/O without holding up the engine); `flush` once when a
-/// run completes (not when it is dropped).
+/// run completes (not when it is dropped), or when another sink takes over
+/// from it ([`Batch::attach`](crate::Batch::attach)).
 pub trait OutputSink: Send + Sync + 'static {
     /// One record. An error is counted in the report's `sink_errors`.
     fn write(&self, record: &OutputRecord) -> Result<()>;
@@ -101,6 +102,12 @@ impl<W: Write + Send + 'static> OutputSink for JsonlSink<W> {
 }
 
 /// Forwards each record to a ractor actor as a message.
+///
+/// A record sent after the actor stopped is a sink error. A service that is
+/// its batch's sink and is restarted by its supervisor takes the running
+/// batch's sink over with [`Batch::attach`](crate::Batch::attach) (a new
+/// `ActorSink` to itself): it gets the records of the items counted from then
+/// on, and reads those before from [`Batch::items`](crate::Batch::items).
 #[derive(Debug, Clone)]
 pub struct ActorSink {
     to: DerivedActorRef<OutputRecord>,
@@ -119,7 +126,7 @@ impl OutputSink for ActorSink {
         self.to.send_message(record.clone()).map_err(|_| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::BrokenPipe,
-                "the sink's actor has stopped; give the batch a live actor's ActorSink",
+                "the sink's actor has stopped; a live actor takes the run's sink over with Batch::attach",
             ))
         })
     }

@@ -48,7 +48,7 @@ LAYERS = {
     "protocol": 2,
     "supervisor": 3, "startup": 3, "shutdown": 3, "pool": 3, "restarts": 3, "worker": 3,
     "waiters": 3, "registry": 3, "coordinator": 3, "sink_writer": 3, "sweeper": 3, "intake": 3, "driver": 3,
-    "periodic": 3,
+    "periodic": 3, "claims": 3,
     "jobs": 4, "operate": 4, "settle": 4, "attempts": 4, "parking": 4, "erased": 4, "manifest": 4,
     "lookups": 4, "status": 4, "inspect": 4, "batch": 4, "services": 4,
     "ticks": 4,

@@ -59,7 +59,9 @@ pub trait RecordSink: Send + Sync + 'static {
     /// [`BatchOutcome::sink_error_keys`], and logged; the run goes on.
     fn write(&self, key: &str, record: ItemRecord<'_>) -> std::result::Result<(), SinkError>;
     /// Called once when the run completes, after its last record. An `Err`
-    /// fails the run with [`EngineError::SinkFailed`].
+    /// fails the run with [`EngineError::SinkFailed`]. A sink another sink
+    /// took over from (`EngineMessage::AttachBatch`) is flushed after its
+    /// last record instead; an `Err` then is only logged.
     fn flush(&self) -> std::result::Result<(), SinkError> {
         Ok(())
     }
@@ -142,6 +144,47 @@ pub struct BatchFinished {
     pub batch_id: String,
     /// Its outcome, or why the run failed.
     pub result: std::result::Result<BatchOutcome, EngineError>,
+}
+
+/// What [`crate::EngineMessage::AttachBatch`] carries: a sink to take over
+/// the item records still to come of the run of `batch_id` in progress here,
+/// and an actor to tell when the run ends (as `WatchBatch` does).
+pub struct SinkTakeover {
+    /// The batch.
+    pub batch_id: String,
+    /// The sink that gets the run's records from the switch on.
+    pub sink: Arc<dyn RecordSink>,
+    /// Told (a [`BatchFinished`] message) when the run ends.
+    pub to: ractor::DerivedActorRef<BatchFinished>,
+}
+
+impl std::fmt::Debug for SinkTakeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkTakeover")
+            .field("batch_id", &self.batch_id)
+            .field("to", &self.to)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer to a sink's takeover of a running batch
+/// ([`crate::EngineMessage::AttachBatch`]): where the switch fell.
+///
+/// The run's coordinator counts each item once and hands its record to the
+/// run's sink as it counts it. The first `written` items it counted had their
+/// records given to the sink the run had before (or to none); every item it
+/// counts from then on goes to the new sink. So each item of the run reaches
+/// exactly one of the two, and the new sink's owner reads the first part with
+/// the batch's item listing (`Batch::items` in `gaffer`): once the run ended,
+/// the items listed whose keys the new sink did not get are exactly those
+/// `written`. (If the run's coordinator is replaced after the switch, the
+/// replacement gives every item's record to the new sink again: dedupe on
+/// key, as for every re-run.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkAttached {
+    /// Items the run counted before the switch (their records went to the
+    /// earlier sink).
+    pub written: u64,
 }
 
 /// A running batch's counters.

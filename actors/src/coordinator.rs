@@ -11,7 +11,9 @@
 //! own that writes them in order and flushes at the end, so a slow sink never
 //! stalls an async worker of the runtime. The coordinator waits
 //! for the writer only through a bounded channel (backpressure) and learns of
-//! the flush by message.
+//! the flush by message. A sink that takes over (`TakeSink`, from a watcher
+//! through the run's driver) gets every record counted after it arrives; the
+//! writer switches in order, after the records counted before.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -21,7 +23,9 @@ use taquba::{EnqueueOptions, EnqueueRequest, SettlementEffects};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec, output_of};
+use crate::batch::RecordSink;
+use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec, SinkAttached, output_of};
+use crate::claims::Attach;
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::keys;
@@ -52,6 +56,9 @@ pub enum CoordinatorMessage {
     GetProgress(RpcReplyPort<BatchProgress>),
     /// The sink's writer flushed the run's records.
     SinkFlushed(SinkReport),
+    /// A sink takes over the records still to come: the records of the items
+    /// counted from now on go to it. Answered with the items counted before.
+    TakeSink(Attach),
 }
 
 /// The coordinator actor.
@@ -89,6 +96,8 @@ pub struct CoordinatorState {
     sink: Option<SinkWriter>,
     /// Every item is counted: the run is flushing its sink and ending.
     finishing: bool,
+    /// Items counted before the sink of now took over (0: it is the run's).
+    before_sink: u64,
     /// Items this run enqueued (paced by `spec.max_rate`) since `paced_since`.
     enqueued: u64,
     paced_since: Instant,
@@ -309,10 +318,49 @@ impl CoordinatorState {
         self.record(&key, &marker, output).await;
     }
 
+    /// Items counted so far.
+    fn counted(&self) -> u64 {
+        self.outcome.succeeded + self.outcome.failed + self.outcome.cancelled
+    }
+
+    /// `sink` takes over the records of the items counted from now on (the
+    /// writer switches after the records before). Answers how many items
+    /// were counted before it took over: the same sink again (a takeover
+    /// asked again) keeps its place.
+    async fn take_sink(&mut self, sink: Arc<dyn RecordSink>) -> SinkAttached {
+        if self
+            .spec
+            .sink
+            .as_ref()
+            .is_some_and(|now| Arc::ptr_eq(now, &sink))
+        {
+            return SinkAttached {
+                written: self.before_sink,
+            };
+        }
+        let counted = self.counted();
+        if self.finishing {
+            // Every item is counted: no record is still to come.
+            return SinkAttached { written: counted };
+        }
+        self.spec.sink = Some(sink.clone());
+        self.before_sink = counted;
+        match &self.sink {
+            Some(writer) => writer.switch(sink).await,
+            // Begun without a sink: the writer starts now. (Before `Begin`,
+            // the spec's sink is the one it starts with.)
+            None if self.head.is_some() => {
+                self.sink = Some(SinkWriter::start(sink, self.spec.batch_id.clone()));
+            }
+            None => {}
+        }
+        SinkAttached { written: counted }
+    }
+
     /// A debug event in the run's span at each tenth of the items counted.
     fn tell_progress(&mut self) {
         let total = self.head.as_ref().map(|h| h.total).unwrap_or(0);
-        let done = self.outcome.succeeded + self.outcome.failed + self.outcome.cancelled;
+        let done = self.counted();
         let step = (total / 10).max(1);
         let due = done >= self.told + step || (done == total && self.told < total);
         if total == 0 || !due {
@@ -432,8 +480,7 @@ impl CoordinatorState {
         let _ = self.batches.cast(RegistryMessage::Release {
             batch_id: self.spec.batch_id.clone(),
             coordinator: Some(myself.get_id()),
-            result,
-            reply: self.reply.take(),
+            reply: self.reply.take().map(|reply| (reply, result)),
             done: None,
         });
         myself.stop(None);
@@ -536,6 +583,7 @@ impl Actor for Coordinator {
             fresh: false,
             sink: None,
             finishing: false,
+            before_sink: 0,
             enqueued: 0,
             paced_since: Instant::now(),
         })
@@ -589,6 +637,9 @@ impl Actor for Coordinator {
                 let _ = reply.send(state.progress());
             }
             CoordinatorMessage::SinkFlushed(report) => state.complete(&myself, Some(report)).await,
+            CoordinatorMessage::TakeSink(Attach { sink, reply }) => {
+                let _ = reply.send(Ok(state.take_sink(sink).await));
+            }
         }
         Ok(())
     }

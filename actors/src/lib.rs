@@ -10,6 +10,7 @@
 
 pub mod attempts;
 pub mod batch;
+pub mod claims;
 pub mod coordinator;
 pub mod driver;
 pub mod effects;
@@ -56,7 +57,7 @@ pub mod worker;
 pub use attempts::Attempts;
 pub use batch::{
     BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, ItemRecord, RecordSink,
-    SinkError,
+    SinkAttached, SinkError, SinkTakeover,
 };
 pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use error::{EngineError, Result, ScheduleError};
@@ -93,6 +94,7 @@ macro_rules! local_messages {
 local_messages!(
     coordinator::CoordinatorMessage,
     batch::BatchFinished,
+    claims::ClaimMessage,
     parking::SlotWait,
     registry::RegistryMessage,
     settle::JobEnd,

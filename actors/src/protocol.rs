@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef, DerivedActorRef, RpcReplyPort};
 
-use crate::batch::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState};
+use crate::batch::{
+    BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, SinkAttached, SinkTakeover,
+};
+use crate::claims::ClaimMessage;
 use crate::erased::{BoxFuture, JobEngine, Registration};
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
@@ -70,6 +73,15 @@ pub enum EngineMessage {
     /// batch in progress here ends: how a restarted service re-attaches to the
     /// batch it started (`BatchNotRunning` if no run is in progress).
     WatchBatch(String, DerivedActorRef<BatchFinished>),
+    /// As `WatchBatch`, and the takeover's sink gets the run's item records
+    /// still to come: how a restarted service that was the run's sink takes
+    /// it over. Answered where the switch fell ([`SinkAttached`]: the items
+    /// counted before, whose records went to the sink before and are read
+    /// from the batch's item markers), or `BatchNotRunning`.
+    AttachBatch(Box<SinkTakeover>, RpcReplyPort<Result<SinkAttached>>),
+    /// A batch run's driver (or a forget) claims its batch id, or releases
+    /// it: engine-internal, sent through `RegistryRef`.
+    BatchClaim(ClaimMessage),
     /// Resume a batch from its manifest to completion.
     ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
     /// Counters of a batch running in this process (`None` if not running).
@@ -115,6 +127,22 @@ pub enum EngineMessage {
     /// nothing is lost (feature `testing`). Answers whether it was found.
     #[cfg(feature = "testing")]
     KillChild(ChildKind, RpcReplyPort<bool>),
+}
+
+impl From<ClaimMessage> for EngineMessage {
+    fn from(m: ClaimMessage) -> Self {
+        Self::BatchClaim(m)
+    }
+}
+
+impl TryFrom<EngineMessage> for ClaimMessage {
+    type Error = EngineMessage;
+    fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
+        match m {
+            EngineMessage::BatchClaim(m) => Ok(m),
+            other => Err(other),
+        }
+    }
 }
 
 /// Which actor [`EngineMessage::KillChild`] kills.
@@ -371,6 +399,29 @@ impl EngineRef {
         self.actor
             .cast(EngineMessage::WatchBatch(batch_id.to_string(), to))
             .map_err(|_| EngineError::ShutDown)
+    }
+
+    /// Have `to` told when the run of this batch in progress here ends (as
+    /// [`watch_batch`](Self::watch_batch)), and give `sink` the run's item
+    /// records still to come: how a restarted service that was the run's
+    /// sink takes it over. Answers where the switch fell (see
+    /// [`SinkAttached`]); `BatchNotRunning` if no run is in progress.
+    pub async fn attach_batch(
+        &self,
+        batch_id: &str,
+        sink: Arc<dyn crate::batch::RecordSink>,
+        to: DerivedActorRef<BatchFinished>,
+    ) -> Result<SinkAttached> {
+        crate::batch::check_batch_id(batch_id)?;
+        let takeover = SinkTakeover {
+            batch_id: batch_id.to_string(),
+            sink,
+            to,
+        };
+        // Answered by a task that ends: the run's coordinator answers, or the
+        // run is found ended, within a bounded number of handovers.
+        ractor::call!(self.actor, EngineMessage::AttachBatch, Box::new(takeover))
+            .map_err(|_| EngineError::ShutDown)?
     }
 
     /// Resume a job type (or pipeline) paused by an operator or after

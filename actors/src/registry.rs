@@ -1,37 +1,44 @@
 //! BatchRegistry: the registry of running batches and the parent of their
-//! coordinators. Owns the map batch id → coordinator, the runs in progress,
-//! the batches locked for forgetting, the callers watching a run, and the
-//! replacement coordinators waiting for a dead one to leave. Forwards item
-//! settlements to the right coordinator.
+//! coordinators. Owns the map batch id → coordinator and the replacement
+//! coordinators waiting for a dead one to leave. Forwards item settlements to
+//! the right coordinator.
+//!
+//! Which run of a batch is in progress is not its to decide: a run lives in
+//! its driver and survives a restart of the registry, so the batch id is
+//! claimed with the supervisor (`claims`), which outlives the registry, and
+//! the run's watchers wait there too. The registry only holds the run's
+//! coordinator of now.
 //!
 //! A run ends with `Release`, sent by its coordinator when it finishes (with
 //! the caller's reply port, so the caller is answered only once the batch has
 //! left the registry) or by its driver when the run failed or was dropped.
-//! The registry then tells every watcher.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
+};
 
 use crate::batch::{BatchOutcome, BatchProgress, BatchReply, BatchSpec};
+use crate::claims::{Attach, ClaimMessage};
 use crate::coordinator::{Coordinator, CoordinatorArguments, CoordinatorMessage};
 use crate::error::{EngineError, Result};
 use crate::records::{BatchHead, ItemMarker};
 use crate::services::Services;
 use crate::settle::ItemEnd;
 
-/// A caller waiting for a run's end.
-pub type WatchReply = RpcReplyPort<Result<BatchOutcome>>;
 /// The answer to a coordinator's start.
 pub type StartReply = RpcReplyPort<Result<CoordinatorRef>>;
 
 /// Messages of the batches registry.
 #[derive(Debug)]
 pub enum RegistryMessage {
-    /// Start a coordinator for a run of this batch (`BatchRunning` if one
-    /// runs). `replacing` names a coordinator of the same run that died: the
-    /// new one starts as soon as the registry has seen it go.
+    /// Start a coordinator for a run of this batch (its driver holds the
+    /// batch's claim; `BatchRunning` if a coordinator of it runs). `replacing`
+    /// names a coordinator of the same run that died: the new one starts as
+    /// soon as the registry has seen it go.
     Start {
         /// The run.
         spec: Box<BatchSpec>,
@@ -44,28 +51,19 @@ pub enum RegistryMessage {
     ItemSettled(ItemEnd),
     /// Progress of a running batch (`None` if not running here).
     GetProgress(String, RpcReplyPort<Option<BatchProgress>>),
-    /// Lock a batch that is not running, so no run starts while it is forgotten.
-    Lock(String, RpcReplyPort<bool>),
-    /// Release a lock.
-    Unlock(String),
-    /// A run ended with `result`: its coordinator `coordinator` (if it is
-    /// still the batch's) leaves the registry and is stopped, every watcher
-    /// is told, then `reply` (the run's caller) and `done` are answered.
+    /// A run ended: its coordinator `coordinator` (if it is still the
+    /// batch's) leaves the registry and is stopped, then `reply` (the run's
+    /// caller, with how the run ended) and `done` are answered.
     Release {
         /// Batch.
         batch_id: String,
         /// The run's coordinator, if it has one.
         coordinator: Option<ActorId>,
-        /// How the run ended.
-        result: Result<BatchOutcome>,
-        /// The run's caller.
-        reply: Option<BatchReply>,
+        /// The run's caller and how the run ended.
+        reply: Option<(BatchReply, Result<BatchOutcome>)>,
         /// Told once done.
         done: Option<RpcReplyPort<()>>,
     },
-    /// Answer `reply` when the run of this batch in progress ends
-    /// (`BatchNotRunning` if none is).
-    Watch(String, WatchReply),
     /// The engine is shutting down: start no more runs.
     Close,
     /// Kill the coordinator of a running batch (feature `testing`).
@@ -90,64 +88,93 @@ impl TryFrom<RegistryMessage> for ItemEnd {
 }
 
 /// The typed handle of the batches registry, for those that reach it from
-/// outside the tree (a run's driver, the sweeper's retention pass, a watch, the
-/// supervisor). It follows the registry across restarts: the supervisor
-/// republishes the live actor, and every call goes to the registry of now.
+/// outside the tree (a run's driver, the sweeper's retention pass, the
+/// supervisor), with the claims on batch ids (the supervisor's). It follows
+/// the registry across restarts: the supervisor republishes the live actor,
+/// and every call goes to the registry of now.
 #[derive(Debug, Clone)]
-pub struct RegistryRef(tokio::sync::watch::Receiver<ActorRef<RegistryMessage>>);
+pub struct RegistryRef {
+    book: tokio::sync::watch::Receiver<ActorRef<RegistryMessage>>,
+    claims: DerivedActorRef<ClaimMessage>,
+}
 
-/// Attempts of a watch whose registry keeps dying before the run ends.
-const WATCH_ATTEMPTS: u32 = 20;
+/// Times a start is asked of a registry that died before it answered (each
+/// time of its successor, once the supervisor published it).
+const START_ATTEMPTS: u32 = 4;
+/// Longest wait for the supervisor to publish a dead registry's successor.
+const RESTART_WAIT: Duration = Duration::from_secs(5);
 
 impl RegistryRef {
-    pub(crate) fn new(book: tokio::sync::watch::Receiver<ActorRef<RegistryMessage>>) -> Self {
-        Self(book)
+    pub(crate) fn new(
+        book: tokio::sync::watch::Receiver<ActorRef<RegistryMessage>>,
+        claims: DerivedActorRef<ClaimMessage>,
+    ) -> Self {
+        Self { book, claims }
     }
 
     /// The registry actor now.
     pub fn get(&self) -> ActorRef<RegistryMessage> {
-        self.0.borrow().clone()
+        self.book.borrow().clone()
     }
 
-    /// Start a coordinator for a run of `spec`; `replacing` names a dead
-    /// coordinator of the same run (the new one starts once the registry saw
-    /// it go). `None` if the registry stopped before it answered.
+    /// Where batch ids are claimed (the supervisor).
+    pub(crate) fn claims(&self) -> &DerivedActorRef<ClaimMessage> {
+        &self.claims
+    }
+
+    /// Start a coordinator for a run of `spec` (its driver holds the batch's
+    /// claim); `replacing` names a dead coordinator of the same run (the new
+    /// one starts once the registry saw it go). A registry that dies before
+    /// it answers is asked again once its successor is published (the claim
+    /// keeps the batch this run's meanwhile). `None` if none answered.
     pub(crate) async fn start(
         &self,
         spec: BatchSpec,
         replacing: Option<ActorId>,
     ) -> Option<Result<CoordinatorRef>> {
-        let answer = self
-            .get()
-            .call(
-                |reply| RegistryMessage::Start {
-                    spec: Box::new(spec),
-                    replacing,
-                    reply,
-                },
-                None,
-            )
-            .await
-            .ok()?;
-        answer.success_or(()).ok()
+        for _ in 0..START_ATTEMPTS {
+            let registry = self.get();
+            let answer = registry
+                .call(
+                    |reply| RegistryMessage::Start {
+                        spec: Box::new(spec.clone()),
+                        replacing,
+                        reply,
+                    },
+                    None,
+                )
+                .await;
+            if let Ok(ractor::rpc::CallResult::Success(answer)) = answer {
+                return Some(answer);
+            }
+            if !self.succeeded(registry.get_id()).await {
+                return None;
+            }
+        }
+        None
     }
 
-    /// End a run with `result` and wait until the registry has let it go (its
-    /// coordinator, if still the batch's, is stopped; the watchers are told).
-    /// Returns at once if the registry is gone (a new one holds no run).
-    pub(crate) async fn release(
-        &self,
-        batch_id: &str,
-        coordinator: Option<ActorId>,
-        result: Result<BatchOutcome>,
-    ) {
+    /// Wait until the supervisor published a successor of the registry
+    /// `dead` (at once if it has): `false` if it did not within
+    /// [`RESTART_WAIT`] (the engine is stopping).
+    async fn succeeded(&self, dead: ActorId) -> bool {
+        let mut book = self.book.clone();
+        matches!(
+            tokio::time::timeout(RESTART_WAIT, book.wait_for(|r| r.get_id() != dead)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// End a run and wait until the registry has let it go (its coordinator,
+    /// if still the batch's, is stopped). Returns at once if the registry is
+    /// gone (a new one holds no coordinator of the run).
+    pub(crate) async fn release(&self, batch_id: &str, coordinator: Option<ActorId>) {
         let _ = self
             .get()
             .call(
                 |done| RegistryMessage::Release {
                     batch_id: batch_id.to_string(),
                     coordinator,
-                    result,
                     reply: None,
                     done: Some(done),
                 },
@@ -161,24 +188,9 @@ impl RegistryRef {
         let _ = self.get().cast(RegistryMessage::Release {
             batch_id: batch_id.to_string(),
             coordinator: Some(coordinator),
-            result: Err(EngineError::BatchAbandoned(batch_id.to_string())),
             reply: None,
             done: None,
         });
-    }
-
-    /// Lock a batch that is not running, so that no run starts while it is
-    /// forgotten: `false` if it runs (or is locked).
-    pub(crate) async fn lock(&self, batch_id: &str) -> Result<bool> {
-        ractor::call!(self.get(), RegistryMessage::Lock, batch_id.to_string())
-            .map_err(|e| EngineError::unavailable("batches registry", e))
-    }
-
-    /// Release a lock taken with [`RegistryRef::lock`].
-    pub(crate) fn unlock(&self, batch_id: &str) {
-        let _ = self
-            .get()
-            .cast(RegistryMessage::Unlock(batch_id.to_string()));
     }
 
     /// Progress of a running batch (`None` if it is not running here).
@@ -189,27 +201,6 @@ impl RegistryRef {
             batch_id.to_string()
         )
         .map_err(|e| EngineError::unavailable("batches registry", e))
-    }
-
-    /// Wait for the end of the run of `batch_id` in progress. A registry that
-    /// restarts drops the wait: it is asked again (the run goes on: its driver
-    /// replaces the coordinator). Bounded: gives up after the registry died
-    /// [`WATCH_ATTEMPTS`] times under the wait.
-    pub(crate) async fn watch(&self, batch_id: &str) -> Result<BatchOutcome> {
-        let mut last = String::new();
-        for attempt in 0..WATCH_ATTEMPTS {
-            match ractor::call!(self.get(), RegistryMessage::Watch, batch_id.to_string()) {
-                Ok(result) => return result,
-                Err(e) => {
-                    last = e.to_string();
-                    tokio::time::sleep(std::time::Duration::from_millis(10) * (attempt + 1)).await;
-                }
-            }
-        }
-        Err(EngineError::unavailable(
-            "batches registry",
-            format!("it kept restarting while the run of `{batch_id}` was watched ({last})"),
-        ))
     }
 
     /// The engine is shutting down: the registry starts no more runs.
@@ -252,6 +243,13 @@ impl CoordinatorRef {
         });
     }
 
+    /// Hand the coordinator a sink that takes over the run's records still
+    /// to come: it answers `attach.reply` where the switch fell (a dead
+    /// coordinator drops it: the run's driver hands the sink to the next).
+    pub(crate) fn take_sink(&self, attach: Attach) {
+        let _ = self.0.cast(CoordinatorMessage::TakeSink(attach));
+    }
+
     /// The run's counters now (`None` if the coordinator is gone).
     pub(crate) async fn progress(&self) -> Option<BatchProgress> {
         ractor::call!(self.0, CoordinatorMessage::GetProgress).ok()
@@ -268,13 +266,8 @@ pub struct RegistryState {
     services: Arc<Services>,
     running: HashMap<String, CoordinatorRef>,
     by_actor: HashMap<ActorId, String>,
-    /// Batches with a run in progress (its coordinator may be between a death
-    /// and its replacement).
-    runs: HashSet<String>,
-    locked: HashSet<String>,
     /// The engine is shutting down.
     closed: bool,
-    watchers: HashMap<String, Vec<WatchReply>>,
     /// Replacements waiting for the coordinator they replace to leave.
     replacing: HashMap<ActorId, (Box<BatchSpec>, StartReply)>,
 }
@@ -296,8 +289,7 @@ impl RegistryState {
             Ok((coordinator, _)) => {
                 self.by_actor.insert(coordinator.get_id(), id.clone());
                 let coordinator = CoordinatorRef(coordinator);
-                self.running.insert(id.clone(), coordinator.clone());
-                self.runs.insert(id);
+                self.running.insert(id, coordinator.clone());
                 let _ = reply.send(Ok(coordinator));
             }
             Err(e) => {
@@ -306,25 +298,15 @@ impl RegistryState {
         }
     }
 
-    fn release(
-        &mut self,
-        batch_id: &str,
-        coordinator: Option<ActorId>,
-        result: Result<BatchOutcome>,
-    ) {
-        match self.running.get(batch_id) {
-            Some(c) if Some(c.get_id()) == coordinator => {
-                self.by_actor.remove(&c.get_id());
-                c.0.stop(None);
-                self.running.remove(batch_id);
-            }
-            // Another run's coordinator: this release is stale.
-            Some(_) => return,
-            None => {}
-        }
-        self.runs.remove(batch_id);
-        for watcher in self.watchers.remove(batch_id).unwrap_or_default() {
-            let _ = watcher.send(result.clone());
+    /// The run's coordinator `coordinator` leaves, if it is still the
+    /// batch's (another run's is left alone: the release is stale).
+    fn release(&mut self, batch_id: &str, coordinator: Option<ActorId>) {
+        if let Some(c) = self.running.get(batch_id)
+            && Some(c.get_id()) == coordinator
+        {
+            self.by_actor.remove(&c.get_id());
+            c.0.stop(None);
+            self.running.remove(batch_id);
         }
     }
 }
@@ -343,10 +325,7 @@ impl Actor for BatchRegistry {
             services,
             running: HashMap::new(),
             by_actor: HashMap::new(),
-            runs: HashSet::new(),
-            locked: HashSet::new(),
             closed: false,
-            watchers: HashMap::new(),
             replacing: HashMap::new(),
         })
     }
@@ -376,12 +355,6 @@ impl Actor for BatchRegistry {
                     (Some(_), _) => {
                         let _ = reply.send(Err(EngineError::BatchRunning(id.clone())));
                     }
-                    (None, None) if state.runs.contains(id) || state.locked.contains(id) => {
-                        let _ = reply.send(Err(EngineError::BatchRunning(id.clone())));
-                    }
-                    (None, _) if state.locked.contains(id) => {
-                        let _ = reply.send(Err(EngineError::BatchRunning(id.clone())));
-                    }
                     (None, _) => state.start(&myself, spec, reply).await,
                 }
             }
@@ -408,35 +381,18 @@ impl Actor for BatchRegistry {
                     }
                 }
             }
-            RegistryMessage::Lock(batch_id, reply) => {
-                let ok = !state.running.contains_key(&batch_id)
-                    && !state.runs.contains(&batch_id)
-                    && state.locked.insert(batch_id);
-                let _ = reply.send(ok);
-            }
-            RegistryMessage::Unlock(batch_id) => {
-                state.locked.remove(&batch_id);
-            }
             RegistryMessage::Release {
                 batch_id,
                 coordinator,
-                result,
                 reply,
                 done,
             } => {
-                state.release(&batch_id, coordinator, result.clone());
-                if let Some(reply) = reply {
+                state.release(&batch_id, coordinator);
+                if let Some((reply, result)) = reply {
                     let _ = reply.send(result);
                 }
                 if let Some(done) = done {
                     let _ = done.send(());
-                }
-            }
-            RegistryMessage::Watch(batch_id, reply) => {
-                if state.runs.contains(&batch_id) {
-                    state.watchers.entry(batch_id).or_default().push(reply);
-                } else {
-                    let _ = reply.send(Err(EngineError::BatchNotRunning(batch_id)));
                 }
             }
             RegistryMessage::Close => state.closed = true,

@@ -1,7 +1,9 @@
 //! The writer of a batch run's sink: a thread of its own, fed the run's item
 //! records in order through a bounded channel (the coordinator waits when it
 //! is full), flushed once at the end. A slow sink holds up only this thread,
-//! never the runtime's async workers.
+//! never the runtime's async workers. A sink that takes over the run's
+//! records is switched to in order: the records sent before the switch go to
+//! the sink before, which is then flushed; those after to the new one.
 
 use std::sync::Arc;
 
@@ -31,6 +33,7 @@ impl OwnedRecord {
 
 enum SinkOp {
     Write(String, OwnedRecord),
+    Switch(Arc<dyn RecordSink>),
     Flush(tokio::sync::oneshot::Sender<SinkReport>),
 }
 
@@ -57,6 +60,7 @@ impl SinkWriter {
         // the whole run, mostly waiting for records.
         let name = format!("gaffer-sink-{batch_id}");
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            let mut sink = sink;
             let mut report = SinkReport {
                 errors: 0,
                 error_keys: Vec::new(),
@@ -73,6 +77,13 @@ impl SinkWriter {
                             report.errors += 1;
                             report.error_keys.push(key);
                         }
+                    }
+                    SinkOp::Switch(next) => {
+                        // The sink before got its last record.
+                        if let Err(e) = sink.flush() {
+                            warn!(%batch_id, error = %e, "flushing the sink taken over failed");
+                        }
+                        sink = next;
                     }
                     SinkOp::Flush(done) => {
                         report.flushed = sink.flush().map_err(|e| e.to_string());
@@ -94,6 +105,13 @@ impl SinkWriter {
         // A closed channel means the thread is gone (the sink panicked): the
         // flush reports it.
         let _ = self.tx.send(SinkOp::Write(key.to_string(), record)).await;
+    }
+
+    /// Give the records sent from now on to `sink` (the one before is flushed
+    /// after the records sent before).
+    pub(crate) async fn switch(&self, sink: Arc<dyn RecordSink>) {
+        // A closed channel: the thread is gone, and the flush reports it.
+        let _ = self.tx.send(SinkOp::Switch(sink)).await;
     }
 
     /// Flush after the last record; the report arrives on the receiver.

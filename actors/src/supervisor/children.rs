@@ -60,7 +60,7 @@ impl SupervisorState {
     }
 
     pub(super) fn registry(&self) -> RegistryRef {
-        RegistryRef::new(self.registry.subscribe())
+        RegistryRef::new(self.registry.subscribe(), self.me.get_derived())
     }
 
     pub(super) fn engine_ref(&self) -> crate::EngineRef {

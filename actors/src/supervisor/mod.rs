@@ -58,6 +58,9 @@ pub struct SupervisorState {
     registry: watch::Sender<ActorRef<RegistryMessage>>,
     waiters: WaitersRef,
     sweeper: SweeperRef,
+    /// The claims on batch ids: the run (or forget) of each in progress, and
+    /// a run's watchers. Here because they must outlive the registry.
+    claims: crate::claims::Claims,
     /// Pools by job type or pipeline name (stray pools by queue name).
     pools: HashMap<String, PoolRef>,
     /// The periodic jobs scheduled on this engine (handed to the periodic
@@ -167,7 +170,7 @@ impl Actor for Supervisor {
         let (registry, _) = watch::channel(batches.clone());
         let sweeper_args = SweeperArguments {
             services: services.clone(),
-            registry: RegistryRef::new(registry.subscribe()),
+            registry: RegistryRef::new(registry.subscribe(), myself.get_derived()),
         };
         let (sweeper, _) = Actor::spawn_linked(None, Sweeper, sweeper_args, cell).await?;
         let children = HashMap::from([
@@ -186,6 +189,7 @@ impl Actor for Supervisor {
             registry,
             children,
             sweeper: SweeperRef(sweeper),
+            claims: Default::default(),
             waiters: WaitersRef(waiters),
             pools: HashMap::new(),
             periodic,
@@ -232,7 +236,9 @@ impl Actor for Supervisor {
             EngineMessage::RunBatchAndTell(spec, items, to) => {
                 state.run_batch_and_tell(*spec, items, to)
             }
-            EngineMessage::WatchBatch(batch_id, to) => state.watch_batch(batch_id, to),
+            EngineMessage::WatchBatch(batch_id, to) => state.claims.watch(batch_id, to),
+            EngineMessage::AttachBatch(takeover, reply) => state.claims.attach(*takeover, reply),
+            EngineMessage::BatchClaim(claim) => state.claims.handle(claim),
             EngineMessage::ResumeBatch(spec, reply) => state.resume_batch(*spec, reply),
             EngineMessage::BatchProgress(batch_id, reply) => state.batch_progress(batch_id, reply),
             EngineMessage::BatchStatus(batch_id, reply) => state.batch_status(batch_id, reply),

@@ -145,14 +145,6 @@ impl SupervisorState {
         });
     }
 
-    pub(super) fn watch_batch(&self, batch_id: String, to: DerivedActorRef<BatchFinished>) {
-        let registry = self.registry();
-        tokio::spawn(async move {
-            let result = registry.watch(&batch_id).await;
-            let _ = to.send_message(BatchFinished { batch_id, result });
-        });
-    }
-
     pub(super) fn resume_batch(&self, spec: BatchSpec, reply: RpcReplyPort<Result<BatchOutcome>>) {
         let engine = self.engine_ref();
         tokio::spawn(async move {
