@@ -568,9 +568,12 @@ impl EngineBuilder {
         self.set(move |s| s.settlement_window = settlements)
     }
 
-    /// First delay before a crashed handler worker (a panic in a job) is
-    /// restarted; it doubles with each recent crash of its type, up to
-    /// [`restart_backoff_max`](Self::restart_backoff_max). Default 50 ms.
+    /// A crashed handler worker (a panic in a job) is replaced at once,
+    /// unless more attempts than the type has workers panicked in a row:
+    /// then this is the first delay before it restarts, doubling with each
+    /// further panic in a row, up to
+    /// [`restart_backoff_max`](Self::restart_backoff_max); an attempt that
+    /// ends without a panic ends the streak. Default 50 ms.
     pub fn restart_backoff_base(self, delay: Duration) -> Self {
         self.set(move |s| s.restart_backoff_base = delay)
     }

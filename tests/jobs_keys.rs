@@ -3,7 +3,8 @@
 //! collapses duplicates while the job is live and answers from its record
 //! once it ended (success or failure) until retention removes it; the same
 //! key with another payload is refused; payload keys; and a stray job that
-//! carries a run's id neither replaces nor ends that run.
+//! carries a run's id (or an unknown or invalid one) never runs, and neither
+//! replaces nor ends that run.
 //!
 //! Every test runs under paused tokio time on the in-memory store with a
 //! `MockClock`, and waits for events or handles, never for wall time.
@@ -400,29 +401,36 @@ async fn payload_idempotency_key_is_stable_and_distinguishes_payloads() {
 }
 
 // ---------------------------------------------------------------------------
-// A settlement ends only the run whose record names its queue job.
+// A job runs, and its settlement ends a run, only when the run's record
+// names its queue job.
 
-/// Enqueue by hand a job that carries `run_id` but does not decode as a
-/// `Keyed`: it fails permanently when it runs.
-async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
+/// Enqueue by hand a job that carries `run_header` as its `gaffer.run`,
+/// with `payload`.
+async fn enqueue_by_hand(engine: &Engine, run_header: &str, payload: Vec<u8>) -> String {
     let queue = engine.engine_ref().services().raw_queue().unwrap();
     let headers = [
         ("gaffer.type".to_string(), "keyed".to_string()),
-        ("gaffer.run".to_string(), run_id.to_string()),
+        ("gaffer.run".to_string(), run_header.to_string()),
     ]
     .into_iter()
     .collect();
     queue
         .enqueue_with(
             "jobs.keyed",
-            b"\xc1 not a job".to_vec(),
+            payload,
             EnqueueOptions::default().headers(headers),
         )
         .await
         .unwrap()
 }
 
-/// The impostor ran and was dead-lettered as its own failure.
+/// Enqueue by hand a job that carries `run_id` but does not decode as a
+/// `Keyed`.
+async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
+    enqueue_by_hand(engine, run_id, b"\xc1 not a job".to_vec()).await
+}
+
+/// The impostor was dead-lettered as its own failure.
 async fn impostor_settled(engine: &Engine) {
     eventually("the impostor is dead-lettered", LIMIT, async || {
         let queue = engine.engine_ref().services().raw_queue().unwrap();
@@ -452,22 +460,8 @@ async fn a_stray_job_carrying_a_finished_runs_id_does_not_replace_its_outcome() 
 /// A queue job put on a type's queue by hand, with a valid payload of the
 /// type, carrying `run_header` as its `gaffer.run`.
 async fn enqueue_runnable_impostor(engine: &Engine, run_header: &str) -> String {
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
-    let headers = [
-        ("gaffer.type".to_string(), "keyed".to_string()),
-        ("gaffer.run".to_string(), run_header.to_string()),
-    ]
-    .into_iter()
-    .collect();
     let payload = rmp_serde::to_vec_named(&Keyed::new("impostor", 7)).unwrap();
-    queue
-        .enqueue_with(
-            "jobs.keyed",
-            payload,
-            EnqueueOptions::default().headers(headers),
-        )
-        .await
-        .unwrap()
+    enqueue_by_hand(engine, run_header, payload).await
 }
 
 #[tokio::test(start_paused = true)]

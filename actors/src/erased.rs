@@ -181,7 +181,7 @@ pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
 /// User code behind a job type, with its types erased.
 pub trait ErasedHandler: Send + Sync + 'static {
     /// Run one delivery. May panic: the handler worker that runs it fails and
-    /// is restarted, and the job is nacked.
+    /// is replaced, and the attempt counts as failed (the job is retried).
     fn run(&self, delivery: Delivery) -> BoxFuture<Verdict>;
 }
 

@@ -39,10 +39,12 @@ pub const HEADER_ATTEMPTS: &str = "gaffer.attempts";
 /// queue would carry no outcome record). gaffer ends each job itself, with
 /// its record, when [`HEADER_ATTEMPTS`] real attempts are spent.
 pub const QUEUE_ATTEMPTS: u32 = u32::MAX;
-/// Prefix of the error of a nack that gives a claim back without counting an
-/// attempt (a job released at the end of a shutdown grace period, or by a
-/// paused job type). It is kept in the job's attempt history, where gaffer
-/// reads it when it counts attempts.
+/// Prefix of the reason a claim was given back without counting an attempt
+/// (a job released at the end of a shutdown grace period, or by a paused job
+/// type): kept in the run's earlier claims (`RunRecord::past`), and in the
+/// attempt history of a job given back as the queue gives claims back (a
+/// claim whose standing could not be read), where gaffer reads it when it
+/// counts attempts.
 pub const RELEASED_PREFIX: &str = "gaffer-released: ";
 /// Prefix of the jobs retention index (a taquba `ExpiryIndex`).
 pub const JOBS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/jobs/";

@@ -41,8 +41,10 @@ pub struct Settings {
     /// slot takes its next job while its last one's settlement waits for the
     /// queue's flush. Default 1024.
     pub settlement_window: usize,
-    /// First delay before a crashed handler worker restarts; doubles per
-    /// recent crash up to `restart_backoff_max`. Default 50 ms.
+    /// A crashed handler worker is replaced at once, unless more attempts
+    /// than the type has workers panicked in a row: then this is the first
+    /// delay before it restarts, doubling per further panic in a row up to
+    /// `restart_backoff_max`. Default 50 ms.
     pub restart_backoff_base: Duration,
     /// Longest restart delay. Default 5 s.
     pub restart_backoff_max: Duration,

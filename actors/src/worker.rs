@@ -1,7 +1,7 @@
 //! A handler worker: one slot of a pool. It runs the user's code for one job
 //! at a time inside its `handle`, within the slot's parking scope, so a panic
-//! in user code fails this actor only (its pool nacks the job and restarts
-//! it), and reports the verdict to its pool.
+//! in user code fails this actor only (its pool settles the attempt as
+//! failed and replaces it), and reports the verdict to its pool.
 
 use std::sync::Arc;
 

@@ -11,7 +11,8 @@
 //! The pool, not the worker, holds each `Claim`: a worker gets a copy of the
 //! job and its lease, runs the user's code and reports a verdict. So when a
 //! worker crashes (a panic in user code), the pool still holds the claim and
-//! nacks it at once, then restarts the worker after a backoff. Settlements run
+//! settles it at once as a failed attempt, and replaces the worker (at once,
+//! unless panics are systemic: see `restarts`). Settlements run
 //! in short tasks so a worker takes its next job while the last one's commit
 //! waits for the queue's flush (unless `settlement_window` commits are in
 //! flight). A job waiting for another job from inside its run parks its slot
