@@ -4,8 +4,9 @@
 //! nothing is ever written, so read-only credentials suffice and a running
 //! engine is never fenced or slowed. `health` and `stats` open it without
 //! replaying the WAL and read the beat and the counters from the WAL
-//! objects past the last memtable flush themselves ([`unflushed`]), so
-//! their cost does not grow with the WAL the writer has not flushed yet. Every command prints aligned tables, or
+//! objects past the last memtable flush themselves ([`unflushed`]): the
+//! cost of `health` does not grow with the WAL the writer has not flushed
+//! yet, and `stats` costs about half a replay. Every command prints aligned tables, or
 //! with `--json` one JSON document whose field names are documented on the
 //! types in [`report`].
 //!

@@ -260,7 +260,7 @@ impl Unflushed {
                 }
             }
         }
-        out.sort_by(|a, b| b.id.cmp(&a.id));
+        out.sort_by_key(|o| std::cmp::Reverse(o.id));
         Ok(out)
     }
 }
@@ -301,13 +301,24 @@ fn read_i64(bytes: &[u8]) -> Result<i64, CliError> {
         .map_err(|_| CliError::BadRecord(format!("a counter of {} bytes, not 8", bytes.len())))
 }
 
-/// Whether WAL object `id` exists.
-async fn exists(wal: &WalReader, id: u64) -> Result<bool, CliError> {
-    match wal.get(id).metadata().await {
-        Ok(_) => Ok(true),
-        Err(e) if is_not_found(&e) => Ok(false),
-        Err(e) => Err(taquba::Error::from(e).into()),
+/// Whether each WAL object of `ids` exists, all asked at once.
+async fn exist(wal: &WalReader, ids: &[u64]) -> Result<Vec<bool>, CliError> {
+    let mut asks = JoinSet::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let file = wal.get(id);
+        asks.spawn(async move { (i, file.metadata().await) });
     }
+    let mut out = vec![false; ids.len()];
+    while let Some(asked) = asks.join_next().await {
+        let (i, found) =
+            asked.map_err(|e| CliError::BadRecord(format!("a WAL probe failed: {e}")))?;
+        out[i] = match found {
+            Ok(_) => true,
+            Err(e) if is_not_found(&e) => false,
+            Err(e) => return Err(taquba::Error::from(e).into()),
+        };
+    }
+    Ok(out)
 }
 
 /// Whether `e` is an object store's "not found" (SlateDB keeps it as the
@@ -328,33 +339,54 @@ fn is_not_found(e: &slatedb::Error) -> bool {
     false
 }
 
+/// Probes asked at once.
+const PROBES: u64 = 16;
+
 /// The newest WAL object after `after` (`after` itself when there is
-/// none): ids `after + 2^k` probed until one is missing, then a binary
-/// search between the last found and the first missing.
+/// none). WAL ids are consecutive, so the objects present are a run from
+/// `after + 1`: ids `after + 2^k` are asked, [`PROBES`] at once, until one
+/// is missing; then the gap between the last found and the first missing
+/// is cut in [`PROBES`] parts each round. A few round trips where one per
+/// id would be dozens on an object store.
 async fn newest_id(wal: &WalReader, after: u64) -> Result<u64, CliError> {
     let mut found = after;
-    let mut step = 1u64;
-    let missing = loop {
-        let id = after.saturating_add(step);
-        if !exists(wal, id).await? {
-            break id;
+    let mut missing = None;
+    let mut exp = 0u32;
+    while missing.is_none() {
+        let ids: Vec<u64> = (exp..exp + PROBES as u32)
+            .filter_map(|e| 1u64.checked_shl(e))
+            .filter_map(|step| after.checked_add(step))
+            .collect();
+        if ids.is_empty() {
+            return Ok(found);
+        }
+        (found, missing) = first_gap(&ids, &exist(wal, &ids).await?, found);
+        exp += PROBES as u32;
+    }
+    let mut missing = missing.unwrap_or(found);
+    while missing - found > 1 {
+        let step = ((missing - found) / PROBES).max(1);
+        let ids: Vec<u64> = (1..PROBES)
+            .map(|i| found + i * step)
+            .filter(|&id| id < missing)
+            .collect();
+        let (f, m) = first_gap(&ids, &exist(wal, &ids).await?, found);
+        found = f;
+        missing = m.unwrap_or(missing);
+    }
+    Ok(found)
+}
+
+/// Of ascending `ids` and whether each exists: the last found before the
+/// first missing (`found` if none), and the first missing.
+fn first_gap(ids: &[u64], present: &[bool], mut found: u64) -> (u64, Option<u64>) {
+    for (&id, &here) in ids.iter().zip(present) {
+        if !here {
+            return (found, Some(id));
         }
         found = id;
-        match step.checked_mul(2) {
-            Some(s) => step = s,
-            None => return Ok(found),
-        }
-    };
-    let (mut lo, mut hi) = (found, missing);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if exists(wal, mid).await? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
     }
-    Ok(lo)
+    (found, None)
 }
 
 #[cfg(test)]
@@ -371,6 +403,13 @@ mod tests {
         );
         assert_eq!(counter_name(&[TAG_STATS, KEY_VERSION, 10, b'j']), None);
         assert_eq!(counter_name(&[TAG_HEARTBEAT, KEY_VERSION]), None);
+    }
+
+    #[test]
+    fn the_first_gap_ends_the_run_of_objects_found() {
+        assert_eq!(first_gap(&[1, 2, 4], &[true, true, false], 0), (2, Some(4)));
+        assert_eq!(first_gap(&[1, 2], &[false, true], 0), (0, Some(1)));
+        assert_eq!(first_gap(&[5, 6], &[true, true], 4), (6, None));
     }
 
     #[test]
