@@ -4,10 +4,18 @@
 //! `rare` that fails for good. The engine then shuts down and the directory
 //! is kept.
 //!
+//! With `--hold` the engine stays up after the fill (beating, idle) until
+//! standard input closes, then shuts down: the store a `gaffer` command meets
+//! beside a live engine, whose writes since the last memtable flush are still
+//! only in the WAL (a clean shutdown flushes them, a `kill -9` of the holding
+//! process leaves them, as a crash does).
+//!
 //! ```sh
 //! cargo bench --bench fill_store -- /tmp/store-100k 100000
 //! cargo build --release -p gaffer-cli
 //! /usr/bin/time -f '%e s %M KiB' target/release/gaffer --dir /tmp/store-100k jobs --limit 20
+//! # beside a live engine:
+//! sleep infinity | cargo bench --bench fill_store -- /tmp/store-live 100000 --hold &
 //! ```
 
 use std::time::{Duration, Instant};
@@ -52,8 +60,10 @@ async fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    let hold = args.iter().any(|a| a == "--hold");
+    let args: Vec<&String> = args.iter().filter(|a| *a != "--hold").collect();
     let Some(dir) = args.first() else {
-        eprintln!("usage: cargo bench --bench fill_store -- DIR [N]");
+        eprintln!("usage: cargo bench --bench fill_store -- DIR [N] [--hold]");
         std::process::exit(2);
     };
     let n: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
@@ -91,5 +101,16 @@ async fn main() {
         n / 1000,
         t0.elapsed().as_secs_f64()
     );
+    if hold {
+        println!("holding: the engine stays up until standard input closes");
+        // Blocking reads on a thread of their own: the engine's tasks keep
+        // both runtime workers.
+        tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        })
+        .await
+        .expect("standard input read");
+    }
     engine.shutdown().await.expect("shut down");
 }

@@ -29,11 +29,16 @@ pub enum Layout {
 
 /// Read the store's layout marker ([`keys::LAYOUT_KEY`]).
 pub async fn layout(view: &QueueView) -> Result<Layout> {
-    Ok(match view.kv_get(keys::LAYOUT_KEY).await? {
+    Ok(layout_of(view.kv_get(keys::LAYOUT_KEY).await?.as_deref()))
+}
+
+/// What a layout marker's value (`None`: no marker) says.
+pub fn layout_of(found: Option<&[u8]>) -> Layout {
+    match found {
         None => Layout::Absent,
-        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => Layout::Current,
-        Some(found) => Layout::Other(String::from_utf8_lossy(&found).into_owned()),
-    })
+        Some(found) if found == keys::LAYOUT_VERSION.as_bytes() => Layout::Current,
+        Some(found) => Layout::Other(String::from_utf8_lossy(found).into_owned()),
+    }
 }
 
 /// Check the store's shard marker ([`keys::SHARD_KEY`]) against `place`:
@@ -42,13 +47,18 @@ pub async fn layout(view: &QueueView) -> Result<Layout> {
 /// [`EngineError::ShardMismatch`] if it
 /// names another.
 pub async fn check_shard(view: &QueueView, place: &crate::ShardPlace) -> Result<bool> {
+    shard_of(view.kv_get(keys::SHARD_KEY).await?.as_deref(), place)
+}
+
+/// [`check_shard`] on a shard marker's value (`None`: no marker).
+pub fn shard_of(found: Option<&[u8]>, place: &crate::ShardPlace) -> Result<bool> {
     let expected = keys::shard_marker(place.index, place.count);
-    match view.kv_get(keys::SHARD_KEY).await? {
+    match found {
         None => Ok(false),
-        Some(found) if found.as_ref() == expected.as_bytes() => Ok(true),
+        Some(found) if found == expected.as_bytes() => Ok(true),
         Some(found) => Err(crate::EngineError::ShardMismatch {
             url: place.url.clone(),
-            found: String::from_utf8_lossy(&found).into_owned(),
+            found: String::from_utf8_lossy(found).into_owned(),
             expected,
         }),
     }

@@ -67,6 +67,9 @@ pub enum CliError {
     /// The queue could not be read.
     #[error("{0}")]
     Queue(#[from] taquba::Error),
+    /// A record in the store is not what this build reads.
+    #[error("unreadable record in the store: {0}")]
+    BadRecord(String),
     /// The output could not be written.
     #[error("cannot write the output: {0}")]
     Output(String),

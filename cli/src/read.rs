@@ -21,13 +21,32 @@ use crate::report::{
     AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, Periodic,
     PeriodicRow, QueueRow, Stats,
 };
+use crate::unflushed::Unflushed;
 
 /// Most failed keys `gaffer batch` shows.
 const FAILED_KEYS_SHOWN: usize = 100;
 
+/// How a command reads the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Through a reader that replays the WAL past the writer's last
+    /// memtable flush at open: the whole current state, for the commands
+    /// that list or look up jobs, batches and records.
+    Replay,
+    /// The flushed state, and of the WAL past it only the liveness beat,
+    /// the job counters and the store's markers, read from the WAL objects
+    /// raw (see [`crate::unflushed`]): `health`, which then reads the WAL
+    /// of about one beat interval however long the unflushed WAL, and
+    /// `stats`, which reads every unflushed object but keeps only the
+    /// counter rows (about half a replay's cost).
+    Flushed,
+}
+
 /// A store opened read-only.
 pub struct Store {
     reader: QueueReader,
+    /// With [`Reading::Flushed`]: the WAL past the reader's flushed state.
+    unflushed: Option<Unflushed>,
     jobs_prefix: String,
     bulk_prefix: String,
     /// Where operator requests go: the store's inbox.
@@ -35,14 +54,15 @@ pub struct Store {
 }
 
 impl Store {
-    /// Open the store at `dir` or `url` and check it is a gaffer store of
-    /// the layout this build reads.
+    /// Open the store at `dir` or `url`, read as `reading` says, and check
+    /// it is a gaffer store of the layout this build reads.
     pub async fn open(
         dir: Option<&Path>,
         url: Option<&str>,
         queue_path: &str,
         jobs_prefix: &str,
         bulk_prefix: &str,
+        reading: Reading,
     ) -> Result<Self, CliError> {
         let (store, name): (Arc<dyn ObjectStore>, String) = match (dir, url) {
             (Some(dir), _) => {
@@ -60,57 +80,101 @@ impl Store {
             (None, None) => return Err(CliError::NoStoreGiven),
         };
         let sender = InboxSender::new(store.clone(), default_inbox_path(queue_path));
-        let options = ReaderOptions::default()
-            .mode(ReaderMode::FollowLatest)
-            .manifest_poll_interval(std::time::Duration::from_millis(100));
-        let reader = match QueueReader::open_with_options(store, queue_path, options).await {
+        let mut options = ReaderOptions::default().mode(ReaderMode::FollowLatest);
+        // The WAL past the flushed state starts after the manifest's
+        // `replay_after_wal_id`. The manifest is read before the reader
+        // opens (on a manifest as new or newer): the WAL objects from there
+        // hold every commit past the reader's flushed state, and those
+        // already flushed are told apart by their sequence numbers.
+        let after = match reading {
+            Reading::Replay => {
+                options = options.manifest_poll_interval(std::time::Duration::from_millis(100));
+                None
+            }
+            Reading::Flushed => {
+                let admin = slatedb::admin::Admin::builder(queue_path, store.clone()).build();
+                let manifest = admin
+                    .read_manifest(None)
+                    .await
+                    .map_err(taquba::Error::from)?;
+                // The view stays on the manifest it opened on (its flushed
+                // sequence number is the one the WAL rows are told apart by).
+                options = options
+                    .skip_wal_replay(true)
+                    .manifest_poll_interval(std::time::Duration::from_secs(3600));
+                manifest.map(|m| m.replay_after_wal_id())
+            }
+        };
+        let reader = match QueueReader::open_with_options(store.clone(), queue_path, options).await
+        {
             Ok(r) => r,
             Err(taquba::Error::StoreNotInitialized { .. }) => {
                 return Err(CliError::NotInitialized(name));
             }
             Err(e) => return Err(e.into()),
         };
-        let layout = inspect::layout(reader.view()).await;
-        let close = async |r: QueueReader| {
-            let _ = r.close().await;
+        let unflushed = match after {
+            Some(after) => match Unflushed::find(store, queue_path, after).await {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    let _ = reader.close().await;
+                    return Err(e);
+                }
+            },
+            None => None,
         };
-        match layout {
-            Ok(Layout::Current) => {}
-            Ok(Layout::Absent) => {
-                close(reader).await;
-                return Err(CliError::NotGaffer(name));
-            }
-            Ok(Layout::Other(found)) => {
-                close(reader).await;
-                let newer = keys::layout_number(&found)
-                    .zip(keys::layout_number(keys::LAYOUT_VERSION))
-                    .is_some_and(|(found, ours)| found > ours);
-                let (store, expected) = (name, keys::LAYOUT_VERSION);
-                return Err(if newer {
-                    CliError::NewerLayout {
-                        store,
-                        found,
-                        expected,
-                    }
-                } else {
-                    CliError::UnknownLayout {
-                        store,
-                        found,
-                        expected,
-                    }
-                });
-            }
-            Err(e) => {
-                close(reader).await;
-                return Err(e.into());
-            }
-        }
-        Ok(Self {
+        let opened = Self {
             reader,
+            unflushed,
             jobs_prefix: jobs_prefix.to_string(),
             bulk_prefix: bulk_prefix.to_string(),
             sender,
-        })
+        };
+        let layout = opened.store_marker(keys::LAYOUT_KEY).await;
+        let refused = match layout {
+            Ok(found) => match inspect::layout_of(found.as_deref()) {
+                Layout::Current => None,
+                Layout::Absent => Some(CliError::NotGaffer(name)),
+                Layout::Other(found) => {
+                    let newer = keys::layout_number(&found)
+                        .zip(keys::layout_number(keys::LAYOUT_VERSION))
+                        .is_some_and(|(found, ours)| found > ours);
+                    let (store, expected) = (name, keys::LAYOUT_VERSION);
+                    Some(if newer {
+                        CliError::NewerLayout {
+                            store,
+                            found,
+                            expected,
+                        }
+                    } else {
+                        CliError::UnknownLayout {
+                            store,
+                            found,
+                            expected,
+                        }
+                    })
+                }
+            },
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refused {
+            opened.close().await;
+            return Err(e);
+        }
+        Ok(opened)
+    }
+
+    /// The value of a gaffer marker (written once, at the store's first
+    /// start): from the view, else, read [`Reading::Flushed`], from the WAL
+    /// past it.
+    async fn store_marker(&self, key: &[u8]) -> Result<Option<Vec<u8>>, CliError> {
+        if let Some(found) = self.view().kv_get(key).await? {
+            return Ok(Some(found.to_vec()));
+        }
+        match &self.unflushed {
+            Some(u) => u.marker(key).await,
+            None => Ok(None),
+        }
     }
 
     /// Check the store's shard marker: refused if it was written as
@@ -121,7 +185,8 @@ impl Store {
             count,
             url: url.to_string(),
         };
-        inspect::check_shard(self.reader.view(), &place).await?;
+        let found = self.store_marker(keys::SHARD_KEY).await?;
+        inspect::shard_of(found.as_deref(), &place)?;
         Ok(())
     }
 
@@ -149,6 +214,16 @@ impl Store {
         &self,
         only: Option<&str>,
     ) -> Result<Vec<(String, &'static str, String)>, CliError> {
+        self.queues_and(only, Vec::new()).await
+    }
+
+    /// [`Self::queues`], with the queues `more` names beside the view's
+    /// (those of counters only the WAL holds yet).
+    async fn queues_and(
+        &self,
+        only: Option<&str>,
+        more: Vec<String>,
+    ) -> Result<Vec<(String, &'static str, String)>, CliError> {
         let mut out = Vec::new();
         let jobs = format!("{}.", self.jobs_prefix);
         let bulk = format!("{}.", self.bulk_prefix);
@@ -158,7 +233,11 @@ impl Store {
                 keys::queue_for(&self.bulk_prefix, t),
             ]
         });
-        for q in self.view().list_queues().await? {
+        let mut all = self.view().list_queues().await?;
+        all.extend(more);
+        all.sort();
+        all.dedup();
+        for q in all {
             // A partition queue (a rate limit per header value) is listed
             // under its type.
             let base = keys::partition_base(&q).unwrap_or(&q).to_string();
@@ -185,20 +264,35 @@ impl Store {
         Ok(out)
     }
 
-    /// `gaffer stats`.
+    /// `gaffer stats`: each queue's counters; read [`Reading::Flushed`],
+    /// the flushed counters with the WAL's changes to them applied (the
+    /// same counts as a replaying reader's).
     pub async fn stats(&self) -> Result<Stats, CliError> {
+        let changes = match &self.unflushed {
+            Some(u) => {
+                u.counters(self.reader.last_store_activity().durable_seq)
+                    .await?
+            }
+            None => Default::default(),
+        };
+        let more = changes.keys().map(|(queue, _)| queue.clone()).collect();
         let mut queues = Vec::new();
-        for (queue, kind, name) in self.queues(None).await? {
+        for (queue, kind, name) in self.queues_and(None, more).await? {
             let s = self.view().stats(&queue).await?;
+            let count = |metric: &str, flushed: i64| {
+                changes
+                    .get(&(queue.clone(), metric.to_string()))
+                    .map_or(flushed, |c| c.over(flushed))
+            };
             queues.push(QueueRow {
+                pending: count("pending", s.pending),
+                scheduled: count("scheduled", s.scheduled),
+                running: count("claimed", s.claimed),
+                done: count("done", s.done),
+                dead: count("dead", s.dead),
                 queue,
                 kind,
                 name,
-                pending: s.pending,
-                scheduled: s.scheduled,
-                running: s.claimed,
-                done: s.done,
-                dead: s.dead,
             });
         }
         Ok(Stats { queues })
@@ -558,7 +652,21 @@ impl Store {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let activity = self.reader.last_store_activity();
-        let beat = self.reader.writer_heartbeat().await?;
+        let flushed = self.reader.writer_heartbeat().await?;
+        // Read flushed: the newest beat is in the WAL past the flushed
+        // state if any is, else the flushed one.
+        let (beat, durable_seq, unflushed) = match &self.unflushed {
+            None => (flushed, activity.durable_seq, None),
+            Some(u) => {
+                let (found, newest_seq) = u.newest_beat().await?;
+                let beat = match found {
+                    Some(b) if b.seq > activity.durable_seq => b.beat,
+                    _ => flushed,
+                };
+                let durable = newest_seq.unwrap_or(0).max(activity.durable_seq);
+                (beat, durable, Some(u.objects()))
+            }
+        };
         let (status, alive) = match &beat {
             None => ("absent", false),
             Some(b) if b.closed => ("closed", false),
@@ -582,7 +690,8 @@ impl Store {
             heartbeat_writer_epoch: beat.as_ref().map(|b| b.writer_epoch),
             writer_epoch: activity.writer_epoch,
             last_flush_at_ms: activity.last_flush_at_ms,
-            durable_seq: activity.durable_seq,
+            durable_seq,
+            unflushed_wal_objects: unflushed,
         })
     }
 }

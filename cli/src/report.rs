@@ -621,6 +621,10 @@ pub struct Health {
     pub last_flush_at_ms: Option<u64>,
     /// The durable sequence number the reader sees.
     pub durable_seq: u64,
+    /// WAL objects written since the writer's last memtable flush (a
+    /// replaying reader's work; `health` reads the newest of them only).
+    /// `None` when read through a replaying reader (`batch --watch`).
+    pub unflushed_wal_objects: Option<u64>,
 }
 
 impl Render for Health {
@@ -641,6 +645,9 @@ impl Render for Health {
             ]);
         }
         t.row(["durable seq".into(), self.durable_seq.to_string()]);
+        if let Some(n) = self.unflushed_wal_objects {
+            t.row(["unflushed WAL".into(), format!("{n} objects")]);
+        }
         t.render()
     }
 }

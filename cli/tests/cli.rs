@@ -1026,3 +1026,155 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
     assert!(err.contains("shard 0/3") && err.contains("0/2"), "{err}");
     engines.shutdown().await;
 }
+
+/// The store's queue, opened read-only: replaying the WAL past the last
+/// memtable flush (`replay`), or not (the flushed state only).
+async fn reader(dir: &Path, replay: bool) -> gaffer::taquba::QueueReader {
+    let store: std::sync::Arc<dyn gaffer::taquba::object_store::ObjectStore> = std::sync::Arc::new(
+        gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap(),
+    );
+    let options = gaffer::taquba::ReaderOptions::default()
+        .mode(gaffer::taquba::ReaderMode::FollowLatest)
+        .skip_wal_replay(!replay);
+    gaffer::taquba::QueueReader::open_with_options(store, "queue", options)
+        .await
+        .unwrap()
+}
+
+/// `(queue, pending, scheduled, running, done, dead)` of every queue, as a
+/// replaying reader counts them.
+async fn replayed_counts(dir: &Path) -> Vec<(String, i64, i64, i64, i64, i64)> {
+    let r = reader(dir, true).await;
+    let mut out = Vec::new();
+    for q in r.view().list_queues().await.unwrap() {
+        let s = r.view().stats(&q).await.unwrap();
+        out.push((q, s.pending, s.scheduled, s.claimed, s.done, s.dead));
+    }
+    r.close().await.unwrap();
+    out.sort();
+    out
+}
+
+/// `health` and `stats` read the flushed state and, of the WAL past it,
+/// the beat and the counters only, from the WAL objects: beside a live
+/// engine whose memtable was never flushed (everything is in the WAL), they
+/// answer what a reader that replays the whole WAL answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_stats_answer_as_a_replaying_reader_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = Engine::builder()
+        .local_dir(dir)
+        .flush_interval(Duration::from_millis(1))
+        .open_options(
+            gaffer::taquba::OpenOptions::default().liveness_heartbeat(Duration::from_millis(50)),
+        )
+        .register::<Greet>()
+        .register::<Explode>()
+        .pipeline(Double)
+        .start()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let h = engine
+            .submit(Greet {
+                name: format!("n{i}"),
+            })
+            .await
+            .unwrap();
+        h.join().await.unwrap().unwrap();
+    }
+    let boom = engine.submit(Explode).await.unwrap();
+    assert!(boom.join().await.unwrap().is_err());
+    let report = engine
+        .batch::<Double>("nightly")
+        .unwrap()
+        .run(0..5u64)
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (4, 1));
+
+    // The test's premise: the flushed state has none of it.
+    let flushed = reader(dir, false).await;
+    assert!(flushed.view().list_queues().await.unwrap().is_empty());
+    assert!(flushed.writer_heartbeat().await.unwrap().is_none());
+    flushed.close().await.unwrap();
+
+    // stats: the replaying reader's counts (the engine is idle now: the
+    // same before and after).
+    let before = replayed_counts(dir).await;
+    let stats = json(dir, &["stats"]);
+    assert_eq!(replayed_counts(dir).await, before, "the engine moved");
+    let mut shown: Vec<(String, i64, i64, i64, i64, i64)> = stats["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            let n = |f: &str| q[f].as_i64().unwrap();
+            (
+                q["queue"].as_str().unwrap().to_string(),
+                n("pending"),
+                n("scheduled"),
+                n("running"),
+                n("done"),
+                n("dead"),
+            )
+        })
+        .collect();
+    shown.sort();
+    let engines: Vec<_> = before
+        .iter()
+        .filter(|q| {
+            q.0.starts_with("jobs.") || q.0.starts_with("bulk-items.") || q.0 == "jobs-intake"
+        })
+        .cloned()
+        .collect();
+    assert_eq!(shown, engines, "{stats}");
+    let greet = shown.iter().find(|q| q.0 == "jobs.greet").unwrap();
+    assert_eq!(greet.4, 20, "{stats}");
+
+    // health: the newest beat. The engine beats every 50 ms; wait until
+    // it has beaten a few times, so that the newest beat is not the first.
+    let r = reader(dir, true).await;
+    let first = r.writer_heartbeat().await.unwrap().unwrap();
+    r.close().await.unwrap();
+    let beats = loop {
+        let r = reader(dir, true).await;
+        let b = r.writer_heartbeat().await.unwrap().unwrap();
+        r.close().await.unwrap();
+        if b.counter >= first.counter + 3 {
+            break b;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let health = json(dir, &["health"]);
+    let r = reader(dir, true).await;
+    let after = r.writer_heartbeat().await.unwrap().unwrap();
+    let epoch = r.last_store_activity().writer_epoch;
+    r.close().await.unwrap();
+    assert_eq!(health["status"], "alive", "{health}");
+    let at = health["heartbeat_at_ms"].as_u64().unwrap();
+    assert!(
+        (beats.at_ms..=after.at_ms).contains(&at),
+        "the beat shown, at {at}, is not the newest: a replay saw {} then {}: {health}",
+        beats.at_ms,
+        after.at_ms
+    );
+    assert_eq!(health["heartbeat_interval_ms"], 50);
+    assert_eq!(health["writer_epoch"], epoch);
+    assert_eq!(health["heartbeat_writer_epoch"], after.writer_epoch);
+    assert!(
+        health["unflushed_wal_objects"].as_u64().unwrap() > 0,
+        "{health}"
+    );
+
+    // Shut down (the memtable is flushed): the closing beat, from the
+    // flushed state now.
+    engine.shutdown().await.unwrap();
+    let closed = gaffer(dir, &["health", "--json"]);
+    assert_eq!(closed.status.code(), Some(3), "{closed:?}");
+    let closed: Value = serde_json::from_slice(&closed.stdout).unwrap();
+    assert_eq!(closed["status"], "closed", "{closed}");
+    let stats_after = json(dir, &["stats"]);
+    assert_eq!(stats_after, stats, "a flushed store counts the same");
+}
