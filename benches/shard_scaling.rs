@@ -96,7 +96,7 @@ async fn engine_process(p: Params) {
     })
     .await
     .unwrap();
-    let engine = engines.engine(shard).unwrap().clone();
+    let engine = engines.engine(shard).unwrap();
     println!("ready");
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();

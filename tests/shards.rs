@@ -594,7 +594,9 @@ async fn a_set_reopened_with_another_count_or_order_is_refused() {
 // Shards that come back: a shard's keeper reopens it once it is this
 // process's to take again. The stores are a set of two (`pair-00`,
 // `pair-01`), so a process can own both; engines beat every `BEAT`, and
-// keepers look every 50 ms and count a writer gone after 10 missed beats.
+// keepers look every 50 ms and count a writer gone after 20 missed beats
+// (2.1 s for a writer beating every 100 ms: a loaded machine's stall of a
+// live writer's beats stays well inside it).
 
 /// The liveness beat of the engines in these tests.
 const BEAT: Duration = Duration::from_millis(100);
@@ -617,7 +619,7 @@ fn pair_set(at: &Where) -> ShardSet {
 
 /// A sharded engine on the pair set with short supervision: a stopped
 /// shard is looked at after 50 ms (doubling to 1 s), a held one every
-/// 50 ms, and its writer is gone after 10 of its beats without one. Its
+/// 50 ms, and its writer is gone after 20 of its beats without one. Its
 /// jobs log their runs in `runs-{name}.log`.
 async fn start_kept(
     at: &Where,
@@ -630,7 +632,7 @@ async fn start_kept(
     ShardedEngine::builder(pair_set(at), Placement::Listed(owned))
         .reopen_backoff(Duration::from_millis(50), Duration::from_secs(1))
         .probe_interval(Duration::from_millis(50))
-        .stale_beats(10)
+        .stale_beats(20)
         .start(move |_, url| {
             Engine::builder()
                 .store_url(url)
@@ -784,10 +786,10 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
         count(&events, "down 1") == 1 && count(&events, "held 1") == 1
     })
     .await;
-    // While f1 lives, a waits. Held for three times a's window for f1's
-    // beats (10 × 100 ms + 2 × 50 ms): nothing may happen meanwhile, so
-    // this only gives a wrong retake the time to happen.
-    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    // While f1 lives, a waits. Held for twice a's window for f1's beats
+    // (20 × 100 ms + 2 × 50 ms): nothing may happen meanwhile, so this only
+    // gives a wrong retake the time to happen.
+    tokio::time::sleep(Duration::from_millis(4_200)).await;
     assert_eq!(
         count(&events, "back 1"),
         0,
@@ -816,7 +818,7 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
     let back = run_through(&client, 1, "back").await;
     assert!(ran_on(root, "a", &back), "shard 1 runs in a again");
 
-    // A third owner, beating only every 5 s: a would count it gone 50 s
+    // A third owner, beating only every 5 s: a would count it gone 100 s
     // after its last beat. It shuts down cleanly, and its closing beat
     // gives shard 1 back to a at once.
     children.0.insert("f2".into(), spawn("fencer:f2:1:5000"));

@@ -278,8 +278,10 @@ async fn writer_epoch(
     store: &Arc<dyn ObjectStore>,
     path: &str,
 ) -> std::result::Result<u64, taquba::Error> {
-    let reader =
-        QueueReader::open_with_options(store.clone(), path, reader_options(LOOK_LIMIT)).await?;
+    // The epoch is the manifest's: no WAL to replay (a store just taken
+    // over can hold many WAL objects not yet compacted).
+    let options = reader_options(LOOK_LIMIT).skip_wal_replay(true);
+    let reader = QueueReader::open_with_options(store.clone(), path, options).await?;
     let epoch = reader.last_store_activity().writer_epoch;
     let _ = reader.close().await;
     Ok(epoch)
