@@ -80,7 +80,7 @@ async fn engine_process(p: Params) {
     let shard: usize = var("GAFFER_BENCH_SHARD").parse().unwrap();
     let count: usize = var("GAFFER_BENCH_COUNT").parse().unwrap();
     let set = ShardSet::from_template(&var("GAFFER_BENCH_TEMPLATE"), count).unwrap();
-    let engines = ShardedEngine::start(set, &Placement::Listed(vec![shard]), |_, url| {
+    let engines = ShardedEngine::start(set, &Placement::Listed(vec![shard]), move |_, url| {
         let env: Vec<(String, String)> = std::env::vars().collect();
         let (s3, prefix) = gaffer::taquba::open_url(url, env).unwrap();
         let (store, faults) = FaultyStore::wrap(Arc::new(PrefixStore::new(s3, prefix)));
@@ -96,7 +96,7 @@ async fn engine_process(p: Params) {
     })
     .await
     .unwrap();
-    let engine = engines.engine(shard).unwrap().clone();
+    let engine = engines.engine(shard).unwrap();
     println!("ready");
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();

@@ -1,5 +1,8 @@
 //! A sharded gaffer service, as `deploy/kubernetes/` runs it: one engine per
-//! shard this replica owns, until SIGTERM.
+//! shard this replica owns, until SIGTERM. A shard whose engine stops (its
+//! store taken by another replica during a rollout, or the engine crashed)
+//! comes back on its own once the store is this replica's again; the
+//! service logs each shard's down, held and back.
 //!
 //! Configuration (environment):
 //! - `GAFFER_SHARDS`: the shard set's URL template, `{shard}` replaced by
@@ -20,7 +23,7 @@
 
 use std::time::Duration;
 
-use gaffer::{Engine, Job, JobContext, Placement, ShardSet, ShardedEngine};
+use gaffer::{Engine, Job, JobContext, Placement, ShardEvent, ShardSet, ShardedEngine};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,6 +71,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await?;
     tracing::info!(owned = ?engines.owned(), "engines started");
+    // Each shard's ups and downs, until the engines shut down.
+    let mut shard_events = engines.subscribe();
+    tokio::spawn(async move {
+        loop {
+            match shard_events.recv().await {
+                Ok(ShardEvent::Down { shard, reason }) => {
+                    tracing::warn!(shard, %reason, "shard down")
+                }
+                Ok(ShardEvent::Held {
+                    shard,
+                    writer_epoch,
+                }) => {
+                    tracing::info!(shard, writer_epoch, "shard held by another writer")
+                }
+                Ok(ShardEvent::Back { shard, down_for }) => {
+                    tracing::info!(shard, ?down_for, "shard back")
+                }
+                Ok(other) => tracing::info!(?other, "shard event"),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
     // A few jobs, each to its shard (only those this replica owns; another
     // process would send the rest through a `ShardedClient`).
     for order in 0..10 {

@@ -30,8 +30,9 @@ use crate::state::StateMap;
 use crate::engine::Engine;
 
 /// The writer's liveness beat when the open options set none (one small
-/// commit per interval).
-const LIVENESS_HEARTBEAT: Duration = Duration::from_secs(5);
+/// commit per interval). A shard's keeper judges a writer without a beat
+/// record of its own by this interval (`shards::keeper`).
+pub(crate) const LIVENESS_HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The WAL flush interval on a local directory (`local_dir`, `file://`) when
 /// none is set: a flush there is a small file write, and every durable
@@ -474,6 +475,12 @@ impl EngineBuilder {
             url: url.to_string(),
         });
         self
+    }
+
+    /// The queue's path inside the store (a shard's keeper reads the store
+    /// there while the shard is down).
+    pub(crate) fn queue_path_of(&self) -> &str {
+        &self.queue_path
     }
 
     /// Record an override of one setting (applied on top of the base).

@@ -269,30 +269,49 @@ async fn outcome(engine: &Engine, id: String) -> Result<OutcomeRecord> {
     Ok(record)
 }
 
+/// Start a gateway for `engine`, shard `shard`'s, in the shard's group.
+pub(crate) async fn spawn_gateway(
+    engine: Engine,
+    shard: usize,
+) -> Result<ActorRef<GatewayMessage>> {
+    let (gateway, _) = Actor::spawn(None, Gateway, GatewayArgs { engine, shard })
+        .await
+        .map_err(|e| gaffer_actors::EngineError::ActorUnavailable {
+            actor: "shard gateway",
+            reason: e.to_string(),
+        })?;
+    Ok(gateway)
+}
+
+/// Longest wait for a shard's keeper to start its gateway (it spawns the
+/// actor, whose start only joins the group).
+const SERVE_CALL: Duration = Duration::from_secs(10);
+
 impl ShardedEngine {
-    /// Start a gateway for each owned shard, in the shard's process group,
-    /// so that senders anywhere in the ractor cluster reach it
-    /// ([`ClusterRouter`]). Each gateway stops when its engine stops.
+    /// Start a gateway for each owned shard that is up, in the shard's
+    /// process group, so that senders anywhere in the ractor cluster reach
+    /// it ([`ClusterRouter`]); answers them. Each gateway stops when its
+    /// engine stops, and a shard that comes back (or is down now and comes
+    /// back later) gets a new one from its keeper.
     pub async fn serve_cluster(&self) -> Result<Vec<ActorRef<GatewayMessage>>> {
         let mut gateways = Vec::new();
-        for shard in self.owned() {
-            let Some(engine) = self.engine(shard) else {
-                continue;
-            };
-            let (gateway, _) = Actor::spawn(
-                None,
-                Gateway,
-                GatewayArgs {
-                    engine: engine.clone(),
-                    shard,
-                },
-            )
-            .await
-            .map_err(|e| gaffer_actors::EngineError::ActorUnavailable {
-                actor: "shard gateway",
-                reason: e.to_string(),
-            })?;
-            gateways.push(gateway);
+        for (shard, keeper) in self.keepers() {
+            match keeper
+                .call(crate::shards::KeeperMessage::Serve, Some(SERVE_CALL))
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(Ok(Some(gateway)))) => gateways.push(gateway),
+                // Down now: its keeper starts the gateway when it is back.
+                Ok(ractor::rpc::CallResult::Success(Ok(None))) => {}
+                Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
+                other => {
+                    return Err(gaffer_actors::EngineError::ActorUnavailable {
+                        actor: "shard keeper",
+                        reason: format!("shard {shard}'s keeper did not answer: {other:?}"),
+                    }
+                    .into());
+                }
+            }
         }
         Ok(gateways)
     }

@@ -84,7 +84,10 @@ pub use pipeline::{BulkCtx, ItemError, Pipeline};
 #[cfg(feature = "cluster")]
 pub use ractor_cluster;
 pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
-pub use shards::{MAX_SHARDS, Placement, ShardError, ShardSet, ShardedClient, ShardedEngine};
+pub use shards::{
+    MAX_SHARDS, Placement, ShardError, ShardEvent, ShardSet, ShardStatus, ShardedClient,
+    ShardedEngine, ShardedEngineBuilder,
+};
 pub use sink::{
     ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED,
     STATUS_OUTPUT_UNAVAILABLE, STATUS_SUCCEEDED, read_jsonl,

@@ -7,6 +7,12 @@
 //! answers, each key with one id and one outcome. In-process: a shard whose
 //! store another process opens stops alone while the others go on.
 //!
+//! Shards that come back: a child process keeps two shards while other
+//! processes fence one of them, die, or shut down; the shard waits while
+//! its new writer lives and comes back in the same child once it is gone.
+//! In-process: a held shard answers `ShardError::Down`, a killed engine
+//! comes back after the backoff, a served shard gets its gateway back.
+//!
 //! The same runs on prefixes of one bucket of a loopback S3 API server
 //! (moto), smaller. `GAFFER_SHARDS_FULL=1` runs the local-disk test at the
 //! issue's full size (20 000 submissions over 2 000 keys); the default is a
@@ -20,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gaffer::{
-    Client, Engine, EngineEvent, Job, JobContext, Placement, ShardSet, ShardedClient, ShardedEngine,
+    Client, Engine, EngineEvent, Job, JobContext, Placement, ShardEvent, ShardSet, ShardStatus,
+    ShardedClient, ShardedEngine,
 };
 use serde::{Deserialize, Serialize};
 
@@ -146,12 +153,13 @@ fn make_dirs(root: &Path) {
 }
 
 async fn start_engines(at: &Where, owned: Vec<usize>, log: PathBuf) -> ShardedEngine {
+    let env = at.env.clone();
     ShardedEngine::start(set(at), &Placement::Listed(owned), move |_, url| {
         // No environment given: the process's own (a child's).
-        let builder = if at.env.is_empty() {
+        let builder = if env.is_empty() {
             Engine::builder().store_url(url)
         } else {
-            Engine::builder().store_url_with_env(url, at.env.clone())
+            Engine::builder().store_url_with_env(url, env.clone())
         };
         builder
             .flush_interval(Duration::from_millis(1))
@@ -194,8 +202,14 @@ fn spawn(root: &Path, at: &Where, size: Size, role: &str) -> std::process::Child
 
 async fn wait_for_file(root: &Path, name: &str) {
     let path = root.join(name);
+    wait_until(root, &format!("{name} is written"), || path.exists()).await;
+}
+
+/// Poll `done` every 20 ms until it says yes; after 2 minutes, panic with
+/// the tail of every child's log.
+async fn wait_until(root: &Path, what: &str, mut done: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
-    while !path.exists() {
+    while !done() {
         if t0.elapsed() > Duration::from_secs(120) {
             let logs: Vec<String> = std::fs::read_dir(root)
                 .unwrap()
@@ -213,7 +227,7 @@ async fn wait_for_file(root: &Path, name: &str) {
                 })
                 .collect();
             panic!(
-                "{name} was not written in 2 minutes; child logs:\n{}",
+                "not done in 2 minutes: {what}; child logs:\n{}",
                 logs.join("\n")
             );
         }
@@ -294,6 +308,33 @@ async fn shard_child() {
             }
             std::fs::write(root.join(format!("producer-{n}.ids")), ids).unwrap();
             client.close().await;
+        }
+        // A process that keeps shards: its shard events go to
+        // `events-{name}.log`, one line each.
+        ["kept", name, shards] => {
+            let owned = shards.split(',').map(|s| s.parse().unwrap()).collect();
+            let engines = start_kept(&at, owned, &root, name, BEAT).await;
+            log_shard_events(&engines, root.join(format!("events-{name}.log")));
+            std::fs::write(root.join(format!("ready-{name}")), b"").unwrap();
+            // Run until killed.
+            std::future::pending::<()>().await;
+        }
+        // Another owner of one shard, beating every `beat_ms`: it takes the
+        // shard at its start, and shuts down (a closing beat) once
+        // `stop-{name}` exists, unless it is killed first.
+        ["fencer", name, shard, beat_ms] => {
+            let beat = Duration::from_millis(beat_ms.parse().unwrap());
+            let engines = start_kept(&at, vec![shard.parse().unwrap()], &root, name, beat).await;
+            log_shard_events(&engines, root.join(format!("events-{name}.log")));
+            std::fs::write(root.join(format!("ready-{name}")), b"").unwrap();
+            let stop = root.join(format!("stop-{name}"));
+            while !stop.exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            for (shard, result) in engines.shutdown().await {
+                result.unwrap_or_else(|e| panic!("shard {shard} did not shut down: {e}"));
+            }
+            std::fs::write(root.join(format!("stopped-{name}")), b"").unwrap();
         }
         _ => panic!("unknown role {role}"),
     }
@@ -548,4 +589,431 @@ async fn a_set_reopened_with_another_count_or_order_is_refused() {
         .unwrap();
     assert_eq!(common::within(h.join()).await.unwrap().unwrap(), 8);
     again.shutdown().await;
+}
+
+// Shards that come back: a shard's keeper reopens it once it is this
+// process's to take again. The stores are a set of two (`pair-00`,
+// `pair-01`), so a process can own both; engines beat every `BEAT`, and
+// keepers look every 50 ms and count a writer gone after 20 missed beats
+// (2.1 s for a writer beating every 100 ms: a loaded machine's stall of a
+// live writer's beats stays well inside it).
+
+/// The liveness beat of the engines in these tests.
+const BEAT: Duration = Duration::from_millis(100);
+/// Shards in the set these tests keep.
+const PAIR: usize = 2;
+
+fn pair(root: &Path) -> Where {
+    for i in 0..PAIR {
+        std::fs::create_dir_all(root.join(format!("pair-{i:02}"))).unwrap();
+    }
+    Where {
+        template: format!("file://{}/pair-{{shard}}", root.display()),
+        env: Vec::new(),
+    }
+}
+
+fn pair_set(at: &Where) -> ShardSet {
+    ShardSet::from_template(&at.template, PAIR).unwrap()
+}
+
+/// A sharded engine on the pair set with short supervision: a stopped
+/// shard is looked at after 50 ms (doubling to 1 s), a held one every
+/// 50 ms, and its writer is gone after 20 of its beats without one. Its
+/// jobs log their runs in `runs-{name}.log`.
+async fn start_kept(
+    at: &Where,
+    owned: Vec<usize>,
+    root: &Path,
+    name: &str,
+    beat: Duration,
+) -> ShardedEngine {
+    let log = root.join(format!("runs-{name}.log"));
+    ShardedEngine::builder(pair_set(at), Placement::Listed(owned))
+        .reopen_backoff(Duration::from_millis(50), Duration::from_secs(1))
+        .probe_interval(Duration::from_millis(50))
+        .stale_beats(20)
+        .start(move |_, url| {
+            Engine::builder()
+                .store_url(url)
+                .open_options(gaffer::taquba::OpenOptions::default().liveness_heartbeat(beat))
+                .flush_interval(Duration::from_millis(1))
+                .poll_interval(Duration::from_millis(20))
+                .intake_poll(Duration::from_millis(20))
+                .register_with_concurrency::<Tally>(8)
+                .state(log.clone())
+        })
+        .await
+        .unwrap()
+}
+
+/// Append each shard event of `engines` to `path`: `down 1`, `held 1`,
+/// `back 1`, `reopen-failed 1 …`, `stopped 1 …`.
+fn log_shard_events(engines: &ShardedEngine, path: PathBuf) {
+    let mut events = engines.subscribe();
+    tokio::spawn(async move {
+        loop {
+            let line = match events.recv().await {
+                Ok(ShardEvent::Down { shard, reason }) => format!("down {shard} {reason}"),
+                Ok(ShardEvent::Held { shard, .. }) => format!("held {shard}"),
+                Ok(ShardEvent::Back { shard, .. }) => format!("back {shard}"),
+                Ok(ShardEvent::ReopenFailed { shard, error, .. }) => {
+                    format!("reopen-failed {shard} {error}")
+                }
+                Ok(ShardEvent::Stopped { shard, reason }) => format!("stopped {shard} {reason}"),
+                Ok(other) => format!("other {other:?}"),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    format!("lagged {n}")
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(format!("{line}\n").as_bytes()).unwrap();
+        }
+    });
+}
+
+/// How many lines of `path` start with `prefix ` (a word: `back 1`).
+fn count(path: &Path, prefix: &str) -> usize {
+    lines(path)
+        .iter()
+        .filter(|l| *l == prefix || l.starts_with(&format!("{prefix} ")))
+        .count()
+}
+
+/// A fresh key whose job belongs to `shard`.
+fn key_in(set: &ShardSet, shard: usize, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .find(|k| set.shard_of_key(k) == shard)
+        .unwrap()
+}
+
+/// Receive shard events until one matches `pred` (all of them kept);
+/// panics after `limit`.
+async fn shard_events_until(
+    rx: &mut tokio::sync::broadcast::Receiver<ShardEvent>,
+    limit: Duration,
+    mut pred: impl FnMut(&ShardEvent) -> bool,
+) -> Vec<ShardEvent> {
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(limit, async {
+        loop {
+            match rx.recv().await {
+                Ok(ev) => {
+                    let done = pred(&ev);
+                    seen.push(ev);
+                    if done {
+                        return;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("shard events ended: {e}"),
+            }
+        }
+    })
+    .await;
+    assert!(
+        found.is_ok(),
+        "the expected shard event did not come; saw {seen:#?}"
+    );
+    seen
+}
+
+/// A job of `shard` through the client's inbox, joined: its id.
+async fn run_through(client: &ShardedClient, shard: usize, tag: &str) -> String {
+    let key = key_in(client.set(), shard, tag);
+    let h = client
+        .submit(Tally {
+            key: Some(key),
+            n: 3,
+        })
+        .await
+        .unwrap();
+    let out = common::within_for(Duration::from_secs(60), client.join::<Tally>(h.id()))
+        .await
+        .unwrap_or_else(|e| panic!("join {}: {e}", h.id()))
+        .unwrap_or_else(|e| panic!("{} failed: {e}", h.id()));
+    assert_eq!(out, 6);
+    h.id().to_string()
+}
+
+/// Whether `id` ran in the process `name` (its run log).
+fn ran_on(root: &Path, name: &str, id: &str) -> bool {
+    lines(&root.join(format!("runs-{name}.log")))
+        .iter()
+        .any(|l| l == id)
+}
+
+/// One child process keeps both shards. Another process opens shard 1 as
+/// its writer (a second owner): the keeper's shard goes down, and while
+/// that writer lives it waits and never takes the shard back (the other
+/// runs its jobs, unfenced). The other is SIGKILLed: once its beats go
+/// stale the shard comes back in the same child and runs jobs. A third
+/// process takes it and shuts down cleanly: its closing beat gives the
+/// shard back at once (well before its beats could go stale). The child is
+/// never restarted, and its shard 0 runs throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let at = pair(root);
+    let size = Size::local();
+    let spawn = |role: &str| spawn(root, &at, size, role);
+    let mut children = Children::default();
+    let events = root.join("events-a.log");
+
+    children.0.insert("a".into(), spawn("kept:a:0,1"));
+    wait_for_file(root, "ready-a").await;
+    let client = ShardedClient::open(pair_set(&at), |_, url| {
+        Client::builder()
+            .store_url(url)
+            .poll_interval(Duration::from_millis(20))
+    })
+    .await
+    .unwrap();
+    let id = run_through(&client, 1, "first").await;
+    assert!(ran_on(root, "a", &id));
+
+    // A second owner of shard 1 fences a's engine of it.
+    children.0.insert("f1".into(), spawn("fencer:f1:1:100"));
+    wait_for_file(root, "ready-f1").await;
+    wait_until(root, "a says shard 1 is down and held", || {
+        count(&events, "down 1") == 1 && count(&events, "held 1") == 1
+    })
+    .await;
+    // While f1 lives, a waits. Held for twice a's window for f1's beats
+    // (20 × 100 ms + 2 × 50 ms): nothing may happen meanwhile, so this only
+    // gives a wrong retake the time to happen.
+    tokio::time::sleep(Duration::from_millis(4_200)).await;
+    assert_eq!(
+        count(&events, "back 1"),
+        0,
+        "a took shard 1 back from a live writer"
+    );
+    let held = run_through(&client, 1, "held").await;
+    assert!(ran_on(root, "f1", &held), "f1 runs shard 1's jobs");
+    assert!(!ran_on(root, "a", &held));
+    assert_eq!(
+        count(&root.join("events-f1.log"), "down 1"),
+        0,
+        "f1 was never fenced"
+    );
+    // Shard 0 goes on in a.
+    let other = run_through(&client, 0, "other").await;
+    assert!(ran_on(root, "a", &other));
+
+    // f1 dies without a closing beat: its beats go stale and a retakes.
+    let mut f1 = children.0.remove("f1").unwrap();
+    f1.kill().unwrap();
+    f1.wait().unwrap();
+    wait_until(root, "a says shard 1 is back", || {
+        count(&events, "back 1") == 1
+    })
+    .await;
+    let back = run_through(&client, 1, "back").await;
+    assert!(ran_on(root, "a", &back), "shard 1 runs in a again");
+
+    // A third owner, beating only every 5 s: a would count it gone 100 s
+    // after its last beat. It shuts down cleanly, and its closing beat
+    // gives shard 1 back to a at once.
+    children.0.insert("f2".into(), spawn("fencer:f2:1:5000"));
+    wait_for_file(root, "ready-f2").await;
+    wait_until(root, "a says shard 1 is down and held again", || {
+        count(&events, "down 1") == 2 && count(&events, "held 1") == 2
+    })
+    .await;
+    let second = run_through(&client, 1, "second").await;
+    assert!(ran_on(root, "f2", &second));
+    std::fs::write(root.join("stop-f2"), b"").unwrap();
+    let mut f2 = children.0.remove("f2").unwrap();
+    let status = tokio::task::block_in_place(|| f2.wait()).unwrap();
+    assert!(status.success(), "f2 failed: {status}");
+    let released = std::time::Instant::now();
+    wait_until(root, "a says shard 1 is back again", || {
+        count(&events, "back 1") == 2
+    })
+    .await;
+    assert!(
+        released.elapsed() < Duration::from_secs(20),
+        "shard 1 came back after {:?}: by f2's stale beats, not its closing one",
+        released.elapsed()
+    );
+    let again = run_through(&client, 1, "again").await;
+    assert!(ran_on(root, "a", &again));
+
+    // The same child all along, still running; it never gave a shard up.
+    let a = children.0.get_mut("a").unwrap();
+    assert!(a.try_wait().unwrap().is_none(), "a exited");
+    assert_eq!(lines(&events).len(), 6, "{:?}", lines(&events));
+    client.close().await;
+}
+
+/// In one process: a shard another writer holds answers `ShardError::Down`
+/// at once (no hang), its status names the holder, the other shard goes
+/// on; when the other writer shuts down, the shard comes back and runs
+/// jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_shard_answers_down_and_comes_back_when_its_writer_closes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let at = pair(root);
+    let set = pair_set(&at);
+    let first = start_kept(&at, vec![0, 1], root, "first", BEAT).await;
+    let mut events = first.subscribe();
+    let second = start_kept(&at, vec![1], root, "second", BEAT).await;
+    let seen = shard_events_until(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, ShardEvent::Held { shard: 1, .. })
+    })
+    .await;
+    assert!(
+        matches!(&seen[0], ShardEvent::Down { shard: 1, reason } if reason.contains("store closed")),
+        "{seen:?}"
+    );
+    assert!(
+        matches!(
+            first.status(1),
+            Some(ShardStatus::Down {
+                held_by: Some(_),
+                ..
+            })
+        ),
+        "{:?}",
+        first.status(1)
+    );
+    assert!(first.engine(1).is_none());
+    let key = key_in(&set, 1, "down");
+    let err = common::within(first.submit(Tally {
+        key: Some(key),
+        n: 1,
+    }))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            gaffer::Error::Shard(gaffer::ShardError::Down { shard: 1, .. })
+        ),
+        "{err}"
+    );
+    // Shard 0 goes on.
+    let h = first
+        .submit(Tally {
+            key: Some(key_in(&set, 0, "zero")),
+            n: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(common::within(h.join()).await.unwrap().unwrap(), 4);
+
+    for (_, result) in second.shutdown().await {
+        result.unwrap();
+    }
+    shard_events_until(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, ShardEvent::Back { shard: 1, .. })
+    })
+    .await;
+    assert_eq!(first.status(1), Some(ShardStatus::Up));
+    let h = first
+        .submit(Tally {
+            key: Some(key_in(&set, 1, "back")),
+            n: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(common::within(h.join()).await.unwrap().unwrap(), 10);
+    for (shard, result) in first.shutdown().await {
+        result.unwrap_or_else(|e| panic!("shard {shard}: {e}"));
+    }
+    // The keepers stopped: the stream of shard events ends.
+    shard_events_until(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, ShardEvent::Stopped { shard: 1, .. })
+    })
+    .await;
+}
+
+/// A shard whose engine dies with no fence (its supervisor killed) is
+/// reopened after the backoff, with no wait for a writer: the store's
+/// writer epoch is still its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_whose_engine_died_is_reopened_after_a_backoff() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let at = pair(root);
+    let set = pair_set(&at);
+    let engines = start_kept(&at, vec![0, 1], root, "one", BEAT).await;
+    let mut events = engines.subscribe();
+    let before = engines.engine(1).unwrap();
+    before.actor().kill();
+    let seen = shard_events_until(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, ShardEvent::Back { shard: 1, .. })
+    })
+    .await;
+    assert!(
+        matches!(&seen[0], ShardEvent::Down { shard: 1, reason } if reason.contains("without a last event")),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 2, "down then back, never held: {seen:?}");
+    assert_eq!(engines.status(1), Some(ShardStatus::Up));
+    let h = engines
+        .submit(Tally {
+            key: Some(key_in(&set, 1, "after")),
+            n: 7,
+        })
+        .await
+        .unwrap();
+    assert_eq!(common::within(h.join()).await.unwrap().unwrap(), 14);
+    assert!(ran_on(root, "one", h.id()));
+    for (shard, result) in engines.shutdown().await {
+        result.unwrap_or_else(|e| panic!("shard {shard}: {e}"));
+    }
+}
+
+/// With `serve_cluster`, a shard that comes back gets a new gateway in its
+/// group, and a router reaches the new engine through it.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_shard_that_comes_back_gets_its_gateway_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let at = pair(root);
+    let set = pair_set(&at);
+    let engines = start_kept(&at, vec![0, 1], root, "served", BEAT).await;
+    let gateways = engines.serve_cluster().await.unwrap();
+    assert_eq!(gateways.len(), 2);
+    let group = gaffer::shard_group(1);
+    let members = || gaffer::ractor::pg::get_members(&group);
+    assert_eq!(members().len(), 1);
+    let old = members()[0].get_id();
+    let mut events = engines.subscribe();
+    engines.engine(1).unwrap().actor().kill();
+    shard_events_until(&mut events, Duration::from_secs(30), |e| {
+        matches!(e, ShardEvent::Back { shard: 1, .. })
+    })
+    .await;
+    common::eventually(
+        "shard 1's group holds one new gateway",
+        Duration::from_secs(30),
+        async || {
+            let m = members();
+            m.len() == 1 && m[0].get_id() != old
+        },
+    )
+    .await;
+    let router = gaffer::ClusterRouter::new(set.clone()).deadline(Duration::from_secs(30));
+    let id = router
+        .submit(Tally {
+            key: Some(key_in(&set, 1, "routed")),
+            n: 4,
+        })
+        .await
+        .unwrap();
+    assert_eq!(router.join::<Tally>(&id).await.unwrap().unwrap(), 8);
+    for (shard, result) in engines.shutdown().await {
+        result.unwrap_or_else(|e| panic!("shard {shard}: {e}"));
+    }
 }
