@@ -46,7 +46,7 @@ pub mod status;
 pub mod store_url;
 pub mod supervisor;
 pub mod sweeper;
-mod task;
+pub mod task;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

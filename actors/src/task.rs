@@ -7,13 +7,13 @@
 //! good). [`spawn_reported`] runs the work in one task and awaits it from a
 //! second, which always reports: the work's output, or how it ended without
 //! one. The returned handle aborts the work (at its next await), which also
-//! reports.
+//! reports. Used by the engine's actors and by `gaffer`'s shard keepers.
 
 use std::future::Future;
 
 /// How a task ended without its output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Ended {
+pub enum Ended {
     /// It panicked; the panic's message.
     #[error("the task panicked: {0}")]
     Panicked(String),
@@ -24,7 +24,7 @@ pub(crate) enum Ended {
 
 /// Spawn `work`; `report` gets its output, or how it ended without one. The
 /// handle aborts the work.
-pub(crate) fn spawn_reported<T: Send + 'static>(
+pub fn spawn_reported<T: Send + 'static>(
     work: impl Future<Output = T> + Send + 'static,
     report: impl FnOnce(Result<T, Ended>) + Send + 'static,
 ) -> tokio::task::AbortHandle {
@@ -42,7 +42,7 @@ pub(crate) fn spawn_reported<T: Send + 'static>(
 }
 
 /// The text a panic carried (`panic!("…")`'s message, when it has one).
-pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<String>()
         .cloned()

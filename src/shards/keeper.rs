@@ -326,17 +326,9 @@ fn spawn_reporting<T: Send + 'static>(
     report: impl FnOnce(std::result::Result<T, String>) -> KeeperMessage + Send + 'static,
 ) {
     let me = me.clone();
-    let task = tokio::spawn(work);
-    tokio::spawn(async move {
-        let out = task.await.map_err(|e| {
-            if e.is_panic() {
-                "the task panicked".to_string()
-            } else {
-                "the task was cancelled".to_string()
-            }
-        });
+    gaffer_actors::task::spawn_reported(work, move |out| {
         // A keeper that stopped meanwhile needs no answer.
-        let _ = me.cast(report(out));
+        let _ = me.cast(report(out.map_err(|e| e.to_string())));
     });
 }
 
