@@ -134,6 +134,16 @@ impl Carried {
     }
 }
 
+/// The real attempts a run spent on its earlier queue jobs, from a queue
+/// job's headers (what its `gaffer.past` carries; 0 for a job never put
+/// back): for readers of the store that show a live job's attempts.
+pub fn tried_before(headers: &std::collections::HashMap<String, String>) -> u32 {
+    headers
+        .get(keys::HEADER_PAST)
+        .and_then(|v| Carried::parse(v))
+        .map_or(0, |c| c.tried)
+}
+
 impl Attempts {
     /// A job claimed for the first time; `default_limit` is its queue's.
     pub fn first(claim: &Claim, default_limit: u32) -> Self {

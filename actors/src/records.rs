@@ -40,6 +40,24 @@ pub struct RunRecord {
     pub past: Vec<PastAttempt>,
 }
 
+impl RunRecord {
+    /// The run's earlier claims: those this record keeps (its earlier queue
+    /// jobs'), then `own`, the claims of its current queue job as the
+    /// queue's attempt history gives them, numbered on from them.
+    pub fn claims_with(&self, own: Vec<PastAttempt>) -> Vec<PastAttempt> {
+        if self.past.is_empty() {
+            return own;
+        }
+        let offset = self.past.last().map_or(0, |a| a.claim);
+        let mut all = self.past.clone();
+        all.extend(own.into_iter().map(|mut a| {
+            a.claim = a.claim.saturating_add(offset);
+            a
+        }));
+        all
+    }
+}
+
 /// Where a success output lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OutputRef {

@@ -439,21 +439,6 @@ pub(crate) struct Claimed {
     pub(crate) standing: Standing,
 }
 
-/// The earlier claims of a run: those its run record keeps (its earlier
-/// queue jobs'), then this queue job's own, numbered on from them.
-pub(crate) fn run_history(run: Option<&RunRecord>, own: Vec<PastAttempt>) -> Vec<PastAttempt> {
-    let Some(run) = run.filter(|r| !r.past.is_empty()) else {
-        return own;
-    };
-    let offset = run.past.last().map_or(0, |a| a.claim);
-    let mut all = run.past.clone();
-    all.extend(own.into_iter().map(|mut a| {
-        a.claim = a.claim.saturating_add(offset);
-        a
-    }));
-    all
-}
-
 /// Past claims a run record keeps at most (the newest), and the longest
 /// error kept with each: a run that keeps failing cannot grow its record
 /// past the KV cap.

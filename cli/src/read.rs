@@ -432,8 +432,9 @@ impl Store {
             }
             return Ok(d);
         }
-        let (job_id, submitted) = match inspect::run_record(view, id).await? {
-            Some(run) => (run.job_id, Some(run.submitted_at_ms)),
+        let run = inspect::run_record(view, id).await?;
+        let (job_id, submitted) = match &run {
+            Some(run) => (run.job_id.clone(), Some(run.submitted_at_ms)),
             None => (id.to_string(), None),
         };
         let Some(job) = view.job_record(&job_id).await? else {
@@ -446,7 +447,7 @@ impl Store {
             job_id: Some(job.id.clone()),
             job_type: row.job_type,
             state: row.state,
-            attempts: job.attempts,
+            attempts: attempts_of(&job),
             submitted_at_ms: submitted,
             enqueued_at_ms: Some(job.enqueued_at),
             claimed_at_ms: job.claimed_at,
@@ -461,6 +462,16 @@ impl Store {
             history: self.history(&job.id, None).await?,
             followups: Vec::new(),
         };
+        // A job put back on its queue (a retry, a release) is a new queue
+        // job under the same id: its run record keeps the claims before,
+        // and its last error until it fails again.
+        if let Some(run) = run.as_ref().filter(|r| !r.past.is_empty()) {
+            let own = self.view().attempt_history(&job.id).await?;
+            d.history = rows(run.claims_with(PastAttempt::from_history(&own)));
+            if d.error.is_none() {
+                d.error = run.past.iter().rev().find_map(|a| a.error.clone());
+            }
+        }
         // A dead job: its outcome record (jobs) or item marker (bulk items).
         if job.status == JobStatus::Dead {
             if let Some(run_id) = &run_id
@@ -512,16 +523,7 @@ impl Store {
         } else {
             PastAttempt::from_history(&queue)
         };
-        Ok(past
-            .into_iter()
-            .map(|a| AttemptRow {
-                attempt: a.claim,
-                outcome: a.how,
-                claimed_at_ms: a.claimed_at_ms,
-                recorded_at_ms: a.ended_at_ms,
-                error: a.error,
-            })
-            .collect())
+        Ok(rows(past))
     }
 
     /// `gaffer dead`.
@@ -697,6 +699,26 @@ impl Store {
 }
 
 /// A listing row of a queue job in `status`.
+/// A job's claims as the command shows them.
+fn rows(past: Vec<PastAttempt>) -> Vec<AttemptRow> {
+    past.into_iter()
+        .map(|a| AttemptRow {
+            attempt: a.claim,
+            outcome: a.how,
+            claimed_at_ms: a.claimed_at_ms,
+            recorded_at_ms: a.ended_at_ms,
+            error: a.error,
+        })
+        .collect()
+}
+
+/// A live queue job's attempts: its own claims, plus the real attempts its
+/// run spent on the queue jobs before it (a retry puts the job back as a
+/// new queue job under the same id).
+fn attempts_of(job: &JobRecord) -> u32 {
+    gaffer_actors::attempts::tried_before(&job.headers).saturating_add(job.attempts)
+}
+
 fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
     let h = |k: &str| job.headers.get(k).cloned();
     let (state, at_ms) = match status {
@@ -719,7 +741,7 @@ fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
             .unwrap_or_else(|| job.id.clone()),
         job_type: h(keys::HEADER_TYPE).unwrap_or_else(|| job.queue.to_string()),
         state,
-        attempts: job.attempts,
+        attempts: attempts_of(job),
         at_ms,
         batch: h(keys::HEADER_BATCH),
         key: h(keys::HEADER_KEY),

@@ -840,6 +840,70 @@ async fn job_shows_the_follow_ups_a_success_created() {
     engine.shutdown().await.unwrap();
 }
 
+#[derive(Debug, Serialize, Deserialize)]
+struct Flaky;
+
+impl Job for Flaky {
+    const NAME: &'static str = "flaky";
+    type Output = ();
+    type Error = Boom;
+
+    async fn run(&self, _ctx: JobContext) -> Result<(), Boom> {
+        Err(Boom("the line was busy".into()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_for_its_retry_shows_its_failed_attempt_and_its_error() {
+    use gaffer::taquba::{OpenOptions, QueueConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A retry an hour away: the job waits, scheduled, with its first
+    // attempt failed.
+    let engine = Engine::builder()
+        .local_dir(dir)
+        .open_options(
+            OpenOptions::default()
+                .flush_interval(Duration::from_millis(1))
+                .default_queue_config(
+                    QueueConfig::default().retry_backoff_base(Duration::from_secs(3600)),
+                ),
+        )
+        .register::<Flaky>()
+        .start()
+        .await
+        .unwrap();
+    let mut events = engine.subscribe();
+    let job = engine.submit(Flaky).await.unwrap();
+    loop {
+        if let gaffer::EngineEvent::JobFailed { retrying: true, .. } = events.recv().await.unwrap()
+        {
+            break;
+        }
+    }
+    let detail = loop {
+        let detail = json(dir, &["job", job.id()]);
+        if detail["state"] == "scheduled" {
+            break detail;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(detail["attempts"], 1, "{detail}");
+    assert_eq!(detail["error"], "the line was busy", "{detail}");
+    let history = detail["history"].as_array().expect("a history");
+    assert_eq!(history.len(), 1, "{detail}");
+    assert_eq!(history[0]["outcome"], "failed", "{detail}");
+    assert_eq!(history[0]["error"], "the line was busy", "{detail}");
+    let listed = json(dir, &["jobs", "--type", "flaky"]);
+    let row = &listed["jobs"][0];
+    assert_eq!(
+        (row["state"].as_str(), row["attempts"].as_u64()),
+        (Some("scheduled"), Some(1)),
+        "{listed}"
+    );
+    engine.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
     let tmp = tempfile::tempdir().unwrap();

@@ -182,11 +182,12 @@ impl PoolState {
                                 attempts::of(queue, &claim, settings),
                                 crate::settle::standing(queue, &claim)
                             );
-                            let run = match &standing {
-                                Standing::Owner(owner) => owner.run.as_deref(),
-                                _ => None,
+                            let history = match &standing {
+                                Standing::Owner(crate::settle::Owner {
+                                    run: Some(run), ..
+                                }) => run.claims_with(own),
+                                _ => own,
                             };
-                            let history = crate::settle::run_history(run, own);
                             let span = crate::settle::attempt_span(&claim, &attempts);
                             if let Some(at) = claim.claimed_at {
                                 // Runnable since its enqueue, or its run_at
