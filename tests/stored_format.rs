@@ -913,6 +913,35 @@ async fn a_store_of_a_newer_layout_is_refused_with_a_call_to_upgrade_gaffer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_a_newer_release_serves_is_refused_without_fencing_its_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with_layout(dir.path(), "gaffer-layout-3").await;
+    // The newer release's writer holds the store.
+    let store = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let newer = gaffer::taquba::Queue::open_with_options(
+        store,
+        "queue",
+        common::test_options(common::mock_clock()),
+    )
+    .await
+    .unwrap();
+    let refused = common::disk_builder(dir.path(), common::mock_clock())
+        .start()
+        .await
+        .expect_err("a store of a later layout must be refused");
+    assert!(
+        matches!(refused, Error::Engine(EngineError::LayoutTooNew { .. })),
+        "{refused:?}"
+    );
+    // Its writer was not fenced: it still commits.
+    newer
+        .kv_put(b"still-mine", b"yes")
+        .await
+        .expect("the newer release's writer is not fenced");
+    newer.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pre_release_layout_1_is_refused_saying_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     store_with_layout(dir.path(), "gaffer-layout-1").await;

@@ -71,10 +71,42 @@ pub(crate) async fn open(
                     taquba::InboxOptions::new([intake]).touch_poll_interval(settings.intake_poll),
                 );
             }
+            check_layout_before_open(&store, &path).await?;
             let queue = Queue::open_with_options(store.clone(), &path, options).await?;
             Ok((queue, store))
         }
         QueueSource::Given { queue, store } => Ok((*queue, store)),
+    }
+}
+
+/// The layout check a writer's open must not come before: opening the
+/// queue as its writer fences whatever writer holds the store, so a store
+/// another gaffer release serves (a newer one, say) is refused here, on
+/// what its flushed state shows, read through a reader (which never fences
+/// and replays no WAL), and its writer goes on. A store whose marker is
+/// still only in its WAL (young: its memtable never flushed) shows none
+/// here; [`check_layout`] decides after the open, as it does for every
+/// store.
+async fn check_layout_before_open(store: &Arc<dyn ObjectStore>, path: &str) -> Result<()> {
+    let options = taquba::ReaderOptions::default()
+        .mode(taquba::ReaderMode::FollowLatest)
+        .skip_wal_replay(true)
+        .manifest_poll_interval(std::time::Duration::from_secs(3600));
+    let reader = match taquba::QueueReader::open_with_options(store.clone(), path, options).await {
+        Ok(reader) => reader,
+        // A new store: nothing to check yet.
+        Err(taquba::Error::StoreNotInitialized { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let found = reader.view().kv_get(keys::LAYOUT_KEY).await;
+    if let Err(e) = reader.close().await {
+        tracing::debug!(error = %e, "closing the layout check's reader failed");
+    }
+    match found? {
+        Some(found) if found.as_ref() != keys::LAYOUT_VERSION.as_bytes() => Err(
+            EngineError::foreign_layout(String::from_utf8_lossy(&found).into_owned()),
+        ),
+        _ => Ok(()),
     }
 }
 
