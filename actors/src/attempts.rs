@@ -21,10 +21,10 @@
 //! A real failure with attempts left, and a claim given back, put the job
 //! back on its queue **under the same id** in the transaction that
 //! acknowledges the claim (`settle::requeue`), after gaffer's own backoff
-//! ([`backoff`], on this count): taquba's nack would wait a backoff on its
+//! (`backoff`, on this count): taquba's nack would wait a backoff on its
 //! own claim count, which interruptions and releases raise. The queue
 //! forgets an acknowledged job's history, so what was counted travels in the
-//! new job's [`keys::HEADER_PAST`] header ([`Carried`]), and a job's earlier
+//! new job's [`keys::HEADER_PAST`] header (`Carried`), and a job's earlier
 //! claims in its run record.
 //!
 //! So every job ends through gaffer, with its record: on its last real
@@ -486,11 +486,22 @@ mod tests {
         let a = count(&claim, 7, &Carried::default(), &spread, EPISODES, now);
         assert_eq!((a.interrupted, a.episodes), (3, 1));
         assert_eq!(a.fate(&Settings::default()), Fate::Run);
-        // The same three within the hour poison.
+        // The same three within the hour poison (claimed again 45 minutes
+        // after the first: all three remembered; an hour after it, the
+        // first is forgotten).
         let close: Vec<_> = (0..3)
             .map(|i| entry(Interrupted, i * 20 * 60_000, None))
             .collect();
         let a = count(&claim, 7, &Carried::default(), &close, EPISODES, hour);
+        assert_eq!(a.episodes, 2);
+        let a = count(
+            &claim,
+            7,
+            &Carried::default(),
+            &close,
+            EPISODES,
+            45 * 60_000,
+        );
         assert_eq!(a.episodes, 3);
         assert!(matches!(a.fate(&Settings::default()), Fate::Poisoned(_)));
         queue.close().await.unwrap();

@@ -5,7 +5,7 @@
 //! the engine: a run lives in its driver, in its caller's task, and survives
 //! restarts of the batches registry and of its coordinator; so the decision
 //! that a batch id is taken cannot live in an actor that restarts. A driver
-//! claims its batch id before anything else and holds the claim (a [`Claim`],
+//! claims its batch id before anything else and holds the claim (a `Claim`,
 //! released when dropped, also when the run future is dropped) until its
 //! caller is answered. A second run, a resume or a forget of a claimed id is
 //! refused with `BatchRunning`, whatever restarted in between.

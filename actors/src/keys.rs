@@ -50,6 +50,11 @@ pub const RELEASED_PREFIX: &str = "gaffer-released: ";
 pub const JOBS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/jobs/";
 /// Prefix of the batch retention index (a taquba `ExpiryIndex`).
 pub const BATCHES_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/batches/";
+/// KV key of the engine's snapshot of its queues' counters
+/// (`records::StatsSnapshot`), rewritten every few seconds while they
+/// change and at least once a minute: what `gaffer stats` reads without
+/// going through the whole unflushed WAL.
+pub const STATS_KEY: &[u8] = b"gaffer/v1/stats";
 /// Prefix of the retention index of operator request records
 /// (`gaffer/v1/requests/{id}`; a taquba `ExpiryIndex`, suffix = request id).
 pub const REQUESTS_EXPIRY_PREFIX: &[u8] = b"gaffer/v1/expiry/requests/";

@@ -40,6 +40,7 @@ pub mod settings;
 mod settle;
 mod shutdown;
 mod sink_writer;
+mod snapshot;
 pub use settle::Notify;
 mod startup;
 pub mod status;

@@ -208,6 +208,47 @@ impl PastAttempt {
     }
 }
 
+/// The engine's snapshot of its queues' counters at `gaffer/v1/stats`
+/// (taquba's `QueueStats` of every queue, as its writer saw them at
+/// `at_ms`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    /// When the counters were read, queue clock, epoch ms.
+    pub at_ms: u64,
+    /// Each queue's counters, in name order.
+    pub queues: Vec<QueueCounts>,
+}
+
+/// One queue's counters in a [`StatsSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCounts {
+    /// The queue.
+    pub queue: String,
+    /// Waiting to be claimed.
+    pub pending: i64,
+    /// Claimed (running).
+    pub claimed: i64,
+    /// Waiting for their time.
+    pub scheduled: i64,
+    /// Acknowledged so far (each retry's acknowledgement included).
+    pub done: i64,
+    /// In the dead-letter set.
+    pub dead: i64,
+}
+
+impl From<taquba::QueueStats> for QueueCounts {
+    fn from(s: taquba::QueueStats) -> Self {
+        Self {
+            queue: s.queue,
+            pending: s.pending,
+            claimed: s.claimed,
+            scheduled: s.scheduled,
+            done: s.done,
+            dead: s.dead,
+        }
+    }
+}
+
 /// Encode a record. An encoding failure is an error at the write: an empty
 /// or partial value never reaches the store.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {

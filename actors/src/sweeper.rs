@@ -37,6 +37,11 @@ pub enum SweeperMessage {
     SweepNow(RpcReplyPort<SweepReport>),
     /// A pass finished.
     PassDone(std::result::Result<SweepReport, PassFailed>),
+    /// Its other timer: look at the queues' counters, and snapshot them if
+    /// they changed (`snapshot`).
+    Snapshot,
+    /// The counters' look finished: what is written now.
+    Snapshotted(std::result::Result<crate::snapshot::Last, String>),
 }
 
 /// Why a pass ended without its report.
@@ -103,6 +108,10 @@ pub struct SweeperState {
     current: Vec<RpcReplyPort<SweepReport>>,
     /// Callers whose pass has not started yet.
     next: Vec<RpcReplyPort<SweepReport>>,
+    /// The counters' snapshot last written.
+    last_snapshot: crate::snapshot::Last,
+    /// The counters' look in flight: aborted if the sweeper stops.
+    snapshot: Option<tokio::task::AbortHandle>,
 }
 
 impl SweeperState {
@@ -304,6 +313,7 @@ impl Actor for Sweeper {
         args: SweeperArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.cast(SweeperMessage::Sweep);
+        let _ = myself.cast(SweeperMessage::Snapshot);
         Ok(SweeperState {
             services: args.services,
             registry: args.registry,
@@ -311,6 +321,8 @@ impl Actor for Sweeper {
             tick_owed: false,
             current: Vec::new(),
             next: Vec::new(),
+            last_snapshot: Default::default(),
+            snapshot: None,
         })
     }
 
@@ -335,6 +347,32 @@ impl Actor for Sweeper {
                 if state.in_flight.is_none() {
                     state.start(&myself, false);
                 }
+            }
+            SweeperMessage::Snapshot => {
+                if state.snapshot.is_none() {
+                    let services = state.services.clone();
+                    let last = state.last_snapshot.clone();
+                    let me = myself.clone();
+                    let work = async move {
+                        crate::snapshot::take(&services, last)
+                            .await
+                            .map_err(|e| e.to_string())
+                    };
+                    state.snapshot = Some(crate::task::spawn_reported(work, move |ended| {
+                        let done = ended.unwrap_or_else(|e| Err(e.to_string()));
+                        let _ = me.cast(SweeperMessage::Snapshotted(done));
+                    }));
+                }
+            }
+            SweeperMessage::Snapshotted(done) => {
+                state.snapshot = None;
+                match done {
+                    Ok(last) => state.last_snapshot = last,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the counters' snapshot failed; tried again later")
+                    }
+                }
+                myself.send_after(crate::snapshot::EVERY, || SweeperMessage::Snapshot);
             }
             SweeperMessage::PassDone(done) => {
                 let report = match done {
@@ -371,6 +409,9 @@ impl Actor for Sweeper {
         // transactions is whole; what it did not reach, the next pass does).
         if let Some(pass) = state.in_flight.take() {
             pass.abort();
+        }
+        if let Some(look) = state.snapshot.take() {
+            look.abort();
         }
         Ok(())
     }

@@ -96,8 +96,14 @@ pub enum StateArg {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Per queue (one per job type and pipeline): pending, scheduled,
-    /// running, done, dead.
-    Stats,
+    /// running, done, dead. Beside a live engine, as of its latest
+    /// snapshot of them (at most a few seconds old, said in the output).
+    Stats {
+        /// Count exactly now, from every WAL object past the writer's last
+        /// memtable flush (up to thousands: about 0.5 s after 100 000 jobs).
+        #[arg(long)]
+        exact: bool,
+    },
     /// Jobs: running, queued and scheduled, then finished ones newest first.
     Jobs {
         /// Only jobs in this state.
@@ -280,7 +286,7 @@ async fn open(
     // `health` and `stats` read the flushed state and, of the WAL past it,
     // only the beat and the counters; every other command the whole state.
     let reading = match cli.command {
-        Command::Health | Command::Stats => read::Reading::Flushed,
+        Command::Health | Command::Stats { .. } => read::Reading::Flushed,
         _ => read::Reading::Replay,
     };
     read::Store::open(
@@ -326,7 +332,7 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
     let every = cli.shard.is_none()
         && matches!(
             cli.command,
-            Command::Stats
+            Command::Stats { .. }
                 | Command::Health
                 | Command::Jobs { after: None, .. }
                 | Command::Dead { .. }
@@ -351,7 +357,7 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
     let mut parts = Vec::new();
     let mut over = OverSet {
         code: ExitCode::SUCCESS,
-        total: matches!(cli.command, Command::Stats).then(|| report::Stats { queues: Vec::new() }),
+        total: matches!(cli.command, Command::Stats { .. }).then(report::Stats::default),
         ..OverSet::default()
     };
     for shard in 0..count {
@@ -506,7 +512,8 @@ async fn shard_part(
         }
         Command::Periodic => report::ShardPart::new(shard, url, json, &store.periodic().await?),
         _ => {
-            let stats = store.stats().await?;
+            let exact = matches!(cli.command, Command::Stats { exact: true });
+            let stats = store.stats(exact).await?;
             if let Some(total) = &mut over.total {
                 total.add(&stats);
             }
@@ -518,7 +525,7 @@ async fn shard_part(
 async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
     let json = cli.json;
     match &cli.command {
-        Command::Stats => report::print(json, &store.stats().await?)?,
+        Command::Stats { exact } => report::print(json, &store.stats(*exact).await?)?,
         Command::Jobs {
             state,
             job_type,

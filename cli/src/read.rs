@@ -1,5 +1,6 @@
 //! The store, opened read-only, and what each command reads from it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -21,7 +22,7 @@ use crate::report::{
     AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, Periodic,
     PeriodicRow, QueueRow, Stats,
 };
-use crate::unflushed::Unflushed;
+use crate::unflushed::{Counter, Newest, Unflushed};
 
 /// Most failed keys `gaffer batch` shows.
 const FAILED_KEYS_SHOWN: usize = 100;
@@ -225,8 +226,6 @@ impl Store {
         more: Vec<String>,
     ) -> Result<Vec<(String, &'static str, String)>, CliError> {
         let mut out = Vec::new();
-        let jobs = format!("{}.", self.jobs_prefix);
-        let bulk = format!("{}.", self.bulk_prefix);
         let wanted = only.map(|t| {
             [
                 keys::queue_for(&self.jobs_prefix, t),
@@ -246,33 +245,52 @@ impl Store {
             {
                 continue;
             }
-            if q == gaffer_actors::intake::intake_queue(&self.jobs_prefix) {
-                // Requests from clients in other processes; its dead jobs
-                // are refused requests, with the reason.
-                if only.is_none() {
-                    out.push((q, "intake", "client requests".to_string()));
-                }
-            } else if let Some(name) = base.strip_prefix(&jobs) {
-                let name = name.to_string();
-                out.push((q, "job", name));
-            } else if let Some(name) = q.strip_prefix(&bulk) {
-                let name = name.to_string();
-                out.push((q, "pipeline", name));
+            match self.classify(&q) {
+                // Requests from clients in other processes: only in a
+                // listing of every queue.
+                Some(("intake", _)) if only.is_some() => {}
+                Some((kind, name)) => out.push((q, kind, name)),
+                None => {}
             }
         }
         out.sort();
         Ok(out)
     }
 
+    /// What a queue of the store is: `(kind, name)`, a job type's (a
+    /// partition queue under its type), a pipeline's, or the intake's (its
+    /// dead jobs are refused client requests, with the reason); `None` for
+    /// a queue that is not the engine's.
+    fn classify(&self, q: &str) -> Option<(&'static str, String)> {
+        let base = keys::partition_base(q).unwrap_or(q);
+        if q == gaffer_actors::intake::intake_queue(&self.jobs_prefix) {
+            return Some(("intake", "client requests".to_string()));
+        }
+        if let Some(name) = base.strip_prefix(&format!("{}.", self.jobs_prefix)) {
+            return Some(("job", name.to_string()));
+        }
+        q.strip_prefix(&format!("{}.", self.bulk_prefix))
+            .map(|name| ("pipeline", name.to_string()))
+    }
+
     /// `gaffer stats`: each queue's counters; read [`Reading::Flushed`],
     /// the flushed counters with the WAL's changes to them applied (the
     /// same counts as a replaying reader's).
-    pub async fn stats(&self) -> Result<Stats, CliError> {
+    pub async fn stats(&self, exact: bool) -> Result<Stats, CliError> {
+        let above = self.reader.last_store_activity().durable_seq;
         let changes = match &self.unflushed {
-            Some(u) => {
-                u.counters(self.reader.last_store_activity().durable_seq)
-                    .await?
-            }
+            // Beside a live engine, its latest snapshot of the counters is
+            // among the newest WAL objects: read back to it, not through
+            // every one.
+            Some(u) if !exact => match u.newest_or_counters(keys::STATS_KEY, above).await? {
+                Newest::Found { value, since } => {
+                    let snapshot: records::StatsSnapshot =
+                        records::decode(keys::STATS_KEY, &value)?;
+                    return Ok(self.rows_from_snapshot(snapshot, &since));
+                }
+                Newest::Counters(changes) => changes,
+            },
+            Some(u) => u.counters(above).await?,
             None => Default::default(),
         };
         let more = changes.keys().map(|(queue, _)| queue.clone()).collect();
@@ -295,7 +313,62 @@ impl Store {
                 name,
             });
         }
-        Ok(Stats { queues })
+        Ok(Stats {
+            queues,
+            snapshot_at_ms: None,
+        })
+    }
+
+    /// The rows of the engine's counters snapshot with the changes
+    /// committed after it (`since`) applied.
+    fn rows_from_snapshot(
+        &self,
+        snapshot: records::StatsSnapshot,
+        since: &BTreeMap<(String, String), Counter>,
+    ) -> Stats {
+        let mut counts: BTreeMap<String, records::QueueCounts> = snapshot
+            .queues
+            .into_iter()
+            .map(|c| (c.queue.clone(), c))
+            .collect();
+        // A queue created since has only changes.
+        for (queue, _) in since.keys() {
+            counts
+                .entry(queue.clone())
+                .or_insert_with(|| records::QueueCounts {
+                    queue: queue.clone(),
+                    pending: 0,
+                    claimed: 0,
+                    scheduled: 0,
+                    done: 0,
+                    dead: 0,
+                });
+        }
+        let queues = counts
+            .into_values()
+            .filter_map(|c| {
+                let (kind, name) = self.classify(&c.queue)?;
+                let count = |metric: &str, at: i64| {
+                    since
+                        .get(&(c.queue.clone(), metric.to_string()))
+                        .map_or(at, |d| d.over(at))
+                };
+                Some(QueueRow {
+                    pending: count("pending", c.pending),
+                    scheduled: count("scheduled", c.scheduled),
+                    running: count("claimed", c.claimed),
+                    done: count("done", c.done),
+                    dead: count("dead", c.dead),
+                    queue: c.queue,
+                    kind,
+                    name,
+                })
+            })
+            .collect();
+        Stats {
+            queues,
+            snapshot_at_ms: Some(snapshot.at_ms),
+        }
     }
 
     /// `gaffer jobs`: live jobs (running, queued, scheduled; or dead with

@@ -115,11 +115,17 @@ pub trait Render {
     fn render(&self) -> String;
 }
 
-/// `gaffer stats`: `{"queues": [...]}`.
-#[derive(Debug, Serialize)]
+/// `gaffer stats`: `{"queues": [...], "snapshot_at_ms": …}`.
+#[derive(Debug, Default, Serialize)]
 pub struct Stats {
     /// One row per queue of the engine.
     pub queues: Vec<QueueRow>,
+    /// The counts start from the engine's snapshot of them taken then
+    /// (epoch ms), with every change committed since added; absent: from
+    /// the flushed state and every WAL object past it (`--exact`). Over a
+    /// shard set, the oldest shard's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_at_ms: Option<u64>,
 }
 
 /// The counts of one queue.
@@ -160,6 +166,10 @@ impl Stats {
             }
         }
         self.queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+        self.snapshot_at_ms = match (self.snapshot_at_ms, other.snapshot_at_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -190,7 +200,15 @@ impl Render for Stats {
         if self.queues.is_empty() {
             return "no queues yet".into();
         }
-        t.render()
+        match self.snapshot_at_ms {
+            Some(at) => format!(
+                "{}\nfrom the engine's snapshot of {} and the changes since (--exact reads every \
+                 unflushed WAL object instead)\n",
+                t.render().trim_end(),
+                crate::table::time(at)
+            ),
+            None => t.render(),
+        }
     }
 }
 

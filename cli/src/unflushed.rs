@@ -182,6 +182,46 @@ impl Unflushed {
         Ok(None)
     }
 
+    /// The newest value the WAL holds for the user KV key `key`, if it was
+    /// written since the last memtable flush, with the counter changes
+    /// committed after it: the newest objects are read first, back to the
+    /// first that holds the key. When none does, every object was read, and
+    /// the counter changes are all those above `above_seq` (as
+    /// [`Self::counters`] gives them, without a second read).
+    pub async fn newest_or_counters(&self, key: &[u8], above_seq: u64) -> Result<Newest, CliError> {
+        let mut user_key = vec![TAG_USER];
+        user_key.extend_from_slice(key);
+        let user_key: Arc<[u8]> = user_key.into();
+        let mut counters = Vec::new();
+        let mut end = self.ids.end;
+        let mut chunk = 1u64;
+        while end > self.ids.start {
+            let start = end.saturating_sub(chunk).max(self.ids.start);
+            chunk = (chunk * 4).min(4 * PARALLEL_READS as u64);
+            let wanted = user_key.clone();
+            let read = self
+                .read(start..end, move |r| {
+                    r.key.as_ref() == &wanted[..] || is_counter(r)
+                })
+                .await?;
+            let (found, rest): (Vec<RowEntry>, Vec<RowEntry>) = read
+                .into_iter()
+                .flat_map(|o| o.rows)
+                .partition(|r| r.key.as_ref() == &user_key[..]);
+            counters.extend(rest);
+            if let Some(row) = found.into_iter().max_by_key(|r| r.seq)
+                && let ValueDeletable::Value(v) = row.value
+            {
+                return Ok(Newest::Found {
+                    value: v.to_vec(),
+                    since: fold_counters(counters, row.seq)?,
+                });
+            }
+            end = start;
+        }
+        Ok(Newest::Counters(fold_counters(counters, above_seq)?))
+    }
+
     /// Every counter row the WAL holds above `above_seq` (the flushed
     /// state's sequence number), folded per `(queue, metric)` in commit
     /// order.
@@ -189,35 +229,13 @@ impl Unflushed {
         &self,
         above_seq: u64,
     ) -> Result<BTreeMap<(String, String), Counter>, CliError> {
-        let mut rows: Vec<RowEntry> = self
+        let rows: Vec<RowEntry> = self
             .read(self.ids.clone(), is_counter)
             .await?
             .into_iter()
             .flat_map(|r| r.rows)
-            .filter(|r| r.seq > above_seq)
             .collect();
-        rows.sort_by_key(|r| r.seq);
-        let mut out = BTreeMap::new();
-        for row in rows {
-            let Some(name) = counter_name(&row.key) else {
-                continue;
-            };
-            let now = out.get(&name).copied();
-            let next = match (&row.value, now) {
-                (ValueDeletable::Merge(op), now) => {
-                    let d = read_i64(op)?;
-                    match now {
-                        None => Counter::Add(d),
-                        Some(Counter::Add(a)) => Counter::Add(a.saturating_add(d)),
-                        Some(Counter::Set(v)) => Counter::Set(v.saturating_add(d)),
-                    }
-                }
-                (ValueDeletable::Value(v), _) => Counter::Set(read_i64(v)?),
-                (ValueDeletable::Tombstone, _) => Counter::Set(0),
-            };
-            out.insert(name, next);
-        }
-        Ok(out)
+        fold_counters(rows, above_seq)
     }
 
     /// The objects of `ids`, each with the rows `keep` keeps, several read
@@ -263,6 +281,50 @@ impl Unflushed {
         out.sort_by_key(|o| std::cmp::Reverse(o.id));
         Ok(out)
     }
+}
+
+/// What [`Unflushed::newest_or_counters`] found.
+pub enum Newest {
+    /// The key's newest value, and the counter changes committed after it.
+    Found {
+        /// The value.
+        value: Vec<u8>,
+        /// The counters' changes since, per `(queue, metric)`.
+        since: BTreeMap<(String, String), Counter>,
+    },
+    /// The key is not in the WAL: every counter change it holds.
+    Counters(BTreeMap<(String, String), Counter>),
+}
+
+/// Counter rows above `above_seq` (the flushed state's sequence number),
+/// folded per `(queue, metric)` in commit order.
+fn fold_counters(
+    mut rows: Vec<RowEntry>,
+    above_seq: u64,
+) -> Result<BTreeMap<(String, String), Counter>, CliError> {
+    rows.retain(|r| r.seq > above_seq);
+    rows.sort_by_key(|r| r.seq);
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let Some(name) = counter_name(&row.key) else {
+            continue;
+        };
+        let now = out.get(&name).copied();
+        let next = match (&row.value, now) {
+            (ValueDeletable::Merge(op), now) => {
+                let d = read_i64(op)?;
+                match now {
+                    None => Counter::Add(d),
+                    Some(Counter::Add(a)) => Counter::Add(a.saturating_add(d)),
+                    Some(Counter::Set(v)) => Counter::Set(v.saturating_add(d)),
+                }
+            }
+            (ValueDeletable::Value(v), _) => Counter::Set(read_i64(v)?),
+            (ValueDeletable::Tombstone, _) => Counter::Set(0),
+        };
+        out.insert(name, next);
+    }
+    Ok(out)
 }
 
 /// One WAL object read.

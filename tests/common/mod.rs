@@ -144,6 +144,23 @@ pub fn shared_store() -> Arc<gaffer::taquba::object_store::memory::InMemory> {
     Arc::new(gaffer::taquba::object_store::memory::InMemory::new())
 }
 
+/// SlateDB's clock under paused tokio time: each open starts it at the real
+/// time, and it advances with tokio's (paused) time, so an engine that ran
+/// through seconds of paused time leaves ticks in the store ahead of the
+/// real clock, and the next open of that store refuses them as going back
+/// in time ("invalid clock tick, must be monotonic"). Call with when the
+/// previous engine opened (real and paused time) before opening the store
+/// again: blocks until the real clock has caught up with its ticks.
+pub fn let_the_store_clock_catch_up(opened: (std::time::SystemTime, tokio::time::Instant)) {
+    let paused = tokio::time::Instant::now().duration_since(opened.1);
+    let real = opened.0.elapsed().unwrap_or_default();
+    if let Some(ahead) = paused.checked_sub(real) {
+        // A blocking wait on purpose: nothing runs meanwhile (the engine
+        // is shut down), and tokio's paused time must not move.
+        std::thread::sleep(ahead + Duration::from_millis(20));
+    }
+}
+
 /// A builder on the given object store with [`test_options`].
 pub fn store_builder(
     store: Arc<dyn gaffer::taquba::object_store::ObjectStore>,
