@@ -248,7 +248,8 @@ impl<P: Pipeline> Batch<P> {
 
     /// What the batch's records say.
     pub async fn status(&self) -> Result<BatchStatus> {
-        let s = gaffer_actors::status::batch_state(self.engine.services(), &self.id).await?;
+        let s =
+            gaffer_actors::batches::status::batch_state(self.engine.services(), &self.id).await?;
         Ok(BatchStatus {
             batch_id: self.id.clone(),
             total: s.total,
@@ -292,7 +293,8 @@ impl<P: Pipeline> Batch<P> {
     /// ```
     pub async fn items(&self, after: Option<&str>, limit: usize) -> Result<ItemPage<P::Output>> {
         let services = self.engine.services();
-        let page = gaffer_actors::status::item_markers(services, &self.id, after, limit).await?;
+        let page =
+            gaffer_actors::batches::status::item_markers(services, &self.id, after, limit).await?;
         let mut items = Vec::with_capacity(page.items.len());
         for (key, marker) in page.items {
             let outcome = match marker.status {

@@ -14,7 +14,7 @@ use taquba::object_store::memory::InMemory;
 use taquba::{Clock, OpenOptions, Queue};
 
 use gaffer_actors::erased::JobEngine;
-use gaffer_actors::rate::RateLimit;
+use gaffer_actors::exec::rate::RateLimit;
 
 use gaffer_actors::{
     EngineConfig, EngineError, EngineEvent, EngineRef, ErasedHandler, Kind, QueueSource,
@@ -104,9 +104,11 @@ impl Store {
             }
             Store::InMemory => Arc::new(InMemory::new()),
             Store::Given(store) => store,
-            Store::Url(url, Some(env)) => gaffer_actors::store_url::open_store_url(&url, env)?,
+            Store::Url(url, Some(env)) => {
+                gaffer_actors::layout::store_url::open_store_url(&url, env)?
+            }
             Store::Url(url, None) => {
-                gaffer_actors::store_url::open_store_url(&url, std::env::vars())?
+                gaffer_actors::layout::store_url::open_store_url(&url, std::env::vars())?
             }
         })
     }

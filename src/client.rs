@@ -4,7 +4,7 @@
 //! ever becoming its writer, so it cannot fence the engine and needs no
 //! network path to it. It writes each submission as an entry of taquba's
 //! inbox, which the engine takes through its intake (see
-//! `gaffer_actors::intake` and ARCHITECTURE.md), and reads jobs through a
+//! `gaffer_actors::engine::intake` and ARCHITECTURE.md), and reads jobs through a
 //! read-only `QueueReader`.
 //!
 //! What a client sees lags the engine: a submission waits for the engine's
@@ -18,11 +18,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use gaffer_actors::intake::{
+use gaffer_actors::engine::intake::{
     IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send_as,
 };
-use gaffer_actors::records::OutputRef;
-use gaffer_actors::{EngineError, JobState, inspect, keys};
+use gaffer_actors::layout::records::OutputRef;
+use gaffer_actors::layout::{inspect, keys};
+use gaffer_actors::{EngineError, JobState};
 use taquba::object_store::path::Path as ObjectPath;
 use taquba::object_store::{ObjectStore, ObjectStoreExt};
 use taquba::{
@@ -182,24 +183,12 @@ impl ClientBuilder {
         let reader = QueueReader::open_with_options(store.clone(), &self.queue_path, options)
             .await
             .map_err(EngineError::from)?;
-        match inspect::layout(reader.view()).await {
-            Ok(inspect::Layout::Current) => {}
-            Ok(inspect::Layout::Other(found)) => {
-                let _ = reader.close().await;
-                return Err(EngineError::foreign_layout(found).into());
-            }
-            Ok(other) => {
-                let _ = reader.close().await;
-                return Err(EngineError::InvalidConfig(format!(
-                    "the store at `{}` is not a gaffer store this version reads ({other:?})",
-                    self.queue_path
-                ))
-                .into());
-            }
-            Err(e) => {
-                let _ = reader.close().await;
-                return Err(e.into());
-            }
+        let layout = inspect::layout(reader.view())
+            .await
+            .and_then(|found| found.readable(&self.queue_path));
+        if let Err(e) = layout {
+            let _ = reader.close().await;
+            return Err(e.into());
         }
         let inbox = self
             .inbox_path

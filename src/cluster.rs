@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use gaffer_actors::records::{Outcome, OutcomeRecord, OutputRef};
+use gaffer_actors::layout::records::{Outcome, OutcomeRecord, OutputRef};
 use gaffer_actors::{EngineEvent, SubmitRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster::RactorClusterMessage;
@@ -237,7 +237,7 @@ async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
 async fn run_batch(engine: &Engine, bytes: &[u8]) -> Result<BatchCounts> {
     let w: WireBatch =
         rmp_serde::from_slice(bytes).map_err(|e| Error::decode("a cluster batch", e))?;
-    gaffer_actors::batch::check_batch_id(&w.batch_id)?;
+    gaffer_actors::layout::keys::check_batch_id(&w.batch_id)?;
     let spec = gaffer_actors::BatchSpec {
         batch_id: w.batch_id,
         pipeline: w.pipeline,

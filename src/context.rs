@@ -11,8 +11,8 @@ use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
 use gaffer_actors::Delivery;
-use gaffer_actors::effects::Effects;
 use gaffer_actors::erased::CompletedBatch;
+use gaffer_actors::exec::effects::Effects;
 
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
@@ -178,11 +178,11 @@ impl JobContext {
 /// each `put`.
 #[derive(Debug, Clone)]
 pub struct Memo {
-    inner: gaffer_actors::memo::Memo,
+    inner: gaffer_actors::exec::memo::Memo,
 }
 
 impl Memo {
-    pub(crate) fn from_inner(inner: gaffer_actors::memo::Memo) -> Self {
+    pub(crate) fn from_inner(inner: gaffer_actors::exec::memo::Memo) -> Self {
         Self { inner }
     }
 
@@ -237,7 +237,7 @@ impl Memo {
             rmp_serde::to_vec_named(input).map_err(|e| Error::encode("memo content key", e))?;
         Ok(format!(
             "content:{}",
-            gaffer_actors::keys::hex_sha256(&bytes)
+            gaffer_actors::layout::keys::hex_sha256(&bytes)
         ))
     }
 }

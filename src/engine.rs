@@ -41,7 +41,7 @@ impl Engine {
     /// after a restart. Checks the id's form, not that the job exists: `join`
     /// reports an unknown job.
     pub fn handle<J: Job>(&self, id: &str) -> Result<JobHandle<J>> {
-        if !gaffer_actors::keys::is_valid_id(id) {
+        if !gaffer_actors::layout::keys::is_valid_id(id) {
             return Err(EngineError::InvalidJobId(id.to_string()).into());
         }
         Ok(JobHandle::new(id.to_string(), false, self.jobs.clone()))
@@ -57,7 +57,7 @@ impl Engine {
 
     /// The batch `id` of pipeline `P` (1-128 characters of `[A-Za-z0-9_-]`).
     pub fn batch<P: Pipeline>(&self, id: &str) -> Result<Batch<P>> {
-        gaffer_actors::batch::check_batch_id(id)?;
+        gaffer_actors::layout::keys::check_batch_id(id)?;
         Ok(Batch::new(self.inner.clone(), id.to_string()))
     }
 
@@ -146,7 +146,9 @@ impl Engine {
         job_type: &str,
         since: Option<std::time::SystemTime>,
     ) -> Result<usize> {
-        let since_ms = since.map(gaffer_actors::intake::epoch_ms).unwrap_or(0);
+        let since_ms = since
+            .map(gaffer_actors::engine::intake::epoch_ms)
+            .unwrap_or(0);
         Ok(self.inner.retry_failed(job_type, since_ms).await?)
     }
 

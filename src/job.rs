@@ -78,7 +78,7 @@ pub fn payload_idempotency_key<J: Job>(job: &J) -> Result<String> {
     Ok(format!(
         "{}:{}",
         J::NAME,
-        gaffer_actors::keys::hex_sha256(&bytes)
+        gaffer_actors::layout::keys::hex_sha256(&bytes)
     ))
 }
 
@@ -99,5 +99,5 @@ pub fn payload_idempotency_key<J: Job>(job: &J) -> Result<String> {
 /// assert_eq!(id.len(), 64);
 /// ```
 pub fn keyed_job_id(key: &str) -> String {
-    gaffer_actors::keys::keyed_run_id(key)
+    gaffer_actors::layout::keys::keyed_run_id(key)
 }

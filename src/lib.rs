@@ -94,9 +94,9 @@ pub use sink::{
 };
 pub use submit::{SubmitOptions, submit_request};
 
-pub use gaffer_actors::effects::Effects;
 pub use gaffer_actors::erased::CompletedBatch;
-pub use gaffer_actors::rate::RateLimit;
+pub use gaffer_actors::exec::effects::Effects;
+pub use gaffer_actors::exec::rate::RateLimit;
 /// Test helpers (feature `testing`): a fault-injecting object store.
 #[cfg(feature = "testing")]
 pub use gaffer_actors::testing;

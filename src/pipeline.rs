@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
-use gaffer_actors::effects::Effects;
+use gaffer_actors::exec::effects::Effects;
 use gaffer_actors::{Delivery, FailureKind};
 
 use crate::context::Memo;

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer_actors::keys;
+use gaffer_actors::layout::keys;
 use ractor::{Actor, ActorRef};
 use tokio::sync::{broadcast, watch};
 

@@ -49,7 +49,7 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
 /// Known before the request is sent, so a shard set routes by it.
 pub(crate) fn job_id_of(req: &SubmitRequest, fresh: &str) -> String {
     match &req.idempotency_key {
-        Some(key) => gaffer_actors::keys::keyed_run_id(key),
+        Some(key) => gaffer_actors::layout::keys::keyed_run_id(key),
         None => fresh.to_string(),
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use gaffer::{BulkCtx, CostReport, Error, ItemError, JsonlSink, OutputRecord, Pipeline, Settings};
 use gaffer_actors::ItemStatus;
-use gaffer_actors::records::ItemMarker;
+use gaffer_actors::layout::records::ItemMarker;
 
 use common::bulk::{
     BLOCKING, Probe, Stage, UNLUCKY, counts, json, probe, probe_engine, stage, strings,
@@ -380,7 +380,7 @@ async fn memoized_with_cached_cost_records_cost_on_compute_and_memo_hit() {
         .await
         .unwrap()
         .expect("the item's marker");
-    let marker: ItemMarker = gaffer_actors::records::decode(key, &raw).unwrap();
+    let marker: ItemMarker = gaffer_actors::layout::records::decode(key, &raw).unwrap();
     assert_eq!(marker.status, ItemStatus::Succeeded);
     assert_eq!(marker.cost.get("tokens"), Some(&42.0));
     shut_down_cleanly(&engine).await;

@@ -477,7 +477,7 @@ async fn a_request_submitted_twice_is_one_job() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = engine(tmp.path(), runs.clone()).await;
-    let request = gaffer_actors::intake::IntakeRequest {
+    let request = gaffer_actors::engine::intake::IntakeRequest {
         run_id: "01JCLIENTREQUESTTWICE00000".into(),
         job_type: "square".into(),
         payload: rmp_serde::to_vec_named(&Square { x: 5, key: None }).unwrap(),

@@ -97,7 +97,10 @@ async fn a_completed_run_creates_its_completion_job_once_with_the_runs_counts() 
         .on_complete
         .clone()
         .expect("the run names its completion job");
-    assert_eq!(id, gaffer_actors::keys::completion_run_id("nightly", 1));
+    assert_eq!(
+        id,
+        gaffer_actors::layout::keys::completion_run_id("nightly", 1)
+    );
     let said = common::within(engine.handle::<Report>(&id).unwrap().join())
         .await
         .unwrap()
@@ -198,7 +201,7 @@ async fn a_kill_at_the_last_item_still_gives_one_completion_job() {
     .await
     .unwrap();
     // The killed run never completed: no completion job exists.
-    let first = gaffer_actors::keys::completion_run_id("killed", 1);
+    let first = gaffer_actors::layout::keys::completion_run_id("killed", 1);
     assert!(
         engine
             .handle::<Report>(&first)

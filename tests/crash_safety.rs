@@ -581,10 +581,10 @@ async fn after_three_interruptions_a_jobs_first_retry_waits_the_first_backoff_no
     let err = within(handle.join()).await.unwrap().unwrap_err();
     assert!(err.to_string().contains("failed on attempt 3"), "{err}");
     let queue = last.engine_ref().services().raw_queue().unwrap();
-    let key = gaffer_actors::keys::outcome_key(&id);
+    let key = gaffer_actors::layout::keys::outcome_key(&id);
     let raw = queue.view().kv_get(&key).await.unwrap().unwrap();
-    let record: gaffer_actors::records::OutcomeRecord =
-        gaffer_actors::records::decode(&key, &raw).unwrap();
+    let record: gaffer_actors::layout::records::OutcomeRecord =
+        gaffer_actors::layout::records::decode(&key, &raw).unwrap();
     drop(queue);
     let how: Vec<&str> = record.history.iter().map(|a| a.how.as_str()).collect();
     assert_eq!(

@@ -128,7 +128,7 @@ async fn a_parent_that_fails_never_creates_its_follow_ups_and_a_retried_one_crea
     );
     assert_eq!(declined.followups().await.unwrap(), Some(vec![]));
     for index in 0..2 {
-        let id = gaffer_actors::keys::followup_run_id(declined.id(), index);
+        let id = gaffer_actors::layout::keys::followup_run_id(declined.id(), index);
         let status = engine.handle::<Notify>(&id).unwrap().status().await;
         assert!(
             matches!(status, Err(Error::Engine(EngineError::JobNotFound(_)))),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gaffer::{EngineError, Error, Job, JobContext, JobState, SubmitOptions};
-use gaffer_actors::inspect;
+use gaffer_actors::layout::inspect;
 use serde::{Deserialize, Serialize};
 
 use common::jobs::{Factor, Probe, Scale, at_ms, join, wait_started};

@@ -243,7 +243,7 @@ async fn an_operator_requests_result_is_kept_for_its_retention_then_removed() {
     let request = client.pause("ping").await.unwrap();
     let result = within(request.wait()).await.unwrap();
     assert!(result.contains("paused"), "{result}");
-    let key = gaffer_actors::intake::request_result_key(request.id());
+    let key = gaffer_actors::engine::intake::request_result_key(request.id());
     let record = async || {
         let queue = engine.engine_ref().services().raw_queue().unwrap();
         queue.view().kv_get(&key).await.unwrap().is_some()

@@ -361,7 +361,7 @@ async fn a_tick_fired_again_from_a_stale_record_is_one_run() {
     let log = Log::new(Gate::opened());
     let first = on_disk(dir.path(), &clock, &log).start().await.unwrap();
     first.check_periodic().await.unwrap();
-    let key = gaffer_actors::keys::periodic_key("beat");
+    let key = gaffer_actors::layout::keys::periodic_key("beat");
     let queue = first.engine_ref().services().raw_queue().unwrap();
     let stale = queue.view().kv_get(&key).await.unwrap().unwrap();
     drop(queue);

@@ -102,9 +102,10 @@ async fn not_durably_succeeded<'a>(
         .unwrap();
     let mut missing = Vec::new();
     for (run_id, output) in expected {
-        let key = gaffer_actors::keys::outcome_key(run_id);
+        let key = gaffer_actors::layout::keys::outcome_key(run_id);
         let record = queue.view().kv_get(&key).await.unwrap().map(|bytes| {
-            gaffer_actors::records::decode::<gaffer_actors::OutcomeRecord>(&key, &bytes).unwrap()
+            gaffer_actors::layout::records::decode::<gaffer_actors::OutcomeRecord>(&key, &bytes)
+                .unwrap()
         });
         let recorded = match record.map(|r| r.outcome) {
             Some(Outcome::Succeeded(OutputRef::Inline(bytes))) => {

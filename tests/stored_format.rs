@@ -38,7 +38,7 @@ use gaffer::{
     BulkCtx, Client, Engine, EngineBuilder, EngineError, Error, FailureKind, ItemError,
     ItemOutcome, Job, JobContext, JobState, Missed, Pipeline, Schedule, SubmitOptions, Tick,
 };
-use gaffer_actors::inspect::{self, EndedState, Layout};
+use gaffer_actors::layout::inspect::{self, EndedState, Layout};
 use serde::{Deserialize, Serialize};
 
 use common::{CollectSink, Gate, LIMIT, T0_MS, shut_down_cleanly, within};
@@ -400,7 +400,7 @@ async fn check_contents(dir: &Path) {
     }
     assert_eq!(state(view, "later-1").await, Some(JobState::Scheduled));
     assert_eq!(state(view, "paused-1").await, Some(JobState::Queued));
-    let paused = gaffer_actors::keys::paused_key(Report::NAME);
+    let paused = gaffer_actors::layout::keys::paused_key(Report::NAME);
     assert!(
         view.kv_get(&paused).await.unwrap().is_some(),
         "report is paused"
@@ -884,7 +884,7 @@ async fn a_store_of_a_newer_layout_is_refused_with_a_call_to_upgrade_gaffer() {
     match &refused {
         Error::Engine(EngineError::LayoutTooNew { found, supported }) => {
             assert_eq!(found, "gaffer-layout-3");
-            assert_eq!(supported, gaffer_actors::keys::LAYOUT_VERSION);
+            assert_eq!(supported, gaffer_actors::layout::keys::LAYOUT_VERSION);
         }
         other => panic!("expected LayoutTooNew, got {other:?}"),
     }
@@ -952,7 +952,7 @@ async fn the_pre_release_layout_1_is_refused_saying_what_to_do() {
     match &refused {
         Error::Engine(EngineError::LayoutMismatch { found, expected }) => {
             assert_eq!(found, "gaffer-layout-1");
-            assert_eq!(expected, gaffer_actors::keys::LAYOUT_VERSION);
+            assert_eq!(expected, gaffer_actors::layout::keys::LAYOUT_VERSION);
         }
         other => panic!("expected LayoutMismatch, got {other:?}"),
     }
@@ -1069,7 +1069,7 @@ async fn fixture_writer_child() {
 #[ignore = "regenerates tests/fixtures/layout-2; run by hand"]
 async fn regenerate_the_layout_2_fixture() {
     assert_eq!(
-        gaffer_actors::keys::LAYOUT_VERSION,
+        gaffer_actors::layout::keys::LAYOUT_VERSION,
         "gaffer-layout-2",
         "this build writes another layout: keep the layout-2 fixture and add a generator for the new one"
     );

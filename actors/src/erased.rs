@@ -9,12 +9,12 @@ use std::sync::Arc;
 use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::effects::{CostMeter, Effects};
 use crate::error::Result;
-use crate::jobs::{CancelResult, JobState, SubmitRequest, Submitted};
-use crate::memo::Memo;
-use crate::records::FailureKind;
-use crate::records::{OutcomeRecord, OutputRef};
+use crate::exec::effects::{CostMeter, Effects};
+use crate::exec::memo::Memo;
+use crate::jobs::submit::{CancelResult, JobState, SubmitRequest, Submitted};
+use crate::layout::records::FailureKind;
+use crate::layout::records::{OutcomeRecord, OutputRef};
 pub use crate::services::Kind;
 
 /// One delivery of a job to its handler.
@@ -55,7 +55,7 @@ pub struct Delivery {
     /// The batch run this job completes, if it is a batch's completion job.
     pub completes: Option<CompletedBatch>,
     /// The worker slot it runs in (a wait for another job parks it).
-    pub(crate) parking: crate::parking::Parking,
+    pub(crate) parking: crate::exec::parking::Parking,
 }
 
 /// The batch run a completion job completes (`Batch::on_complete`), from
@@ -199,7 +199,7 @@ pub struct Registration {
     /// Job type or pipeline.
     pub kind: Kind,
     /// At most this many attempts start per period (`None`: no limit).
-    pub rate: Option<crate::rate::RateLimit>,
+    pub rate: Option<crate::exec::rate::RateLimit>,
 }
 
 /// Default workers of a pipeline (the reference's `max_concurrent`).

@@ -38,8 +38,8 @@ pub enum EngineError {
     /// store is not touched.
     #[error(
         "the store holds gaffer layout `{found}`, newer than `{supported}`, the newest this \
-         build reads: it was written by a later gaffer release; upgrade gaffer to that release \
-         (or later) to open it"
+         build reads: it was written by a later gaffer release; upgrade gaffer (the crate, or \
+         the `gaffer` command) to that release or later to open it"
     )]
     LayoutTooNew {
         /// The version marker found in the store.
@@ -47,6 +47,15 @@ pub enum EngineError {
         /// The newest layout this build reads (the one it writes).
         supported: String,
     },
+
+    /// The store has no gaffer layout marker: no gaffer engine ever
+    /// started on it (a reader cannot tell an empty store from another
+    /// program's).
+    #[error(
+        "`{0}` is not a gaffer store: it has no layout marker (no gaffer engine has started on \
+         it; check the store path and the queue path)"
+    )]
+    NotAGafferStore(String),
 
     /// The store was written as another shard, or as a shard of a set of
     /// another size, than the engine or client opening it was told: the
@@ -421,23 +430,6 @@ impl EngineError {
 }
 
 impl EngineError {
-    /// The refusal of a store whose layout marker is `found`, not this
-    /// build's: [`LayoutTooNew`](Self::LayoutTooNew) for a later layout,
-    /// [`LayoutMismatch`](Self::LayoutMismatch) for any other.
-    pub fn foreign_layout(found: String) -> Self {
-        let current = crate::keys::layout_number(crate::keys::LAYOUT_VERSION);
-        match (crate::keys::layout_number(&found), current) {
-            (Some(n), Some(current)) if n > current => Self::LayoutTooNew {
-                found,
-                supported: crate::keys::LAYOUT_VERSION.into(),
-            },
-            _ => Self::LayoutMismatch {
-                found,
-                expected: crate::keys::LAYOUT_VERSION.into(),
-            },
-        }
-    }
-
     /// An actor (`actor`) that stopped before it answered.
     pub(crate) fn unavailable(actor: &'static str, reason: impl std::fmt::Display) -> Self {
         Self::ActorUnavailable {

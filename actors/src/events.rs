@@ -12,7 +12,7 @@
 //! subscriber's stream ends (`RecvError::Closed`) even while handles on the
 //! engine are still alive.
 
-use crate::records::FailureKind;
+use crate::layout::records::FailureKind;
 
 /// Something that happened in the engine.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,77 +8,48 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
-pub mod attempts;
-pub mod batch;
-pub mod claims;
-pub mod coordinator;
-pub mod driver;
-pub mod effects;
+pub mod batches;
+pub mod engine;
 pub mod erased;
 pub mod error;
 pub mod events;
-pub mod inspect;
-pub mod intake;
+pub mod exec;
 pub mod jobs;
-pub mod keys;
-mod lookups;
-pub mod manifest;
-pub mod memo;
-mod operate;
-mod parking;
-pub mod periodic;
-pub mod pool;
+pub mod layout;
+pub mod maintenance;
 pub mod protocol;
-pub mod rate;
-pub mod records;
-pub mod registry;
-pub mod request;
-mod restarts;
-pub mod schedule;
 pub mod services;
 pub mod settings;
-mod settle;
-mod shutdown;
-mod sink_writer;
-mod snapshot;
-pub use settle::Notify;
-mod startup;
-pub mod status;
-pub mod store_url;
-pub mod supervisor;
-pub mod sweeper;
 pub mod task;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod ticks;
-pub mod waiters;
-pub mod worker;
 
-pub use attempts::Attempts;
-pub use batch::{
-    BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, ItemRecord, RecordSink,
-    SinkAttached, SinkError, SinkTakeover,
+pub use batches::spec::{
+    BatchFinished, BatchOutcome, BatchProgress, BatchSpec, ItemRecord, RecordSink, SinkAttached,
+    SinkError, SinkTakeover,
 };
 pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use error::{EngineError, Result, ScheduleError};
 pub use events::EngineEvent;
-pub use inspect::PeriodicStatus;
-pub use jobs::{CancelResult, JobState, SubmitRequest, Submitted};
-pub use pool::PoolStats;
+pub use exec::attempts::Attempts;
+pub use exec::pool::PoolStats;
+pub use exec::settle::Notify;
+pub use jobs::submit::{CancelResult, JobState, SubmitRequest, Submitted};
+pub use jobs::waiters::{JobFinished, WaitError};
+pub use layout::inspect::{BatchState, PeriodicStatus};
+pub use layout::records::{Cost, ItemStatus, PeriodicRecord};
+pub use layout::records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
+pub use maintenance::schedule::{Missed, Schedule, ScheduleSpec};
+pub use maintenance::sweeper::SweepReport;
+pub use maintenance::ticks::{MakeTick, PeriodicSpec, Tick};
 #[cfg(feature = "testing")]
 pub use protocol::ChildKind;
 pub use protocol::{
     EngineConfig, EngineMessage, EngineRef, QueueSource, ShardPlace, ShutdownReport,
 };
-pub use records::{Cost, ItemStatus, PeriodicRecord};
-pub use records::{FailureKind, Outcome, OutcomeRecord, OutputRef};
-pub use schedule::{Missed, Schedule, ScheduleSpec};
 pub use services::{Route, Services, SharedQueue};
 pub use settings::{MemoWrites, Settings};
-pub use sweeper::SweepReport;
-pub use ticks::{MakeTick, PeriodicSpec, Tick};
-pub use waiters::{JobFinished, WaitError};
 
 /// With ractor's `cluster` feature (this crate's `cluster`), ractor has no
 /// blanket `Message` impl: each type an actor receives names it. These
@@ -93,19 +64,19 @@ macro_rules! local_messages {
 }
 
 local_messages!(
-    coordinator::CoordinatorMessage,
-    batch::BatchFinished,
-    claims::ClaimMessage,
-    parking::SlotWait,
-    registry::RegistryMessage,
-    settle::JobEnd,
-    settle::ItemEnd,
-    worker::WorkerMessage,
+    batches::coordinator::CoordinatorMessage,
+    batches::spec::BatchFinished,
+    batches::claims::ClaimMessage,
+    exec::parking::SlotWait,
+    batches::registry::RegistryMessage,
+    exec::settle::JobEnd,
+    exec::settle::ItemEnd,
+    exec::worker::WorkerMessage,
     protocol::EngineMessage,
-    periodic::PeriodicMessage,
-    pool::PoolMessage,
-    waiters::JobFinished,
-    waiters::WaitersMessage,
-    sweeper::SweeperMessage,
-    intake::IntakeMessage,
+    maintenance::periodic::PeriodicMessage,
+    exec::pool::PoolMessage,
+    jobs::waiters::JobFinished,
+    jobs::waiters::WaitersMessage,
+    maintenance::sweeper::SweeperMessage,
+    engine::intake::IntakeMessage,
 );

@@ -8,27 +8,27 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef, DerivedActorRef, RpcReplyPort};
 
-use crate::batch::{
-    BatchFinished, BatchOutcome, BatchProgress, BatchSpec, BatchState, SinkAttached, SinkTakeover,
+use crate::batches::claims::ClaimMessage;
+use crate::batches::registry::RegistryRef;
+use crate::batches::spec::{
+    BatchFinished, BatchOutcome, BatchProgress, BatchSpec, SinkAttached, SinkTakeover,
 };
-use crate::claims::ClaimMessage;
+pub use crate::engine::shutdown::ShutdownReport;
+pub use crate::engine::startup::QueueSource;
+use crate::engine::supervisor::Supervisor;
 use crate::erased::{BoxFuture, JobEngine, Registration};
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
-use crate::jobs::{CancelResult, JobState, SubmitRequest, Submitted};
-use crate::keys;
-use crate::parking;
-use crate::pool::PoolStats;
-use crate::records::{OutcomeRecord, OutputRef};
-use crate::registry::RegistryRef;
+use crate::exec::parking;
+use crate::exec::pool::PoolStats;
+use crate::jobs::submit::{CancelResult, JobState, SubmitRequest, Submitted};
+use crate::jobs::waiters::{JobFinished, PeekReply, WaitError, WaitReply};
+use crate::layout::keys;
+use crate::layout::records::{OutcomeRecord, OutputRef};
+use crate::maintenance::sweeper::SweepReport;
+use crate::maintenance::ticks::PeriodicSpec;
 use crate::services::Services;
 use crate::settings::Settings;
-pub use crate::shutdown::ShutdownReport;
-pub use crate::startup::QueueSource;
-use crate::supervisor::Supervisor;
-use crate::sweeper::SweepReport;
-use crate::ticks::PeriodicSpec;
-use crate::waiters::{JobFinished, PeekReply, WaitError, WaitReply};
 
 /// The engine's public protocol: what a service (or another actor) sends the
 /// supervisor. Tuple variants with the reply port last, so `call!` works:
@@ -87,7 +87,10 @@ pub enum EngineMessage {
     /// Counters of a batch running in this process (`None` if not running).
     BatchProgress(String, RpcReplyPort<Option<BatchProgress>>),
     /// What a batch's records say.
-    BatchStatus(String, RpcReplyPort<Result<BatchState>>),
+    BatchStatus(
+        String,
+        RpcReplyPort<Result<crate::layout::inspect::BatchState>>,
+    ),
     /// Remove everything a batch wrote (refused while it runs or has live items).
     ForgetBatch(String, RpcReplyPort<Result<bool>>),
     /// Resume a job type (or pipeline) paused after too many crashes;
@@ -270,12 +273,12 @@ impl EngineRef {
     where
         I: futures_util::Stream<Item = Result<(String, Vec<u8>)>> + Unpin,
     {
-        crate::driver::drive_batch(&self.services, &self.registry, spec, Some(items)).await
+        crate::batches::driver::drive_batch(&self.services, &self.registry, spec, Some(items)).await
     }
 
     /// Resume a batch from its manifest to completion.
     pub async fn resume_batch(&self, spec: BatchSpec) -> Result<BatchOutcome> {
-        crate::driver::resume_batch(&self.services, &self.registry, spec).await
+        crate::batches::driver::resume_batch(&self.services, &self.registry, spec).await
     }
 
     /// The supervisor's `ActorRef`: send it [`EngineMessage`]s.
@@ -395,7 +398,7 @@ impl EngineRef {
     /// re-attaches to its batch with this. `to` gets `BatchNotRunning` if no
     /// run is in progress.
     pub fn watch_batch(&self, batch_id: &str, to: DerivedActorRef<BatchFinished>) -> Result<()> {
-        crate::batch::check_batch_id(batch_id)?;
+        crate::layout::keys::check_batch_id(batch_id)?;
         self.actor
             .cast(EngineMessage::WatchBatch(batch_id.to_string(), to))
             .map_err(|_| EngineError::ShutDown)
@@ -409,10 +412,10 @@ impl EngineRef {
     pub async fn attach_batch(
         &self,
         batch_id: &str,
-        sink: Arc<dyn crate::batch::RecordSink>,
+        sink: Arc<dyn crate::batches::spec::RecordSink>,
         to: DerivedActorRef<BatchFinished>,
     ) -> Result<SinkAttached> {
-        crate::batch::check_batch_id(batch_id)?;
+        crate::layout::keys::check_batch_id(batch_id)?;
         let takeover = SinkTakeover {
             batch_id: batch_id.to_string(),
             sink,
@@ -546,8 +549,8 @@ impl EngineRef {
 
     /// Every periodic job's record in the store, with when each is next
     /// due (also those of periodic jobs no longer scheduled).
-    pub async fn periodic_jobs(&self) -> Result<Vec<crate::inspect::PeriodicStatus>> {
-        crate::inspect::periodic_jobs(self.services.queue()?.view()).await
+    pub async fn periodic_jobs(&self) -> Result<Vec<crate::layout::inspect::PeriodicStatus>> {
+        crate::layout::inspect::periodic_jobs(self.services.queue()?.view()).await
     }
 
     /// Subscribe to lifecycle events. The stream ends after the engine's

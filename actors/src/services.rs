@@ -17,7 +17,7 @@ use taquba::{Clock, ExpiryIndex, Queue};
 
 use crate::error::{EngineError, Result};
 use crate::events::{EngineEvent, EventSender, WeakEventSender};
-use crate::keys;
+use crate::layout::keys;
 use crate::settings::Settings;
 
 /// The engine's open queue. The supervisor holds the one long-lived strong
@@ -109,7 +109,7 @@ pub struct Services {
     /// How often keyed submissions lately found their id taken: decides
     /// whether a submission reads the outcome record before its
     /// compare-and-commit (a hint, never an answer: see `jobs`).
-    duplicates: crate::jobs::DuplicateRate,
+    duplicates: DuplicateRate,
 }
 
 impl std::fmt::Debug for Services {
@@ -139,7 +139,7 @@ impl Services {
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
             batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
             request_expiry: ExpiryIndex::new(keys::REQUESTS_EXPIRY_PREFIX),
-            duplicates: crate::jobs::DuplicateRate::default(),
+            duplicates: DuplicateRate::default(),
             partitions: tokio::sync::broadcast::channel(1024).0,
         }
     }
@@ -271,7 +271,88 @@ impl Services {
         &self.request_expiry
     }
 
-    pub(crate) fn duplicates(&self) -> &crate::jobs::DuplicateRate {
+    pub(crate) fn duplicates(&self) -> &DuplicateRate {
         &self.duplicates
+    }
+}
+
+/// How often keyed submissions (and submissions with a given run id) lately
+/// found their id taken: a moving average over about the last 16, in 1/1024.
+///
+/// It decides one thing, whether a submission reads the outcome record
+/// before its compare-and-commit. For a duplicate of a finished job that
+/// read is the whole answer (no job prepared, no transaction); for a new id
+/// it is a miss the compare repeats. So the read pays while duplicates are
+/// more than about one submission in five, and is skipped otherwise. The
+/// answer is the same either way: the compare-and-commit decides, and every
+/// read after a failed compare is made as before. Updates may race (a lost
+/// update only delays the switch); it is a hint, not engine state.
+#[derive(Debug, Default)]
+pub(crate) struct DuplicateRate(std::sync::atomic::AtomicU32);
+
+impl DuplicateRate {
+    pub(crate) const ONE: u32 = 1024;
+    /// Read the outcome record first at or above this rate (1/5).
+    const PRE_READ_AT: u32 = Self::ONE / 5;
+
+    pub(crate) fn pre_read(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) >= Self::PRE_READ_AT
+    }
+
+    pub(crate) fn note(&self, duplicate: bool) {
+        let rate = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let target = if duplicate { Self::ONE } else { 0 };
+        // rate += (target - rate) / 16, rounded away from the old value so
+        // it reaches 0 and ONE.
+        let next = if target > rate {
+            rate + (target - rate).div_ceil(16)
+        } else {
+            rate - (rate - target).div_ceil(16)
+        };
+        self.0.store(next, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DuplicateRate;
+
+    #[test]
+    fn the_outcome_is_read_first_only_while_duplicates_are_frequent() {
+        let rate = DuplicateRate::default();
+        assert!(!rate.pre_read(), "a fresh engine expects new ids");
+        // Four duplicates in a row switch the read on...
+        for _ in 0..3 {
+            rate.note(true);
+        }
+        assert!(!rate.pre_read());
+        rate.note(true);
+        assert!(rate.pre_read());
+        // ...one duplicate in two keeps it on...
+        for _ in 0..100 {
+            rate.note(false);
+            rate.note(true);
+        }
+        assert!(rate.pre_read());
+        // ...one in ten does not.
+        for _ in 0..100 {
+            rate.note(true);
+            for _ in 0..9 {
+                rate.note(false);
+            }
+        }
+        assert!(!rate.pre_read());
+        // The average reaches both ends.
+        for _ in 0..200 {
+            rate.note(false);
+        }
+        assert_eq!(rate.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+        for _ in 0..200 {
+            rate.note(true);
+        }
+        assert_eq!(
+            rate.0.load(std::sync::atomic::Ordering::Relaxed),
+            DuplicateRate::ONE
+        );
     }
 }

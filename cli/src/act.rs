@@ -6,8 +6,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use gaffer_actors::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
-use gaffer_actors::{inspect, keys};
+use gaffer_actors::engine::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
+use gaffer_actors::layout::{inspect, keys};
 
 use crate::error::CliError;
 use crate::read::Store;

@@ -14,35 +14,6 @@ pub enum CliError {
     /// No taquba queue at the queue path.
     #[error("no store at {0}: nothing was ever written there (is --queue-path right?)")]
     NotInitialized(String),
-    /// A queue without gaffer's layout marker.
-    #[error("{0} is not a gaffer store: it has no layout marker")]
-    NotGaffer(String),
-    /// A layout this build does not read (older, or of another form).
-    #[error(
-        "{store} holds gaffer layout `{found}`; this command reads `{expected}`: use the gaffer \
-         command of the version that wrote the store"
-    )]
-    UnknownLayout {
-        /// The store.
-        store: String,
-        /// The marker found.
-        found: String,
-        /// The marker this build reads.
-        expected: &'static str,
-    },
-    /// A layout newer than this build's: written by a later release.
-    #[error(
-        "{store} holds gaffer layout `{found}`, newer than `{expected}`, the newest this command \
-         reads: it was written by a later gaffer release; upgrade the gaffer command to read it"
-    )]
-    NewerLayout {
-        /// The store.
-        store: String,
-        /// The marker found.
-        found: String,
-        /// The marker this build reads.
-        expected: &'static str,
-    },
     /// No job with this id.
     #[error("no job `{0}` (never submitted, or its records were removed)")]
     JobNotFound(String),

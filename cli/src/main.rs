@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use gaffer_actors::intake::IntakeOp;
+use gaffer_actors::engine::intake::IntakeOp;
 
 use crate::error::CliError;
 
@@ -305,10 +305,13 @@ async fn open(
 /// the id's shard; any other on the `--shard`.
 async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> {
     let count = cli.shard_count.unwrap_or(0);
-    if count == 0 || count > gaffer_actors::keys::MAX_SHARDS || !template.contains("{shard}") {
+    if count == 0
+        || count > gaffer_actors::layout::keys::MAX_SHARDS
+        || !template.contains("{shard}")
+    {
         return Err(CliError::BadInput(format!(
             "--shards needs a template with `{{shard}}` and --shard-count 1 to {}",
-            gaffer_actors::keys::MAX_SHARDS
+            gaffer_actors::layout::keys::MAX_SHARDS
         )));
     }
     if let Some(s) = cli.shard
@@ -319,7 +322,7 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
             count - 1
         )));
     }
-    let url = |shard: usize| gaffer_actors::keys::shard_url(template, shard, count);
+    let url = |shard: usize| gaffer_actors::layout::keys::shard_url(template, shard, count);
     let by_id = match &cli.command {
         Command::Job { id }
         | Command::Batch { id, .. }
@@ -341,7 +344,7 @@ async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> 
         );
     if !every {
         let shard = match (by_id, cli.shard) {
-            (Some(id), _) => gaffer_actors::keys::shard_of(id, count),
+            (Some(id), _) => gaffer_actors::layout::keys::shard_of(id, count),
             (None, Some(s)) => s,
             (None, None) => {
                 return Err(CliError::BadInput(
@@ -572,7 +575,7 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
                 (None, true, Some(t)) => IntakeOp::RetryFailed {
                     job_type: t.clone(),
                     since_ms: since_secs.map_or(0, |s| {
-                        gaffer_actors::intake::epoch_ms(std::time::SystemTime::now())
+                        gaffer_actors::engine::intake::epoch_ms(std::time::SystemTime::now())
                             .saturating_sub(s.saturating_mul(1000))
                     }),
                 },

@@ -5,10 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gaffer_actors::inspect::{self, EndedState, Layout};
-use gaffer_actors::keys;
-use gaffer_actors::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, PastAttempt};
-use gaffer_actors::{EngineError, records};
+use gaffer_actors::EngineError;
+use gaffer_actors::layout::inspect::{self, EndedState};
+use gaffer_actors::layout::keys;
+use gaffer_actors::layout::records;
+use gaffer_actors::layout::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, PastAttempt};
 use taquba::object_store::ObjectStore;
 use taquba::object_store::local::LocalFileSystem;
 use taquba::{
@@ -75,7 +76,7 @@ impl Store {
                 (Arc::new(fs), name)
             }
             (None, Some(url)) => (
-                gaffer_actors::store_url::open_store_url(url, std::env::vars())?,
+                gaffer_actors::layout::store_url::open_store_url(url, std::env::vars())?,
                 url.to_string(),
             ),
             (None, None) => return Err(CliError::NoStoreGiven),
@@ -131,31 +132,11 @@ impl Store {
             bulk_prefix: bulk_prefix.to_string(),
             sender,
         };
-        let layout = opened.store_marker(keys::LAYOUT_KEY).await;
-        let refused = match layout {
-            Ok(found) => match inspect::layout_of(found.as_deref()) {
-                Layout::Current => None,
-                Layout::Absent => Some(CliError::NotGaffer(name)),
-                Layout::Other(found) => {
-                    let newer = keys::layout_number(&found)
-                        .zip(keys::layout_number(keys::LAYOUT_VERSION))
-                        .is_some_and(|(found, ours)| found > ours);
-                    let (store, expected) = (name, keys::LAYOUT_VERSION);
-                    Some(if newer {
-                        CliError::NewerLayout {
-                            store,
-                            found,
-                            expected,
-                        }
-                    } else {
-                        CliError::UnknownLayout {
-                            store,
-                            found,
-                            expected,
-                        }
-                    })
-                }
-            },
+        let refused = match opened.store_marker(keys::LAYOUT_KEY).await {
+            Ok(found) => inspect::layout_of(found.as_deref())
+                .readable(&name)
+                .err()
+                .map(CliError::from),
             Err(e) => Some(e),
         };
         if let Some(e) = refused {
@@ -263,7 +244,7 @@ impl Store {
     /// a queue that is not the engine's.
     fn classify(&self, q: &str) -> Option<(&'static str, String)> {
         let base = keys::partition_base(q).unwrap_or(q);
-        if q == gaffer_actors::intake::intake_queue(&self.jobs_prefix) {
+        if q == gaffer_actors::engine::intake::intake_queue(&self.jobs_prefix) {
             return Some(("intake", "client requests".to_string()));
         }
         if let Some(name) = base.strip_prefix(&format!("{}.", self.jobs_prefix)) {
@@ -789,7 +770,7 @@ fn rows(past: Vec<PastAttempt>) -> Vec<AttemptRow> {
 /// run spent on the queue jobs before it (a retry puts the job back as a
 /// new queue job under the same id).
 fn attempts_of(job: &JobRecord) -> u32 {
-    gaffer_actors::attempts::tried_before(&job.headers).saturating_add(job.attempts)
+    gaffer_actors::exec::attempts::tried_before(&job.headers).saturating_add(job.attempts)
 }
 
 fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {

@@ -620,7 +620,7 @@ async fn a_queue_without_the_layout_marker_or_with_another_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("gaffer-layout-9"), "{err}");
-    assert!(err.contains("upgrade the gaffer command"), "{err}");
+    assert!(err.contains("the `gaffer` command"), "{err}");
 
     queue
         .kv_put(b"gaffer/layout", b"gaffer-layout-1")
@@ -630,7 +630,7 @@ async fn a_queue_without_the_layout_marker_or_with_another_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("gaffer-layout-1"), "{err}");
-    assert!(err.contains("of the version that wrote the store"), "{err}");
+    assert!(err.contains("the gaffer version that wrote it"), "{err}");
     queue.close().await.unwrap();
 }
 

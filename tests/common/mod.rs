@@ -243,12 +243,12 @@ pub async fn totals(view: &gaffer::taquba::QueueView, prefix: &str) -> Totals {
 
 /// The queue of job type `name` under the default prefix.
 pub fn job_queue(name: &str) -> String {
-    gaffer_actors::keys::queue_for("jobs", name)
+    gaffer_actors::layout::keys::queue_for("jobs", name)
 }
 
 /// The queue of pipeline `name` under the default prefix.
 pub fn item_queue(name: &str) -> String {
-    gaffer_actors::keys::queue_for("bulk-items", name)
+    gaffer_actors::layout::keys::queue_for("bulk-items", name)
 }
 
 /// Submit options that queue a job for a minute after [`T0_MS`] on the mock
@@ -449,13 +449,13 @@ pub async fn settling(engine: &gaffer::Engine, job_type: &str) -> usize {
 /// `WaitersMessage`), if one is alive.
 pub fn waiters(
     engine: &gaffer::Engine,
-) -> Option<gaffer::ractor::ActorRef<gaffer_actors::waiters::WaitersMessage>> {
+) -> Option<gaffer::ractor::ActorRef<gaffer_actors::jobs::waiters::WaitersMessage>> {
     engine
         .actor()
         .get_children()
         .into_iter()
         .find(|child| {
-            child.is_message_type_of::<gaffer_actors::waiters::WaitersMessage>() == Some(true)
+            child.is_message_type_of::<gaffer_actors::jobs::waiters::WaitersMessage>() == Some(true)
                 && child.get_status() == gaffer::ractor::ActorStatus::Running
         })
         .map(Into::into)
@@ -464,8 +464,11 @@ pub fn waiters(
 /// How many runs callers wait on (`join`s, watches) in the waiters actor now.
 pub async fn waiting_runs(engine: &gaffer::Engine) -> usize {
     let waiters = waiters(engine).expect("the engine has a waiters actor");
-    gaffer::ractor::call!(waiters, gaffer_actors::waiters::WaitersMessage::GetWaiting)
-        .expect("the waiters answer")
+    gaffer::ractor::call!(
+        waiters,
+        gaffer_actors::jobs::waiters::WaitersMessage::GetWaiting
+    )
+    .expect("the waiters answer")
 }
 
 /// Run this test binary's ignored test `test` as a child process with

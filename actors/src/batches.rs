@@ -1,0 +1,17 @@
+//! Bulk batches: what a run is given and reports ([`spec`]), the claim that
+//! keeps one run of a batch id at a time ([`claims`]), the run from start to
+//! end in its caller's task ([`driver`]), the registry of running batches
+//! and a coordinator per run (window, counters, report), the thread that
+//! writes a run's records to its sink, the manifest, and what a batch's
+//! records say ([`status`], [`lookups`]).
+
+pub mod claims;
+pub mod coordinator;
+pub mod data;
+pub mod driver;
+pub(crate) mod lookups;
+pub mod manifest;
+pub mod registry;
+pub(crate) mod sink_writer;
+pub mod spec;
+pub mod status;

@@ -1,0 +1,444 @@
+//! Intake: submissions from other processes, through the store.
+//!
+//! A [`Client`](../../gaffer/struct.Client.html) never opens the store as a
+//! writer. It writes each submission as an entry of taquba's inbox (an object
+//! beside the queue) for the engine's intake queue, `{queue_name}-intake`,
+//! with its [`IntakeRequest`] as the payload and its request id as both the
+//! entry id and the queue job id. The engine opens its queue with the inbox
+//! on: taquba's writer applies each entry once (within the inbox's record
+//! retention) as a plain enqueue on the intake queue.
+//!
+//! The intake actor drains that queue and submits each request through the
+//! engine's own submit ([`Services::submit`]), so a client's job gets its run
+//! record, its keyed compare-and-commit and its reserved-header check exactly
+//! like an in-process one. The request carries its run id, chosen by the
+//! client (a fresh ULID, or the keyed run id of its idempotency key): a
+//! request applied twice (a crash between the submit and the intake's ack)
+//! meets its own run and is answered as a duplicate, never run twice.
+//!
+//! A request the engine cannot take (undecodable, unknown job type, reserved
+//! header, `InputMismatch` …) is dead-lettered on the intake queue with the
+//! reason: the client reads it as its request's status, operators in
+//! `gaffer dead`. A store error nacks the request: it is tried again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::{Deserialize, Serialize};
+use taquba::Claim;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::error::{EngineError, Result};
+use crate::jobs::submit::SubmitRequest;
+use crate::services::Services;
+
+/// The intake queue of an engine whose jobs queue prefix is `queue_name`.
+pub fn intake_queue(queue_name: &str) -> String {
+    format!("{queue_name}-intake")
+}
+
+/// A request from another process: the payload of an intake job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IntakeOp {
+    /// Submit a job.
+    Submit(IntakeRequest),
+    /// Cancel a job.
+    Cancel {
+        /// Its id.
+        run_id: String,
+    },
+    /// Run a failed or cancelled job again.
+    Retry {
+        /// Its id.
+        run_id: String,
+    },
+    /// Retry the jobs of a type that failed at or after a time.
+    RetryFailed {
+        /// The job type.
+        job_type: String,
+        /// Epoch ms; 0 for all.
+        since_ms: u64,
+    },
+    /// Pause a job type durably.
+    Pause {
+        /// The job type.
+        job_type: String,
+    },
+    /// Resume a paused job type.
+    Resume {
+        /// The job type.
+        job_type: String,
+    },
+}
+
+impl IntakeOp {
+    /// Encode (MessagePack, named fields).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        crate::layout::records::encode(self)
+    }
+}
+
+/// `gaffer/v1/requests/{request_id}`: what an applied operator request
+/// (not a submission: its job's records say that) came to, written with
+/// the intake's ack and removed by the retention pass once
+/// `request_retention` has passed.
+pub fn request_result_key(request_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/requests/{request_id}").into_bytes()
+}
+
+/// A submission from another process (inside [`IntakeOp::Submit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntakeRequest {
+    /// The run id the job gets: a ULID the client made, or the keyed run id
+    /// of `idempotency_key`.
+    pub run_id: String,
+    /// The job type.
+    pub job_type: String,
+    /// The encoded job.
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+    /// Idempotency key.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// Headers (none under `gaffer.`).
+    #[serde(default)]
+    pub headers: HashMap<String, String>,
+    /// Priority.
+    #[serde(default)]
+    pub priority: Option<u32>,
+    /// Attempt limit.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// Earliest time to run, epoch ms.
+    #[serde(default)]
+    pub run_at_ms: Option<u64>,
+    /// The W3C `traceparent` of the client's span (feature `otel`).
+    #[serde(default)]
+    pub traceparent: Option<String>,
+}
+
+impl IntakeRequest {
+    /// The submission it asks for.
+    pub fn into_submit(self) -> SubmitRequest {
+        SubmitRequest {
+            job_type: self.job_type,
+            payload: self.payload,
+            run_id: self.idempotency_key.is_none().then_some(self.run_id),
+            idempotency_key: self.idempotency_key,
+            headers: self.headers,
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            run_at: self
+                .run_at_ms
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            traceparent: self.traceparent,
+        }
+    }
+}
+
+/// Requests claimed at once.
+const INTAKE_BATCH: usize = 64;
+/// Lease of a claimed request (a submit is one commit).
+const INTAKE_LEASE: Duration = Duration::from_secs(30);
+
+/// Arguments of the intake actor.
+#[derive(Debug)]
+pub struct IntakeArguments {
+    /// Engine services.
+    pub services: Arc<Services>,
+    /// The engine, for the operations its actors carry out (cancel, pause,
+    /// resume, retry).
+    pub engine: crate::EngineRef,
+}
+
+/// The intake actor: owns the task that drains the intake queue.
+#[derive(Debug)]
+pub struct Intake;
+
+/// The intake takes no messages: its work runs in its task.
+#[derive(Debug)]
+pub enum IntakeMessage {}
+
+/// State of the intake actor.
+#[derive(Debug)]
+pub struct IntakeState {
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Actor for Intake {
+    type Msg = IntakeMessage;
+    type State = IntakeState;
+    type Arguments = IntakeArguments;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: IntakeArguments,
+    ) -> std::result::Result<IntakeState, ActorProcessingErr> {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(drain(args.services, args.engine, stop.clone()));
+        Ok(IntakeState {
+            stop,
+            task: Some(task),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut IntakeState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        // The requests in hand finish (each is one submit and one ack); a
+        // request not acked by then is claimed again after its lease.
+        state.stop.cancel();
+        if let Some(task) = state.task.take()
+            && tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+        {
+            warn!(
+                "the intake did not stop within 5 s; its requests in hand run again after their lease"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Claim requests and submit them until `stop`.
+async fn drain(services: Arc<Services>, engine: crate::EngineRef, stop: CancellationToken) {
+    let name = intake_queue(&services.settings().queue_name);
+    let poll = services.settings().poll_interval;
+    while !stop.is_cancelled() {
+        let Ok(queue) = services.queue() else { return };
+        match queue.claim_batch(&name, INTAKE_BATCH, INTAKE_LEASE).await {
+            Ok(claims) if claims.is_empty() => {
+                // Holds the queue at most one poll interval (a shutdown waits
+                // for its last user before closing it).
+                tokio::select! {
+                    _ = queue.wait_for_jobs_on(&name, poll) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+            Ok(claims) => {
+                drop(queue);
+                let runs = claims.into_iter().map(|c| take(&services, &engine, c));
+                futures_util::future::join_all(runs).await;
+            }
+            Err(e) => {
+                drop(queue);
+                if let Some(reason) = crate::exec::pool::store_closed(&e) {
+                    debug!(%reason, "the intake stops: the store closed");
+                    return;
+                }
+                warn!(error = %e, "claiming client requests failed; retrying after the poll interval");
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+/// Why a request is refused for good, or `None` when it may be tried again.
+fn refusal(e: &EngineError) -> Option<String> {
+    match e {
+        EngineError::Queue(_)
+        | EngineError::Store(_)
+        | EngineError::Contended { .. }
+        | EngineError::ConcurrentWriter(_)
+        | EngineError::ActorUnavailable { .. }
+        | EngineError::ShutDown => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Apply one request and settle it on the intake queue.
+async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
+    let Ok(queue) = services.queue() else { return };
+    let op: IntakeOp = match rmp_serde::from_slice(&claim.payload) {
+        Ok(op) => op,
+        Err(e) => {
+            let reason = format!("the request does not decode as a gaffer request: {e}");
+            if let Err(e) = queue.dead_letter(&claim, &reason).await {
+                warn!(request = %claim.id, error = %e, "refusing a client request failed");
+            }
+            return;
+        }
+    };
+    // `Ok(Some(text))`: an operator request's result, recorded with the ack.
+    let applied: Result<Option<String>> = match op {
+        IntakeOp::Submit(request) => submit(services, &claim.id, request).await.map(|()| None),
+        IntakeOp::Cancel { run_id } => engine.cancel(&run_id).await.map(|r| Some(format!("{r:?}"))),
+        IntakeOp::Retry { run_id } => engine
+            .retry(&run_id)
+            .await
+            .map(|()| Some(format!("retried `{run_id}`"))),
+        IntakeOp::RetryFailed { job_type, since_ms } => engine
+            .retry_failed(&job_type, since_ms)
+            .await
+            .map(|n| Some(format!("retried {n} failed `{job_type}` jobs"))),
+        IntakeOp::Pause { job_type } => engine.pause_job_type(&job_type).await.map(|was| {
+            Some(format!(
+                "`{job_type}` paused{}",
+                if was { "" } else { " (it was already)" }
+            ))
+        }),
+        IntakeOp::Resume { job_type } => engine.resume_job_type(&job_type).await.map(|was| {
+            Some(format!(
+                "`{job_type}` resumed{}",
+                if was { "" } else { " (it was not paused)" }
+            ))
+        }),
+    };
+    let settled = match applied {
+        Ok(None) => queue.ack(&claim).await,
+        Ok(Some(result)) => {
+            // Kept for its sender to read, until `request_retention` passes.
+            let fx = taquba::SettlementEffects::default()
+                .kv_put(request_result_key(&claim.id), result.into_bytes())
+                .expiry_entry(
+                    services.request_expiry(),
+                    services.clock().now_ms(),
+                    claim.id.as_bytes(),
+                );
+            queue.ack_with(&claim, fx).await.map(|_| ())
+        }
+        Err(e) => match refusal(&e) {
+            Some(reason) => {
+                warn!(request = %claim.id, %reason, "client request refused");
+                queue.dead_letter(&claim, &reason).await
+            }
+            None => {
+                warn!(request = %claim.id, error = %e, "applying a client request failed; it is tried again");
+                queue.nack(&claim, &e.to_string()).await
+            }
+        },
+    };
+    if let Err(e) = settled {
+        warn!(request = %claim.id, error = %e, "settling a client request failed; it is taken again after its lease");
+    }
+}
+
+/// Submit a client's job through the engine's own submit.
+async fn submit(services: &Services, request_id: &str, request: IntakeRequest) -> Result<()> {
+    let run_id = request.run_id.clone();
+    if services
+        .route(&request.job_type)
+        .is_none_or(|route| route.kind != crate::erased::Kind::Job)
+    {
+        return Err(EngineError::UnknownJobType(request.job_type.clone()));
+    }
+    if request
+        .idempotency_key
+        .as_deref()
+        .map(crate::layout::keys::keyed_run_id)
+        .is_some_and(|id| id != run_id)
+    {
+        return Err(EngineError::InvalidConfig(format!(
+            "request `{request_id}`: run id `{run_id}` is not the keyed run id of its idempotency key"
+        )));
+    }
+    services.submit(request.into_submit()).await?;
+    debug!(request = %request_id, %run_id, "client request submitted");
+    Ok(())
+}
+
+/// Milliseconds since the epoch of `t` (0 before it).
+pub fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Send `op` to the intake of the engine whose jobs queue prefix is
+/// `queue_name`, through `sender` (the store's inbox). Returns the request
+/// id, once the request is durable in the store.
+pub async fn send(sender: &taquba::InboxSender, queue_name: &str, op: &IntakeOp) -> Result<String> {
+    let request_id = ulid::Ulid::new().to_string();
+    send_as(sender, queue_name, &request_id, op).await?;
+    Ok(request_id)
+}
+
+/// [`send`] under a request id the caller made (a ULID).
+pub async fn send_as(
+    sender: &taquba::InboxSender,
+    queue_name: &str,
+    request_id: &str,
+    op: &IntakeOp,
+) -> Result<()> {
+    let entry = taquba::EnqueueEntry {
+        payload: op.encode()?,
+        options: taquba::EnqueueOptions::default().id_override(request_id.to_string()),
+    };
+    sender
+        .send_with_id(&intake_queue(queue_name), request_id, entry)
+        .await?;
+    Ok(())
+}
+
+/// What became of a request, as a reader of the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestProgress {
+    /// In the inbox or the intake queue: not applied yet.
+    Sent,
+    /// Refused, for this reason.
+    Refused(String),
+    /// Applied; an operator request's result, when it had one.
+    Applied(Option<String>),
+}
+
+/// Where the request `request_id` to the intake of `queue_name` stands.
+pub async fn request_progress(
+    view: &taquba::QueueView,
+    queue_name: &str,
+    request_id: &str,
+) -> Result<RequestProgress> {
+    use taquba::{InboxOutcome, JobStatus};
+    let intake = intake_queue(queue_name);
+    // The inbox record first, the intake job second. A following reader
+    // moves forward between two reads, so the job read sees a state at
+    // least as new as the record's: a record that says "applied" with no
+    // job after it means the job was taken. Read the other way round, a
+    // job read before the entry was applied (none yet) and a record read
+    // after it (applied) made a request still waiting in the intake queue
+    // read as taken, and its job as missing.
+    let record = view
+        .inbox_record(&intake, request_id)
+        .await?
+        .map(|r| r.outcome);
+    let job = view
+        .job_record(request_id)
+        .await?
+        .filter(|job| job.queue.as_str() == intake);
+    match job.map(|j| (j.status, j.last_error)) {
+        Some((JobStatus::Dead, error)) => {
+            return Ok(RequestProgress::Refused(
+                error.unwrap_or_else(|| "refused by the engine".into()),
+            ));
+        }
+        Some((JobStatus::Done, _)) => {}
+        Some(_) => return Ok(RequestProgress::Sent),
+        // In the inbox still, rejected by it, or taken and its intake job
+        // record since removed.
+        None => match record {
+            None => return Ok(RequestProgress::Sent),
+            Some(InboxOutcome::Rejected(why)) => {
+                return Ok(RequestProgress::Refused(format!(
+                    "the engine's inbox rejected the request: {why}"
+                )));
+            }
+            Some(_) => {}
+        },
+    }
+    let result = view
+        .kv_get(&request_result_key(request_id))
+        .await?
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    Ok(RequestProgress::Applied(result))
+}

@@ -1,0 +1,280 @@
+//! What the supervisor does before it starts its children: open the queue,
+//! check the store's layout version, give each registration its queue, and
+//! find queues of types no longer registered.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use taquba::object_store::ObjectStore;
+use taquba::{OpenOptions, Queue, SettlementEffects};
+
+use crate::erased::{Kind, Registration};
+use crate::error::{EngineError, Result};
+use crate::layout::keys;
+use crate::layout::records::{self, OutcomeRecord};
+use crate::services::Route;
+use crate::settings::Settings;
+
+/// Where the supervisor gets its queue.
+// Built once per engine: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum QueueSource {
+    /// Open the queue at `path` in `store`.
+    Open {
+        /// The object store.
+        store: Arc<dyn ObjectStore>,
+        /// The queue's path in the store.
+        path: String,
+        /// taquba open options (flush interval, clock, queue configs …).
+        options: OpenOptions,
+    },
+    /// Use this already-open queue (the engine takes ownership and closes it).
+    Given {
+        /// The queue.
+        queue: Box<Queue>,
+        /// The object store for memo entries and large outputs.
+        store: Arc<dyn ObjectStore>,
+    },
+}
+
+impl std::fmt::Debug for QueueSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Open { path, .. } => f
+                .debug_struct("Open")
+                .field("path", path)
+                .finish_non_exhaustive(),
+            Self::Given { .. } => f.debug_struct("Given").finish_non_exhaustive(),
+        }
+    }
+}
+
+pub(crate) async fn open(
+    source: QueueSource,
+    settings: &Settings,
+) -> Result<(Queue, Arc<dyn ObjectStore>)> {
+    match source {
+        QueueSource::Open {
+            store,
+            path,
+            options,
+        } => {
+            if path.trim_matches('/') == settings.blob_prefix.trim_matches('/') {
+                return Err(EngineError::InvalidConfig(format!(
+                    "the queue path `{path}` and the blob prefix must differ"
+                )));
+            }
+            let mut options = options;
+            if settings.client_intake && options.inbox.is_none() {
+                let intake = crate::engine::intake::intake_queue(&settings.queue_name);
+                options = options.inbox(
+                    taquba::InboxOptions::new([intake]).touch_poll_interval(settings.intake_poll),
+                );
+            }
+            check_layout_before_open(&store, &path).await?;
+            let queue = Queue::open_with_options(store.clone(), &path, options).await?;
+            Ok((queue, store))
+        }
+        QueueSource::Given { queue, store } => Ok((*queue, store)),
+    }
+}
+
+/// The layout check a writer's open must not come before: opening the
+/// queue as its writer fences whatever writer holds the store, so a store
+/// another gaffer release serves (a newer one, say) is refused here, on
+/// what its flushed state shows, read through a reader (which never fences
+/// and replays no WAL), and its writer goes on. A store whose marker is
+/// still only in its WAL (young: its memtable never flushed) shows none
+/// here; [`check_layout`] decides after the open, as it does for every
+/// store.
+async fn check_layout_before_open(store: &Arc<dyn ObjectStore>, path: &str) -> Result<()> {
+    let options = taquba::ReaderOptions::default()
+        .mode(taquba::ReaderMode::FollowLatest)
+        .skip_wal_replay(true)
+        .manifest_poll_interval(std::time::Duration::from_secs(3600));
+    let reader = match taquba::QueueReader::open_with_options(store.clone(), path, options).await {
+        Ok(reader) => reader,
+        // A new store: nothing to check yet.
+        Err(taquba::Error::StoreNotInitialized { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let found = reader.view().kv_get(keys::LAYOUT_KEY).await;
+    if let Err(e) = reader.close().await {
+        tracing::debug!(error = %e, "closing the layout check's reader failed");
+    }
+    match found? {
+        Some(found) if found.as_ref() != keys::LAYOUT_VERSION.as_bytes() => Err(
+            crate::layout::inspect::foreign_layout(String::from_utf8_lossy(&found).into_owned()),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Check the store's shard marker against the engine's place in its set,
+/// and write it on the first start as a shard (see [`keys::SHARD_KEY`]).
+pub(crate) async fn check_shard(queue: &Queue, place: &crate::ShardPlace) -> Result<()> {
+    if !crate::layout::inspect::check_shard(queue.view(), place).await? {
+        let marker = keys::shard_marker(place.index, place.count);
+        let fx = SettlementEffects::default().kv_put(keys::SHARD_KEY, marker.into_bytes());
+        queue.commit_effects(fx).await?;
+    }
+    Ok(())
+}
+
+/// Check the store's layout marker (ARCHITECTURE.md, *Durable layout*): a
+/// new store gets this build's; this build's own is read (after the
+/// one-time backfill of the finished-jobs index); a later one is refused
+/// with [`EngineError::LayoutTooNew`] (upgrade gaffer), any other with
+/// [`EngineError::LayoutMismatch`]. A layout change adds its migration
+/// from the previous layout here, before anything else reads the store.
+pub(crate) async fn check_layout(queue: &Queue) -> Result<()> {
+    match queue.view().kv_get(keys::LAYOUT_KEY).await? {
+        None => {
+            // A new store: its index of finished jobs starts complete.
+            let fx = SettlementEffects::default()
+                .kv_put(keys::LAYOUT_KEY, keys::LAYOUT_VERSION.as_bytes().to_vec())
+                .kv_put(keys::ENDED_INDEX_READY, Vec::new());
+            queue.commit_effects(fx).await?;
+            Ok(())
+        }
+        Some(found) if found.as_ref() == keys::LAYOUT_VERSION.as_bytes() => {
+            if queue
+                .view()
+                .kv_get(keys::ENDED_INDEX_READY)
+                .await?
+                .is_none()
+            {
+                backfill_ended_index(queue).await?;
+            }
+            Ok(())
+        }
+        // A later layout asks for an upgrade of gaffer; no other is read.
+        Some(found) => Err(crate::layout::inspect::foreign_layout(
+            String::from_utf8_lossy(&found).into_owned(),
+        )),
+    }
+}
+
+/// The queue of every registration (distinct, or `InvalidConfig`).
+pub(crate) fn routes(
+    settings: &Settings,
+    registrations: &HashMap<String, Registration>,
+) -> Result<HashMap<String, Route>> {
+    let mut routes = HashMap::new();
+    let mut taken: HashMap<String, &str> = HashMap::new();
+    for (name, reg) in registrations {
+        let prefix = match reg.kind {
+            Kind::Job => &settings.queue_name,
+            Kind::Pipeline => &settings.bulk_queue_name,
+        };
+        let queue = keys::queue_for(prefix, name);
+        if taquba::QueueName::new(queue.as_str()).is_err() {
+            return Err(EngineError::InvalidConfig(format!(
+                "`{name}` needs a queue named `{queue}`, which taquba refuses; use a shorter \
+                 queue prefix or name"
+            )));
+        }
+        let partition = reg
+            .rate
+            .as_ref()
+            .and_then(|r| r.partition_header())
+            .map(str::to_string);
+        if let Some(header) = &partition {
+            if header.is_empty() || header.starts_with(keys::RESERVED_HEADER_PREFIX) {
+                return Err(EngineError::InvalidConfig(format!(
+                    "the rate limit of `{name}` is per header `{header}`, which a job cannot \
+                     set; name a header of your own (not empty, not starting with `{}`)",
+                    keys::RESERVED_HEADER_PREFIX
+                )));
+            }
+            if queue.len() + keys::PARTITION_SUFFIX_LEN > taquba::MAX_QUEUE_NAME_LEN {
+                return Err(EngineError::InvalidConfig(format!(
+                    "`{name}` has a rate limit per header value, whose queues are named \
+                     `{queue}..p` and 16 hex digits: too long for taquba; use a shorter \
+                     queue prefix or name"
+                )));
+            }
+        }
+        if let Some(other) = taken.insert(queue.clone(), name) {
+            return Err(EngineError::InvalidConfig(format!(
+                "`{name}` and `{other}` map to the same queue `{queue}`; rename one of them"
+            )));
+        }
+        routes.insert(
+            name.clone(),
+            Route {
+                queue,
+                kind: reg.kind,
+                partition,
+            },
+        );
+    }
+    Ok(routes)
+}
+
+/// Queues under the engine's prefixes that no registration owns and that
+/// still hold jobs to run.
+pub(crate) async fn stray_queues(
+    queue: &Queue,
+    settings: &Settings,
+    routes: &HashMap<String, Route>,
+) -> Result<Vec<String>> {
+    let ours: std::collections::HashSet<&str> = routes.values().map(|r| r.queue.as_str()).collect();
+    // A partition queue is its type's (a rate limit per header value).
+    let ours = |name: &str| ours.contains(keys::partition_base(name).unwrap_or(name));
+    let prefixes = [
+        format!("{}.", settings.queue_name),
+        format!("{}.", settings.bulk_queue_name),
+    ];
+    let mut strays = Vec::new();
+    for name in queue.view().list_queues().await? {
+        if !prefixes.iter().any(|p| name.starts_with(p.as_str())) || ours(&name) {
+            continue;
+        }
+        let stats = queue.view().stats(&name).await?;
+        if stats.pending + stats.scheduled + stats.claimed > 0 {
+            strays.push(name);
+        }
+    }
+    Ok(strays)
+}
+
+/// Give every outcome record of a store made before the finished-jobs index
+/// existed its index entry, then mark the index complete. Runs once, at the
+/// start, before any pool settles; entries are idempotent, so a crash midway
+/// only repeats work. (A job retention removes meanwhile leaves no entry
+/// behind: this runs before the sweeper starts.)
+async fn backfill_ended_index(queue: &Queue) -> Result<()> {
+    use futures_util::TryStreamExt;
+    let prefix = keys::outcome_key("");
+    let mut entries = std::pin::pin!(queue.view().kv_entries(
+        &prefix,
+        ..,
+        taquba::KvOrder::Ascending,
+        1000
+    ));
+    let mut fx = SettlementEffects::default();
+    let mut staged = 0usize;
+    let mut total = 0usize;
+    while let Some((key, raw)) = entries.try_next().await? {
+        let Ok(record) = records::decode::<OutcomeRecord>(&key, &raw) else {
+            continue;
+        };
+        let run_id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        fx = fx.kv_put(record.ended_key(&run_id), Vec::new());
+        staged += 1;
+        if staged == 1000 {
+            queue.commit_effects(std::mem::take(&mut fx)).await?;
+            total += staged;
+            staged = 0;
+        }
+    }
+    total += staged;
+    fx = fx.kv_put(keys::ENDED_INDEX_READY, Vec::new());
+    queue.commit_effects(fx).await?;
+    tracing::info!(
+        outcomes = total,
+        "indexed the finished jobs of a store made before the index existed"
+    );
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! The supervisor's answers to the engine's protocol, one method per request.
+//! None runs anything slow inside the supervisor's `handle`: each one that
+//! reads or writes the store, or waits, runs in a task that answers the
+//! caller itself.
+
+use std::collections::HashMap;
+
+use ractor::{ActorRef, DerivedActorRef, RpcReplyPort};
+
+use super::SupervisorState;
+use crate::JobState;
+use crate::batches::spec::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec};
+use crate::engine::shutdown::{Closing, shut_down};
+use crate::error::{EngineError, Result};
+use crate::exec::pool::PoolStats;
+use crate::exec::settle::JobEnd;
+use crate::jobs::submit::{CancelResult, SubmitRequest, Submitted};
+use crate::jobs::waiters::JobFinished;
+use crate::layout::inspect::BatchState;
+use crate::maintenance::ticks::PeriodicSpec;
+use crate::protocol::{EngineMessage, ShutdownReport};
+use crate::services::{Kind, Route};
+
+/// A batch's items as a message carries them.
+type Items = Vec<(String, Vec<u8>)>;
+
+impl SupervisorState {
+    /// Submit a job. Accepted even while shutting down, like a direct
+    /// submission: it is durable and runs after the next start.
+    pub(super) fn submit(&self, request: SubmitRequest, reply: RpcReplyPort<Result<Submitted>>) {
+        let services = self.services.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(services.submit(request).await);
+        });
+    }
+
+    /// Tell `to` when the job ends. A watch is a wait in a task: it asks the
+    /// waiters again if they restart, so it is never lost.
+    pub(super) fn watch_job(&self, run_id: String, to: DerivedActorRef<JobFinished>) {
+        let engine = self.engine_ref();
+        tokio::spawn(async move {
+            let result = engine.wait_for(&run_id, None).await;
+            let _ = to.send_message(JobFinished { run_id, result });
+        });
+    }
+
+    /// The same answer as `EngineRef::status` (durable outcomes only).
+    pub(super) fn status(&self, run_id: String, reply: RpcReplyPort<Result<JobState>>) {
+        let engine = self.engine_ref();
+        tokio::spawn(async move {
+            let _ = reply.send(engine.status(&run_id).await);
+        });
+    }
+
+    /// Cancel a job. A cancel may commit a record: it is announced to the
+    /// waiters like a settlement (settling, then ended or aborted).
+    pub(super) fn cancel(&self, run_id: String, reply: RpcReplyPort<Result<CancelResult>>) {
+        let services = self.services.clone();
+        let notify = self.notify();
+        tokio::spawn(async move {
+            notify.job(JobEnd::Settling(run_id.clone()));
+            let result = services.cancel(&run_id).await;
+            match &result {
+                Ok((_, Some(record))) => notify.job(JobEnd::Ended {
+                    run_id: run_id.clone(),
+                    record: Box::new(record.clone()),
+                }),
+                _ => notify.job(JobEnd::Aborted(run_id.clone())),
+            }
+            let _ = reply.send(result.map(|(result, _)| result));
+        });
+    }
+
+    /// Start the shutdown sequence (once) in a task; it stops the supervisor
+    /// when it is done.
+    pub(super) fn shutdown(
+        &mut self,
+        myself: &ActorRef<EngineMessage>,
+        reply: RpcReplyPort<ShutdownReport>,
+    ) {
+        if self.shutting_down {
+            let _ = reply.send(ShutdownReport {
+                queue_closed: false,
+                abandoned: 0,
+                problems: vec!["already shut down".into()],
+            });
+            return;
+        }
+        self.shutting_down = true;
+        // No batch run starts any more.
+        self.registry().close();
+        let closing = Closing {
+            cell: myself.get_cell(),
+            pools: self
+                .pools
+                .iter()
+                .map(|(t, p)| (t.clone(), p.clone()))
+                .collect(),
+            waiters: self.waiters.clone(),
+            queue: self.queue.take(),
+            queue_back: self.queue_back.take(),
+            grace: self.services.settings().shutdown_grace,
+        };
+        self.children.clear();
+        let events = self.events.take();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let report = shut_down(closing).await;
+            // The last event; dropping the sender then ends every
+            // subscriber's stream, before the caller is answered.
+            if let Some(events) = events {
+                let _ = events.send(crate::events::EngineEvent::ShutDown {
+                    report: report.clone(),
+                });
+            }
+            let _ = reply.send(report);
+            me.stop(Some("shutdown".into()));
+        });
+    }
+
+    pub(super) fn run_batch(
+        &self,
+        spec: BatchSpec,
+        items: Items,
+        reply: RpcReplyPort<Result<BatchOutcome>>,
+    ) {
+        let engine = self.engine_ref();
+        tokio::spawn(async move {
+            let items = futures_util::stream::iter(items.into_iter().map(Ok));
+            let _ = reply.send(engine.run_batch(spec, items).await);
+        });
+    }
+
+    pub(super) fn run_batch_and_tell(
+        &self,
+        spec: BatchSpec,
+        items: Items,
+        to: DerivedActorRef<BatchFinished>,
+    ) {
+        let engine = self.engine_ref();
+        tokio::spawn(async move {
+            let batch_id = spec.batch_id.clone();
+            let items = futures_util::stream::iter(items.into_iter().map(Ok));
+            let result = engine.run_batch(spec, items).await;
+            let _ = to.send_message(BatchFinished { batch_id, result });
+        });
+    }
+
+    pub(super) fn resume_batch(&self, spec: BatchSpec, reply: RpcReplyPort<Result<BatchOutcome>>) {
+        let engine = self.engine_ref();
+        tokio::spawn(async move {
+            let _ = reply.send(engine.resume_batch(spec).await);
+        });
+    }
+
+    pub(super) fn batch_progress(
+        &self,
+        batch_id: String,
+        reply: RpcReplyPort<Option<BatchProgress>>,
+    ) {
+        let registry = self.registry();
+        tokio::spawn(async move {
+            // A registry that died before it answered knows no run.
+            let _ = reply.send(registry.progress(&batch_id).await.ok().flatten());
+        });
+    }
+
+    pub(super) fn batch_status(&self, batch_id: String, reply: RpcReplyPort<Result<BatchState>>) {
+        let services = self.services.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(crate::batches::status::batch_state(&services, &batch_id).await);
+        });
+    }
+
+    pub(super) fn forget_batch(&self, batch_id: String, reply: RpcReplyPort<Result<bool>>) {
+        let services = self.services.clone();
+        let registry = self.registry();
+        tokio::spawn(async move {
+            let _ =
+                reply.send(crate::batches::driver::forget(&services, &registry, &batch_id).await);
+        });
+    }
+
+    /// Resume a job type paused by an operator (durably) or after too many
+    /// crashes; answers whether it was paused.
+    pub(super) fn resume_job_type(&mut self, name: String, reply: RpcReplyPort<Result<bool>>) {
+        match self.pools.get(&name).cloned() {
+            Some(pool) if self.registrations.contains_key(&name) => {
+                let durable = self.paused.remove(&name);
+                let services = self.services.clone();
+                tokio::spawn(async move {
+                    let answer = async {
+                        if durable {
+                            services.set_paused(&name, false).await?;
+                        }
+                        Ok(pool.resume().await? || durable)
+                    };
+                    let _ = reply.send(answer.await);
+                });
+            }
+            _ => {
+                let _ = reply.send(Err(EngineError::UnknownJobType(name)));
+            }
+        }
+    }
+
+    /// Pause a job type durably (an operator's pause, kept across restarts):
+    /// its pool claims nothing until it is resumed; nothing is failed.
+    /// Answers whether it was running.
+    pub(super) fn pause_job_type(&mut self, name: String, reply: RpcReplyPort<Result<bool>>) {
+        match self.pools.get(&name).cloned() {
+            Some(pool) if self.registrations.contains_key(&name) => {
+                self.paused.insert(name.clone());
+                let services = self.services.clone();
+                tokio::spawn(async move {
+                    let answer = async {
+                        services.set_paused(&name, true).await?;
+                        pool.pause().await
+                    };
+                    let _ = reply.send(answer.await);
+                });
+            }
+            _ => {
+                let _ = reply.send(Err(EngineError::UnknownJobType(name)));
+            }
+        }
+    }
+
+    /// Retry a failed or cancelled job (see `Services::retry`).
+    pub(super) fn retry(&self, run_id: String, reply: RpcReplyPort<Result<()>>) {
+        let services = self.services.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(services.retry(&run_id).await);
+        });
+    }
+
+    /// Retry the failed jobs of a type (see `Services::retry_failed`).
+    pub(super) fn retry_failed(
+        &self,
+        job_type: String,
+        since_ms: u64,
+        reply: RpcReplyPort<Result<usize>>,
+    ) {
+        if !self.registrations.contains_key(&job_type) {
+            let _ = reply.send(Err(EngineError::UnknownJobType(job_type)));
+            return;
+        }
+        let services = self.services.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(services.retry_failed(&job_type, since_ms).await);
+        });
+    }
+
+    /// Schedule a periodic job at run time.
+    pub(super) fn add_periodic(&mut self, spec: PeriodicSpec) -> Result<()> {
+        check_periodic_spec(&spec, self.services.routes())?;
+        if self.periodic.contains_key(&spec.name) {
+            return Err(EngineError::DuplicatePeriodic(spec.name));
+        }
+        self.periodic.insert(spec.name.clone(), spec.clone());
+        // A periodic actor restarting now is given the list, this one in it.
+        if let Some(actor) = &self.periodic_actor {
+            actor.add(spec);
+        }
+        Ok(())
+    }
+
+    /// Stop a periodic job; whether it was scheduled.
+    pub(super) fn remove_periodic(&mut self, name: &str) -> bool {
+        let found = self.periodic.remove(name).is_some();
+        if found && let Some(actor) = &self.periodic_actor {
+            actor.remove(name.to_string());
+        }
+        found
+    }
+
+    /// Check the periodic jobs now (the periodic actor answers).
+    pub(super) fn check_periodic(&self, reply: RpcReplyPort<Result<usize>>) {
+        match &self.periodic_actor {
+            Some(actor) => actor.check_now(reply),
+            None => {
+                let _ = reply.send(Ok(0));
+            }
+        }
+    }
+
+    /// Every pool's counters (a pool that does not answer is left out).
+    pub(super) fn pool_stats(&self, reply: RpcReplyPort<HashMap<String, PoolStats>>) {
+        let pools: Vec<_> = self
+            .pools
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        tokio::spawn(async move {
+            let mut stats = HashMap::new();
+            for (t, pool) in pools {
+                if let Some(s) = pool.stats().await {
+                    stats.insert(t, s);
+                }
+            }
+            let _ = reply.send(stats);
+        });
+    }
+}
+
+/// A periodic job can be scheduled: its name and schedule are valid, and its
+/// job type is a registered job type (not a pipeline).
+pub(super) fn check_periodic_spec(
+    spec: &PeriodicSpec,
+    routes: &HashMap<String, Route>,
+) -> Result<()> {
+    spec.check()?;
+    match routes.get(&spec.job_type) {
+        Some(Route {
+            kind: Kind::Job, ..
+        }) => Ok(()),
+        _ => Err(EngineError::UnknownJobType(spec.job_type.clone())),
+    }
+}

@@ -1,0 +1,556 @@
+//! Attempts, as gaffer counts them.
+//!
+//! taquba counts claims: every claim of a job is an attempt, including one
+//! whose process died under it, and a job out of attempts is dead-lettered by
+//! the queue itself, without an outcome record. gaffer counts instead: it
+//! gives the queue a limit out of reach ([`keys::QUEUE_ATTEMPTS`]), keeps the
+//! job's real limit in a header ([`keys::HEADER_ATTEMPTS`]) when it is not
+//! the queue's default, and reads the job's attempt history when it claims a
+//! job that the queue claimed before:
+//!
+//! - an attempt that failed or whose lease expired counts;
+//! - an attempt interrupted by a process exit does not: the job did not fail,
+//!   the process died. A job under which the process keeps dying is a poison
+//!   pill: interruptions closer together than `interruption_window` count as
+//!   one episode, an episode is forgotten `interruption_memory` after it
+//!   began, and a job claimed with `max_interruptions` episodes remembered
+//!   fails permanently instead of running again;
+//! - a claim given back on purpose (released at the end of a shutdown grace
+//!   period, or by a paused type) does not count either.
+//!
+//! A real failure with attempts left, and a claim given back, put the job
+//! back on its queue **under the same id** in the transaction that
+//! acknowledges the claim (`settle::requeue`), after gaffer's own backoff
+//! (`backoff`, on this count): taquba's nack would wait a backoff on its
+//! own claim count, which interruptions and releases raise. The queue
+//! forgets an acknowledged job's history, so what was counted travels in the
+//! new job's [`keys::HEADER_PAST`] header (`Carried`), and a job's earlier
+//! claims in its run record.
+//!
+//! So every job ends through gaffer, with its record: on its last real
+//! attempt a transient failure dead-letters it with its failure record, and a
+//! job whose last attempt's lease expired is failed with its record when it is
+//! next claimed.
+
+use taquba::{AttemptOutcome, Claim, JobAttempt};
+
+use crate::layout::keys;
+use crate::layout::records::PastAttempt;
+use crate::settings::Settings;
+
+/// Where a claimed job stands, in gaffer's count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempts {
+    /// This attempt, 1-based (interruptions and releases not counted).
+    pub number: u32,
+    /// The job's attempt limit.
+    pub limit: u32,
+    /// Claims of the job ended by a process exit.
+    pub interrupted: u32,
+    /// Separate episodes of those interruptions still remembered (closer
+    /// together than the interruption window count once; older than the
+    /// interruption memory, forgotten).
+    pub episodes: u32,
+    /// When each remembered episode began (epoch ms, queue clock), oldest
+    /// first: what a job put back on its queue carries (`gaffer.past`).
+    pub(crate) episode_starts: Vec<u64>,
+}
+
+/// What to do with a claimed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Run it.
+    Run,
+    /// The process died under it too often: fail it permanently.
+    Poisoned(String),
+    /// Its last attempt ended without a settlement: fail it (attempts spent).
+    Exhausted(String),
+}
+
+/// What earlier queue jobs of the same run counted, carried in the
+/// [`keys::HEADER_PAST`] header of a job gaffer put back on its queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Carried {
+    /// Real attempts spent.
+    pub(crate) tried: u32,
+    /// Interruptions.
+    pub(crate) interrupted: u32,
+    /// Start times of the episodes still remembered, oldest first.
+    pub(crate) episodes: Vec<u64>,
+}
+
+/// Episode starts a header keeps at most (the newest): more than any
+/// sensible `max_interruptions`.
+const CARRIED_EPISODES: usize = 32;
+
+impl Carried {
+    /// What `claim` carries; nothing for a job never put back (or a header
+    /// that does not parse: only gaffer writes it, submissions may not).
+    pub(crate) fn of(claim: &Claim) -> Self {
+        claim
+            .headers
+            .get(keys::HEADER_PAST)
+            .and_then(|v| Self::parse(v))
+            .unwrap_or_default()
+    }
+
+    fn parse(v: &str) -> Option<Self> {
+        let mut parts = v.splitn(3, ':');
+        let tried = parts.next()?.parse().ok()?;
+        let interrupted = parts.next()?.parse().ok()?;
+        let episodes = match parts.next()? {
+            "" => Vec::new(),
+            list => list
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<Vec<u64>, _>>()
+                .ok()?,
+        };
+        Some(Self {
+            tried,
+            interrupted,
+            episodes,
+        })
+    }
+
+    /// The header's value.
+    pub(crate) fn encode(&self) -> String {
+        let episodes: Vec<String> = self.episodes.iter().map(u64::to_string).collect();
+        format!("{}:{}:{}", self.tried, self.interrupted, episodes.join(","))
+    }
+
+    /// What a job put back after the attempt `attempts` carries: `spent`
+    /// when that attempt counts (a real failure), not when it was given back.
+    pub(crate) fn after(attempts: &Attempts, spent: bool) -> Self {
+        let skip = attempts
+            .episode_starts
+            .len()
+            .saturating_sub(CARRIED_EPISODES);
+        Self {
+            tried: attempts.number - 1 + u32::from(spent),
+            interrupted: attempts.interrupted,
+            episodes: attempts.episode_starts[skip..].to_vec(),
+        }
+    }
+}
+
+/// The real attempts a run spent on its earlier queue jobs, from a queue
+/// job's headers (what its `gaffer.past` carries; 0 for a job never put
+/// back): for readers of the store that show a live job's attempts.
+pub fn tried_before(headers: &std::collections::HashMap<String, String>) -> u32 {
+    headers
+        .get(keys::HEADER_PAST)
+        .and_then(|v| Carried::parse(v))
+        .map_or(0, |c| c.tried)
+}
+
+impl Attempts {
+    /// A job claimed for the first time; `default_limit` is its queue's.
+    pub fn first(claim: &Claim, default_limit: u32) -> Self {
+        Self {
+            number: 1,
+            limit: limit_of(claim, default_limit),
+            interrupted: 0,
+            episodes: 0,
+            episode_starts: Vec::new(),
+        }
+    }
+
+    /// Whether a transient failure of this attempt ends the job.
+    pub fn is_last(&self) -> bool {
+        self.number >= self.limit
+    }
+
+    pub(crate) fn fate(&self, settings: &Settings) -> Fate {
+        if self.episodes >= settings.max_interruptions {
+            return Fate::Poisoned(format!(
+                "the process exited while this job ran, in {} separate episodes within {:?} \
+                 ({} interruptions in all): it may be what kills the process, so it is not run \
+                 again (max_interruptions = {})",
+                self.episodes,
+                settings.interruption_memory,
+                self.interrupted,
+                settings.max_interruptions
+            ));
+        }
+        if self.number > self.limit {
+            return Fate::Exhausted(format!(
+                "attempts exhausted: attempt {} of {} ended without a settlement (its lease \
+                 expired)",
+                self.limit, self.limit
+            ));
+        }
+        Fate::Run
+    }
+}
+
+/// The attempt limit of a job: its header's; or, for a job gaffer enqueued
+/// without one, its queue's default (`default_limit`); or, for a job enqueued
+/// by other means, the limit taquba keeps for it.
+pub fn limit_of(claim: &Claim, default_limit: u32) -> u32 {
+    match claim
+        .headers
+        .get(keys::HEADER_ATTEMPTS)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| *n > 0)
+    {
+        Some(limit) => limit,
+        None if claim.max_attempts == keys::QUEUE_ATTEMPTS => default_limit.max(1),
+        None => claim.max_attempts,
+    }
+}
+
+/// How interruptions are grouped and remembered (from the settings).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Episodes {
+    /// Interruptions closer together than this are one episode.
+    pub(crate) window_ms: u64,
+    /// An episode is forgotten this long after it began.
+    pub(crate) memory_ms: u64,
+}
+
+impl Episodes {
+    pub(crate) fn of(settings: &Settings) -> Self {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            window_ms: ms(settings.interruption_window),
+            memory_ms: ms(settings.interruption_memory),
+        }
+    }
+}
+
+/// Count the attempts of `claim` at `now_ms`: what its earlier queue jobs
+/// counted (`carried`), then its own history (entries recorded before this
+/// claim, in write order).
+pub(crate) fn count(
+    claim: &Claim,
+    default_limit: u32,
+    carried: &Carried,
+    history: &[JobAttempt],
+    episodes: Episodes,
+    now_ms: u64,
+) -> Attempts {
+    // An operator's revival of this queue job restarts the count.
+    let since = history
+        .iter()
+        .rposition(|a| a.outcome == AttemptOutcome::Requeued)
+        .map(|i| i + 1);
+    let fresh = Carried::default();
+    let carried = if since.is_some() { &fresh } else { carried };
+    let mut real = carried.tried;
+    let mut interrupted = carried.interrupted;
+    let mut starts = carried.episodes.clone();
+    for entry in &history[since.unwrap_or(0)..] {
+        match entry.outcome {
+            AttemptOutcome::Interrupted => {
+                interrupted += 1;
+                if starts
+                    .last()
+                    .is_none_or(|at| entry.recorded_at.saturating_sub(*at) >= episodes.window_ms)
+                {
+                    starts.push(entry.recorded_at);
+                }
+            }
+            AttemptOutcome::Retried
+                if entry
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with(keys::RELEASED_PREFIX)) => {}
+            AttemptOutcome::Retried | AttemptOutcome::LeaseExpired => real += 1,
+            // A terminal entry is not followed by a claim unless revived.
+            AttemptOutcome::Completed | AttemptOutcome::DeadLettered | AttemptOutcome::Requeued => {
+            }
+        }
+    }
+    // Episodes older than the memory are forgotten.
+    starts.retain(|at| now_ms.saturating_sub(*at) < episodes.memory_ms);
+    Attempts {
+        number: real.saturating_add(1),
+        limit: limit_of(claim, default_limit),
+        interrupted,
+        episodes: u32::try_from(starts.len()).unwrap_or(u32::MAX),
+        episode_starts: starts,
+    }
+}
+
+/// The attempts of a claimed job, and the earlier claims of this queue job
+/// (which its outcome record keeps): its history is read only when the
+/// queue claimed it before (`claim.attempts > 1`); what earlier queue jobs
+/// of its run counted comes with it ([`keys::HEADER_PAST`]). If the read
+/// fails the job runs as if on its last attempt (never past its limit), so
+/// it is neither lost nor run beyond it.
+pub(crate) async fn of(
+    queue: &taquba::Queue,
+    claim: &Claim,
+    settings: &Settings,
+) -> (Attempts, Vec<PastAttempt>) {
+    let default_limit = queue.queue_config(&claim.queue).max_attempts;
+    let carried = Carried::of(claim);
+    let now_ms = queue.clock().now_ms();
+    let episodes = Episodes::of(settings);
+    if claim.attempts <= 1 {
+        let attempts = count(claim, default_limit, &carried, &[], episodes, now_ms);
+        return (attempts, Vec::new());
+    }
+    match queue.view().attempt_history(&claim.id).await {
+        Ok(history) => (
+            count(claim, default_limit, &carried, &history, episodes, now_ms),
+            PastAttempt::from_history(&history),
+        ),
+        Err(e) => {
+            let limit = limit_of(claim, default_limit);
+            tracing::warn!(job_id = %claim.id, error = %e, "reading the job's attempt history failed; running it as its last attempt");
+            let attempts = Attempts {
+                number: (carried.tried + claim.attempts).min(limit).max(1),
+                limit,
+                interrupted: carried.interrupted,
+                episodes: 0,
+                episode_starts: Vec::new(),
+            };
+            (attempts, Vec::new())
+        }
+    }
+}
+
+/// The delay before attempt `number + 1` after attempt `number` failed:
+/// the queue's backoff (`retry_backoff_base · 2^(number − 1)`, capped at
+/// `retry_backoff_max`), on gaffer's count, so interruptions and releases
+/// (which the queue counts as claims) never lengthen it.
+pub(crate) fn backoff(config: &taquba::QueueConfig, number: u32) -> std::time::Duration {
+    if config.retry_backoff_base.is_zero() {
+        return std::time::Duration::ZERO;
+    }
+    let doublings = number.saturating_sub(1).min(31);
+    config
+        .retry_backoff_base
+        .saturating_mul(1u32 << doublings)
+        .min(config.retry_backoff_max)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A 60 s episode window, a one-hour memory.
+    const EPISODES: Episodes = Episodes {
+        window_ms: 60_000,
+        memory_ms: 3_600_000,
+    };
+
+    fn entry(outcome: AttemptOutcome, at: u64, error: Option<&str>) -> JobAttempt {
+        JobAttempt {
+            attempt: 0,
+            claimed_at: None,
+            recorded_at: at,
+            outcome,
+            error: error.map(str::to_string),
+        }
+    }
+
+    /// A claimed job enqueued as gaffer does (queue limit out of reach), with
+    /// `limit` in its header if given.
+    async fn a_claim(limit: Option<&str>) -> (taquba::Queue, Claim) {
+        let store = std::sync::Arc::new(taquba::object_store::memory::InMemory::new());
+        let queue = taquba::Queue::open(store, "q").await.unwrap();
+        let mut headers = std::collections::HashMap::new();
+        if let Some(l) = limit {
+            headers.insert(keys::HEADER_ATTEMPTS.to_string(), l.to_string());
+        }
+        queue
+            .enqueue_with(
+                "w",
+                b"x".to_vec(),
+                taquba::EnqueueOptions::default()
+                    .headers(headers)
+                    .max_attempts(keys::QUEUE_ATTEMPTS),
+            )
+            .await
+            .unwrap();
+        let claim = queue
+            .claim("w", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+        (queue, claim)
+    }
+
+    #[tokio::test]
+    async fn interruptions_and_releases_are_free_failures_and_expiries_count() {
+        let (queue, claim) = a_claim(Some("3")).await;
+        use AttemptOutcome::*;
+        let history = [
+            entry(Interrupted, 1_000, None),
+            entry(Retried, 2_000, Some("boom")),
+            entry(Retried, 3_000, Some("gaffer-released: grace over")),
+            entry(Interrupted, 200_000, None),
+            entry(LeaseExpired, 300_000, None),
+        ];
+        let a = count(&claim, 7, &Carried::default(), &history, EPISODES, 300_000);
+        assert_eq!(
+            a,
+            Attempts {
+                number: 3,
+                limit: 3,
+                interrupted: 2,
+                episodes: 2,
+                episode_starts: vec![1_000, 200_000],
+            }
+        );
+        assert!(a.is_last());
+        assert_eq!(a.fate(&Settings::default()), Fate::Run);
+        queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn interruptions_within_a_window_are_one_episode_and_enough_episodes_poison() {
+        let (queue, claim) = a_claim(None).await;
+        use AttemptOutcome::*;
+        // Fifty kills in a minute: one episode.
+        let burst: Vec<_> = (0..50)
+            .map(|i| entry(Interrupted, i * 1_000, None))
+            .collect();
+        let a = count(&claim, 7, &Carried::default(), &burst, EPISODES, 60_000);
+        assert_eq!(
+            (a.number, a.limit, a.interrupted, a.episodes),
+            (1, 7, 50, 1)
+        );
+        assert_eq!(a.fate(&Settings::default()), Fate::Run);
+        // Three episodes a minute or more apart: a poison pill.
+        let spread: Vec<_> = (0..3)
+            .map(|i| entry(Interrupted, i * 60_000, None))
+            .collect();
+        let a = count(&claim, 7, &Carried::default(), &spread, EPISODES, 120_000);
+        assert_eq!(a.episodes, 3);
+        assert!(
+            matches!(a.fate(&Settings::default()), Fate::Poisoned(m) if m.contains("3 separate episodes"))
+        );
+        queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_limit_is_the_header_then_the_queue_default_then_the_records() {
+        let (queue, with_header) = a_claim(Some("5")).await;
+        assert_eq!(limit_of(&with_header, 3), 5);
+        let (queue2, default) = a_claim(None).await;
+        assert_eq!(limit_of(&default, 3), 3, "a gaffer job without a header");
+        // A job enqueued by other means keeps the limit taquba holds for it.
+        queue2
+            .enqueue_with(
+                "v",
+                b"y".to_vec(),
+                taquba::EnqueueOptions::default().max_attempts(4),
+            )
+            .await
+            .unwrap();
+        let foreign = queue2
+            .claim("v", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(limit_of(&foreign, 3), 4);
+        queue.close().await.unwrap();
+        queue2.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_revival_restarts_the_count_and_spent_attempts_exhaust() {
+        let (queue, claim) = a_claim(Some("2")).await;
+        use AttemptOutcome::*;
+        let history = [
+            entry(Retried, 1, Some("a")),
+            entry(DeadLettered, 2, Some("b")),
+            entry(Requeued, 3, None),
+            entry(LeaseExpired, 4, None),
+            entry(LeaseExpired, 5, None),
+        ];
+        let a = count(&claim, 7, &Carried::default(), &history, EPISODES, 5);
+        assert_eq!((a.number, a.limit), (3, 2));
+        assert!(matches!(a.fate(&Settings::default()), Fate::Exhausted(_)));
+        queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn episodes_are_forgotten_after_the_memory_so_unrelated_crashes_hours_apart_never_poison()
+    {
+        let (queue, claim) = a_claim(None).await;
+        use AttemptOutcome::*;
+        let hour = 3_600_000;
+        // Three episodes, each an hour and a half after the last: at the
+        // fourth claim only the newest is remembered.
+        let spread: Vec<_> = (0..3)
+            .map(|i| entry(Interrupted, i * 90 * 60_000, None))
+            .collect();
+        let now = 2 * 90 * 60_000 + 1_000;
+        let a = count(&claim, 7, &Carried::default(), &spread, EPISODES, now);
+        assert_eq!((a.interrupted, a.episodes), (3, 1));
+        assert_eq!(a.fate(&Settings::default()), Fate::Run);
+        // The same three within the hour poison (claimed again 45 minutes
+        // after the first: all three remembered; an hour after it, the
+        // first is forgotten).
+        let close: Vec<_> = (0..3)
+            .map(|i| entry(Interrupted, i * 20 * 60_000, None))
+            .collect();
+        let a = count(&claim, 7, &Carried::default(), &close, EPISODES, hour);
+        assert_eq!(a.episodes, 2);
+        let a = count(
+            &claim,
+            7,
+            &Carried::default(),
+            &close,
+            EPISODES,
+            45 * 60_000,
+        );
+        assert_eq!(a.episodes, 3);
+        assert!(matches!(a.fate(&Settings::default()), Fate::Poisoned(_)));
+        queue.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_a_job_put_back_carries_is_counted_with_its_own_history() {
+        let (queue, claim) = a_claim(Some("5")).await;
+        use AttemptOutcome::*;
+        // Two real attempts and one episode before it was put back.
+        let carried = Carried {
+            tried: 2,
+            interrupted: 4,
+            episodes: vec![10_000],
+        };
+        assert_eq!(Carried::parse(&carried.encode()), Some(carried.clone()));
+        assert_eq!(
+            Carried::parse("1:0:"),
+            Some(Carried {
+                tried: 1,
+                ..Default::default()
+            })
+        );
+        assert_eq!(Carried::parse("x"), None);
+        // Since: one interruption (a new episode) and one expired lease.
+        let history = [
+            entry(Interrupted, 100_000, None),
+            entry(LeaseExpired, 110_000, None),
+        ];
+        let a = count(&claim, 7, &carried, &history, EPISODES, 120_000);
+        assert_eq!((a.number, a.limit, a.interrupted, a.episodes), (4, 5, 5, 2));
+        // A failure of this attempt carries one more; a release does not.
+        assert_eq!(Carried::after(&a, true).tried, 4);
+        assert_eq!(Carried::after(&a, false).tried, 3);
+        assert_eq!(Carried::after(&a, false).episodes, vec![10_000, 100_000]);
+        queue.close().await.unwrap();
+    }
+
+    #[test]
+    fn gaffers_backoff_doubles_on_its_own_count_and_stops_at_the_cap() {
+        let config = taquba::QueueConfig::default()
+            .retry_backoff_base(Duration::from_secs(1))
+            .retry_backoff_max(Duration::from_secs(300));
+        let secs: Vec<u64> = [1, 2, 3, 9, 10, 40]
+            .iter()
+            .map(|n| backoff(&config, *n).as_secs())
+            .collect();
+        assert_eq!(secs, vec![1, 2, 4, 256, 300, 300]);
+        let zero = config.retry_backoff_base(Duration::ZERO);
+        assert_eq!(backoff(&zero, 5), Duration::ZERO);
+    }
+}

@@ -1,0 +1,478 @@
+//! Handler pool: one per job type or pipeline, over the type's own taquba
+//! queue. Owns the type's worker actors, the claims they hold, the claim in
+//! flight, and the count of settlements in flight.
+//!
+//! Capacity belongs to the type. The pool claims from its queue only as many
+//! jobs as it has idle, live workers (one claim in flight at a time, in a
+//! task), so a type whose workers are restarting after crashes, a paused type
+//! or a type waiting for its own children holds nothing another type could
+//! use, and no type ever waits behind another's jobs.
+//!
+//! The pool, not the worker, holds each `Claim`: a worker gets a copy of the
+//! job and its lease, runs the user's code and reports a verdict. So when a
+//! worker crashes (a panic in user code), the pool still holds the claim and
+//! settles it at once as a failed attempt, and replaces the worker (at once,
+//! unless panics are systemic: see `restarts`). Settlements run
+//! in short tasks so a worker takes its next job while the last one's commit
+//! waits for the queue's flush (unless `settlement_window` commits are in
+//! flight). A job waiting for another job from inside its run parks its slot
+//! (see `parking`): the pool runs an extra worker meanwhile.
+//!
+//! Files: `claiming` (the claim in flight), `slots` (workers and the jobs they
+//! run), `lifecycle` (crashes, pause and resume, releases, drain).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio_util::sync::CancellationToken;
+
+use crate::erased::{ErasedHandler, Verdict};
+use crate::events::EngineEvent;
+use crate::exec::effects::StagedEffects;
+use crate::exec::memo::Memo;
+use crate::exec::parking::{ParkState, SlotWait};
+use crate::exec::restarts::Restarts;
+use crate::exec::settle::Notify;
+use crate::exec::worker::WorkerMessage;
+use crate::layout::records::Cost;
+use crate::services::Services;
+
+mod claiming;
+mod lifecycle;
+mod slots;
+
+pub(crate) use claiming::{Held, STORE_CLOSED, store_closed};
+
+pub use crate::exec::parking::SlotId;
+
+/// Messages of a handler pool.
+#[derive(Debug)]
+pub enum PoolMessage {
+    /// A claim finished (jobs claimed, with their attempts).
+    Claimed(Result<Vec<Held>, taquba::Error>),
+    /// Claim again (after an error, or when a throttled queue has a token).
+    Retry,
+    /// Partition queues of the type (a rate limit per header value): found
+    /// in the store at the start, or told by a submission to a new value.
+    Partitions(Vec<String>),
+    /// A worker finished its job.
+    WorkerDone {
+        /// Slot of the worker.
+        slot: SlotId,
+        /// What the job came to.
+        verdict: Verdict,
+        /// What it staged.
+        effects: StagedEffects,
+        /// What it recorded as cost.
+        cost: Cost,
+    },
+    /// A settlement task finished.
+    Settled,
+    /// Start the worker of `slot` again (after a crash and its backoff).
+    RestartWorker(SlotId),
+    /// A job's wait for another job began or ended.
+    Wait(SlotWait),
+    /// Resume a paused type (after too many crashes, or by an operator);
+    /// answers whether it was paused.
+    Resume(RpcReplyPort<bool>),
+    /// An operator's pause: claim nothing more (running jobs finish, jobs
+    /// waiting here go back to the queue); answers whether it was running.
+    Pause(RpcReplyPort<bool>),
+    /// Stop claiming; reply once nothing is held: no job running, queued here
+    /// or settling. With a grace period, jobs still running at its end are
+    /// given back to the queue (their attempt is not counted) and their
+    /// workers stopped; the reply counts them.
+    Drain(Option<Duration>, RpcReplyPort<usize>),
+    /// The drain's grace period ended.
+    DrainDeadline,
+    /// Counters, for tests and status pages.
+    GetStats(RpcReplyPort<PoolStats>),
+}
+
+/// The typed handle of a job type's (or pipeline's) pool, for its supervisor.
+#[derive(Debug, Clone)]
+pub struct PoolRef(pub(crate) ActorRef<PoolMessage>);
+
+impl PoolRef {
+    /// The pool's actor cell (to link, watch or kill it).
+    pub fn get_cell(&self) -> ractor::ActorCell {
+        self.0.get_cell()
+    }
+
+    /// Stop claiming and answer once nothing is held, with the number of jobs
+    /// given back at the end of `grace` (see [`PoolMessage::Drain`]).
+    pub(crate) async fn drain(
+        &self,
+        grace: Option<Duration>,
+    ) -> std::result::Result<usize, ractor::RactorErr<PoolMessage>> {
+        ractor::call!(self.0, PoolMessage::Drain, grace)
+    }
+
+    /// The pool's counters (`None` if it stopped before it answered).
+    pub(crate) async fn stats(&self) -> Option<PoolStats> {
+        ractor::call!(self.0, PoolMessage::GetStats).ok()
+    }
+
+    /// Resume the type if it is paused; answers whether it was.
+    pub(crate) async fn resume(&self) -> crate::Result<bool> {
+        ractor::call!(self.0, PoolMessage::Resume)
+            .map_err(|e| crate::EngineError::unavailable("handler pool", e))
+    }
+
+    /// Pause the type (an operator's pause); answers whether it was running.
+    pub(crate) async fn pause(&self) -> crate::Result<bool> {
+        ractor::call!(self.0, PoolMessage::Pause)
+            .map_err(|e| crate::EngineError::unavailable("handler pool", e))
+    }
+}
+
+impl From<SlotWait> for PoolMessage {
+    fn from(wait: SlotWait) -> Self {
+        Self::Wait(wait)
+    }
+}
+
+impl TryFrom<PoolMessage> for SlotWait {
+    type Error = PoolMessage;
+    fn try_from(m: PoolMessage) -> Result<Self, PoolMessage> {
+        match m {
+            PoolMessage::Wait(wait) => Ok(wait),
+            other => Err(other),
+        }
+    }
+}
+
+/// Counters of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Workers alive.
+    pub workers: usize,
+    /// Jobs running in workers (parked ones included).
+    pub running: usize,
+    /// Running jobs waiting for another job (their slots parked).
+    pub parked: usize,
+    /// Jobs waiting here for a free worker.
+    pub backlog: usize,
+    /// Settlements in flight.
+    pub settling: usize,
+    /// Worker crashes so far.
+    pub crashes: u64,
+    /// Whether the type crashed past its restart limit and is paused.
+    pub paused: bool,
+}
+
+/// Arguments of a pool.
+#[derive(Clone)]
+pub struct PoolArguments {
+    /// Job type or pipeline name.
+    pub job_type: String,
+    /// The taquba queue it claims from.
+    pub queue: String,
+    /// User code.
+    pub handler: Arc<dyn ErasedHandler>,
+    /// Workers.
+    pub concurrency: usize,
+    /// Engine services.
+    pub services: Arc<Services>,
+    /// Who settlements tell.
+    pub(crate) notify: Notify,
+    /// What jobs can reach of their engine (child submissions and waits).
+    pub jobs: Arc<dyn crate::erased::JobEngine>,
+    /// Start paused: an operator paused the type (durably).
+    pub paused: bool,
+    /// At most this many starts per period (`register_with_rate`).
+    pub rate: Option<crate::exec::rate::RateLimit>,
+}
+
+impl std::fmt::Debug for PoolArguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolArguments")
+            .field("job_type", &self.job_type)
+            .field("queue", &self.queue)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The handler pool actor.
+#[derive(Debug)]
+pub struct HandlerPool;
+
+#[derive(Debug, Default)]
+struct Slot {
+    worker: Option<ActorRef<WorkerMessage>>,
+    job: Option<Held>,
+    /// The running job's memo (shares the attempt's unwritten entries).
+    memo: Option<Memo>,
+    /// What the running job's waits share (whether one was cut by a drain).
+    waits: Option<Arc<ParkState>>,
+    /// The running job waits for another job.
+    parked: bool,
+}
+
+/// State of a pool.
+#[derive(Debug)]
+pub struct PoolState {
+    args: PoolArguments,
+    slots: BTreeMap<SlotId, Slot>,
+    next_slot: SlotId,
+    by_actor: HashMap<ActorId, SlotId>,
+    idle: VecDeque<SlotId>,
+    backlog: VecDeque<Held>,
+    parked: usize,
+    /// The claim in flight: how many jobs it may bring from which queue.
+    claiming: Option<crate::exec::rate::Plan>,
+    /// Cancelled when the pool drains, or its state is dropped (the pool
+    /// stopped or was killed): stops the claim task and ends parked waits.
+    draining_token: CancellationToken,
+    _cancel_on_drop: tokio_util::sync::DropGuard,
+    settling: usize,
+    restarts: Restarts,
+    crashes: u64,
+    drains: Vec<RpcReplyPort<usize>>,
+    draining: bool,
+    abandoned: usize,
+    paused: bool,
+    /// The queues it claims from and the type's rate limit: tokens are
+    /// taken for a claim's size when it starts, and those it did not use
+    /// given back when it lands.
+    limiter: crate::exec::rate::Limiter,
+    /// A wake for the next token is scheduled.
+    rate_wake: bool,
+    /// Wakes a claim waiting on partition queues when a new one is learned
+    /// (a wake-up signal, not state: a permit is kept until taken).
+    partition_wake: Arc<tokio::sync::Notify>,
+    /// The type's metric handles, shared with its workers and tasks.
+    metrics: crate::telemetry::TypeMetrics,
+}
+
+impl PoolState {
+    fn settings(&self) -> &crate::Settings {
+        self.args.services.settings()
+    }
+
+    fn running(&self) -> usize {
+        self.slots.values().filter(|s| s.job.is_some()).count()
+    }
+
+    /// Slots beyond the type's concurrency plus its parked slots.
+    fn excess(&self) -> usize {
+        self.slots
+            .len()
+            .saturating_sub(self.args.concurrency + self.parked)
+    }
+
+    /// Jobs to claim now: one per idle live worker not already promised to
+    /// the backlog; none while paused, draining or too many settlements are in
+    /// flight.
+    fn want(&self) -> usize {
+        if self.paused || self.draining || self.settling >= self.settings().settlement_window {
+            return 0;
+        }
+        self.idle.len().saturating_sub(self.backlog.len())
+    }
+}
+
+impl Actor for HandlerPool {
+    type Msg = PoolMessage;
+    type State = PoolState;
+    type Arguments = PoolArguments;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: PoolArguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let n = args.concurrency.max(1);
+        let draining_token = CancellationToken::new();
+        let restarts = Restarts::new(args.services.settings());
+        let paused = args.paused;
+        let limiter = crate::exec::rate::Limiter::new(args.queue.clone(), args.rate.clone());
+        let metrics = crate::telemetry::TypeMetrics::new(&args.job_type);
+        let mut state = PoolState {
+            metrics,
+            limiter,
+            rate_wake: false,
+            partition_wake: Arc::new(tokio::sync::Notify::new()),
+            args,
+            slots: BTreeMap::new(),
+            next_slot: 0,
+            by_actor: HashMap::new(),
+            idle: VecDeque::new(),
+            backlog: VecDeque::new(),
+            parked: 0,
+            claiming: None,
+            _cancel_on_drop: draining_token.clone().drop_guard(),
+            draining_token,
+            settling: 0,
+            restarts,
+            crashes: 0,
+            drains: Vec::new(),
+            draining: false,
+            abandoned: 0,
+            paused,
+        };
+        state.args.concurrency = n;
+        for _ in 0..n {
+            state.add_slot(&myself).await;
+        }
+        // A job type's partition queues (a rate limit per header value, now
+        // or in an earlier configuration); pipelines have none.
+        if matches!(
+            state.args.services.route(&state.args.job_type),
+            Some(crate::services::Route {
+                kind: crate::erased::Kind::Job,
+                ..
+            })
+        ) {
+            let follow = state.limiter.partitioned();
+            state.watch_partitions(&myself, follow);
+        }
+        state.maybe_claim(&myself);
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            PoolMessage::Claimed(result) => state.claimed(&myself, result),
+            PoolMessage::Retry => {
+                state.rate_wake = false;
+                state.maybe_claim(&myself);
+            }
+            PoolMessage::Partitions(queues) => {
+                let mut learned = false;
+                for q in queues {
+                    learned |= state.limiter.learn(q);
+                }
+                if learned {
+                    state.partition_wake.notify_one();
+                    state.maybe_claim(&myself);
+                }
+            }
+            PoolMessage::WorkerDone {
+                slot,
+                verdict,
+                effects,
+                cost,
+            } => state.finish(&myself, slot, verdict, effects, cost),
+            PoolMessage::Settled => state.settled(&myself),
+            PoolMessage::RestartWorker(slot) => {
+                let down = state.slots.get(&slot).is_some_and(|s| s.worker.is_none());
+                if down && state.excess() > 0 {
+                    // A slot added for a parked job: not needed any more.
+                    state.retire(slot);
+                } else if down && !state.paused && !state.draining {
+                    state.spawn_worker(&myself, slot).await;
+                    state.args.services.emit(EngineEvent::HandlerRestarted {
+                        job_type: state.args.job_type.clone(),
+                    });
+                    if let Some(next) = state.backlog.pop_front() {
+                        state.dispatch(&myself, next);
+                    }
+                    state.maybe_claim(&myself);
+                }
+            }
+            PoolMessage::Wait(SlotWait::Park(slot)) => {
+                let parked = match state.slots.get_mut(&slot) {
+                    Some(s) if s.job.is_some() && !s.parked => {
+                        s.parked = true;
+                        true
+                    }
+                    _ => false,
+                };
+                if parked {
+                    state.parked += 1;
+                    // One more slot, unless surplus slots are still there.
+                    if !state.draining && state.slots.len() < state.args.concurrency + state.parked
+                    {
+                        state.add_slot(&myself).await;
+                        if let Some(next) = state.backlog.pop_front() {
+                            state.dispatch(&myself, next);
+                        }
+                        state.maybe_claim(&myself);
+                    }
+                }
+            }
+            PoolMessage::Wait(SlotWait::Unpark(slot)) => {
+                let was_parked = state
+                    .slots
+                    .get_mut(&slot)
+                    .is_some_and(|s| std::mem::take(&mut s.parked));
+                if was_parked {
+                    state.parked -= 1;
+                    state.shrink();
+                }
+            }
+            PoolMessage::Pause(reply) => {
+                let was_running = !state.paused;
+                if was_running {
+                    state.pause(&myself, "an operator paused it");
+                }
+                let _ = reply.send(was_running);
+            }
+            PoolMessage::Resume(reply) => {
+                let resumed = state.resume(&myself).await;
+                let _ = reply.send(resumed);
+            }
+            PoolMessage::Drain(grace, reply) => {
+                state.draining = true;
+                state.draining_token.cancel();
+                state.drains.push(reply);
+                // Jobs waiting for a worker have not started: give them back.
+                while let Some(held) = state.backlog.pop_front() {
+                    state.release(&myself, held, "the engine shut down".into(), None);
+                }
+                if let Some(grace) = grace {
+                    myself.send_after(grace, || PoolMessage::DrainDeadline);
+                }
+                state.check_drained();
+            }
+            PoolMessage::DrainDeadline => state.abandon(&myself),
+            PoolMessage::GetStats(reply) => {
+                let _ = reply.send(PoolStats {
+                    workers: state.slots.values().filter(|s| s.worker.is_some()).count(),
+                    running: state.running(),
+                    parked: state.parked,
+                    backlog: state.backlog.len(),
+                    settling: state.settling,
+                    crashes: state.crashes,
+                    paused: state.paused,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(who, err) => state.crashed(&myself, who, err.to_string()),
+            SupervisionEvent::ActorTerminated(who, _, reason) => {
+                let reason = reason.unwrap_or_else(|| "stopped".into());
+                state.crashed(&myself, who, reason)
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.draining_token.cancel();
+        Ok(())
+    }
+}

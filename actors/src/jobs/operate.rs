@@ -1,0 +1,157 @@
+//! Operator actions on the durable records: retry a job that failed or was
+//! cancelled, retry the failed jobs of a type, and the durable pause of a
+//! job type (the pools and the supervisor act on it; see the supervisor's
+//! requests).
+
+use taquba::{EnqueueOptions, EnqueueRequest, SettlementEffects};
+
+use crate::error::{EngineError, Result};
+use crate::layout::inspect::{self, EndedState};
+use crate::layout::keys;
+use crate::layout::records::{self, Outcome};
+use crate::services::Services;
+
+impl Services {
+    /// Run a failed or cancelled job again: a new attempt series under the
+    /// same id, from its original payload and headers, in one transaction
+    /// that removes its outcome record (and index entry) and writes its run
+    /// record and its new queue job, guarded by a compare on the outcome
+    /// record. A handle's `join` afterwards waits for the new outcome.
+    /// Memo entries its failed attempts left are found again.
+    ///
+    /// A job that succeeded, has not ended, or whose payload the queue no
+    /// longer keeps (a job cancelled while queued; a dead letter past its
+    /// retention) is `NotRetryable`; an unknown id is `JobNotFound`.
+    pub async fn retry(&self, run_id: &str) -> Result<()> {
+        if !keys::is_valid_id(run_id) {
+            return Err(EngineError::InvalidJobId(run_id.to_string()));
+        }
+        let queue = self.queue()?;
+        let not = |reason: &str| EngineError::NotRetryable {
+            id: run_id.to_string(),
+            reason: reason.to_string(),
+        };
+        let outcome_key = keys::outcome_key(run_id);
+        let Some(raw) = queue.view().kv_get(&outcome_key).await? else {
+            return Err(match self.run_record_of(run_id).await? {
+                Some(_) => not("it has not ended"),
+                None => self.unknown(run_id).await,
+            });
+        };
+        let record: records::OutcomeRecord = records::decode(&outcome_key, &raw)?;
+        if matches!(record.outcome, Outcome::Succeeded(_)) {
+            return Err(not("it succeeded"));
+        }
+        let Some(job) = queue.view().get_job(&record.job_id).await? else {
+            return Err(not(
+                "the queue no longer keeps its payload (cancelled while queued, or a dead letter \
+                 past the queue's dead retention)",
+            ));
+        };
+        let job_id = queue.next_job_id();
+        let mut headers = job.headers.clone();
+        headers.insert(keys::HEADER_RUN.into(), run_id.to_string());
+        // Its failed attempts' memo entries are in the store: the new first
+        // attempt must look for them.
+        headers.insert(keys::HEADER_MEMO.into(), String::new());
+        // A retried run starts its count afresh.
+        headers.remove(keys::HEADER_PAST);
+        let run = records::encode(&records::RunRecord {
+            job_id: job_id.clone(),
+            job_type: record.job_type.clone(),
+            input_hash: record.input_hash,
+            submitted_at_ms: self.clock().now_ms(),
+            past: Vec::new(),
+        })?;
+        let effects = SettlementEffects::default()
+            .kv_delete(outcome_key.clone())
+            .kv_delete(record.ended_key(run_id))
+            .kv_put(keys::run_key(run_id), run)
+            .enqueue(EnqueueRequest {
+                queue: job.queue.to_string(),
+                payload: job.payload,
+                options: EnqueueOptions::default()
+                    .headers(headers)
+                    .id_override(job_id)
+                    .max_attempts(keys::QUEUE_ATTEMPTS),
+            });
+        let run_key = keys::run_key(run_id);
+        let compares: [(&[u8], Option<&[u8]>); 2] =
+            [(&outcome_key, Some(raw.as_ref())), (&run_key, None)];
+        match queue.kv_compare_commit(&compares, effects).await? {
+            Some(_) => Ok(()),
+            None => Err(EngineError::Contended {
+                operation: format!("the retry of `{run_id}` (it changed meanwhile)"),
+            }),
+        }
+    }
+
+    /// Retry every job of `job_type` that failed at or after `since_ms`
+    /// (epoch ms; 0 for all), newest first; returns how many were retried.
+    /// Jobs that cannot be retried (payload gone) are skipped.
+    pub async fn retry_failed(&self, job_type: &str, since_ms: u64) -> Result<usize> {
+        let queue = self.queue()?;
+        let mut ids = Vec::new();
+        let mut before: Option<String> = None;
+        'pages: loop {
+            let page = inspect::ended_page(
+                queue.view(),
+                Some(&[job_type]),
+                &[EndedState::Failed],
+                before.as_deref(),
+                1000,
+            )
+            .await?;
+            for (id, rec) in page.jobs {
+                if rec.finished_at_ms < since_ms {
+                    break 'pages;
+                }
+                ids.push(id);
+            }
+            match page.next {
+                Some(next) => before = Some(next),
+                None => break,
+            }
+        }
+        drop(queue);
+        let mut retried = 0;
+        for id in ids {
+            match self.retry(&id).await {
+                Ok(()) => retried += 1,
+                Err(EngineError::NotRetryable { reason, .. }) => {
+                    tracing::warn!(run_id = %id, %reason, "not retried");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(retried)
+    }
+
+    /// Job types an operator paused (their names).
+    pub async fn paused_types(&self) -> Result<Vec<String>> {
+        use futures_util::TryStreamExt;
+        let queue = self.queue()?;
+        let entries =
+            queue
+                .view()
+                .kv_entries(keys::PAUSED_PREFIX, .., taquba::KvOrder::Ascending, 1000);
+        let mut entries = std::pin::pin!(entries);
+        let mut out = Vec::new();
+        while let Some((_, name)) = entries.try_next().await? {
+            out.push(String::from_utf8_lossy(&name).into_owned());
+        }
+        Ok(out)
+    }
+
+    /// Record (or clear) an operator's pause of `job_type`.
+    pub async fn set_paused(&self, job_type: &str, paused: bool) -> Result<()> {
+        let queue = self.queue()?;
+        let key = keys::paused_key(job_type);
+        if paused {
+            queue.kv_put(&key, job_type.as_bytes()).await?;
+        } else {
+            queue.kv_delete(&key).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,10 @@
+//! The engine's timers: the sweeper (retention passes, the counters'
+//! snapshot) and the periodic actor (periodic jobs' ticks), with what they
+//! run at the bytes level: [`ticks`] (a periodic job's record and check),
+//! [`schedule`] (cron and intervals, pure), [`snapshot`].
+
+pub mod periodic;
+pub mod schedule;
+pub(crate) mod snapshot;
+pub mod sweeper;
+pub mod ticks;
