@@ -111,7 +111,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let runs = Arc::new(AtomicU64::new(0));
-    let mut builder = Engine::builder().local_dir(dir.path());
+    let mut builder = Engine::builder().store(gaffer::Store::local_dir(dir.path()));
     if !default_flush {
         builder = builder.flush_interval(Duration::from_millis(1));
     }

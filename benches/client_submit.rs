@@ -56,17 +56,17 @@ async fn main() {
         Some(url) => {
             let u = url.clone();
             (
-                Engine::builder().store_url(url.clone()),
-                Box::new(move || Client::builder().store_url(u.clone())),
+                Engine::builder().store(gaffer::Store::url(url.clone())),
+                Box::new(move || Client::builder().store(gaffer::Store::url(u.clone()))),
             )
         }
         None => {
             let d = dir.path().to_path_buf();
             (
                 Engine::builder()
-                    .local_dir(dir.path())
+                    .store(gaffer::Store::local_dir(dir.path()))
                     .flush_interval(Duration::from_millis(1)),
-                Box::new(move || Client::builder().local_dir(&d)),
+                Box::new(move || Client::builder().store(gaffer::Store::local_dir(&d))),
             )
         }
     };

@@ -69,7 +69,7 @@ async fn main() {
     let n: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     std::fs::create_dir_all(dir).expect("the directory");
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .register::<Work>()
         .register::<RareJob>()

@@ -54,7 +54,7 @@ async fn main() {
     std::panic::set_hook(Box::new(|_| {}));
     let dir = tempfile::tempdir().expect("a temp dir");
     let engine = Engine::builder()
-        .local_dir(dir.path())
+        .store(gaffer::Store::local_dir(dir.path()))
         .open_options(
             OpenOptions::default()
                 .flush_interval(Duration::from_millis(1))

@@ -90,7 +90,7 @@ async fn engine_process(p: Params) {
             faults.set_op_latency(op, Duration::from_millis(p.get_ms));
         }
         Engine::builder()
-            .object_store(store)
+            .store(gaffer::Store::object_store(store))
             .flush_interval(Duration::from_millis(100))
             .register_with_concurrency::<Work>(p.window)
     })

@@ -43,7 +43,7 @@ async fn main() {
     let local = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).expect("a local store"));
     let (store, control) = FaultyStore::wrap(local);
     let engine = Engine::builder()
-        .object_store(store)
+        .store(gaffer::Store::object_store(store))
         .flush_interval(Duration::from_millis(flush_ms))
         .register::<Add>()
         .start()

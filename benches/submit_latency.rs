@@ -300,11 +300,14 @@ async fn run_one(a: &Args, store: StoreKind, flush: Flush, tag: &str) -> Run {
         .expect("a temp dir");
     let mut b: EngineBuilder = Engine::builder();
     b = match store {
-        StoreKind::Local => b.local_dir(dir.path()),
-        StoreKind::Memory => b.in_memory(),
+        StoreKind::Local => b.store(gaffer::Store::local_dir(dir.path())),
+        StoreKind::Memory => b.store(gaffer::Store::in_memory()),
         StoreKind::S3 => {
             let base = a.url.as_deref().expect("--url");
-            b.store_url(format!("{}/{tag}", base.trim_end_matches('/')))
+            b.store(gaffer::Store::url(format!(
+                "{}/{tag}",
+                base.trim_end_matches('/')
+            )))
         }
     };
     if let Some(f) = flush {

@@ -346,7 +346,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counters = Arc::new(Counters::default());
     let (open_gate, gate) = tokio::sync::watch::channel(false);
     let engine = Engine::builder()
-        .local_dir(&store)
+        .store(gaffer::Store::local_dir(&store))
         .pipeline_with_concurrency(
             WordStatsPipeline {
                 counters: counters.clone(),

@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let dir = std::env::temp_dir().join(format!("gaffer-metrics-{}", std::process::id()));
     let engine = Engine::builder()
-        .local_dir(&dir)
+        .store(gaffer::Store::local_dir(&dir))
         .register::<Thumbnail>()
         .start()
         .await?;

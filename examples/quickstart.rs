@@ -77,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("store: {}", dir.display());
     let start = |dir: std::path::PathBuf| {
         Engine::builder()
-            .local_dir(dir)
+            .store(gaffer::Store::local_dir(dir))
             .register::<Resize>()
             .register::<Gallery>()
             .start()

@@ -65,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let engines = ShardedEngine::start(set, &placement, |_, url| {
         Engine::builder()
-            .store_url(url)
+            .store(gaffer::Store::url(url))
             .register::<SendReceipt>()
             .shutdown_grace(Duration::from_secs(20))
     })

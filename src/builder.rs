@@ -4,14 +4,13 @@
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use taquba::object_store::ObjectStore;
-use taquba::object_store::local::LocalFileSystem;
-use taquba::object_store::memory::InMemory;
 use taquba::{Clock, OpenOptions, Queue};
+
+use gaffer_actors::layout::store::Store;
 
 use gaffer_actors::erased::JobEngine;
 use gaffer_actors::exec::rate::RateLimit;
@@ -74,69 +73,38 @@ struct PendingRegistration {
     rate: Option<RateLimit>,
 }
 
-pub(crate) enum Store {
-    None,
-    LocalDir(PathBuf),
-    InMemory,
-    Given(Arc<dyn ObjectStore>),
-    /// A URL, and the provider variables to configure it with (`None`: the
-    /// process environment, read at start).
-    Url(String, Option<Vec<(String, String)>>),
+/// The flush interval that fits `store`, when neither the builder nor the
+/// open options set one: short on a local disk or in memory, where a flush
+/// costs little; taquba's 100 ms on an object store, where each flush is a
+/// request, and on a store given as an `ObjectStore` (the engine cannot
+/// tell a local one from a remote one, and a flush too short for a remote
+/// store costs money, one too long for a local store only latency).
+fn default_flush_interval(store: &Store) -> Duration {
+    match store {
+        Store::LocalDir(_) => LOCAL_FLUSH_INTERVAL,
+        Store::InMemory => MEMORY_FLUSH_INTERVAL,
+        Store::Url(url, _) => {
+            let scheme = url
+                .split_once("://")
+                .map(|(scheme, _)| scheme.to_ascii_lowercase());
+            match scheme.as_deref() {
+                Some("file") => LOCAL_FLUSH_INTERVAL,
+                Some("memory") => MEMORY_FLUSH_INTERVAL,
+                _ => OBJECT_STORE_FLUSH_INTERVAL,
+            }
+        }
+        Store::Given(_) => OBJECT_STORE_FLUSH_INTERVAL,
+    }
 }
 
-impl Store {
-    /// The object store this names (a local directory is created if
-    /// missing).
-    pub(crate) fn open(self) -> Result<Arc<dyn ObjectStore>> {
-        Ok(match self {
-            Store::None => {
-                return Err(EngineError::InvalidConfig(
-                    "no store: call local_dir(..), store_url(..), in_memory() or object_store(..) on the builder"
-                        .into(),
-                )
-                .into());
-            }
-            Store::LocalDir(dir) => {
-                std::fs::create_dir_all(&dir).map_err(|e| {
-                    EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
-                })?;
-                Arc::new(LocalFileSystem::new_with_prefix(&dir).map_err(EngineError::from)?)
-            }
-            Store::InMemory => Arc::new(InMemory::new()),
-            Store::Given(store) => store,
-            Store::Url(url, Some(env)) => {
-                gaffer_actors::layout::store_url::open_store_url(&url, env)?
-            }
-            Store::Url(url, None) => {
-                gaffer_actors::layout::store_url::open_store_url(&url, std::env::vars())?
-            }
-        })
-    }
-
-    /// The flush interval that fits this store, when neither the builder nor
-    /// the open options set one: short on a local disk or in memory, where a
-    /// flush costs little; taquba's 100 ms on an object store, where each
-    /// flush is a request, and on a store given as an `ObjectStore` (the
-    /// engine cannot tell a local one from a remote one, and a flush too
-    /// short for a remote store costs money, one too long for a local store
-    /// only latency).
-    fn default_flush_interval(&self) -> Duration {
-        match self {
-            Store::LocalDir(_) => LOCAL_FLUSH_INTERVAL,
-            Store::InMemory => MEMORY_FLUSH_INTERVAL,
-            Store::Url(url, _) => {
-                let scheme = url
-                    .split_once("://")
-                    .map(|(scheme, _)| scheme.to_ascii_lowercase());
-                match scheme.as_deref() {
-                    Some("file") => LOCAL_FLUSH_INTERVAL,
-                    Some("memory") => MEMORY_FLUSH_INTERVAL,
-                    _ => OBJECT_STORE_FLUSH_INTERVAL,
-                }
-            }
-            Store::None | Store::Given(_) => OBJECT_STORE_FLUSH_INTERVAL,
-        }
-    }
+/// What a builder says without a store.
+pub(crate) fn no_store() -> crate::Error {
+    EngineError::InvalidConfig(
+        "no store: name one with .store(Store::local_dir(..)), Store::url(..), \
+         Store::in_memory() or Store::object_store(..)"
+            .into(),
+    )
+    .into()
 }
 
 /// Configures and starts an [`Engine`]. Defaults follow the reference: queue
@@ -146,7 +114,7 @@ impl Store {
 /// sets them all at once as a base, and the individual methods override it
 /// field by field whatever the order of the calls.
 pub struct EngineBuilder {
-    store: Store,
+    store: Option<Store>,
     queue_path: String,
     queue: Option<Queue>,
     options: Option<OpenOptions>,
@@ -188,7 +156,7 @@ impl std::fmt::Debug for EngineBuilder {
 impl Default for EngineBuilder {
     fn default() -> Self {
         Self {
-            store: Store::None,
+            store: None,
             queue_path: "queue".into(),
             queue: None,
             options: None,
@@ -206,58 +174,19 @@ impl Default for EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Keep everything in this local directory (created if missing): the
-    /// embedded default.
-    pub fn local_dir(mut self, dir: impl AsRef<Path>) -> Self {
-        self.store = Store::LocalDir(dir.as_ref().to_path_buf());
-        self
-    }
-
-    /// Keep everything in memory (tests; nothing survives the process).
-    pub fn in_memory(mut self) -> Self {
-        self.store = Store::InMemory;
-        self
-    }
-
-    /// Keep everything under this URL: `s3://bucket/prefix` (feature `aws`;
-    /// also S3-compatible servers), `gs://bucket/prefix` (feature `gcp`),
-    /// `az://container/prefix` (feature `azure`), `file:///abs/dir`, or
-    /// `memory://`. The provider is configured from the process
-    /// environment at [`start`](Self::start): the variables starting with
-    /// `AWS_`, `GOOGLE_` or `AZURE_` (for S3: `AWS_REGION`,
-    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-    /// `AWS_ENDPOINT` for a non-AWS server, `AWS_ALLOW_HTTP=true` for a
-    /// plain-HTTP one). Everything the engine keeps lives under the prefix,
-    /// so several engines can share a bucket.
+    /// Where the engine keeps everything: [`Store::local_dir`] (the
+    /// embedded default, created if missing), [`Store::url`] (S3, GCS,
+    /// Azure, `file://`, `memory://`), [`Store::object_store`] or
+    /// [`Store::in_memory`]. Required.
     ///
-    /// A URL whose backend is not built in fails the start with
-    /// `EngineError::StoreFeatureMissing`, naming the feature to enable; a
-    /// malformed one with `EngineError::InvalidStoreUrl`.
-    pub fn store_url(mut self, url: impl Into<String>) -> Self {
-        self.store = Store::Url(url.into(), None);
-        self
-    }
-
-    /// As [`store_url`](Self::store_url), configured from `env` (name,
-    /// value pairs, the same names as the environment variables) instead of
-    /// the process environment.
-    pub fn store_url_with_env<K, V>(
-        mut self,
-        url: impl Into<String>,
-        env: impl IntoIterator<Item = (K, V)>,
-    ) -> Self
-    where
-        K: Into<String>,
-        V: Into<String>,
-    {
-        let env = env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        self.store = Store::Url(url.into(), Some(env));
-        self
-    }
-
-    /// Keep everything in this object store (S3, GCS, Azure, …).
-    pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
-        self.store = Store::Given(store);
+    /// ```no_run
+    /// # async fn f() -> gaffer::Result<()> {
+    /// use gaffer::{Engine, Store};
+    /// let engine = Engine::builder().store(Store::local_dir("gaffer-data")).start().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn store(mut self, store: Store) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -271,7 +200,7 @@ impl EngineBuilder {
     /// shutdown. `store` holds memo entries and large outputs.
     pub fn queue(mut self, queue: Queue, store: Arc<dyn ObjectStore>) -> Self {
         self.queue = Some(queue);
-        self.store = Store::Given(store);
+        self.store = Some(Store::Given(store));
         self
     }
 
@@ -684,9 +613,12 @@ impl EngineBuilder {
             })
             .collect();
         // A store only this process can see needs no liveness beat.
-        let readable_elsewhere = !matches!(self.store, Store::InMemory);
-        let default_flush = self.store.default_flush_interval();
-        let store = self.store.open()?;
+        let Some(named) = self.store else {
+            return Err(no_store());
+        };
+        let readable_elsewhere = !matches!(named, Store::InMemory);
+        let default_flush = default_flush_interval(&named);
+        let store = named.open()?;
         let source = match self.queue {
             Some(queue) => QueueSource::Given {
                 queue: Box::new(queue),
@@ -739,6 +671,7 @@ impl EngineBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use taquba::object_store::memory::InMemory;
 
     fn url(url: &str) -> Store {
         Store::Url(url.into(), None)
@@ -749,11 +682,11 @@ mod tests {
         let local = LOCAL_FLUSH_INTERVAL;
         let memory = MEMORY_FLUSH_INTERVAL;
         let remote = OBJECT_STORE_FLUSH_INTERVAL;
-        assert_eq!(Store::LocalDir("d".into()).default_flush_interval(), local);
-        assert_eq!(url("file:///tmp/d").default_flush_interval(), local);
-        assert_eq!(url("FILE:///tmp/d").default_flush_interval(), local);
-        assert_eq!(Store::InMemory.default_flush_interval(), memory);
-        assert_eq!(url("memory://").default_flush_interval(), memory);
+        assert_eq!(default_flush_interval(&Store::LocalDir("d".into())), local);
+        assert_eq!(default_flush_interval(&url("file:///tmp/d")), local);
+        assert_eq!(default_flush_interval(&url("FILE:///tmp/d")), local);
+        assert_eq!(default_flush_interval(&Store::InMemory), memory);
+        assert_eq!(default_flush_interval(&url("memory://")), memory);
         for remote_url in [
             "s3://b/p",
             "gs://b/p",
@@ -761,12 +694,12 @@ mod tests {
             "https://x.amazonaws.com/b",
         ] {
             assert_eq!(
-                url(remote_url).default_flush_interval(),
+                default_flush_interval(&url(remote_url)),
                 remote,
                 "{remote_url}"
             );
         }
         let given = Store::Given(Arc::new(InMemory::new()));
-        assert_eq!(given.default_flush_interval(), remote);
+        assert_eq!(default_flush_interval(&given), remote);
     }
 }

@@ -14,7 +14,6 @@
 //! ([`ClientBuilder::poll_interval`], 100 ms by default).
 
 use std::marker::PhantomData;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -31,11 +30,11 @@ use taquba::{
     ReaderOptions, default_inbox_path,
 };
 
-use crate::builder::Store;
 use crate::error::{Error, JobError, Result};
 use crate::handle::decode_outcome_with;
 use crate::job::Job;
 use crate::submit::{SubmitOptions, submit_request};
+use gaffer_actors::layout::store::Store;
 
 /// Where a client's submission stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +57,7 @@ const MISSING_GRACE: Duration = Duration::from_secs(10);
 
 /// Configures and opens a [`Client`].
 pub struct ClientBuilder {
-    store: Store,
+    store: Option<Store>,
     queue_path: String,
     queue_name: String,
     inbox_path: Option<String>,
@@ -111,33 +110,11 @@ impl std::fmt::Debug for Client {
 }
 
 impl ClientBuilder {
-    /// The engine's local directory (as `EngineBuilder::local_dir`).
-    pub fn local_dir(mut self, dir: impl AsRef<Path>) -> Self {
-        self.store = Store::LocalDir(dir.as_ref().to_path_buf());
-        self
-    }
-
-    /// The engine's store URL (as `EngineBuilder::store_url`, configured
-    /// from the process environment).
-    pub fn store_url(mut self, url: impl Into<String>) -> Self {
-        self.store = Store::Url(url.into(), None);
-        self
-    }
-
-    /// As [`store_url`](Self::store_url), configured from `env`.
-    pub fn store_url_with_env<K: Into<String>, V: Into<String>>(
-        mut self,
-        url: impl Into<String>,
-        env: impl IntoIterator<Item = (K, V)>,
-    ) -> Self {
-        let env = env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        self.store = Store::Url(url.into(), Some(env));
-        self
-    }
-
-    /// The engine's object store itself.
-    pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
-        self.store = Store::Given(store);
+    /// The engine's store, named as the engine's builder names it
+    /// ([`EngineBuilder::store`](crate::EngineBuilder::store)). Required. A
+    /// local directory must exist: a client never creates a store.
+    pub fn store(mut self, store: Store) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -176,7 +153,11 @@ impl ClientBuilder {
             )
             .into());
         }
-        let store = self.store.open()?;
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(crate::builder::no_store)?
+            .open_existing()?;
         let options = ReaderOptions::default()
             .mode(ReaderMode::FollowLatest)
             .manifest_poll_interval(self.poll);
@@ -210,7 +191,7 @@ impl Client {
     /// `object_store`, then [`open`](ClientBuilder::open).
     pub fn builder() -> ClientBuilder {
         ClientBuilder {
-            store: Store::None,
+            store: None,
             queue_path: "queue".into(),
             queue_name: "jobs".into(),
             inbox_path: None,

@@ -9,7 +9,7 @@
 //! run, and recorded outcomes answer duplicates.
 //!
 //! ```no_run
-//! use gaffer::{Engine, Job, JobContext};
+//! use gaffer::{Engine, Job, JobContext, Store};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -25,7 +25,11 @@
 //! }
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let engine = Engine::builder().local_dir("gaffer-data").register::<Add>().start().await?;
+//! let engine = Engine::builder()
+//!     .store(Store::local_dir("gaffer-data"))
+//!     .register::<Add>()
+//!     .start()
+//!     .await?;
 //! let sum = engine.submit(Add { a: 2, b: 3 }).await?.await?;
 //! assert_eq!(sum, 5);
 //! engine.shutdown().await?;
@@ -68,6 +72,7 @@ pub use context::{JobContext, Memo};
 pub use cost::CostReport;
 pub use engine::Engine;
 pub use error::{Error, JobError, JoinError, Result};
+pub use gaffer_actors::layout::store::Store;
 /// Periodic jobs: when they tick, what happens to missed ticks, a tick as
 /// `make_job` sees it, and what the store records of each.
 pub use gaffer_actors::{

@@ -632,7 +632,7 @@ pub struct ShardedClient {
 
 impl ShardedClient {
     /// Open a client on every shard of `set`; `make(shard, url)` configures
-    /// each (`Client::builder().store_url(url)` and the engines' queue
+    /// each (`Client::builder().store(Store::url(url))` and the engines' queue
     /// settings). Fails if a shard's store was never opened by an engine,
     /// or if its shard marker names another shard or another count
     /// ([`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch)).

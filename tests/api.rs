@@ -133,7 +133,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
     }
 
     let engine = gaffer::Engine::builder()
-        .in_memory()
+        .store(gaffer::Store::in_memory())
         .open_options(common::test_options(common::mock_clock()))
         .queue_name(want.queue_name.clone())
         .bulk_queue_name(want.bulk_queue_name.clone())

@@ -205,7 +205,7 @@ impl OutputSink for Stuck {
 #[tokio::test]
 async fn a_sink_blocked_in_a_write_does_not_stop_the_engine_from_running_jobs() {
     let engine = Engine::builder()
-        .in_memory()
+        .store(gaffer::Store::in_memory())
         .flush_interval(Duration::from_millis(1))
         .pipeline(Quick)
         .register::<Ping>()

@@ -54,7 +54,7 @@ impl Job for Nobody {
 
 async fn engine(dir: &Path, runs: Arc<AtomicUsize>) -> Engine {
     Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .intake_poll(Duration::from_millis(20))
         .register::<Square>()
@@ -66,7 +66,7 @@ async fn engine(dir: &Path, runs: Arc<AtomicUsize>) -> Engine {
 
 async fn client(dir: &Path) -> Client {
     Client::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .poll_interval(Duration::from_millis(20))
         .open()
         .await
@@ -133,7 +133,7 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = Engine::builder()
-        .local_dir(tmp.path())
+        .store(gaffer::Store::local_dir(tmp.path()))
         .flush_interval(Duration::from_millis(1))
         .intake_poll(Duration::from_millis(20))
         .poll_interval(Duration::from_millis(20))
@@ -360,7 +360,7 @@ async fn entries_the_inbox_rejects_are_refused_to_their_client() {
     // A client that names another engine's queue prefix: its entries are
     // for a queue this engine's inbox does not accept.
     let stray = Client::builder()
-        .local_dir(tmp.path())
+        .store(gaffer::Store::local_dir(tmp.path()))
         .queue_name("elsewhere")
         .poll_interval(Duration::from_millis(20))
         .open()

@@ -70,15 +70,15 @@ impl Job for Square {
 /// environment) if set, else `{dir}/store`.
 fn engine_store(dir: &Path) -> EngineBuilder {
     match std::env::var("GAFFER_CK_URL") {
-        Ok(url) => Engine::builder().store_url(url),
-        Err(_) => Engine::builder().local_dir(dir.join("store")),
+        Ok(url) => Engine::builder().store(gaffer::Store::url(url)),
+        Err(_) => Engine::builder().store(gaffer::Store::local_dir(dir.join("store"))),
     }
 }
 
 fn client_store(dir: &Path) -> ClientBuilder {
     match std::env::var("GAFFER_CK_URL") {
-        Ok(url) => Client::builder().store_url(url),
-        Err(_) => Client::builder().local_dir(dir.join("store")),
+        Ok(url) => Client::builder().store(gaffer::Store::url(url)),
+        Err(_) => Client::builder().store(gaffer::Store::local_dir(dir.join("store"))),
     }
 }
 

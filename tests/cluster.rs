@@ -118,7 +118,7 @@ async fn node(name: &str, port: u16, peer: Option<u16>) {
 async fn own(root: &Path, shard: usize) -> ShardedEngine {
     let engines = ShardedEngine::start(set(root), &Placement::Listed(vec![shard]), |_, url| {
         Engine::builder()
-            .store_url(url)
+            .store(gaffer::Store::url(url))
             .flush_interval(Duration::from_millis(1))
             .poll_interval(Duration::from_millis(20))
             .register::<Double>()

@@ -162,7 +162,7 @@ async fn completion_engine_child() {
     };
     let engine = builder(
         gaffer::Engine::builder()
-            .local_dir(dir.join("store"))
+            .store(gaffer::Store::local_dir(dir.join("store")))
             .flush_interval(Duration::from_millis(1)),
         square,
         Arc::default(),
@@ -192,7 +192,7 @@ async fn a_kill_at_the_last_item_still_gives_one_completion_job() {
     let seen = Arc::new(Seen::default());
     let engine = builder(
         gaffer::Engine::builder()
-            .local_dir(tmp.path().join("store"))
+            .store(gaffer::Store::local_dir(tmp.path().join("store")))
             .flush_interval(Duration::from_millis(1)),
         Square::default(),
         seen.clone(),

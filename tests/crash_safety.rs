@@ -521,7 +521,7 @@ async fn after_three_interruptions_a_jobs_first_retry_waits_the_first_backoff_no
     // The queue's backoff: 1 s, doubling, at most 300 s (taquba's default).
     let build = || {
         gaffer::Engine::builder()
-            .object_store(store.clone())
+            .store(gaffer::Store::object_store(store.clone()))
             .open_options(
                 common::test_options(clock.clone()).default_queue_config(
                     QueueConfig::default()

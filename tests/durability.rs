@@ -575,7 +575,7 @@ async fn a_file_url_is_the_same_store_as_its_local_directory() {
     let runs = Arc::new(Runs::default());
     let url = format!("file://{}/nested/store", dir.path().display());
     let engine = Engine::builder()
-        .store_url(url)
+        .store(gaffer::Store::url(url))
         .flush_interval(Duration::from_millis(1))
         .register::<Double>()
         .state(runs.clone())
@@ -598,7 +598,7 @@ async fn a_file_url_is_the_same_store_as_its_local_directory() {
 
     // The directory the URL names (created by the engine) holds the store.
     let engine = Engine::builder()
-        .local_dir(dir.path().join("nested/store"))
+        .store(gaffer::Store::local_dir(dir.path().join("nested/store")))
         .flush_interval(Duration::from_millis(1))
         .register::<Double>()
         .state(runs.clone())
@@ -626,7 +626,7 @@ async fn a_file_url_is_the_same_store_as_its_local_directory() {
 async fn a_bad_store_url_or_a_backend_not_built_in_is_a_typed_error_at_start() {
     let start = |url: &str| {
         Engine::builder()
-            .store_url(url)
+            .store(gaffer::Store::url(url))
             .register::<Double>()
             .start()
     };

@@ -203,7 +203,7 @@ async fn followups_engine_child() {
     let dir = Path::new(&dir);
     let engine = engine(
         gaffer::Engine::builder()
-            .local_dir(dir.join("store"))
+            .store(gaffer::Store::local_dir(dir.join("store")))
             .flush_interval(Duration::from_millis(1)),
         Arc::default(),
     )
@@ -233,7 +233,7 @@ async fn a_follow_up_survives_a_kill_right_after_its_parents_success() {
     let runs = Arc::new(Runs::default());
     let engine = engine(
         gaffer::Engine::builder()
-            .local_dir(tmp.path().join("store"))
+            .store(gaffer::Store::local_dir(tmp.path().join("store")))
             .flush_interval(Duration::from_millis(1)),
         runs.clone(),
     )

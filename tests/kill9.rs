@@ -53,7 +53,7 @@ async fn kill9_child() {
     };
     let dir = Path::new(&dir);
     let engine = gaffer::Engine::builder()
-        .local_dir(dir.join("store"))
+        .store(gaffer::Store::local_dir(dir.join("store")))
         .flush_interval(Duration::from_millis(1))
         .poll_interval(Duration::from_millis(20))
         .pipeline_with_concurrency(Work, 16)
@@ -164,7 +164,7 @@ fn torture(kills: usize, max_delay_ms: u64) {
         .unwrap();
     rt.block_on(async {
         let engine = gaffer::Engine::builder()
-            .local_dir(dir.path().join("store"))
+            .store(gaffer::Store::local_dir(dir.path().join("store")))
             .flush_interval(Duration::from_millis(1))
             .pipeline(Work)
             .start()

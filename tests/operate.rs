@@ -71,7 +71,7 @@ impl Job for Ping {
 
 async fn start(dir: &Path, fix: &Arc<Fix>) -> Engine {
     Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .poll_interval(Duration::from_millis(20))
         .intake_poll(Duration::from_millis(20))
@@ -94,7 +94,7 @@ fn waits(state: &gaffer::RequestState) -> bool {
 
 async fn client(dir: &Path) -> Client {
     Client::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .poll_interval(Duration::from_millis(20))
         .open()
         .await

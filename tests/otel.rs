@@ -166,7 +166,7 @@ async fn a_job_a_client_submits_is_in_the_clients_trace() {
         .await
         .unwrap();
     let client = Client::builder()
-        .local_dir(tmp.path())
+        .store(gaffer::Store::local_dir(tmp.path()))
         .poll_interval(Duration::from_millis(20))
         .open()
         .await

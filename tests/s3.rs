@@ -64,7 +64,10 @@ async fn output(handle: &gaffer::JobHandle<Double>) -> u64 {
 /// (counted in `runs`).
 fn builder(server: &S3Server, prefix: &str, runs: &Arc<Runs>) -> gaffer::EngineBuilder {
     gaffer::Engine::builder()
-        .store_url_with_env(server.url(prefix), server.env())
+        .store(gaffer::Store::url_with_env(
+            server.url(prefix),
+            server.env(),
+        ))
         .flush_interval(Duration::from_millis(1))
         .poll_interval(Duration::from_millis(20))
         .register::<Double>()
@@ -108,7 +111,7 @@ async fn a_client_submits_through_the_bucket_and_a_keyed_job_runs_once() {
         .await
         .unwrap();
     let client = gaffer::Client::builder()
-        .store_url_with_env(server.url("app"), server.env())
+        .store(gaffer::Store::url_with_env(server.url("app"), server.env()))
         .poll_interval(Duration::from_millis(50))
         .open()
         .await
@@ -194,7 +197,7 @@ async fn s3_child() {
     };
     let dir = Path::new(&dir);
     let engine = gaffer::Engine::builder()
-        .store_url(url)
+        .store(gaffer::Store::url(url))
         .flush_interval(Duration::from_millis(1))
         .poll_interval(Duration::from_millis(20))
         .pipeline_with_concurrency(Triple, 16)

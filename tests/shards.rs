@@ -157,9 +157,9 @@ async fn start_engines(at: &Where, owned: Vec<usize>, log: PathBuf) -> ShardedEn
     ShardedEngine::start(set(at), &Placement::Listed(owned), move |_, url| {
         // No environment given: the process's own (a child's).
         let builder = if env.is_empty() {
-            Engine::builder().store_url(url)
+            Engine::builder().store(gaffer::Store::url(url))
         } else {
-            Engine::builder().store_url_with_env(url, env.clone())
+            Engine::builder().store(gaffer::Store::url_with_env(url, env.clone()))
         };
         builder
             .flush_interval(Duration::from_millis(1))
@@ -174,9 +174,9 @@ async fn start_engines(at: &Where, owned: Vec<usize>, log: PathBuf) -> ShardedEn
 async fn open_client(at: &Where) -> ShardedClient {
     ShardedClient::open(set(at), |_, url| {
         let builder = if at.env.is_empty() {
-            Client::builder().store_url(url)
+            Client::builder().store(gaffer::Store::url(url))
         } else {
-            Client::builder().store_url_with_env(url, at.env.clone())
+            Client::builder().store(gaffer::Store::url_with_env(url, at.env.clone()))
         };
         builder.poll_interval(Duration::from_millis(20))
     })
@@ -552,7 +552,7 @@ async fn a_set_reopened_with_another_count_or_order_is_refused() {
         async move {
             ShardedEngine::start(set, &Placement::Listed(owned), move |_, url| {
                 Engine::builder()
-                    .store_url(url)
+                    .store(gaffer::Store::url(url))
                     .flush_interval(Duration::from_millis(1))
                     .register::<Tally>()
                     .state(log.clone())
@@ -564,9 +564,11 @@ async fn a_set_reopened_with_another_count_or_order_is_refused() {
     let four = ShardSet::from_template(&at.template, 4).unwrap();
     let err = start(four.clone(), vec![0, 1]).await.unwrap_err();
     assert_eq!(mismatch(err), ("0/6".to_string(), "0/4".to_string()));
-    let err = ShardedClient::open(four, |_, url| Client::builder().store_url(url))
-        .await
-        .unwrap_err();
+    let err = ShardedClient::open(four, |_, url| {
+        Client::builder().store(gaffer::Store::url(url))
+    })
+    .await
+    .unwrap_err();
     assert_eq!(mismatch(err), ("0/6".to_string(), "0/4".to_string()));
     // Shards 0 and 1 swapped.
     let mut urls = set(&at).urls().to_vec();
@@ -635,7 +637,7 @@ async fn start_kept(
         .stale_beats(20)
         .start(move |_, url| {
             Engine::builder()
-                .store_url(url)
+                .store(gaffer::Store::url(url))
                 .open_options(gaffer::taquba::OpenOptions::default().liveness_heartbeat(beat))
                 .flush_interval(Duration::from_millis(1))
                 .poll_interval(Duration::from_millis(20))
@@ -771,7 +773,7 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
     wait_for_file(root, "ready-a").await;
     let client = ShardedClient::open(pair_set(&at), |_, url| {
         Client::builder()
-            .store_url(url)
+            .store(gaffer::Store::url(url))
             .poll_interval(Duration::from_millis(20))
     })
     .await

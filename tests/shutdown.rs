@@ -499,7 +499,7 @@ async fn a_retention_pass_that_outlasts_the_release_wait_does_not_keep_the_queue
     let (store, faults) = common::faults::faulty(&inner);
     let clock = common::mock_clock();
     let engine = gaffer::Engine::builder()
-        .object_store(store)
+        .store(gaffer::Store::object_store(store))
         .open_options(common::test_options(clock.clone()))
         .poll_interval(Duration::from_millis(20))
         .retention(Duration::from_secs(60))

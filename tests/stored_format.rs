@@ -348,7 +348,7 @@ async fn open(dir: &Path, clock: &Arc<MockClock>, fx: &Arc<Fx>) -> Engine {
 
 async fn client_on(dir: &Path) -> Client {
     Client::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .poll_interval(Duration::from_millis(20))
         .open()
         .await
@@ -894,7 +894,7 @@ async fn a_store_of_a_newer_layout_is_refused_with_a_call_to_upgrade_gaffer() {
 
     // A client is refused the same way.
     let err = Client::builder()
-        .local_dir(dir.path())
+        .store(gaffer::Store::local_dir(dir.path()))
         .open()
         .await
         .expect_err("a client refuses it too");

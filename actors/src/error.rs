@@ -48,6 +48,11 @@ pub enum EngineError {
         supported: String,
     },
 
+    /// A reader was pointed at a store that is not there (a local directory
+    /// that does not exist).
+    #[error("no store at {0}")]
+    NoSuchStore(String),
+
     /// The store has no gaffer layout marker: no gaffer engine ever
     /// started on it (a reader cannot tell an empty store from another
     /// program's).

@@ -8,9 +8,6 @@ pub enum CliError {
     /// Neither `--dir` nor `--url`.
     #[error("no store given: pass --dir PATH or --url URL")]
     NoStoreGiven,
-    /// `--dir` names nothing.
-    #[error("no store at {0}: the directory does not exist")]
-    NoDirectory(String),
     /// No taquba queue at the queue path.
     #[error("no store at {0}: nothing was ever written there (is --queue-path right?)")]
     NotInitialized(String),

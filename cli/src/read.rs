@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gaffer_actors::EngineError;
@@ -10,8 +9,6 @@ use gaffer_actors::layout::inspect::{self, EndedState};
 use gaffer_actors::layout::keys;
 use gaffer_actors::layout::records;
 use gaffer_actors::layout::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, PastAttempt};
-use taquba::object_store::ObjectStore;
-use taquba::object_store::local::LocalFileSystem;
 use taquba::{
     InboxSender, JobRecord, JobStatus, QueueReader, QueueView, ReaderMode, ReaderOptions,
     default_inbox_path,
@@ -66,21 +63,13 @@ impl Store {
         bulk_prefix: &str,
         reading: Reading,
     ) -> Result<Self, CliError> {
-        let (store, name): (Arc<dyn ObjectStore>, String) = match (dir, url) {
-            (Some(dir), _) => {
-                let name = dir.display().to_string();
-                if !dir.is_dir() {
-                    return Err(CliError::NoDirectory(name));
-                }
-                let fs = LocalFileSystem::new_with_prefix(dir).map_err(EngineError::from)?;
-                (Arc::new(fs), name)
-            }
-            (None, Some(url)) => (
-                gaffer_actors::layout::store_url::open_store_url(url, std::env::vars())?,
-                url.to_string(),
-            ),
+        let named = match (dir, url) {
+            (Some(dir), _) => gaffer_actors::layout::store::Store::local_dir(dir),
+            (None, Some(url)) => gaffer_actors::layout::store::Store::url(url),
             (None, None) => return Err(CliError::NoStoreGiven),
         };
+        let name = named.name();
+        let store = named.open_existing()?;
         let sender = InboxSender::new(store.clone(), default_inbox_path(queue_path));
         let mut options = ReaderOptions::default().mode(ReaderMode::FollowLatest);
         // The WAL past the flushed state starts after the manifest's

@@ -94,7 +94,7 @@ fn json(dir: &Path, args: &[&str]) -> Value {
 
 async fn start(dir: &Path) -> Engine {
     Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .register::<Greet>()
         .register::<Explode>()
@@ -340,7 +340,7 @@ async fn jobs_pages_by_cursor_through_the_finished_jobs_index() {
     let dir = tmp.path();
     let start = async || {
         Engine::builder()
-            .local_dir(dir)
+            .store(gaffer::Store::local_dir(dir))
             .open_options(
                 gaffer::taquba::OpenOptions::default()
                     .flush_interval(Duration::from_millis(1))
@@ -471,7 +471,7 @@ async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .intake_poll(Duration::from_millis(20))
         .register::<Greet>()
@@ -657,7 +657,7 @@ async fn batch_watch_follows_a_running_batch_to_its_end() {
     let dir = tmp.path().join("store");
     let gate = tmp.path().join("gate");
     let engine = Engine::builder()
-        .local_dir(&dir)
+        .store(gaffer::Store::local_dir(&dir))
         .flush_interval(Duration::from_millis(1))
         .pipeline(Gated)
         .start()
@@ -718,7 +718,7 @@ async fn periodic_lists_each_periodic_job_with_its_last_and_next_tick() {
     let hour = Duration::from_secs(3600);
     let clock = std::sync::Arc::new(MockClock::new(t0));
     let empty = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .register::<Greet>()
         .start()
@@ -728,7 +728,7 @@ async fn periodic_lists_each_periodic_job_with_its_last_and_next_tick() {
     assert_eq!(ok(dir, &["periodic"]).trim(), "no periodic jobs");
 
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .clock(clock.clone())
         .register::<Greet>()
@@ -820,7 +820,7 @@ async fn job_shows_the_follow_ups_a_success_created() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .register::<Greet>()
         .register::<Welcome>()
@@ -861,7 +861,7 @@ async fn a_job_waiting_for_its_retry_shows_its_failed_attempt_and_its_error() {
     // A retry an hour away: the job waits, scheduled, with its first
     // attempt failed.
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .open_options(
             OpenOptions::default()
                 .flush_interval(Duration::from_millis(1))
@@ -909,7 +909,7 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .register_with_rate::<Greet>(
             gaffer::RateLimit::per_minute(1)
@@ -970,7 +970,7 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
     let engines =
         gaffer::ShardedEngine::start(set, &gaffer::Placement::Listed(vec![0, 1, 2]), |_, url| {
             Engine::builder()
-                .store_url(url)
+                .store(gaffer::Store::url(url))
                 .flush_interval(Duration::from_millis(1))
                 .register::<Greet>()
         })
@@ -1128,7 +1128,7 @@ async fn health_and_stats_answer_as_a_replaying_reader_does() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let engine = Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .open_options(
             gaffer::taquba::OpenOptions::default().liveness_heartbeat(Duration::from_millis(50)),

@@ -67,7 +67,7 @@ fn json(server: &S3Server, args: &[&str]) -> Value {
 async fn the_command_reads_a_live_engine_in_a_bucket_without_disturbing_it() {
     let server = S3Server::start();
     let engine = Engine::builder()
-        .store_url_with_env(server.url("app"), server.env())
+        .store(gaffer::Store::url_with_env(server.url("app"), server.env()))
         .flush_interval(Duration::from_millis(1))
         .register::<Square>()
         .pipeline(Inc)

@@ -90,7 +90,7 @@ pub fn test_options(clock: Arc<MockClock>) -> OpenOptions {
 /// A builder on the in-memory store with [`test_options`].
 pub fn memory_builder(clock: Arc<MockClock>) -> EngineBuilder {
     gaffer::Engine::builder()
-        .in_memory()
+        .store(gaffer::Store::in_memory())
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
 }
@@ -98,7 +98,7 @@ pub fn memory_builder(clock: Arc<MockClock>) -> EngineBuilder {
 /// A builder on a local directory with [`test_options`].
 pub fn disk_builder(dir: &std::path::Path, clock: Arc<MockClock>) -> EngineBuilder {
     gaffer::Engine::builder()
-        .local_dir(dir)
+        .store(gaffer::Store::local_dir(dir))
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
 }
@@ -167,7 +167,7 @@ pub fn store_builder(
     clock: Arc<MockClock>,
 ) -> EngineBuilder {
     gaffer::Engine::builder()
-        .object_store(store)
+        .store(gaffer::Store::object_store(store))
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
 }
@@ -208,7 +208,7 @@ pub fn shared_memory_builder(
     clock: Arc<MockClock>,
 ) -> EngineBuilder {
     gaffer::Engine::builder()
-        .object_store(store)
+        .store(gaffer::Store::object_store(store))
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
 }

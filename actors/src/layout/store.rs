@@ -1,3 +1,7 @@
+//! Where a store is: [`Store`], the one type the engine's builder, the
+//! client's builder, the `gaffer` command and the dashboard name a store
+//! with, and its opening.
+//!
 //! Stores by URL: `s3://bucket/prefix`, `gs://…`, `az://…`, `file:///dir`,
 //! `memory://`, opened through taquba's `open_url` and configured from the
 //! provider variables of the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
@@ -8,13 +12,131 @@
 //! the engine and anything that reads a store from outside (the `gaffer`
 //! command).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use taquba::object_store::ObjectStore;
 use taquba::object_store::local::LocalFileSystem;
+use taquba::object_store::memory::InMemory;
 use taquba::object_store::prefix::PrefixStore;
 
 use crate::error::{EngineError, Result};
+
+/// Where a store is: a local directory, a URL (`s3://bucket/prefix`, …),
+/// an object store the caller built, or memory (tests, a scratch engine).
+///
+/// ```
+/// use gaffer_actors::layout::store::Store;
+/// let here = Store::local_dir("gaffer-data");
+/// let there = Store::url("s3://my-bucket/app");
+/// assert_eq!(there.name(), "s3://my-bucket/app");
+/// # let _ = here;
+/// ```
+#[derive(Clone)]
+pub enum Store {
+    /// A directory on the local disk (`local_dir`).
+    LocalDir(PathBuf),
+    /// A store URL, rooted at its path, and the provider variables to
+    /// configure it with (`None`: the process environment, read at open).
+    Url(String, Option<Vec<(String, String)>>),
+    /// An object store built by the caller.
+    Given(Arc<dyn ObjectStore>),
+    /// A fresh in-memory store, gone with the process.
+    InMemory,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::LocalDir(dir) => f.debug_tuple("LocalDir").field(dir).finish(),
+            // The variables may hold credentials: never printed.
+            Store::Url(url, _) => f.debug_tuple("Url").field(url).finish(),
+            Store::Given(store) => f.debug_tuple("Given").field(&store.to_string()).finish(),
+            Store::InMemory => f.write_str("InMemory"),
+        }
+    }
+}
+
+impl Store {
+    /// A directory on the local disk (created at an engine's start if
+    /// missing).
+    pub fn local_dir(dir: impl Into<PathBuf>) -> Self {
+        Store::LocalDir(dir.into())
+    }
+
+    /// A store by URL, configured from the process environment's provider
+    /// variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) when it is opened. The
+    /// backend's feature (`aws`, `gcp`, `azure`) must be on.
+    pub fn url(url: impl Into<String>) -> Self {
+        Store::Url(url.into(), None)
+    }
+
+    /// A store by URL, configured from `env` instead of the process
+    /// environment.
+    pub fn url_with_env<K: Into<String>, V: Into<String>>(
+        url: impl Into<String>,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let env = env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        Store::Url(url.into(), Some(env))
+    }
+
+    /// An object store the caller built (its paths are the store's root).
+    pub fn object_store(store: Arc<dyn ObjectStore>) -> Self {
+        Store::Given(store)
+    }
+
+    /// A fresh in-memory store.
+    pub fn in_memory() -> Self {
+        Store::InMemory
+    }
+
+    /// How the store is named in messages: the directory, the URL, or what
+    /// the object store says of itself.
+    pub fn name(&self) -> String {
+        match self {
+            Store::LocalDir(dir) => dir.display().to_string(),
+            Store::Url(url, _) => url.clone(),
+            Store::Given(store) => store.to_string(),
+            Store::InMemory => "memory".into(),
+        }
+    }
+
+    /// Open it for an engine, its writer: a local directory is created if
+    /// missing.
+    pub fn open(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.open_as(true)
+    }
+
+    /// Open it for a reader (a client, the command, the dashboard): a local
+    /// directory must exist ([`EngineError::NoSuchStore`]), since creating
+    /// one would only hide a wrong path.
+    pub fn open_existing(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.open_as(false)
+    }
+
+    fn open_as(&self, create: bool) -> Result<Arc<dyn ObjectStore>> {
+        Ok(match self {
+            Store::LocalDir(dir) => {
+                if create {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        EngineError::InvalidConfig(format!("cannot create {}: {e}", dir.display()))
+                    })?;
+                } else if !dir.is_dir() {
+                    return Err(EngineError::NoSuchStore(format!(
+                        "{}: the directory does not exist",
+                        dir.display()
+                    )));
+                }
+                Arc::new(LocalFileSystem::new_with_prefix(dir)?)
+            }
+            Store::Url(url, Some(env)) => open_store_url(url, env.iter().cloned())?,
+            Store::Url(url, None) => open_store_url(url, std::env::vars())?,
+            Store::Given(store) => store.clone(),
+            Store::InMemory => Arc::new(InMemory::new()),
+        })
+    }
+}
 
 /// The backend feature a URL's scheme needs, if it needs one: `aws`, `gcp`
 /// or `azure` (`None` for `file`, `memory` and plain HTTP stores).
