@@ -458,3 +458,18 @@ impl From<taquba::object_store::Error> for EngineError {
 
 /// Result alias of the engine crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// `Some(reason)` when `e` says the store is closed for good (fenced by
+/// another writer, closed, or its background tasks died).
+pub fn store_closed(e: &taquba::Error) -> Option<String> {
+    match e {
+        taquba::Error::Storage(s) => match s.kind() {
+            slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
+                Some("fenced: another process opened this store as its writer".into())
+            }
+            slatedb::ErrorKind::Closed(reason) => Some(format!("{reason:?}")),
+            _ => None,
+        },
+        _ => None,
+    }
+}

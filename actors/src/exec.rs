@@ -10,6 +10,7 @@
 //! a job stages for its settlement ([`memo`], [`effects`]).
 
 pub mod attempts;
+pub mod claimer;
 pub mod effects;
 pub mod memo;
 pub(crate) mod parking;

@@ -29,12 +29,12 @@ pub use batches::spec::{
     BatchFinished, BatchOutcome, BatchProgress, BatchSpec, ItemRecord, RecordSink, SinkAttached,
     SinkError, SinkTakeover,
 };
+pub use engine::notify::Notify;
 pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
 pub use error::{EngineError, Result, ScheduleError};
 pub use events::EngineEvent;
 pub use exec::attempts::Attempts;
 pub use exec::pool::PoolStats;
-pub use exec::settle::Notify;
 pub use jobs::submit::{CancelResult, JobState, SubmitRequest, Submitted};
 pub use jobs::waiters::{JobFinished, WaitError};
 pub use layout::inspect::{BatchState, PeriodicStatus};
@@ -69,12 +69,15 @@ local_messages!(
     batches::claims::ClaimMessage,
     exec::parking::SlotWait,
     batches::registry::RegistryMessage,
-    exec::settle::JobEnd,
-    exec::settle::ItemEnd,
+    engine::notify::JobEnd,
+    engine::notify::ItemEnd,
     exec::worker::WorkerMessage,
     protocol::EngineMessage,
     maintenance::periodic::PeriodicMessage,
     exec::pool::PoolMessage,
+    exec::pool::StoreClosed,
+    exec::claimer::ClaimerMessage,
+    exec::claimer::Claimed,
     jobs::waiters::JobFinished,
     jobs::waiters::WaitersMessage,
     maintenance::sweeper::SweeperMessage,

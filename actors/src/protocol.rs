@@ -20,7 +20,7 @@ use crate::erased::{BoxFuture, JobEngine, Registration};
 use crate::error::{EngineError, Result};
 use crate::events::EngineEvent;
 use crate::exec::parking;
-use crate::exec::pool::PoolStats;
+use crate::exec::pool::{PoolStats, StoreClosed};
 use crate::jobs::submit::{CancelResult, JobState, SubmitRequest, Submitted};
 use crate::jobs::waiters::{JobFinished, PeekReply, WaitError, WaitReply};
 use crate::layout::keys;
@@ -82,6 +82,10 @@ pub enum EngineMessage {
     /// A batch run's driver (or a forget) claims its batch id, or releases
     /// it: engine-internal, sent through `RegistryRef`.
     BatchClaim(ClaimMessage),
+    /// A pool found the store closed under it (fenced by another writer,
+    /// or closed): engine-internal, sent through the pool's
+    /// `DerivedActorRef<StoreClosed>`. The engine stops.
+    StoreClosed(StoreClosed),
     /// Resume a batch from its manifest to completion.
     ResumeBatch(Box<BatchSpec>, RpcReplyPort<Result<BatchOutcome>>),
     /// Counters of a batch running in this process (`None` if not running).
@@ -143,6 +147,22 @@ impl TryFrom<EngineMessage> for ClaimMessage {
     fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
         match m {
             EngineMessage::BatchClaim(m) => Ok(m),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<StoreClosed> for EngineMessage {
+    fn from(m: StoreClosed) -> Self {
+        Self::StoreClosed(m)
+    }
+}
+
+impl TryFrom<EngineMessage> for StoreClosed {
+    type Error = EngineMessage;
+    fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
+        match m {
+            EngineMessage::StoreClosed(m) => Ok(m),
             other => Err(other),
         }
     }

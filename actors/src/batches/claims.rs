@@ -161,8 +161,14 @@ impl Claims {
         };
         run.watchers.push(to);
         let driver = run.attach.clone();
-        tokio::spawn(async move {
-            let _ = reply.send(hand_over(&driver, &batch_id, sink).await);
+        let work = async move { hand_over(&driver, &batch_id, sink).await };
+        crate::task::spawn_reported(work, move |ended| {
+            let _ = reply.send(ended.unwrap_or_else(|e| {
+                Err(EngineError::Internal {
+                    doing: "handing a sink over to a running batch",
+                    reason: e.to_string(),
+                })
+            }));
         });
     }
 }

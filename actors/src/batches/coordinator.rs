@@ -409,8 +409,8 @@ impl CoordinatorState {
         match self.sink.take() {
             Some(writer) => {
                 let myself = myself.clone();
-                tokio::spawn(async move {
-                    let report = writer.flush().await;
+                crate::task::spawn_reported(writer.flush(), move |ended| {
+                    let report = ended.unwrap_or_else(|e| SinkReport::failed(e.to_string()));
                     let _ = myself.cast(CoordinatorMessage::SinkFlushed(report));
                 });
             }

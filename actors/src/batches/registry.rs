@@ -24,8 +24,8 @@ use ractor::{
 use crate::batches::claims::{Attach, ClaimMessage};
 use crate::batches::coordinator::{Coordinator, CoordinatorArguments, CoordinatorMessage};
 use crate::batches::spec::{BatchOutcome, BatchProgress, BatchReply, BatchSpec};
+use crate::engine::notify::ItemEnd;
 use crate::error::{EngineError, Result};
-use crate::exec::settle::ItemEnd;
 use crate::layout::records::{BatchHead, ItemMarker};
 use crate::services::Services;
 
@@ -372,8 +372,9 @@ impl Actor for BatchRegistry {
                 match state.running.get(&batch_id).cloned() {
                     Some(c) => {
                         // Answer from a task: the coordinator may be busy enqueueing.
-                        tokio::spawn(async move {
-                            let _ = reply.send(c.progress().await);
+                        let work = async move { c.progress().await };
+                        crate::task::spawn_reported(work, move |ended| {
+                            let _ = reply.send(ended.ok().flatten());
                         });
                     }
                     None => {

@@ -124,6 +124,17 @@ impl SinkWriter {
     }
 }
 
+impl SinkReport {
+    /// A flush that ended without its report (its task panicked).
+    pub(crate) fn failed(why: String) -> Self {
+        SinkReport {
+            errors: 0,
+            error_keys: Vec::new(),
+            flushed: Err(why),
+        }
+    }
+}
+
 fn sink_gone() -> SinkReport {
     SinkReport {
         errors: 0,

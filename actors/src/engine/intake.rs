@@ -28,7 +28,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
 use taquba::Claim;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -159,15 +158,24 @@ pub struct IntakeArguments {
 #[derive(Debug)]
 pub struct Intake;
 
-/// The intake takes no messages: its work runs in its task.
+/// Messages of the intake: its work runs in its task, which tells it only
+/// if it ended early.
 #[derive(Debug)]
-pub enum IntakeMessage {}
+pub enum IntakeMessage {
+    /// The drain task ended without being stopped (it panicked): the
+    /// intake fails, and the supervisor starts a new one.
+    DrainEnded(String),
+}
 
 /// State of the intake actor.
 #[derive(Debug)]
 pub struct IntakeState {
     stop: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    /// Stops the drain task when the state is dropped, also when the
+    /// intake is killed (its `post_stop` does not run then).
+    _stop_on_drop: tokio_util::sync::DropGuard,
+    /// Told when the drain task has ended, however it ended.
+    ended: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Actor for Intake {
@@ -177,15 +185,36 @@ impl Actor for Intake {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: IntakeArguments,
     ) -> std::result::Result<IntakeState, ActorProcessingErr> {
         let stop = CancellationToken::new();
-        let task = tokio::spawn(drain(args.services, args.engine, stop.clone()));
+        let (told, ended) = tokio::sync::oneshot::channel();
+        let work = drain(args.services, args.engine, stop.clone());
+        crate::task::spawn_reported(work, move |how| {
+            let _ = told.send(());
+            if let Err(e) = how {
+                let _ = myself.cast(IntakeMessage::DrainEnded(e.to_string()));
+            }
+        });
         Ok(IntakeState {
+            _stop_on_drop: stop.clone().drop_guard(),
             stop,
-            task: Some(task),
+            ended: Some(ended),
         })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        _state: &mut Self::State,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        match message {
+            IntakeMessage::DrainEnded(why) => {
+                Err(format!("the intake's drain task ended early: {why}").into())
+            }
+        }
     }
 
     async fn post_stop(
@@ -196,8 +225,8 @@ impl Actor for Intake {
         // The requests in hand finish (each is one submit and one ack); a
         // request not acked by then is claimed again after its lease.
         state.stop.cancel();
-        if let Some(task) = state.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), task)
+        if let Some(ended) = state.ended.take()
+            && tokio::time::timeout(Duration::from_secs(5), ended)
                 .await
                 .is_err()
         {
@@ -231,7 +260,7 @@ async fn drain(services: Arc<Services>, engine: crate::EngineRef, stop: Cancella
             }
             Err(e) => {
                 drop(queue);
-                if let Some(reason) = crate::exec::pool::store_closed(&e) {
+                if let Some(reason) = crate::error::store_closed(&e) {
                     debug!(%reason, "the intake stops: the store closed");
                     return;
                 }

@@ -28,11 +28,11 @@ mod requests;
 use children::Child;
 
 use crate::batches::registry::{BatchRegistry, RegistryMessage, RegistryRef};
+use crate::engine::notify::Reports;
 use crate::engine::startup::{check_layout, check_shard, open, routes, stray_queues};
 use crate::erased::Registration;
 use crate::error::{EngineError, Result};
 use crate::exec::pool::PoolRef;
-use crate::exec::settle::Reports;
 use crate::jobs::waiters::{Waiters, WaitersArguments, WaitersRef};
 use crate::maintenance::sweeper::{Sweeper, SweeperArguments, SweeperRef};
 use crate::protocol::{EngineConfig, EngineMessage};
@@ -264,6 +264,11 @@ impl Actor for Supervisor {
                 let _ = reply.send(Ok(state.remove_periodic(&name)));
             }
             EngineMessage::CheckPeriodic(reply) => state.check_periodic(reply),
+            EngineMessage::StoreClosed(closed) => {
+                if !state.shutting_down {
+                    state.store_closed(&myself, closed.reason).await;
+                }
+            }
             #[cfg(feature = "testing")]
             EngineMessage::KillChild(kind, reply) => {
                 let _ = reply.send(state.kill_child(&kind));
@@ -274,7 +279,7 @@ impl Actor for Supervisor {
 
     async fn handle_supervisor_evt(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -284,12 +289,6 @@ impl Actor for Supervisor {
             _ => return Ok(()),
         };
         if state.shutting_down {
-            return Ok(());
-        }
-        if why.starts_with(crate::exec::pool::STORE_CLOSED)
-            && let Some(Child::Pool(_) | Child::Stray(_)) = state.children.get(&who.get_id())
-        {
-            state.store_closed(&myself, why).await;
             return Ok(());
         }
         if let Some(child) = state.children.remove(&who.get_id()) {

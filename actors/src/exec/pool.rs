@@ -8,6 +8,11 @@
 //! or a type waiting for its own children holds nothing another type could
 //! use, and no type ever waits behind another's jobs.
 //!
+//! It claims through its claimer (`exec::claimer`), a linked child that
+//! waits on the queue; the pool owns the capacity and asks for what it has
+//! room for, one claim in flight at a time. A claimer that dies is
+//! replaced and asked again.
+//!
 //! The pool, not the worker, holds each `Claim`: a worker gets a copy of the
 //! job and its lease, runs the user's code and reports a verdict. So when a
 //! worker crashes (a panic in user code), the pool still holds the claim and
@@ -18,23 +23,26 @@
 //! flight). A job waiting for another job from inside its run parks its slot
 //! (see `parking`): the pool runs an extra worker meanwhile.
 //!
-//! Files: `claiming` (the claim in flight), `slots` (workers and the jobs they
-//! run), `lifecycle` (crashes, pause and resume, releases, drain).
+//! Files: `claiming` (the claim in flight, the claimer, partition queues),
+//! `slots` (workers and the jobs they run, settlements), `lifecycle`
+//! (crashes, pause and resume, releases, drain).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef, RpcReplyPort, SupervisionEvent,
+};
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::notify::Notify;
 use crate::erased::{ErasedHandler, Verdict};
 use crate::events::EngineEvent;
 use crate::exec::effects::StagedEffects;
 use crate::exec::memo::Memo;
 use crate::exec::parking::{ParkState, SlotWait};
 use crate::exec::restarts::Restarts;
-use crate::exec::settle::Notify;
 use crate::exec::worker::WorkerMessage;
 use crate::layout::records::Cost;
 use crate::services::Services;
@@ -43,7 +51,8 @@ mod claiming;
 mod lifecycle;
 mod slots;
 
-pub(crate) use claiming::{Held, STORE_CLOSED, store_closed};
+pub(crate) use crate::exec::claimer::Held;
+use crate::exec::claimer::{Claimed, ClaimerMessage};
 
 pub use crate::exec::parking::SlotId;
 
@@ -68,8 +77,14 @@ pub enum PoolMessage {
         /// What it recorded as cost.
         cost: Cost,
     },
-    /// A settlement task finished.
+    /// A settlement task finished (or ended without finishing: a panic,
+    /// told by its reporter).
     Settled,
+    /// Start a claimer in place of one that died, and ask it.
+    RestartClaimer,
+    /// The task that follows the type's partition queues ended; `Some`:
+    /// how, when it ended early (a panic): it is started again.
+    PartitionsEnded(Option<String>),
     /// Start the worker of `slot` again (after a crash and its backoff).
     RestartWorker(SlotId),
     /// A job's wait for another job began or ended.
@@ -128,6 +143,31 @@ impl PoolRef {
     }
 }
 
+impl From<Claimed> for PoolMessage {
+    fn from(c: Claimed) -> Self {
+        Self::Claimed(c.0)
+    }
+}
+
+impl TryFrom<PoolMessage> for Claimed {
+    type Error = PoolMessage;
+    fn try_from(m: PoolMessage) -> Result<Self, PoolMessage> {
+        match m {
+            PoolMessage::Claimed(result) => Ok(Claimed(result)),
+            other => Err(other),
+        }
+    }
+}
+
+/// What a pool tells its supervisor when it finds the store closed under
+/// it: another process opened it as its writer (fenced), or it was closed.
+/// Nothing this engine settles can commit any more.
+#[derive(Debug, Clone)]
+pub struct StoreClosed {
+    /// Why, as the store said.
+    pub reason: String,
+}
+
 impl From<SlotWait> for PoolMessage {
     fn from(wait: SlotWait) -> Self {
         Self::Wait(wait)
@@ -184,6 +224,8 @@ pub struct PoolArguments {
     pub paused: bool,
     /// At most this many starts per period (`register_with_rate`).
     pub rate: Option<crate::exec::rate::RateLimit>,
+    /// Where it says that the store closed: its supervisor.
+    pub closed: DerivedActorRef<StoreClosed>,
 }
 
 impl std::fmt::Debug for PoolArguments {
@@ -224,6 +266,10 @@ pub struct PoolState {
     parked: usize,
     /// The claim in flight: how many jobs it may bring from which queue.
     claiming: Option<crate::exec::rate::Plan>,
+    /// Its claimer (`None` while a dead one is being replaced).
+    claimer: Option<ActorRef<ClaimerMessage>>,
+    /// The store closed under it: it claims nothing more.
+    closed: bool,
     /// Cancelled when the pool drains, or its state is dropped (the pool
     /// stopped or was killed): stops the claim task and ends parked waits.
     draining_token: CancellationToken,
@@ -268,10 +314,130 @@ impl PoolState {
     /// the backlog; none while paused, draining or too many settlements are in
     /// flight.
     fn want(&self) -> usize {
-        if self.paused || self.draining || self.settling >= self.settings().settlement_window {
+        if self.paused
+            || self.draining
+            || self.closed
+            || self.settling >= self.settings().settlement_window
+        {
             return 0;
         }
         self.idle.len().saturating_sub(self.backlog.len())
+    }
+}
+
+impl PoolState {
+    /// Claim again (after an error, or when the rate limit has a token).
+    fn retry(&mut self, myself: &ActorRef<PoolMessage>) {
+        self.rate_wake = false;
+        self.maybe_claim(myself);
+    }
+
+    /// Partition queues learned: claim from them too.
+    fn learn_partitions(&mut self, myself: &ActorRef<PoolMessage>, queues: Vec<String>) {
+        let mut learned = false;
+        for q in queues {
+            learned |= self.limiter.learn(q);
+        }
+        if learned {
+            self.partition_wake.notify_one();
+            self.maybe_claim(myself);
+        }
+    }
+
+    /// Start the worker of `slot` again after its crash and backoff.
+    async fn restart_worker(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
+        let down = self.slots.get(&slot).is_some_and(|s| s.worker.is_none());
+        if down && self.excess() > 0 {
+            // A slot added for a parked job: not needed any more.
+            self.retire(slot);
+        } else if down && !self.paused && !self.draining {
+            self.spawn_worker(myself, slot).await;
+            self.args.services.emit(EngineEvent::HandlerRestarted {
+                job_type: self.args.job_type.clone(),
+            });
+            if let Some(next) = self.backlog.pop_front() {
+                self.dispatch(myself, next);
+            }
+            self.maybe_claim(myself);
+        }
+    }
+
+    /// A running job began waiting for another job: its slot is parked and
+    /// the pool runs one more worker meanwhile.
+    async fn park(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
+        let parked = match self.slots.get_mut(&slot) {
+            Some(s) if s.job.is_some() && !s.parked => {
+                s.parked = true;
+                true
+            }
+            _ => false,
+        };
+        if !parked {
+            return;
+        }
+        self.parked += 1;
+        // One more slot, unless surplus slots are still there.
+        if !self.draining && self.slots.len() < self.args.concurrency + self.parked {
+            self.add_slot(myself).await;
+            if let Some(next) = self.backlog.pop_front() {
+                self.dispatch(myself, next);
+            }
+            self.maybe_claim(myself);
+        }
+    }
+
+    /// A parked job's wait ended: its slot counts again.
+    fn unpark(&mut self, slot: SlotId) {
+        let was_parked = self
+            .slots
+            .get_mut(&slot)
+            .is_some_and(|s| std::mem::take(&mut s.parked));
+        if was_parked {
+            self.parked -= 1;
+            self.shrink();
+        }
+    }
+
+    /// An operator's pause: answers whether the type was running.
+    fn operator_pause(&mut self, myself: &ActorRef<PoolMessage>) -> bool {
+        let was_running = !self.paused;
+        if was_running {
+            self.pause(myself, "an operator paused it");
+        }
+        was_running
+    }
+
+    /// Stop claiming; `reply` once nothing is held (see
+    /// [`PoolMessage::Drain`]).
+    fn drain(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        grace: Option<Duration>,
+        reply: RpcReplyPort<usize>,
+    ) {
+        self.draining = true;
+        self.draining_token.cancel();
+        self.drains.push(reply);
+        // Jobs waiting for a worker have not started: give them back.
+        while let Some(held) = self.backlog.pop_front() {
+            self.release(myself, held, "the engine shut down".into(), None);
+        }
+        if let Some(grace) = grace {
+            myself.send_after(grace, || PoolMessage::DrainDeadline);
+        }
+        self.check_drained();
+    }
+
+    fn stats(&self) -> PoolStats {
+        PoolStats {
+            workers: self.slots.values().filter(|s| s.worker.is_some()).count(),
+            running: self.running(),
+            parked: self.parked,
+            backlog: self.backlog.len(),
+            settling: self.settling,
+            crashes: self.crashes,
+            paused: self.paused,
+        }
     }
 }
 
@@ -304,6 +470,8 @@ impl Actor for HandlerPool {
             backlog: VecDeque::new(),
             parked: 0,
             claiming: None,
+            claimer: None,
+            closed: false,
             _cancel_on_drop: draining_token.clone().drop_guard(),
             draining_token,
             settling: 0,
@@ -318,6 +486,7 @@ impl Actor for HandlerPool {
         for _ in 0..n {
             state.add_slot(&myself).await;
         }
+        state.spawn_claimer(&myself).await;
         // A job type's partition queues (a rate limit per header value, now
         // or in an earlier configuration); pipelines have none.
         if matches!(
@@ -342,20 +511,9 @@ impl Actor for HandlerPool {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PoolMessage::Claimed(result) => state.claimed(&myself, result),
-            PoolMessage::Retry => {
-                state.rate_wake = false;
-                state.maybe_claim(&myself);
-            }
-            PoolMessage::Partitions(queues) => {
-                let mut learned = false;
-                for q in queues {
-                    learned |= state.limiter.learn(q);
-                }
-                if learned {
-                    state.partition_wake.notify_one();
-                    state.maybe_claim(&myself);
-                }
-            }
+            PoolMessage::Retry => state.retry(&myself),
+            PoolMessage::Partitions(queues) => state.learn_partitions(&myself, queues),
+            PoolMessage::PartitionsEnded(early) => state.partitions_ended(&myself, early),
             PoolMessage::WorkerDone {
                 slot,
                 verdict,
@@ -363,88 +521,21 @@ impl Actor for HandlerPool {
                 cost,
             } => state.finish(&myself, slot, verdict, effects, cost),
             PoolMessage::Settled => state.settled(&myself),
-            PoolMessage::RestartWorker(slot) => {
-                let down = state.slots.get(&slot).is_some_and(|s| s.worker.is_none());
-                if down && state.excess() > 0 {
-                    // A slot added for a parked job: not needed any more.
-                    state.retire(slot);
-                } else if down && !state.paused && !state.draining {
-                    state.spawn_worker(&myself, slot).await;
-                    state.args.services.emit(EngineEvent::HandlerRestarted {
-                        job_type: state.args.job_type.clone(),
-                    });
-                    if let Some(next) = state.backlog.pop_front() {
-                        state.dispatch(&myself, next);
-                    }
-                    state.maybe_claim(&myself);
-                }
-            }
-            PoolMessage::Wait(SlotWait::Park(slot)) => {
-                let parked = match state.slots.get_mut(&slot) {
-                    Some(s) if s.job.is_some() && !s.parked => {
-                        s.parked = true;
-                        true
-                    }
-                    _ => false,
-                };
-                if parked {
-                    state.parked += 1;
-                    // One more slot, unless surplus slots are still there.
-                    if !state.draining && state.slots.len() < state.args.concurrency + state.parked
-                    {
-                        state.add_slot(&myself).await;
-                        if let Some(next) = state.backlog.pop_front() {
-                            state.dispatch(&myself, next);
-                        }
-                        state.maybe_claim(&myself);
-                    }
-                }
-            }
-            PoolMessage::Wait(SlotWait::Unpark(slot)) => {
-                let was_parked = state
-                    .slots
-                    .get_mut(&slot)
-                    .is_some_and(|s| std::mem::take(&mut s.parked));
-                if was_parked {
-                    state.parked -= 1;
-                    state.shrink();
-                }
-            }
+            PoolMessage::RestartClaimer => state.restart_claimer(&myself).await,
+            PoolMessage::RestartWorker(slot) => state.restart_worker(&myself, slot).await,
+            PoolMessage::Wait(SlotWait::Park(slot)) => state.park(&myself, slot).await,
+            PoolMessage::Wait(SlotWait::Unpark(slot)) => state.unpark(slot),
             PoolMessage::Pause(reply) => {
-                let was_running = !state.paused;
-                if was_running {
-                    state.pause(&myself, "an operator paused it");
-                }
-                let _ = reply.send(was_running);
+                let _ = reply.send(state.operator_pause(&myself));
             }
             PoolMessage::Resume(reply) => {
                 let resumed = state.resume(&myself).await;
                 let _ = reply.send(resumed);
             }
-            PoolMessage::Drain(grace, reply) => {
-                state.draining = true;
-                state.draining_token.cancel();
-                state.drains.push(reply);
-                // Jobs waiting for a worker have not started: give them back.
-                while let Some(held) = state.backlog.pop_front() {
-                    state.release(&myself, held, "the engine shut down".into(), None);
-                }
-                if let Some(grace) = grace {
-                    myself.send_after(grace, || PoolMessage::DrainDeadline);
-                }
-                state.check_drained();
-            }
+            PoolMessage::Drain(grace, reply) => state.drain(&myself, grace, reply),
             PoolMessage::DrainDeadline => state.abandon(&myself),
             PoolMessage::GetStats(reply) => {
-                let _ = reply.send(PoolStats {
-                    workers: state.slots.values().filter(|s| s.worker.is_some()).count(),
-                    running: state.running(),
-                    parked: state.parked,
-                    backlog: state.backlog.len(),
-                    settling: state.settling,
-                    crashes: state.crashes,
-                    paused: state.paused,
-                });
+                let _ = reply.send(state.stats());
             }
         }
         Ok(())
@@ -456,13 +547,21 @@ impl Actor for HandlerPool {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match event {
-            SupervisionEvent::ActorFailed(who, err) => state.crashed(&myself, who, err.to_string()),
+        let (who, reason) = match event {
+            SupervisionEvent::ActorFailed(who, err) => (who, err.to_string()),
             SupervisionEvent::ActorTerminated(who, _, reason) => {
-                let reason = reason.unwrap_or_else(|| "stopped".into());
-                state.crashed(&myself, who, reason)
+                (who, reason.unwrap_or_else(|| "stopped".into()))
             }
-            _ => {}
+            _ => return Ok(()),
+        };
+        if state
+            .claimer
+            .as_ref()
+            .is_some_and(|c| c.get_id() == who.get_id())
+        {
+            state.claimer_died(&myself, reason);
+        } else {
+            state.crashed(&myself, who, reason);
         }
         Ok(())
     }

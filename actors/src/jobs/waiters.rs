@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::exec::settle::JobEnd;
+use crate::engine::notify::JobEnd;
 use crate::layout::keys;
 use crate::layout::records::OutcomeRecord;
 use crate::services::Services;
@@ -233,10 +233,8 @@ impl WaitersState {
             self.answer(myself, Held::Await(run_id, record));
             return;
         }
-        let services = self.services.clone();
         let myself = myself.clone();
-        tokio::spawn(async move {
-            let result = check(&services, &run_id).await;
+        spawn_check(self.services.clone(), run_id, move |run_id, result| {
             let _ = myself.cast(WaitersMessage::Checked { run_id, result });
         });
     }
@@ -267,14 +265,22 @@ impl WaitersState {
         barrier.in_flight = Some(std::mem::take(&mut barrier.next));
         let services = self.services.clone();
         let myself = myself.clone();
-        tokio::spawn(async move {
-            let result = match services.queue() {
+        let work = async move {
+            match services.queue() {
                 Ok(queue) => queue
                     .kv_put(keys::BARRIER_KEY, b"".as_slice())
                     .await
                     .map_err(crate::EngineError::from),
                 Err(e) => Err(e),
-            };
+            }
+        };
+        crate::task::spawn_reported(work, move |ended| {
+            let result = ended.unwrap_or_else(|e| {
+                Err(crate::EngineError::Internal {
+                    doing: "writing the waiters' barrier",
+                    reason: e.to_string(),
+                })
+            });
             let _ = myself.cast(WaitersMessage::Barrier(result));
         });
     }
@@ -346,6 +352,27 @@ impl WaitersState {
 /// once more, and if it is still absent nothing is known (or, if a queue job
 /// of this id was put on the queue without gaffer's headers, it is not a
 /// gaffer job).
+/// [`check`] in a reported task: `done` gets its answer, or a read error
+/// if the task ended without one (a panic), so the waiters never wait for
+/// a check that will not come.
+fn spawn_check(
+    services: Arc<Services>,
+    run_id: String,
+    done: impl FnOnce(String, Result<Option<OutcomeRecord>, WaitError>) + Send + 'static,
+) {
+    let id = run_id.clone();
+    let work = async move { check(&services, &id).await };
+    crate::task::spawn_reported(work, move |ended| {
+        let result = ended.unwrap_or_else(|e| {
+            Err(WaitError::Read(crate::EngineError::Internal {
+                doing: "reading a job's records for its waiters",
+                reason: e.to_string(),
+            }))
+        });
+        done(run_id, result);
+    });
+}
+
 async fn check(services: &Services, run_id: &str) -> Result<Option<OutcomeRecord>, WaitError> {
     if let Some(rec) = services.outcome(run_id).await.map_err(read_error)? {
         return Ok(Some(rec));
@@ -415,10 +442,8 @@ impl Actor for Waiters {
                 // records again (the run may be retried, or may have ended).
                 if state.waiting.contains_key(&run_id) && !state.settling.contains_key(&run_id) {
                     state.recheck.insert(run_id.clone());
-                    let services = state.services.clone();
                     let me = myself.clone();
-                    tokio::spawn(async move {
-                        let result = check(&services, &run_id).await;
+                    spawn_check(state.services.clone(), run_id, move |run_id, result| {
                         let _ = me.cast(WaitersMessage::Checked { run_id, result });
                     });
                 }
@@ -427,12 +452,10 @@ impl Actor for Waiters {
                 if state.settling.contains_key(&run_id) {
                     let _ = reply.send(Ok(None));
                 } else {
-                    let services = state.services.clone();
                     let me = myself.clone();
-                    tokio::spawn(async move {
-                        // The same reads as a waiter's: no record at all is
-                        // `NotFound`, as for `join`.
-                        let result = check(&services, &run_id).await;
+                    // The same reads as a waiter's: no record at all is
+                    // `NotFound`, as for `join`.
+                    spawn_check(state.services.clone(), run_id, move |run_id, result| {
                         let _ = me.cast(WaitersMessage::Peeked(run_id, result, reply));
                     });
                 }

@@ -183,20 +183,25 @@ impl PeriodicState {
         let services = self.services.clone();
         let started_ms = self.started_ms;
         let me = myself.clone();
-        // The check runs in a task of its own, awaited by another, so that
-        // even a panic in it ends the check (as an error) rather than leave
-        // the actor waiting.
+        // The check runs in a reported task (`crate::task`), so that even a
+        // panic in it ends the check (as an error) rather than leave the
+        // actor waiting.
         let names: Vec<String> = due.iter().map(|(s, _)| s.name.clone()).collect();
-        let check = tokio::spawn(async move {
+        let check = async move {
+            #[cfg(feature = "testing")]
+            crate::testing::panics::check(
+                crate::testing::panics::PanicPoint::PeriodicCheck,
+                &services.settings().queue_name,
+            );
             let mut results = Vec::with_capacity(due.len());
             for (spec, known) in due {
                 let checked = services.check_periodic(&spec, known, started_ms).await;
                 results.push((spec.name, checked));
             }
             results
-        });
-        tokio::spawn(async move {
-            let results = match check.await {
+        };
+        crate::task::spawn_reported(check, move |ended| {
+            let results = match ended {
                 Ok(results) => results,
                 Err(e) => names
                     .into_iter()

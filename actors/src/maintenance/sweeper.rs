@@ -136,6 +136,11 @@ impl SweeperState {
 
 async fn pass(services: &Arc<Services>, registry: RegistryRef) -> Result<SweepReport> {
     let queue = services.queue()?;
+    #[cfg(feature = "testing")]
+    crate::testing::panics::check(
+        crate::testing::panics::PanicPoint::SweepPass,
+        &services.settings().queue_name,
+    );
     let expired = expire(services, &queue).await?
         + expire_batches(services, &queue, registry).await?
         + expire_requests(services, &queue).await?;

@@ -11,10 +11,10 @@ use tracing::error;
 use super::SupervisorState;
 use crate::batches::registry::{BatchRegistry, RegistryRef};
 use crate::engine::intake::{Intake, IntakeArguments};
+use crate::engine::notify::Notify;
 use crate::engine::shutdown::SHUTDOWN_SLACK;
 use crate::erased::{DEFAULT_PIPELINE_CONCURRENCY, Kind, Unregistered};
 use crate::exec::pool::{HandlerPool, PoolArguments, PoolRef};
-use crate::exec::settle::Notify;
 use crate::jobs::waiters::{Waiters, WaitersArguments, WaitersRef};
 use crate::maintenance::periodic::{Periodic, PeriodicArguments, PeriodicRef};
 use crate::maintenance::sweeper::{Sweeper, SweeperArguments, SweeperRef};
@@ -85,6 +85,7 @@ impl SupervisorState {
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
             rate,
+            closed: self.me.get_derived(),
         }
     }
 

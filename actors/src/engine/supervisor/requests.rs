@@ -10,10 +10,10 @@ use ractor::{ActorRef, DerivedActorRef, RpcReplyPort};
 use super::SupervisorState;
 use crate::JobState;
 use crate::batches::spec::{BatchFinished, BatchOutcome, BatchProgress, BatchSpec};
+use crate::engine::notify::JobEnd;
 use crate::engine::shutdown::{Closing, shut_down};
 use crate::error::{EngineError, Result};
 use crate::exec::pool::PoolStats;
-use crate::exec::settle::JobEnd;
 use crate::jobs::submit::{CancelResult, SubmitRequest, Submitted};
 use crate::jobs::waiters::JobFinished;
 use crate::layout::inspect::BatchState;
@@ -24,13 +24,61 @@ use crate::services::{Kind, Route};
 /// A batch's items as a message carries them.
 type Items = Vec<(String, Vec<u8>)>;
 
+/// Run a request's `work` in a task of its own; what it comes to goes to
+/// `answer`, and if the task ends without coming to anything (a panic),
+/// `answer` gets [`EngineError::Internal`] naming `doing`: a caller is never
+/// left waiting on a request whose task died.
+fn answered<T: Send + 'static>(
+    doing: &'static str,
+    scope: &str,
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    answer: impl FnOnce(Result<T>) + Send + 'static,
+) {
+    #[cfg(feature = "testing")]
+    let work = {
+        let scope = scope.to_string();
+        async move {
+            crate::testing::panics::check(crate::testing::panics::PanicPoint::Request, &scope);
+            work.await
+        }
+    };
+    #[cfg(not(feature = "testing"))]
+    let _ = scope;
+    crate::task::spawn_reported(work, move |ended| {
+        answer(ended.unwrap_or_else(|e| {
+            tracing::error!(doing, error = %e, "a request's task ended without an answer");
+            Err(EngineError::Internal {
+                doing,
+                reason: e.to_string(),
+            })
+        }))
+    });
+}
+
 impl SupervisorState {
+    /// Answer `reply` with what `work` comes to (see [`answered`]).
+    fn answer<T: Send + 'static>(
+        &self,
+        doing: &'static str,
+        reply: RpcReplyPort<Result<T>>,
+        work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    ) {
+        answered(
+            doing,
+            &self.services.settings().queue_name,
+            work,
+            move |r| {
+                let _ = reply.send(r);
+            },
+        );
+    }
+
     /// Submit a job. Accepted even while shutting down, like a direct
     /// submission: it is durable and runs after the next start.
     pub(super) fn submit(&self, request: SubmitRequest, reply: RpcReplyPort<Result<Submitted>>) {
         let services = self.services.clone();
-        tokio::spawn(async move {
-            let _ = reply.send(services.submit(request).await);
+        self.answer("submitting a job", reply, async move {
+            services.submit(request).await
         });
     }
 
@@ -38,17 +86,24 @@ impl SupervisorState {
     /// waiters again if they restart, so it is never lost.
     pub(super) fn watch_job(&self, run_id: String, to: DerivedActorRef<JobFinished>) {
         let engine = self.engine_ref();
-        tokio::spawn(async move {
-            let result = engine.wait_for(&run_id, None).await;
-            let _ = to.send_message(JobFinished { run_id, result });
-        });
+        let id = run_id.clone();
+        let work = async move { Ok(engine.wait_for(&id, None).await) };
+        answered(
+            "watching a job",
+            &self.services.settings().queue_name,
+            work,
+            move |r| {
+                let result = r.unwrap_or_else(|e| Err(crate::jobs::waiters::WaitError::Read(e)));
+                let _ = to.send_message(JobFinished { run_id, result });
+            },
+        );
     }
 
     /// The same answer as `EngineRef::status` (durable outcomes only).
     pub(super) fn status(&self, run_id: String, reply: RpcReplyPort<Result<JobState>>) {
         let engine = self.engine_ref();
-        tokio::spawn(async move {
-            let _ = reply.send(engine.status(&run_id).await);
+        self.answer("reading a job's status", reply, async move {
+            engine.status(&run_id).await
         });
     }
 
@@ -57,7 +112,7 @@ impl SupervisorState {
     pub(super) fn cancel(&self, run_id: String, reply: RpcReplyPort<Result<CancelResult>>) {
         let services = self.services.clone();
         let notify = self.notify();
-        tokio::spawn(async move {
+        self.answer("cancelling a job", reply, async move {
             notify.job(JobEnd::Settling(run_id.clone()));
             let result = services.cancel(&run_id).await;
             match &result {
@@ -67,7 +122,7 @@ impl SupervisorState {
                 }),
                 _ => notify.job(JobEnd::Aborted(run_id.clone())),
             }
-            let _ = reply.send(result.map(|(result, _)| result));
+            result.map(|(result, _)| result)
         });
     }
 
@@ -104,18 +159,28 @@ impl SupervisorState {
         self.children.clear();
         let events = self.events.take();
         let me = myself.clone();
-        tokio::spawn(async move {
-            let report = shut_down(closing).await;
-            // The last event; dropping the sender then ends every
-            // subscriber's stream, before the caller is answered.
-            if let Some(events) = events {
-                let _ = events.send(crate::events::EngineEvent::ShutDown {
-                    report: report.clone(),
+        let work = async move { Ok(shut_down(closing).await) };
+        answered(
+            "shutting down",
+            &self.services.settings().queue_name,
+            work,
+            move |r| {
+                let report = r.unwrap_or_else(|e| ShutdownReport {
+                    queue_closed: false,
+                    abandoned: 0,
+                    problems: vec![e.to_string()],
                 });
-            }
-            let _ = reply.send(report);
-            me.stop(Some("shutdown".into()));
-        });
+                // The last event; dropping the sender then ends every
+                // subscriber's stream, before the caller is answered.
+                if let Some(events) = events {
+                    let _ = events.send(crate::events::EngineEvent::ShutDown {
+                        report: report.clone(),
+                    });
+                }
+                let _ = reply.send(report);
+                me.stop(Some("shutdown".into()));
+            },
+        );
     }
 
     pub(super) fn run_batch(
@@ -125,9 +190,9 @@ impl SupervisorState {
         reply: RpcReplyPort<Result<BatchOutcome>>,
     ) {
         let engine = self.engine_ref();
-        tokio::spawn(async move {
+        self.answer("running a batch", reply, async move {
             let items = futures_util::stream::iter(items.into_iter().map(Ok));
-            let _ = reply.send(engine.run_batch(spec, items).await);
+            engine.run_batch(spec, items).await
         });
     }
 
@@ -138,18 +203,25 @@ impl SupervisorState {
         to: DerivedActorRef<BatchFinished>,
     ) {
         let engine = self.engine_ref();
-        tokio::spawn(async move {
-            let batch_id = spec.batch_id.clone();
+        let batch_id = spec.batch_id.clone();
+        let work = async move {
             let items = futures_util::stream::iter(items.into_iter().map(Ok));
-            let result = engine.run_batch(spec, items).await;
-            let _ = to.send_message(BatchFinished { batch_id, result });
-        });
+            engine.run_batch(spec, items).await
+        };
+        answered(
+            "running a batch",
+            &self.services.settings().queue_name,
+            work,
+            move |result| {
+                let _ = to.send_message(BatchFinished { batch_id, result });
+            },
+        );
     }
 
     pub(super) fn resume_batch(&self, spec: BatchSpec, reply: RpcReplyPort<Result<BatchOutcome>>) {
         let engine = self.engine_ref();
-        tokio::spawn(async move {
-            let _ = reply.send(engine.resume_batch(spec).await);
+        self.answer("resuming a batch", reply, async move {
+            engine.resume_batch(spec).await
         });
     }
 
@@ -159,25 +231,31 @@ impl SupervisorState {
         reply: RpcReplyPort<Option<BatchProgress>>,
     ) {
         let registry = self.registry();
-        tokio::spawn(async move {
-            // A registry that died before it answered knows no run.
-            let _ = reply.send(registry.progress(&batch_id).await.ok().flatten());
-        });
+        // A registry that died before it answered knows no run; neither
+        // does a task that panicked.
+        let work = async move { Ok(registry.progress(&batch_id).await.ok().flatten()) };
+        answered(
+            "reading a batch's progress",
+            &self.services.settings().queue_name,
+            work,
+            move |r| {
+                let _ = reply.send(r.ok().flatten());
+            },
+        );
     }
 
     pub(super) fn batch_status(&self, batch_id: String, reply: RpcReplyPort<Result<BatchState>>) {
         let services = self.services.clone();
-        tokio::spawn(async move {
-            let _ = reply.send(crate::batches::status::batch_state(&services, &batch_id).await);
+        self.answer("reading a batch's status", reply, async move {
+            crate::batches::status::batch_state(&services, &batch_id).await
         });
     }
 
     pub(super) fn forget_batch(&self, batch_id: String, reply: RpcReplyPort<Result<bool>>) {
         let services = self.services.clone();
         let registry = self.registry();
-        tokio::spawn(async move {
-            let _ =
-                reply.send(crate::batches::driver::forget(&services, &registry, &batch_id).await);
+        self.answer("forgetting a batch", reply, async move {
+            crate::batches::driver::forget(&services, &registry, &batch_id).await
         });
     }
 
@@ -188,14 +266,11 @@ impl SupervisorState {
             Some(pool) if self.registrations.contains_key(&name) => {
                 let durable = self.paused.remove(&name);
                 let services = self.services.clone();
-                tokio::spawn(async move {
-                    let answer = async {
-                        if durable {
-                            services.set_paused(&name, false).await?;
-                        }
-                        Ok(pool.resume().await? || durable)
-                    };
-                    let _ = reply.send(answer.await);
+                self.answer("resuming a job type", reply, async move {
+                    if durable {
+                        services.set_paused(&name, false).await?;
+                    }
+                    Ok(pool.resume().await? || durable)
                 });
             }
             _ => {
@@ -212,12 +287,9 @@ impl SupervisorState {
             Some(pool) if self.registrations.contains_key(&name) => {
                 self.paused.insert(name.clone());
                 let services = self.services.clone();
-                tokio::spawn(async move {
-                    let answer = async {
-                        services.set_paused(&name, true).await?;
-                        pool.pause().await
-                    };
-                    let _ = reply.send(answer.await);
+                self.answer("pausing a job type", reply, async move {
+                    services.set_paused(&name, true).await?;
+                    pool.pause().await
                 });
             }
             _ => {
@@ -229,8 +301,8 @@ impl SupervisorState {
     /// Retry a failed or cancelled job (see `Services::retry`).
     pub(super) fn retry(&self, run_id: String, reply: RpcReplyPort<Result<()>>) {
         let services = self.services.clone();
-        tokio::spawn(async move {
-            let _ = reply.send(services.retry(&run_id).await);
+        self.answer("retrying a job", reply, async move {
+            services.retry(&run_id).await
         });
     }
 
@@ -246,8 +318,8 @@ impl SupervisorState {
             return;
         }
         let services = self.services.clone();
-        tokio::spawn(async move {
-            let _ = reply.send(services.retry_failed(&job_type, since_ms).await);
+        self.answer("retrying failed jobs", reply, async move {
+            services.retry_failed(&job_type, since_ms).await
         });
     }
 
@@ -291,15 +363,23 @@ impl SupervisorState {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        tokio::spawn(async move {
+        let work = async move {
             let mut stats = HashMap::new();
             for (t, pool) in pools {
                 if let Some(s) = pool.stats().await {
                     stats.insert(t, s);
                 }
             }
-            let _ = reply.send(stats);
-        });
+            Ok(stats)
+        };
+        answered(
+            "reading the pools' counters",
+            &self.services.settings().queue_name,
+            work,
+            move |r| {
+                let _ = reply.send(r.unwrap_or_default());
+            },
+        );
     }
 }
 

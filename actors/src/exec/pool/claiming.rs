@@ -1,141 +1,70 @@
-//! Claiming: the pool's one claim in flight, sized by its idle workers, run
-//! in a task that waits on the queue's wake-up and counts each job's attempts
-//! (see `attempts`) before it reports back; claims that land after the pool
-//! stopped are given back.
+//! Claiming, the pool's side: its one claim in flight, sized by its idle
+//! workers and its rate limit, asked of its claimer (`exec::claimer`), and
+//! the answer dispatched; the partition queues of a type rate-limited per
+//! header value followed.
 
 use ractor::ActorRef;
-use taquba::Claim;
 use tracing::warn;
 
-use super::{PoolMessage, PoolState};
-use crate::exec::attempts::{self, Attempts};
-use crate::exec::settle::{Claimed, Standing};
+use super::{PoolMessage, PoolState, StoreClosed};
+use crate::exec::claimer::{Ask, Claimer, ClaimerArguments, ClaimerMessage, Held};
 use crate::layout::keys;
 
-/// Prefix of the exit reason of a pool whose store closed under it.
-pub(crate) const STORE_CLOSED: &str = "store closed";
-
-/// `Some(reason)` when `e` says the store is closed for good (fenced by
-/// another writer, closed, or its background tasks died).
-pub(crate) fn store_closed(e: &taquba::Error) -> Option<String> {
-    match e {
-        taquba::Error::Storage(s) => match s.kind() {
-            slatedb::ErrorKind::Closed(slatedb::CloseReason::Fenced) => {
-                Some("fenced: another process opened this store as its writer".into())
-            }
-            slatedb::ErrorKind::Closed(reason) => Some(format!("{reason:?}")),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// Give claims back to the queue without counting an attempt (the pool that
-/// claimed them is gone or stopping).
-async fn release_all(services: &crate::services::Services, held: Vec<Held>, why: &str) {
-    for h in held {
-        let id = h.claim.id.clone();
-        if let Err(e) = crate::exec::settle::give_back(services, h.into_claimed(), why).await {
-            warn!(job_id = %id, error = %e, "giving a claim back failed; it runs again once its lease expires");
-        }
-    }
-}
-
-/// Claim up to `want` jobs of `name`, waiting for them (woken by the queue,
-/// or every `poll`) until some come or the pool stops.
-async fn claim_one(
-    queue: &taquba::Queue,
-    name: &str,
-    want: usize,
-    poll: std::time::Duration,
-    stop: &tokio_util::sync::CancellationToken,
-) -> Result<Vec<Claim>, taquba::Error> {
-    let lease = queue.queue_config(name).lease_duration;
-    loop {
-        if stop.is_cancelled() {
-            return Ok(Vec::new());
-        }
-        match queue.claim_batch(name, want, lease).await {
-            Ok(claims) if claims.is_empty() => {
-                tokio::select! {
-                    _ = queue.wait_for_jobs_on(name, poll) => {}
-                    _ = stop.cancelled() => return Ok(claims),
-                }
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Claim what `plan` allows from each of its queues; when none has a job,
-/// wait once (a job on one of them, a new partition, or `wait`) and answer
-/// empty, so that the pool plans again.
-async fn claim_planned(
-    queue: &taquba::Queue,
-    plan: &crate::exec::rate::Plan,
-    wait: std::time::Duration,
-    wake: &tokio::sync::Notify,
-    stop: &tokio_util::sync::CancellationToken,
-) -> Result<Vec<Claim>, taquba::Error> {
-    let mut claims = Vec::new();
-    for (name, want) in plan {
-        let lease = queue.queue_config(name).lease_duration;
-        match queue.claim_batch(name, *want, lease).await {
-            Ok(more) => claims.extend(more),
-            // Jobs already claimed are reported (not left to their lease);
-            // the error comes back at the next claim.
-            Err(_) if !claims.is_empty() => return Ok(claims),
-            Err(e) => return Err(e),
-        }
-    }
-    if claims.is_empty() {
-        let arrivals = plan
-            .iter()
-            .map(|(name, _)| Box::pin(queue.wait_for_jobs_on(name, wait)));
-        tokio::select! {
-            _ = futures_util::future::select_all(arrivals) => {}
-            _ = wake.notified() => {}
-            _ = stop.cancelled() => {}
-        }
-    }
-    Ok(claims)
-}
-
-/// A claimed job, its attempts as gaffer counts them, and whether it is the
-/// live job of the run it names (read with the claim, before any user code).
-#[derive(Debug)]
-pub struct Held {
-    pub(super) claim: Claim,
-    pub(super) attempts: Attempts,
-    /// Its run's earlier claims (empty on a first claim), for its outcome
-    /// record.
-    pub(super) history: Vec<crate::layout::records::PastAttempt>,
-    /// What it is to gaffer: the run it owns, or why it is not run.
-    pub(super) standing: Standing,
-    /// The attempt's `gaffer.job` span: the user's code and the settlement
-    /// run inside it.
-    pub(super) span: tracing::Span,
-}
-
-impl Held {
-    /// The parts its settlement takes (the span goes to the task).
-    pub(super) fn into_claimed(self) -> Claimed {
-        Claimed {
-            claim: self.claim,
-            attempts: self.attempts,
-            history: self.history,
-            standing: self.standing,
-        }
-    }
-}
-
 impl PoolState {
+    /// Start its claimer, a linked child (its death is a supervision
+    /// event: [`Self::claimer_died`]).
+    pub(super) async fn spawn_claimer(&mut self, myself: &ActorRef<PoolMessage>) {
+        let args = ClaimerArguments {
+            services: self.args.services.clone(),
+            metrics: self.metrics.clone(),
+            to: myself.get_derived(),
+        };
+        match ractor::Actor::spawn_linked(None, Claimer, args, myself.get_cell()).await {
+            Ok((claimer, _)) => self.claimer = Some(claimer),
+            Err(e) => {
+                // Its start does nothing that can fail; try again after
+                // the poll interval rather than never claim.
+                warn!(job_type = %self.args.job_type, error = %e, "starting the claimer failed; trying again");
+                myself.send_after(self.settings().poll_interval, || {
+                    PoolMessage::RestartClaimer
+                });
+            }
+        }
+    }
+
+    /// Its claimer died (a panic while it read a claimed job's records):
+    /// the claim in flight is over (its tokens go back; jobs it had claimed
+    /// come back when their leases expire), and a new claimer starts after
+    /// the poll interval, so a claimer that dies at once every time does
+    /// not spin.
+    pub(super) fn claimer_died(&mut self, myself: &ActorRef<PoolMessage>, reason: String) {
+        warn!(job_type = %self.args.job_type, %reason, "the claimer died; starting a new one");
+        self.claimer = None;
+        if let Some(plan) = self.claiming.take() {
+            self.limiter.give_back(&plan, &Default::default());
+        }
+        crate::telemetry::restarted("claimer");
+        myself.send_after(self.settings().poll_interval, || {
+            PoolMessage::RestartClaimer
+        });
+        self.check_drained();
+    }
+
+    /// Start a new claimer in place of a dead one, and ask it.
+    pub(super) async fn restart_claimer(&mut self, myself: &ActorRef<PoolMessage>) {
+        if self.claimer.is_none() && !self.draining {
+            self.spawn_claimer(myself).await;
+            self.maybe_claim(myself);
+        }
+    }
+
     pub(super) fn maybe_claim(&mut self, myself: &ActorRef<PoolMessage>) {
         let want = self.want();
         if self.claiming.is_some() || want == 0 {
             return;
         }
-        let Ok(queue) = self.args.services.queue() else {
+        let Some(claimer) = self.claimer.clone() else {
+            // Being replaced: the new claimer is asked when it starts.
             return;
         };
         // A rate-limited type claims no more than it may start: its backlog
@@ -149,82 +78,25 @@ impl PoolState {
             }
             return;
         }
-        self.claiming = Some(plan.clone());
         // Partition queues come and go: claim once, wait once (for a job on
         // a planned queue, a new partition or a token), then plan again.
-        let once = self
-            .limiter
-            .several()
-            .then(|| (self.partition_wake.clone(), self.limiter.next_token()));
-        let metrics = self.metrics.clone();
-        let services = self.args.services.clone();
-        let stop = self.draining_token.clone();
-        let myself = myself.clone();
-        tokio::spawn(async move {
-            let poll = services.settings().poll_interval;
-            let claimed = match once {
-                None => claim_one(&queue, &plan[0].0, plan[0].1, poll, &stop).await,
-                Some((wake, token)) => {
-                    let wait = token.map_or(poll, |t| t.min(poll));
-                    claim_planned(&queue, &plan, wait, &wake, &stop).await
-                }
-            };
-            let result = match claimed {
-                Ok(claims) => {
-                    let settings = services.settings();
-                    let counted = claims.into_iter().map(|claim| {
-                        let queue = &queue;
-                        let metrics = &metrics;
-                        async move {
-                            // Its attempts and its standing, read side by
-                            // side: the one read a settlement used to make.
-                            let ((attempts, own), standing) = futures_util::join!(
-                                attempts::of(queue, &claim, settings),
-                                crate::exec::settle::standing(queue, &claim)
-                            );
-                            let history = match &standing {
-                                Standing::Owner(crate::exec::settle::Owner {
-                                    run: Some(run),
-                                    ..
-                                }) => run.claims_with(own),
-                                _ => own,
-                            };
-                            let span = crate::exec::settle::attempt_span(&claim, &attempts);
-                            if let Some(at) = claim.claimed_at {
-                                // Runnable since its enqueue, or its run_at
-                                // (a schedule, a retry's backoff).
-                                let since = claim.enqueued_at.max(claim.run_at.unwrap_or(0));
-                                let waited = at.saturating_sub(since) as f64 / 1000.0;
-                                metrics.queue_wait(waited);
-                            }
-                            Held {
-                                claim,
-                                attempts,
-                                history,
-                                standing,
-                                span,
-                            }
-                        }
-                    });
-                    Ok(futures_util::future::join_all(counted).await)
-                }
-                Err(e) => Err(e),
-            };
-            // The pool stopped (or began draining) during the claim: give the
-            // jobs back at once rather than let their leases run out.
-            let result = match result {
-                Ok(held) if stop.is_cancelled() => {
-                    release_all(&services, held, "the pool stopped claiming").await;
-                    Ok(Vec::new())
-                }
-                other => other,
-            };
-            if let Err(ractor::MessagingErr::SendErr(PoolMessage::Claimed(Ok(held)))) =
-                myself.cast(PoolMessage::Claimed(result))
-            {
-                release_all(&services, held, "the pool stopped").await;
-            }
+        let poll = self.settings().poll_interval;
+        let once = self.limiter.several().then(|| {
+            let wait = self.limiter.next_token().map_or(poll, |t| t.min(poll));
+            (self.partition_wake.clone(), wait)
         });
+        let ask = Ask {
+            plan: plan.clone(),
+            once,
+            stop: self.draining_token.clone(),
+        };
+        if claimer.cast(ClaimerMessage::Claim(ask)).is_ok() {
+            self.claiming = Some(plan);
+        } else {
+            // It died: its supervision event starts a new one, which is
+            // asked then; the tokens go back now.
+            self.limiter.give_back(&plan, &Default::default());
+        }
     }
 
     /// Learn the type's partition queues: those in the store now, and
@@ -239,7 +111,8 @@ impl PoolState {
         let base = self.args.queue.clone();
         let stop = self.draining_token.clone();
         let myself = myself.clone();
-        tokio::spawn(async move {
+        let me = myself.clone();
+        let work = async move {
             let mine = |q: &str| keys::partition_base(q) == Some(base.as_str());
             let mut list = true;
             loop {
@@ -277,7 +150,27 @@ impl PoolState {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
             }
+        };
+        crate::task::spawn_reported(work, move |ended| {
+            let early = ended.err().map(|e| e.to_string());
+            let _ = me.cast(PoolMessage::PartitionsEnded(early));
         });
+    }
+
+    /// The partition follower ended: started again if it ended early (a
+    /// panic) while the pool still claims.
+    pub(super) fn partitions_ended(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        early: Option<String>,
+    ) {
+        if let Some(how) = early
+            && !self.draining
+        {
+            warn!(job_type = %self.args.job_type, %how, "following the partition queues ended early; starting again");
+            let follow = self.limiter.partitioned();
+            self.watch_partitions(myself, follow);
+        }
     }
 
     pub(super) fn claimed(
@@ -301,12 +194,13 @@ impl PoolState {
                 self.maybe_claim(myself);
             }
             Err(e) => {
-                if let Some(reason) = store_closed(&e) {
+                if let Some(reason) = crate::error::store_closed(&e) {
                     // The store is gone (another process opened it as its
                     // writer, or it was closed): nothing this engine settles
-                    // can commit any more. Exit; the supervisor takes the tree
-                    // down.
-                    myself.stop(Some(format!("{STORE_CLOSED}: {reason}")));
+                    // can commit any more. Claim nothing more and tell the
+                    // supervisor, which takes the tree down.
+                    self.closed = true;
+                    let _ = self.args.closed.send_message(StoreClosed { reason });
                     return;
                 }
                 // Claim again after the poll interval, not at once.

@@ -324,10 +324,37 @@ impl PoolState {
                 history,
                 standing,
             };
-            settle(&services, &notify, &metrics, claimed, ending, effects, cost).await;
-            let _ = myself.cast(PoolMessage::Settled);
+            #[cfg(feature = "testing")]
+            crate::testing::panics::check(
+                crate::testing::panics::PanicPoint::Settlement,
+                &claimed.claim.queue,
+            );
+            let ctx = crate::exec::settle::Settler {
+                services: &services,
+                notify: &notify,
+                metrics: &metrics,
+            };
+            let settlement = crate::exec::settle::Settlement {
+                claimed,
+                ending,
+                effects,
+                cost,
+            };
+            settle(ctx, settlement).await;
         };
-        tokio::spawn(tracing::Instrument::instrument(settlement, span));
+        // Told when it ends, also by a panic: the pool never waits for a
+        // settlement that will not come (the job is then redelivered when
+        // its lease expires, as after a crash).
+        let job_type = self.args.job_type.clone();
+        crate::task::spawn_reported(
+            tracing::Instrument::instrument(settlement, span),
+            move |ended| {
+                if let Err(e) = ended {
+                    tracing::error!(%job_type, error = %e, "a settlement ended without committing; its job runs again when its lease expires");
+                }
+                let _ = myself.cast(PoolMessage::Settled);
+            },
+        );
     }
 
     pub(super) fn settled(&mut self, myself: &ActorRef<PoolMessage>) {
