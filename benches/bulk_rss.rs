@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use gaffer::{BulkCtx, Engine, ItemError, Pipeline};
+use gaffer::{BulkCtx, Engine, Pipeline, bulk::ItemError};
 
 #[path = "common/rss.rs"]
 mod rss;
@@ -116,7 +116,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         builder = builder.flush_interval(Duration::from_millis(1));
     }
     if memo_immediate {
-        builder = builder.memo_writes(gaffer::MemoWrites::Immediate);
+        builder = builder.memo_writes(gaffer::job::MemoWrites::Immediate);
     }
     let engine = builder
         .pipeline(Trivial {
@@ -220,7 +220,7 @@ struct SettledItem {
 
 /// Poll the pipeline's queue until a pending item shows up, and size it.
 async fn sample_live_item(engine: gaffer::Engine) -> Option<LiveItem> {
-    let services = engine.engine_ref().services();
+    let services = gaffer::testing::services(&engine);
     let queue_name = services.pipeline_queue(Trivial::NAME).ok()?.to_string();
     for _ in 0..2_000 {
         let queue = services.raw_queue().ok()?;
@@ -236,8 +236,8 @@ async fn sample_live_item(engine: gaffer::Engine) -> Option<LiveItem> {
             let claimed_record = rmp_serde::to_vec_named(&job).ok()?.len();
             let headers = rmp_serde::to_vec(&job.headers).ok()?.len();
             let mut extra = Vec::new();
-            if let Some(key) = job.headers.get(gaffer_actors::layout::keys::HEADER_KEY) {
-                let active = gaffer_actors::layout::keys::item_active_key(BATCH_ID, key);
+            if let Some(key) = job.headers.get(gaffer::testing::layout::keys::HEADER_KEY) {
+                let active = gaffer::testing::layout::keys::item_active_key(BATCH_ID, key);
                 if let Ok(Some(v)) = queue.view().kv_get(&active).await {
                     extra.push(("active record", taquba_keys::user(&active), v.len()));
                 }
@@ -258,11 +258,11 @@ async fn sample_live_item(engine: gaffer::Engine) -> Option<LiveItem> {
 
 /// Size the marker of item 0 and the first manifest chunk.
 async fn sample_settled_item(engine: &gaffer::Engine) -> Option<SettledItem> {
-    let services = engine.engine_ref().services();
+    let services = gaffer::testing::services(engine);
     let queue = services.raw_queue().ok()?;
     let view = queue.view();
     let mut writes = Vec::new();
-    let marker = gaffer_actors::layout::keys::item_marker_key(BATCH_ID, "item-0");
+    let marker = gaffer::testing::layout::keys::item_marker_key(BATCH_ID, "item-0");
     let value = view.kv_get(&marker).await.ok()??;
     writes.push((
         "item marker",
@@ -270,11 +270,12 @@ async fn sample_settled_item(engine: &gaffer::Engine) -> Option<SettledItem> {
         taquba_keys::user(&marker),
         value.len(),
     ));
-    let active = gaffer_actors::layout::keys::item_active_key(BATCH_ID, "item-0");
+    let active = gaffer::testing::layout::keys::item_active_key(BATCH_ID, "item-0");
     writes.push(("active record", "delete", taquba_keys::user(&active), 0));
-    let chunk = gaffer_actors::layout::keys::manifest_chunk_key(BATCH_ID, 0);
+    let chunk = gaffer::testing::layout::keys::manifest_chunk_key(BATCH_ID, 0);
     let raw = view.kv_get(&chunk).await.ok()??;
-    let items: gaffer_actors::layout::records::ManifestChunk = rmp_serde::from_slice(&raw).ok()?;
+    let items: gaffer::testing::layout::records::ManifestChunk =
+        rmp_serde::from_slice(&raw).ok()?;
     let manifest_per_item =
         (taquba_keys::user(&chunk) + raw.len()) as f64 / items.items.len().max(1) as f64;
     Some(SettledItem {

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaffer::{Client, ClientBuilder, Engine, EngineBuilder, Job, JobContext};
+use gaffer::{Engine, EngineBuilder, Job, JobContext, remote::Client, remote::ClientBuilder};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use gaffer::{Engine, FailureKind, Job, JobContext};
+use gaffer::{Engine, Job, JobContext, job::FailureKind};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

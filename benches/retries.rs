@@ -77,7 +77,6 @@ async fn main() {
     }
     let took = started.elapsed();
     let crashes = engine
-        .engine_ref()
         .pool_stats()
         .await
         .expect("pool stats")

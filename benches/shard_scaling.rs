@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use gaffer::taquba::object_store::prefix::PrefixStore;
 use gaffer::testing::{FaultyStore, Op};
-use gaffer::{Engine, Job, JobContext, Placement, ShardSet, ShardedEngine};
+use gaffer::{Engine, Job, JobContext, remote::Placement, remote::ShardSet, remote::ShardedEngine};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -92,7 +92,10 @@ async fn engine_process(p: Params) {
         Engine::builder()
             .store(gaffer::Store::object_store(store))
             .flush_interval(Duration::from_millis(100))
-            .register_with_concurrency::<Work>(p.window)
+            .register_with::<Work>(gaffer::JobOptions {
+                concurrency: Some(p.window),
+                ..Default::default()
+            })
     })
     .await
     .unwrap();

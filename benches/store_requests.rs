@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gaffer::testing::{FaultyStore, Op};
 use gaffer::{Engine, Job, JobContext};
-use gaffer_actors::testing::{FaultyStore, Op};
 use serde::{Deserialize, Serialize};
 use taquba::object_store::local::LocalFileSystem;
 

@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use gaffer::{
-    BulkCtx, Engine, EngineError, ItemError, JsonlSink, OutputRecord, OutputSink, Pipeline,
-    read_jsonl,
+    BulkCtx, Engine, Pipeline, bulk::ItemError, sink::JsonlSink, sink::OutputRecord,
+    sink::OutputSink, sink::read_jsonl,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -347,13 +347,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (open_gate, gate) = tokio::sync::watch::channel(false);
     let engine = Engine::builder()
         .store(gaffer::Store::local_dir(&store))
-        .pipeline_with_concurrency(
+        .pipeline_with(
             WordStatsPipeline {
                 counters: counters.clone(),
                 latency: args.latency,
                 gate,
             },
-            args.workers,
+            gaffer::JobOptions {
+                concurrency: Some(args.workers),
+                ..Default::default()
+            },
         )
         .start()
         .await?;
@@ -388,7 +391,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             Some(s)
         }
-        Err(gaffer::Error::Engine(EngineError::BatchNotFound(_))) => {
+        Err(gaffer::Error::BatchNotFound(_)) => {
             println!("new batch");
             None
         }
@@ -450,7 +453,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     bar.finish_and_clear();
     let report = match result {
         Ok(r) => r,
-        Err(gaffer::Error::Engine(EngineError::BatchMismatch(id))) => {
+        Err(gaffer::Error::BatchMismatch(id)) => {
             eprintln!(
                 "batch {id} was started over other inputs (the file changed?): \
                  run with --fresh to start it over"

@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 
-use gaffer::{Engine, FailureKind, Job, JobContext};
+use gaffer::{Engine, Job, JobContext, job::FailureKind};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use serde::{Deserialize, Serialize};
 

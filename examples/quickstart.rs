@@ -7,7 +7,7 @@
 //! answered from its record, then shuts down, reopens the same directory and
 //! shows the records are still there.
 
-use gaffer::{Engine, FailureKind, Job, JobContext, SubmitOptions};
+use gaffer::{Engine, Job, JobContext, SubmitOptions, job::FailureKind};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -131,7 +131,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "after reopen: status {:?}, result {:?}",
         after.status().await?,
-        after.fetch_result().await?
+        after.outcome().await?
     );
     engine.shutdown().await?;
     let _ = std::fs::remove_dir_all(&dir);

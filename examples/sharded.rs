@@ -23,7 +23,10 @@
 
 use std::time::Duration;
 
-use gaffer::{Engine, Job, JobContext, Placement, ShardEvent, ShardSet, ShardedEngine};
+use gaffer::{
+    Engine, Job, JobContext, remote::Placement, remote::ShardEvent, remote::ShardSet,
+    remote::ShardedEngine,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use gaffer_actors::{BoxFuture, Delivery, ErasedHandler, Verdict};
 
 use crate::context::JobContext;
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::pipeline::{BulkCtx, ItemError, Pipeline};
 use crate::state::StateMap;
 

@@ -333,7 +333,7 @@ impl<P: Pipeline> Batch<P> {
     /// Take over the run of this batch in progress here: `to` is told when it
     /// ends (as by [`Engine::watch_batch`](crate::Engine::watch_batch)), and
     /// `sink` gets the records of every item counted from now on. How a
-    /// service that was the run's sink (an [`ActorSink`](crate::ActorSink)
+    /// service that was the run's sink (an [`ActorSink`](crate::sink::ActorSink)
     /// to itself) and was restarted by its supervisor gets the rest of the
     /// run's records without running the batch again; records written to
     /// the dead actor meanwhile count in the report's `sink_errors`.
@@ -353,10 +353,10 @@ impl<P: Pipeline> Batch<P> {
     /// ```no_run
     /// # async fn demo<P: gaffer::Pipeline>(
     /// #     batch: gaffer::Batch<P>,
-    /// #     me: gaffer::ractor::ActorRef<gaffer::OutputRecord>,
-    /// #     told: gaffer::ractor::DerivedActorRef<gaffer::BatchFinished>,
+    /// #     me: gaffer::ractor::ActorRef<gaffer::sink::OutputRecord>,
+    /// #     told: gaffer::ractor::DerivedActorRef<gaffer::protocol::BatchFinished>,
     /// # ) -> gaffer::Result<()> {
-    /// let sink = std::sync::Arc::new(gaffer::ActorSink::new(me.get_derived()));
+    /// let sink = std::sync::Arc::new(gaffer::sink::ActorSink::new(me.get_derived()));
     /// let attached = batch.attach(sink, told).await?;
     /// // … once told the run ended: the `attached.written` records not
     /// // received are those of `batch.items(..)` whose keys did not arrive.
@@ -367,10 +367,9 @@ impl<P: Pipeline> Batch<P> {
         sink: Arc<dyn OutputSink>,
         to: ractor::DerivedActorRef<BatchFinished>,
     ) -> Result<SinkAttached> {
-        Ok(self
-            .engine
+        self.engine
             .attach_batch(&self.id, record_sink::<P>(sink), to)
-            .await?)
+            .await
     }
 
     /// Remove everything the batch wrote. Refused (`BatchRunning`) while a run
@@ -382,7 +381,7 @@ impl<P: Pipeline> Batch<P> {
             EngineMessage::ForgetBatch,
             self.id.clone()
         )
-        .map_err(|_| Error::Engine(gaffer_actors::EngineError::ShutDown))??;
+        .map_err(|_| Error::ShutDown)??;
         Ok(())
     }
 }

@@ -22,7 +22,7 @@ use gaffer_actors::{
 
 use crate::adapters::{TypedHandler, TypedPipeline};
 use crate::error::Result;
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::pipeline::Pipeline;
 use crate::state::StateMap;
 
@@ -60,8 +60,30 @@ impl Engine {
     }
 }
 
-/// One individual setter's change to the settings.
-type Override = Box<dyn Fn(&mut Settings) + Send + Sync>;
+/// How a job type (or a pipeline) is registered beyond its type: its own
+/// capacity and its own rate limit. `JobOptions::default()` is what
+/// [`EngineBuilder::register`] uses.
+#[derive(Debug, Clone, Default)]
+pub struct JobOptions {
+    /// Workers of its own, at least 1 (`None`: a job type gets
+    /// [`Settings::max_concurrent_jobs`], a pipeline 200). Every type has
+    /// its own workers and its own queue: its capacity is never another
+    /// type's.
+    pub concurrency: Option<usize>,
+    /// At most this many attempts start per period (for example
+    /// `RateLimit::per_second(2)?`: 2 a second, bursts of 2; `.burst(1)`
+    /// spaces them 500 ms apart), for an API with a quota, a mail relay, a
+    /// slow partner. Its pool claims no more jobs than it may start, so its
+    /// backlog waits in the queue (scheduled jobs and retries included),
+    /// holding no lease and no worker, and other types run at full speed
+    /// meanwhile. The limit is per engine (two engines on one store would
+    /// each allow it) and starts empty at each engine start (the first job
+    /// waits one interval, `period / starts`), so restarts never add a
+    /// burst. With [`RateLimit::per_header`] it holds for each value of a
+    /// job header apart (per tenant), each value's jobs waiting in a queue
+    /// of their own.
+    pub rate: Option<RateLimit>,
+}
 
 type MakeHandler = Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>;
 
@@ -104,15 +126,43 @@ pub(crate) fn no_store() -> crate::Error {
          Store::in_memory() or Store::object_store(..)"
             .into(),
     )
-    .into()
+}
+
+/// One setter per [`Settings`] field, named as the field and documented by
+/// pointing at it (a setting is described once, on its field).
+macro_rules! setters {
+    ($($field:ident: $how:ident $ty:ty,)*) => {
+        $(setters!(@one $field $how $ty);)*
+    };
+    (@one $field:ident set $ty:ty) => {
+        #[doc = concat!("Sets [`Settings::", stringify!($field), "`].")]
+        pub fn $field(mut self, value: $ty) -> Self {
+            self.settings.$field = value;
+            self
+        }
+    };
+    (@one $field:ident into $ty:ty) => {
+        #[doc = concat!("Sets [`Settings::", stringify!($field), "`].")]
+        pub fn $field(mut self, value: impl Into<$ty>) -> Self {
+            self.settings.$field = value.into();
+            self
+        }
+    };
+    (@one $field:ident some $ty:ty) => {
+        #[doc = concat!("Sets [`Settings::", stringify!($field), "`] (to `Some`).")]
+        pub fn $field(mut self, value: $ty) -> Self {
+            self.settings.$field = Some(value);
+            self
+        }
+    };
 }
 
 /// Configures and starts an [`Engine`]. Defaults follow the reference: queue
 /// `"jobs"`, 16 concurrent jobs, 100 ms poll interval, no retention.
 ///
-/// Every engine setting has its own method; [`settings`](Self::settings)
-/// sets them all at once as a base, and the individual methods override it
-/// field by field whatever the order of the calls.
+/// Every engine setting has a method of the same name that sets that
+/// field of [`Settings`] (documented there); [`settings`](Self::settings)
+/// sets them all at once. The last call wins.
 pub struct EngineBuilder {
     store: Option<Store>,
     queue_path: String,
@@ -120,10 +170,8 @@ pub struct EngineBuilder {
     options: Option<OpenOptions>,
     flush_interval: Option<Duration>,
     clock: Option<Arc<dyn Clock>>,
-    /// The base settings (`settings(..)`).
+    /// The settings, as `settings(..)` and the setters left them.
     settings: Settings,
-    /// The individual setters, applied on top of the base at start.
-    overrides: Vec<Override>,
     registrations: Vec<PendingRegistration>,
     periodic: Vec<gaffer_actors::PeriodicSpec>,
     state: StateMap,
@@ -163,7 +211,6 @@ impl Default for EngineBuilder {
             flush_interval: None,
             clock: None,
             settings: Settings::default(),
-            overrides: Vec::new(),
             registrations: Vec::new(),
             periodic: Vec::new(),
             state: StateMap::new(),
@@ -207,7 +254,7 @@ impl EngineBuilder {
     /// taquba open options (queue configs, reaper and scheduler intervals …).
     /// Without a `liveness_heartbeat` of their own, the engine beats every
     /// 5 s, so that `gaffer health` can tell a live engine from a stale one
-    /// (not on an [`in_memory`](Self::in_memory) store, which no other
+    /// (not on a [`Store::in_memory`] store, which no other
     /// process can read).
     pub fn open_options(mut self, options: OpenOptions) -> Self {
         self.options = Some(options);
@@ -220,7 +267,7 @@ impl EngineBuilder {
     /// PUT. Overrides the open options' own. Default: by the store, 2 ms on
     /// a local directory (`local_dir`, `file://`), 1 ms in memory
     /// (`in_memory`, `memory://`), 100 ms (taquba's own default) on any other
-    /// URL and on a store given to [`object_store`](Self::object_store)
+    /// URL and on a store given as [`Store::object_store`]
     /// (README, *Defaults*).
     pub fn flush_interval(mut self, interval: Duration) -> Self {
         self.flush_interval = Some(interval);
@@ -244,40 +291,33 @@ impl EngineBuilder {
         self.events.subscribe()
     }
 
-    /// Register a job type.
+    /// Register a job type, with the engine's default capacity
+    /// ([`Settings::max_concurrent_jobs`] workers) and no rate limit.
     pub fn register<J: Job>(self) -> Self {
-        self.register_inner::<J>(None)
+        self.register_with::<J>(JobOptions::default())
     }
 
-    /// Register a job type with its own worker count (default:
-    /// `max_concurrent_jobs`): its capacity, over its own queue.
-    pub fn register_with_concurrency<J: Job>(self, workers: usize) -> Self {
-        self.register_inner::<J>(Some(workers))
-    }
-
-    /// Register a job type whose attempts start at most at `rate` (for
-    /// example `RateLimit::per_second(2)?`: 2 a second, bursts of 2;
-    /// `.burst(1)` spaces them 500 ms apart). The limit applies when jobs
-    /// are claimed; a run starts within milliseconds of its claim.
-    /// For an API with a quota, a mail relay, a slow partner. Its pool
-    /// claims no more jobs than it may start, so its backlog waits in the
-    /// queue (scheduled jobs and retries included), holding no lease and no
-    /// worker, and other types run at full speed meanwhile. The limit is
-    /// per engine (two engines on one store would each allow it) and
-    /// starts empty at each engine start (the first job waits one
-    /// interval, `period / starts`), so restarts never add a burst. With
-    /// [`RateLimit::per_header`] it holds for each value of a job header
-    /// apart (per tenant), each value's jobs waiting in a queue of their
-    /// own.
-    pub fn register_with_rate<J: Job>(mut self, rate: RateLimit) -> Self {
-        self = self.register_inner::<J>(None);
-        if let Some(r) = self.registrations.last_mut() {
-            r.rate = Some(rate);
-        }
-        self
-    }
-
-    fn register_inner<J: Job>(mut self, concurrency: Option<usize>) -> Self {
+    /// Register a job type with options of its own: its worker count and
+    /// its rate limit ([`JobOptions`]).
+    ///
+    /// ```no_run
+    /// # use gaffer::{Engine, Job, JobContext, JobOptions, RateLimit, Store};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Email;
+    /// # impl Job for Email { const NAME: &'static str = "email"; type Output = ();
+    /// #   type Error = std::convert::Infallible;
+    /// #   async fn run(&self, _: JobContext) -> Result<(), Self::Error> { Ok(()) } }
+    /// # async fn f() -> gaffer::Result<()> {
+    /// let engine = Engine::builder()
+    ///     .store(Store::local_dir("gaffer-data"))
+    ///     .register_with::<Email>(JobOptions {
+    ///         concurrency: Some(4),
+    ///         rate: Some(RateLimit::per_second(2)?),
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn register_with<J: Job>(mut self, options: JobOptions) -> Self {
         self.registrations.push(PendingRegistration {
             name: J::NAME.to_string(),
             make: Box::new(|state| {
@@ -286,24 +326,22 @@ impl EngineBuilder {
                     _job: PhantomData,
                 }) as Arc<dyn ErasedHandler>
             }),
-            concurrency,
+            concurrency: options.concurrency,
             kind: Kind::Job,
-            rate: None,
+            rate: options.rate,
         });
         self
     }
 
-    /// Register a bulk pipeline (its items run with 200 workers).
+    /// Register a bulk pipeline, its items run by 200 workers.
     pub fn pipeline<P: Pipeline>(self, pipeline: P) -> Self {
-        self.pipeline_with_concurrency(
-            pipeline,
-            gaffer_actors::erased::DEFAULT_PIPELINE_CONCURRENCY,
-        )
+        self.pipeline_with(pipeline, JobOptions::default())
     }
 
-    /// Register a bulk pipeline with `workers` concurrent items (the
-    /// reference's `max_concurrent`).
-    pub fn pipeline_with_concurrency<P: Pipeline>(mut self, pipeline: P, workers: usize) -> Self {
+    /// Register a bulk pipeline with options of its own: its item worker
+    /// count (default 200, the reference's `max_concurrent`) and a rate
+    /// limit on its items' starts ([`JobOptions`]).
+    pub fn pipeline_with<P: Pipeline>(mut self, pipeline: P, options: JobOptions) -> Self {
         let pipeline = Arc::new(pipeline);
         self.registrations.push(PendingRegistration {
             name: P::NAME.to_string(),
@@ -313,9 +351,13 @@ impl EngineBuilder {
                     _p: PhantomData,
                 }) as Arc<dyn ErasedHandler>
             }),
-            concurrency: Some(workers),
+            concurrency: Some(
+                options
+                    .concurrency
+                    .unwrap_or(gaffer_actors::erased::DEFAULT_PIPELINE_CONCURRENCY),
+            ),
             kind: Kind::Pipeline,
-            rate: None,
+            rate: options.rate,
         });
         self
     }
@@ -325,17 +367,17 @@ impl EngineBuilder {
     /// tick's job (it should make the same job for the same tick); `name`
     /// (1-128 characters of `[A-Za-z0-9_.-]`) names the periodic job in the
     /// store, where its record keeps the last tick it fired, and in each
-    /// tick's job id ([`Tick::job_id`](crate::Tick::job_id)).
+    /// tick's job id ([`Tick::job_id`](crate::periodic::Tick::job_id)).
     ///
     /// Each tick's job is enqueued in one transaction with the record's
     /// new state, under an idempotency key made of `name` and the tick's
     /// time, so a tick fired twice (a restart, a stale engine) is one job.
     /// Ticks missed while no engine ran follow the schedule's
-    /// [`Missed`](crate::Missed) policy. An invalid schedule, a duplicate
+    /// [`Missed`](crate::periodic::Missed) policy. An invalid schedule, a duplicate
     /// name or an unregistered job type fail [`start`](Self::start).
     ///
     /// ```no_run
-    /// # use gaffer::{Engine, Job, JobContext, Schedule};
+    /// # use gaffer::{Engine, Job, JobContext, periodic::Schedule};
     /// # #[derive(serde::Serialize, serde::Deserialize)]
     /// # struct Report { at_ms: u64 }
     /// # impl Job for Report {
@@ -346,7 +388,7 @@ impl EngineBuilder {
     /// # }
     /// # async fn demo() -> gaffer::Result<()> {
     /// let engine = Engine::builder()
-    ///     .local_dir("gaffer-data")
+    ///     .store(gaffer::Store::local_dir("gaffer-data"))
     ///     .register::<Report>()
     ///     .periodic("hourly-report", Schedule::cron("0 * * * *")?, |tick| Report {
     ///         at_ms: tick.at_ms,
@@ -373,27 +415,18 @@ impl EngineBuilder {
         self
     }
 
-    /// All engine settings at once: the base the individual setters apply on
-    /// top of. The setters (`retention`, `max_concurrent_jobs`, …) are
-    /// overrides kept apart from the base, so they compose in any order:
-    /// `.retention(r).settings(s)` and `.settings(s).retention(r)` both run
-    /// with `s` and retention `r`. A second `settings` call replaces the base
-    /// (not the overrides). Default: [`Settings::default()`].
+    /// All engine settings at once, replacing those set before; a setter
+    /// called after it changes its one field (the last call wins). Default:
+    /// [`Settings::default()`].
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = settings;
         self
     }
 
-    /// The settings the engine would start with: the base
-    /// ([`settings`](Self::settings)) with every individual setter applied
-    /// on top, in the order they were called. Validated at
-    /// [`start`](Self::start).
+    /// The settings the engine would start with (validated at
+    /// [`start`](Self::start)).
     pub fn effective_settings(&self) -> Settings {
-        let mut settings = self.settings.clone();
-        for set in &self.overrides {
-            set(&mut settings);
-        }
-        settings
+        self.settings.clone()
     }
 
     /// Start as shard `index` of a set of `count` at `url` (see
@@ -414,171 +447,27 @@ impl EngineBuilder {
         &self.queue_path
     }
 
-    /// Record an override of one setting (applied on top of the base).
-    fn set(mut self, set: impl Fn(&mut Settings) + Send + Sync + 'static) -> Self {
-        self.overrides.push(Box::new(set));
-        self
-    }
-
-    /// Take submissions from other processes ([`Client`](crate::Client))
-    /// through the store's inbox. Default on; the engine's writer then
-    /// checks the inbox every [`intake_poll`](Self::intake_poll).
-    pub fn client_intake(self, on: bool) -> Self {
-        self.set(move |s| s.client_intake = on)
-    }
-
-    /// How often the engine looks for client submissions: a
-    /// [`Client`](crate::Client)'s job waits up to this long before the
-    /// engine takes it. On S3 each look is one HEAD request (43 200 a day at
-    /// the default). Default 2 s.
-    pub fn intake_poll(self, every: Duration) -> Self {
-        self.set(move |s| s.intake_poll = every)
-    }
-
-    /// How long the result of an operator request sent from another
-    /// process (`Client::retry`, `gaffer cancel`, `gaffer pause` …) stays
-    /// readable by its sender once the engine applied it
-    /// ([`Settings::request_retention`](crate::Settings::request_retention));
-    /// the retention pass removes it after. At least 1 ms. Default 7 days.
-    pub fn request_retention(self, keep: Duration) -> Self {
-        self.set(move |s| s.request_retention = keep)
-    }
-
-    /// Prefix of the taquba queues of job types: each type has its own queue,
-    /// `{prefix}.{type}` (queue configs given to `open_options` use those
-    /// names). Queues under this prefix are the engine's. Default `"jobs"`.
-    pub fn queue_name(self, name: impl Into<String>) -> Self {
-        let name = name.into();
-        self.set(move |s| s.queue_name = name.clone())
-    }
-
-    /// Prefix of the taquba queues of pipelines, `{prefix}.{pipeline}`: apart
-    /// from the jobs queues, so a big batch never starves single jobs. Must
-    /// differ from [`queue_name`](Self::queue_name) (neither may start with
-    /// the other followed by `.`). Default `"bulk-items"`.
-    pub fn bulk_queue_name(self, name: impl Into<String>) -> Self {
-        let name = name.into();
-        self.set(move |s| s.bulk_queue_name = name.clone())
-    }
-
-    /// Jobs of one type running at once, for each type registered without a
-    /// count of its own (`register_with_concurrency`). Every job type has its
-    /// own workers and its own queue, so one type never takes another's
-    /// capacity. At least 1. Default 16.
-    pub fn max_concurrent_jobs(self, n: usize) -> Self {
-        self.set(move |s| s.max_concurrent_jobs = n)
-    }
-
-    /// Items of one batch enqueued and not yet settled, at most: bounds the
-    /// engine's memory for a run (and how far a run gets ahead of its
-    /// items). At least 1. Default 10 000.
-    pub fn batch_window(self, items: usize) -> Self {
-        self.set(move |s| s.batch_window = items)
-    }
-
-    /// Longest idle wait before a job type's queue is looked at again, and
-    /// the period of the retention sweeper (in-process submissions, retries
-    /// and scheduled promotions wake the engine at once). Greater than zero.
-    /// Default 100 ms.
-    pub fn poll_interval(self, interval: Duration) -> Self {
-        self.set(move |s| s.poll_interval = interval)
-    }
-
-    /// Remove outcome records (and memo entries, large outputs) this long
-    /// after a job ends; after that the job is unknown
-    /// ([`EngineError::JobNotFound`]). At least 1 ms. Default: keep forever.
-    pub fn retention(self, retention: Duration) -> Self {
-        self.set(move |s| s.retention = Some(retention))
-    }
-
-    /// Object-store prefix of memo entries and large outputs; must not
-    /// overlap the queue's path. Default `"gaffer-blobs"`.
-    pub fn blob_prefix(self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.set(move |s| s.blob_prefix = prefix.clone())
-    }
-
-    /// Settlements (ack/nack commits) in flight per job type before its pool
-    /// stops claiming more jobs. Settlements commit together, so a worker
-    /// takes its next job while its last one's settlement waits for the
-    /// queue's flush. At least 1. Default 1024.
-    pub fn settlement_window(self, settlements: usize) -> Self {
-        self.set(move |s| s.settlement_window = settlements)
-    }
-
-    /// A crashed handler worker (a panic in a job) is replaced at once,
-    /// unless more attempts than the type has workers panicked in a row:
-    /// then this is the first delay before it restarts, doubling with each
-    /// further panic in a row, up to
-    /// [`restart_backoff_max`](Self::restart_backoff_max); an attempt that
-    /// ends without a panic ends the streak. Default 50 ms.
-    pub fn restart_backoff_base(self, delay: Duration) -> Self {
-        self.set(move |s| s.restart_backoff_base = delay)
-    }
-
-    /// Longest delay before a crashed handler worker is restarted.
-    /// Default 5 s.
-    pub fn restart_backoff_max(self, delay: Duration) -> Self {
-        self.set(move |s| s.restart_backoff_max = delay)
-    }
-
-    /// Crashes of one job type's workers tolerated within
-    /// [`restart_window`](Self::restart_window) before the type is paused
-    /// (`EngineEvent::JobTypePaused`: it claims nothing until
-    /// `Engine::resume_job_type` or a restart; other types go on).
-    /// Default 100.
-    pub fn max_restarts(self, crashes: usize) -> Self {
-        self.set(move |s| s.max_restarts = crashes)
-    }
-
-    /// The window [`max_restarts`](Self::max_restarts) counts crashes in.
-    /// Default 10 s.
-    pub fn restart_window(self, window: Duration) -> Self {
-        self.set(move |s| s.restart_window = window)
-    }
-
-    /// A job that was running when the process died runs again without
-    /// spending an attempt; one under which the process keeps dying is a
-    /// poison pill: after this many separate interruption episodes (see
-    /// [`interruption_window`](Self::interruption_window)) within
-    /// [`interruption_memory`](Self::interruption_memory) it fails
-    /// permanently instead. At least 1. Default 3.
-    pub fn max_interruptions(self, episodes: u32) -> Self {
-        self.set(move |s| s.max_interruptions = episodes)
-    }
-
-    /// Interruptions of one job closer together than this count as one
-    /// episode toward [`max_interruptions`](Self::max_interruptions) (a
-    /// crash loop, or several kills in a row, is one episode). Default 60 s.
-    pub fn interruption_window(self, window: Duration) -> Self {
-        self.set(move |s| s.interruption_window = window)
-    }
-
-    /// An interruption episode is forgotten this long after it began
-    /// ([`Settings::interruption_memory`](crate::Settings::interruption_memory)):
-    /// a long job that runs through unrelated crashes hours apart is never
-    /// taken for a poison pill, while a crash loop still reaches
-    /// [`max_interruptions`](Self::max_interruptions) within it. Longer than
-    /// the interruption window. Default 1 h.
-    pub fn interruption_memory(self, memory: Duration) -> Self {
-        self.set(move |s| s.interruption_memory = memory)
-    }
-
-    /// When memo entries are written to the object store. Default
-    /// [`MemoWrites::OnFailure`](crate::MemoWrites::OnFailure): an attempt keeps its entries in memory and
-    /// writes them only if it does not succeed, so a successful attempt pays
-    /// no object write. [`MemoWrites::Immediate`](crate::MemoWrites::Immediate) writes each entry as it is
-    /// put, so entries survive a process crash mid-attempt too.
-    pub fn memo_writes(self, writes: crate::MemoWrites) -> Self {
-        self.set(move |s| s.memo_writes = writes)
-    }
-
-    /// How long a graceful shutdown lets running jobs finish before giving
-    /// them back to the queue (their attempt is not counted; they run again
-    /// after the next start) and reporting them in
-    /// [`ShutdownReport::abandoned`](crate::ShutdownReport::abandoned). Default: wait as long as they take.
-    pub fn shutdown_grace(self, grace: Duration) -> Self {
-        self.set(move |s| s.shutdown_grace = Some(grace))
+    setters! {
+        client_intake: set bool,
+        intake_poll: set Duration,
+        request_retention: set Duration,
+        queue_name: into String,
+        bulk_queue_name: into String,
+        max_concurrent_jobs: set usize,
+        batch_window: set usize,
+        poll_interval: set Duration,
+        retention: some Duration,
+        blob_prefix: into String,
+        settlement_window: set usize,
+        restart_backoff_base: set Duration,
+        restart_backoff_max: set Duration,
+        max_restarts: set usize,
+        restart_window: set Duration,
+        max_interruptions: set u32,
+        interruption_window: set Duration,
+        interruption_memory: set Duration,
+        memo_writes: set gaffer_actors::MemoWrites,
+        shutdown_grace: some Duration,
     }
 
     /// Open the store and start the engine. Fails with a typed error on a
@@ -588,14 +477,13 @@ impl EngineBuilder {
         let mut names = std::collections::HashSet::new();
         for r in &self.registrations {
             if !names.insert(r.name.clone()) {
-                return Err(EngineError::DuplicateJobType(r.name.clone()).into());
+                return Err(EngineError::DuplicateJobType(r.name.clone()));
             }
             if r.concurrency == Some(0) {
                 return Err(EngineError::InvalidConfig(format!(
                     "`{}` needs at least 1 worker",
                     r.name
-                ))
-                .into());
+                )));
             }
         }
         let settings = self.effective_settings();

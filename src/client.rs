@@ -32,7 +32,7 @@ use taquba::{
 
 use crate::error::{Error, JobError, Result};
 use crate::handle::decode_outcome_with;
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::submit::{SubmitOptions, submit_request};
 use gaffer_actors::layout::store::Store;
 
@@ -67,13 +67,13 @@ pub struct ClientBuilder {
 /// Submits jobs to an engine, and reads them, from another process.
 ///
 /// ```no_run
-/// # use gaffer::{Client, Job, JobContext};
+/// # use gaffer::{remote::Client, Job, JobContext};
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Email { to: String }
 /// # impl Job for Email { const NAME: &'static str = "email"; type Output = ();
 /// #   type Error = gaffer::Error;
 /// #   async fn run(&self, _: JobContext) -> Result<(), gaffer::Error> { Ok(()) } }
 /// # async fn f() -> gaffer::Result<()> {
-/// let client = Client::builder().store_url("s3://bucket/app").open().await?;
+/// let client = Client::builder().store(gaffer::Store::url("s3://bucket/app")).open().await?;
 /// let handle = client.submit(Email { to: "ada@example.com".into() }).await?;
 /// let outcome = handle.join().await?; // waits for the engine to run it
 /// # Ok(()) }
@@ -150,8 +150,7 @@ impl ClientBuilder {
         if self.poll.is_zero() {
             return Err(EngineError::InvalidConfig(
                 "the client's poll interval must be greater than zero".into(),
-            )
-            .into());
+            ));
         }
         let store = self
             .store
@@ -169,7 +168,7 @@ impl ClientBuilder {
             .and_then(|found| found.readable(&self.queue_path));
         if let Err(e) = layout {
             let _ = reader.close().await;
-            return Err(e.into());
+            return Err(e);
         }
         let inbox = self
             .inbox_path
@@ -236,7 +235,7 @@ impl Client {
             .keys()
             .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
         {
-            return Err(EngineError::ReservedHeader(h.clone()).into());
+            return Err(EngineError::ReservedHeader(h.clone()));
         }
         let run_id = crate::submit::job_id_of(&req, &request_id);
         let intake = IntakeRequest {
@@ -267,7 +266,7 @@ impl Client {
     pub async fn status(&self, id: &str) -> Result<JobState> {
         match self.inner.job_state(id).await? {
             Some(state) => Ok(state),
-            None => Err(EngineError::JobNotFound(id.to_string()).into()),
+            None => Err(EngineError::JobNotFound(id.to_string())),
         }
     }
 
@@ -357,14 +356,14 @@ impl Client {
 impl Inner {
     async fn job_state(&self, run_id: &str) -> Result<Option<JobState>> {
         if !keys::is_valid_id(run_id) {
-            return Err(EngineError::InvalidJobId(run_id.to_string()).into());
+            return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
-        Ok(inspect::job_state(self.reader.view(), run_id).await?)
+        inspect::job_state(self.reader.view(), run_id).await
     }
 
     async fn outcome<J: Job>(&self, run_id: &str) -> Result<Option<Result<J::Output, JobError>>> {
         if !keys::is_valid_id(run_id) {
-            return Err(EngineError::InvalidJobId(run_id.to_string()).into());
+            return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
         let Some(rec) = inspect::outcome_record(self.reader.view(), run_id).await? else {
             return Ok(None);
@@ -395,7 +394,7 @@ impl Inner {
             RequestProgress::Applied(_) => match self.job_state(run_id).await? {
                 Some(state) => RequestState::Job(state),
                 // Taken, and its job's records since removed (retention).
-                None => return Err(EngineError::JobNotFound(run_id.to_string()).into()),
+                None => return Err(EngineError::JobNotFound(run_id.to_string())),
             },
         })
     }
@@ -555,7 +554,7 @@ impl<J: Job> ClientHandle<J> {
                     missing_since = None;
                     status
                 }
-                Err(Error::Engine(EngineError::JobNotFound(_)))
+                Err(Error::JobNotFound(_))
                     if missing_since
                         .get_or_insert_with(tokio::time::Instant::now)
                         .elapsed()

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::error::{Error, JobError, Result};
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::shards::{ShardSet, ShardedEngine};
 use crate::submit::{SubmitOptions, pin_job_id, submit_request};
 
@@ -196,9 +196,7 @@ impl Actor for Gateway {
             GatewayMessage::Await(id, reply) => answer(reply, async move {
                 match outcome(&engine, id).await {
                     Ok(record) => WireOutcome::Ended(Box::new(record)),
-                    Err(Error::Engine(gaffer_actors::EngineError::JobNotFound(_))) => {
-                        WireOutcome::NotFound
-                    }
+                    Err(Error::JobNotFound(_)) => WireOutcome::NotFound,
                     Err(e) => WireOutcome::Error(e.to_string()),
                 }
             }),
@@ -308,8 +306,7 @@ impl ShardedEngine {
                     return Err(gaffer_actors::EngineError::ActorUnavailable {
                         actor: "shard keeper",
                         reason: format!("shard {shard}'s keeper did not answer: {other:?}"),
-                    }
-                    .into());
+                    });
                 }
             }
         }
@@ -379,8 +376,7 @@ impl ClusterRouter {
                         shard_group(shard),
                         self.deadline
                     ),
-                }
-                .into());
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -462,8 +458,7 @@ impl ClusterRouter {
             WireBatchDone::Error(reason) => Err(gaffer_actors::EngineError::ActorUnavailable {
                 actor: "shard gateway",
                 reason: format!("running batch `{batch_id}`: {reason}"),
-            }
-            .into()),
+            }),
         }
     }
 
@@ -489,14 +484,11 @@ impl ClusterRouter {
                 })
                 .await
             }
-            WireOutcome::NotFound => {
-                Err(gaffer_actors::EngineError::JobNotFound(id.to_string()).into())
-            }
+            WireOutcome::NotFound => Err(gaffer_actors::EngineError::JobNotFound(id.to_string())),
             WireOutcome::Error(reason) => Err(gaffer_actors::EngineError::ActorUnavailable {
                 actor: "shard gateway",
                 reason: format!("waiting for `{id}`: {reason}"),
-            }
-            .into()),
+            }),
         }
     }
 }

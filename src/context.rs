@@ -16,7 +16,7 @@ use gaffer_actors::exec::effects::Effects;
 
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::state::StateMap;
 use crate::submit::{SubmitOptions, submit_request, submit_typed};
 
@@ -112,7 +112,7 @@ impl JobContext {
     /// A committed value of the queue's KV namespace (this job's staged effects
     /// are not visible).
     pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.delivery.engine.kv_get(key.to_vec()).await?)
+        self.delivery.engine.kv_get(key.to_vec()).await
     }
 
     /// Submit another job now. It is independent of this one: it runs even if
@@ -163,7 +163,7 @@ impl JobContext {
     pub fn then_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
         self.delivery.engine.check_job_type(J::NAME)?;
         let request = submit_request(&job, opts)?;
-        Ok(self.delivery.effects.then(&self.delivery.run_id, request)?)
+        self.delivery.effects.then(&self.delivery.run_id, request)
     }
 }
 
@@ -172,7 +172,7 @@ impl JobContext {
 /// Wrap a step whose result a retry should reuse in
 /// [`memoized`](Self::memoized). Within an attempt, a `get` sees that
 /// attempt's own `put`s. When entries reach the store is the engine's
-/// [`MemoWrites`](crate::MemoWrites) setting: by default when the attempt
+/// [`MemoWrites`](crate::job::MemoWrites) setting: by default when the attempt
 /// fails (or panics, or is cut off by the shutdown grace period), never when it
 /// succeeds, since the outcome then answers; with `MemoWrites::Immediate`, at
 /// each `put`.
@@ -188,12 +188,12 @@ impl Memo {
 
     /// The raw entry at `key`.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.inner.get(key).await?)
+        self.inner.get(key).await
     }
 
     /// Write the raw entry at `key`.
     pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<()> {
-        Ok(self.inner.put(key, value).await?)
+        self.inner.put(key, value).await
     }
 
     /// The value memoized at `key`, or compute it with `f` and memoize it. A

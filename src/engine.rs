@@ -14,7 +14,7 @@ use gaffer_actors::{
 use crate::batch::Batch;
 use crate::error::{JobError, Result};
 use crate::handle::{JobHandle, decode_outcome};
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::pipeline::Pipeline;
 use crate::submit::{SubmitOptions, submit_typed};
 
@@ -42,17 +42,17 @@ impl Engine {
     /// reports an unknown job.
     pub fn handle<J: Job>(&self, id: &str) -> Result<JobHandle<J>> {
         if !gaffer_actors::layout::keys::is_valid_id(id) {
-            return Err(EngineError::InvalidJobId(id.to_string()).into());
+            return Err(EngineError::InvalidJobId(id.to_string()));
         }
         Ok(JobHandle::new(id.to_string(), false, self.jobs.clone()))
     }
 
     /// A handle on the job submitted with idempotency key `key`, without
-    /// submitting anything: its id is [`keyed_job_id`](crate::keyed_job_id)`(key)`.
+    /// submitting anything: its id is [`keyed_job_id`](crate::job::keyed_job_id)`(key)`.
     /// As with [`handle`](Self::handle), the job need not exist: `join`
     /// reports an unknown job.
     pub fn keyed_handle<J: Job>(&self, key: &str) -> JobHandle<J> {
-        JobHandle::new(crate::keyed_job_id(key), false, self.jobs.clone())
+        JobHandle::new(crate::job::keyed_job_id(key), false, self.jobs.clone())
     }
 
     /// The batch `id` of pipeline `P` (1-128 characters of `[A-Za-z0-9_-]`).
@@ -68,19 +68,31 @@ impl Engine {
 
     /// Cancel the job with this id.
     pub async fn cancel(&self, id: &str) -> Result<CancelResult> {
-        Ok(self.inner.cancel(id).await?)
+        self.inner.cancel(id).await
     }
 
-    /// Where the job with this id is now. `Err(`[`EngineError::JobNotFound`]`)`
+    /// Where the job with this id is now. `Err(`[`Error::JobNotFound`](crate::Error::JobNotFound)`)`
     /// if no record of it exists: never submitted, or its record passed
-    /// retention (see [`JobHandle::fetch_result`]).
+    /// retention (see [`JobHandle::outcome`]).
     pub async fn status(&self, id: &str) -> Result<JobState> {
-        Ok(self.inner.status(id).await?)
+        self.inner.status(id).await
+    }
+
+    /// The job's result if it has ended, without waiting: `None` while it
+    /// runs or waits (as [`JobHandle::outcome`]).
+    pub async fn outcome<J: Job>(&self, id: &str) -> Result<Option<Result<J::Output, JobError>>> {
+        self.handle::<J>(id)?.outcome().await
+    }
+
+    /// Wait for the job to end and answer its result (as
+    /// [`JobHandle::join`]).
+    pub async fn join<J: Job>(&self, id: &str) -> Result<Result<J::Output, JobError>> {
+        self.handle::<J>(id)?.join().await
     }
 
     /// Decode an outcome record (from [`EngineMessage::AwaitJob`] or a
     /// [`JobFinished`](gaffer_actors::JobFinished) message) as job `J`'s result.
-    pub async fn read_outcome<J: Job>(
+    pub async fn decode_outcome<J: Job>(
         &self,
         record: &OutcomeRecord,
     ) -> Result<Result<J::Output, JobError>> {
@@ -101,6 +113,25 @@ impl Engine {
         self.inner.subscribe()
     }
 
+    /// Have the actor `to` told (a [`JobFinished`](crate::protocol::JobFinished)
+    /// message, with the outcome record: [`decode_outcome`](Self::decode_outcome)
+    /// reads it typed) when the job `id` ends; at once if it has ended.
+    /// The watch survives restarts of the engine's actors (not of the
+    /// process).
+    pub fn watch_job(
+        &self,
+        id: &str,
+        to: ractor::DerivedActorRef<gaffer_actors::JobFinished>,
+    ) -> Result<()> {
+        if !gaffer_actors::layout::keys::is_valid_id(id) {
+            return Err(EngineError::InvalidJobId(id.to_string()));
+        }
+        self.inner
+            .actor()
+            .cast(EngineMessage::WatchJob(id.to_string(), to))
+            .map_err(|_| EngineError::ShutDown)
+    }
+
     /// Have the actor `to` told (a [`BatchFinished`](gaffer_actors::BatchFinished)
     /// message) when the run of batch `batch_id` in progress here ends: how a
     /// service restarted by its supervisor re-attaches to the batch it
@@ -110,23 +141,23 @@ impl Engine {
         batch_id: &str,
         to: ractor::DerivedActorRef<gaffer_actors::BatchFinished>,
     ) -> Result<()> {
-        Ok(self.inner.watch_batch(batch_id, to)?)
+        self.inner.watch_batch(batch_id, to)
     }
 
     /// Resume a job type (or pipeline) that was paused, by
-    /// [`pause_job_type`](Self::pause_job_type) or after crashing too often
+    /// [`pause`](Self::pause) or after crashing too often
     /// (`EngineEvent::JobTypePaused`): it claims its queued jobs again.
     /// Answers whether it was paused.
-    pub async fn resume_job_type(&self, name: &str) -> Result<bool> {
-        Ok(self.inner.resume_job_type(name).await?)
+    pub async fn resume(&self, job_type: &str) -> Result<bool> {
+        self.inner.resume(job_type).await
     }
 
     /// Pause a job type (or pipeline) durably: nothing more of it is
-    /// claimed, also after a restart, until
-    /// [`resume_job_type`](Self::resume_job_type); running jobs finish and
-    /// nothing is failed. Answers whether it was running.
-    pub async fn pause_job_type(&self, name: &str) -> Result<bool> {
-        Ok(self.inner.pause_job_type(name).await?)
+    /// claimed, also after a restart, until [`resume`](Self::resume);
+    /// running jobs finish and nothing is failed. Answers whether it was
+    /// running.
+    pub async fn pause(&self, job_type: &str) -> Result<bool> {
+        self.inner.pause(job_type).await
     }
 
     /// Run a failed or cancelled job again, under its id: a new attempt
@@ -134,9 +165,9 @@ impl Engine {
     /// failure record, so a handle's `join` afterwards waits for the new
     /// outcome. A job that succeeded or has not ended, or whose payload the
     /// queue no longer keeps (cancelled while queued), is
-    /// [`EngineError::NotRetryable`].
+    /// [`Error::NotRetryable`](crate::Error::NotRetryable).
     pub async fn retry(&self, id: &str) -> Result<()> {
-        Ok(self.inner.retry(id).await?)
+        self.inner.retry(id).await
     }
 
     /// Retry every job of `job_type` that failed at or after `since` (all of
@@ -149,7 +180,7 @@ impl Engine {
         let since_ms = since
             .map(gaffer_actors::engine::intake::epoch_ms)
             .unwrap_or(0);
-        Ok(self.inner.retry_failed(job_type, since_ms).await?)
+        self.inner.retry_failed(job_type, since_ms).await
     }
 
     /// Schedule a periodic job at run time, as
@@ -164,27 +195,27 @@ impl Engine {
         make_job: impl Fn(&gaffer_actors::Tick) -> J + Send + Sync + 'static,
     ) -> Result<()> {
         let spec = crate::periodic::periodic_spec(name, schedule, make_job);
-        Ok(self.inner.add_periodic(spec).await?)
+        self.inner.add_periodic(spec).await
     }
 
     /// Stop the periodic job `name` on this engine: no tick fires from now
     /// on. Its record stays in the store, so scheduling it again goes on
     /// from its last tick. Answers whether it was scheduled.
     pub async fn remove_periodic(&self, name: &str) -> Result<bool> {
-        Ok(self.inner.remove_periodic(name).await?)
+        self.inner.remove_periodic(name).await
     }
 
     /// Fire the periodic jobs' due ticks now rather than at the engine's
     /// next look (at most a poll interval away); answers how many fired.
     pub async fn check_periodic(&self) -> Result<usize> {
-        Ok(self.inner.check_periodic().await?)
+        self.inner.check_periodic().await
     }
 
     /// Every periodic job the store has a record of (scheduled on this
     /// engine or not), by name: its schedule, the last tick it fired and
     /// when the next is due.
     pub async fn periodic_jobs(&self) -> Result<Vec<gaffer_actors::PeriodicStatus>> {
-        Ok(self.inner.periodic_jobs().await?)
+        self.inner.periodic_jobs().await
     }
 
     /// The supervisor's `ActorRef`, for services that talk to the engine by
@@ -193,14 +224,30 @@ impl Engine {
         self.inner.actor()
     }
 
-    /// The untyped engine handle.
-    pub fn engine_ref(&self) -> &EngineRef {
-        &self.inner
+    /// Run one retention pass now (outcomes, batches, operator request
+    /// records past their retention) and answer what it removed; the
+    /// sweeper runs one every poll interval anyway.
+    pub async fn sweep_now(&self) -> Result<crate::protocol::SweepReport> {
+        self.inner.sweep_now().await
+    }
+
+    /// Each job type's and pipeline's pool: its workers, running and
+    /// waiting jobs, settlements in flight, crashes, and whether it is
+    /// paused.
+    pub async fn pool_stats(
+        &self,
+    ) -> Result<std::collections::HashMap<String, crate::protocol::PoolStats>> {
+        self.inner.pool_stats().await
+    }
+
+    /// The settings the engine runs with.
+    pub fn settings(&self) -> &gaffer_actors::Settings {
+        self.inner.services().settings()
     }
 
     /// Shut down gracefully: stop claiming, let running jobs finish and
     /// settle, close the queue.
     pub async fn shutdown(&self) -> Result<ShutdownReport> {
-        Ok(self.inner.shutdown().await?)
+        self.inner.shutdown().await
     }
 }

@@ -12,7 +12,7 @@ use gaffer_actors::{
 };
 
 use crate::error::{Error, JobError, JoinError, Result};
-use crate::job::Job;
+use crate::jobs::Job;
 
 /// A typed reference to a job. Cheap to clone; works across restarts (build
 /// one from an id with [`Engine::handle`](crate::Engine::handle)).
@@ -54,7 +54,7 @@ pub(crate) async fn decode_outcome<J: Job>(
     record: &OutcomeRecord,
 ) -> Result<Result<J::Output, JobError>> {
     decode_outcome_with::<J>(record, async |output: &OutputRef| {
-        Ok(engine.output_bytes(output.clone()).await?)
+        engine.output_bytes(output.clone()).await
     })
     .await
 }
@@ -68,7 +68,9 @@ pub(crate) async fn decode_outcome_with<J: Job>(
     // without gaffer's headers (recorded by a version before the ownership
     // check): not a job of any type.
     if record.job_type.is_empty() {
-        return Err(EngineError::NotSubmittedThroughGaffer(record.job_id.clone()).into());
+        return Err(EngineError::NotSubmittedThroughGaffer(
+            record.job_id.clone(),
+        ));
     }
     if record.job_type != J::NAME {
         return Err(Error::WrongJobType {
@@ -128,7 +130,7 @@ impl<J: Job> JobHandle<J> {
         self.newly_submitted
     }
 
-    /// Wait for the job to end. `Err(`[`EngineError::JobNotFound`](crate::EngineError::JobNotFound)`)`
+    /// Wait for the job to end. `Err(`[`EngineError::JobNotFound`](crate::Error::JobNotFound)`)`
     /// if no record of the job exists: never submitted, or its record passed
     /// retention. A handle whose submission was answered from the job's
     /// recorded outcome answers from that record, without reading it again
@@ -160,16 +162,16 @@ impl<J: Job> JobHandle<J> {
 
     /// The recorded result, without waiting.
     ///
-    /// One meaning on every read path (`join`, `fetch_result`, `status`,
+    /// One meaning on every read path (`join`, `outcome`, `status`,
     /// `cancel`, and their messages):
     /// - `Ok(Some(result))`: the job ended (durably) with this result;
     /// - `Ok(None)`: the job exists and has not ended yet (queued, scheduled,
     ///   running, or its ending commit not yet durable);
-    /// - `Err(`[`EngineError::JobNotFound`](crate::EngineError::JobNotFound)`)`:
+    /// - `Err(`[`EngineError::JobNotFound`](crate::Error::JobNotFound)`)`:
     ///   no record of the job exists: it was never submitted, or its outcome
     ///   record passed the engine's [`retention`](crate::EngineBuilder::retention).
-    pub async fn fetch_result(&self) -> Result<Option<Result<J::Output, JobError>>> {
-        match self.engine.peek_outcome(self.id.clone()).await? {
+    pub async fn outcome(&self) -> Result<Option<Result<J::Output, JobError>>> {
+        match self.engine.outcome(self.id.clone()).await? {
             Some(record) => decode_outcome::<J>(self.engine.as_ref(), &record)
                 .await
                 .map(Some),
@@ -177,15 +179,15 @@ impl<J: Job> JobHandle<J> {
         }
     }
 
-    /// Where the job is now; `Err(`[`EngineError::JobNotFound`](crate::EngineError::JobNotFound)`)`
-    /// if no record of it exists (see [`fetch_result`](Self::fetch_result)).
+    /// Where the job is now; `Err(`[`EngineError::JobNotFound`](crate::Error::JobNotFound)`)`
+    /// if no record of it exists (see [`outcome`](Self::outcome)).
     pub async fn status(&self) -> Result<JobState> {
-        Ok(self.engine.status(self.id.clone()).await?)
+        self.engine.status(self.id.clone()).await
     }
 
     /// Cancel the job.
     pub async fn cancel(&self) -> Result<CancelResult> {
-        Ok(self.engine.cancel(self.id.clone()).await?)
+        self.engine.cancel(self.id.clone()).await
     }
 
     /// The ids of the follow-up jobs this job's success created
@@ -195,7 +197,7 @@ impl<J: Job> JobHandle<J> {
     pub async fn followups(&self) -> Result<Option<Vec<String>>> {
         Ok(self
             .engine
-            .peek_outcome(self.id.clone())
+            .outcome(self.id.clone())
             .await?
             .map(|record| record.followups))
     }

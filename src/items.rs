@@ -1,7 +1,7 @@
 //! A batch's settled items, listed a page at a time from their records
 //! ([`Batch::items`](crate::Batch::items)).
 
-use crate::cost::CostReport;
+use gaffer_actors::batches::report::CostReport;
 
 /// How a settled item of a batch ended, as its record says.
 #[derive(Debug, Clone, PartialEq)]

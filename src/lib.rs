@@ -36,8 +36,29 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout: this crate is the typed API; `gaffer-actors` is the untyped engine
-//! (actors, messages, durable layout). See ARCHITECTURE.md.
+//! # Map
+//!
+//! The root holds what every user names: the [`Engine`] and its
+//! [`EngineBuilder`] (with the [`Store`] it runs on), a [`Job`] and its
+//! [`JobContext`], [`JobHandle`] and [`SubmitOptions`], a [`Pipeline`] with
+//! its [`BulkCtx`], [`Batch`] and [`BulkReport`], [`Settings`] and
+//! [`JobOptions`], [`RateLimit`], [`EngineEvent`], [`Error`] and
+//! [`Result`]. The rest lives in modules named for what they are for:
+//!
+//! - [`job`]: how a job ends and is read back (`JobError`, `JobState`,
+//!   `FailureKind`), memo and effects, ids of keyed jobs;
+//! - [`bulk`]: a batch's items, progress, status and cost;
+//! - [`sink`]: where a batch's outputs go (JSONL, an actor, your own);
+//! - [`periodic`]: schedules and periodic jobs;
+//! - [`remote`]: the engine from other processes (`Client`), and shards
+//!   (`ShardedEngine`, `ShardedClient`, the cluster);
+//! - [`protocol`]: the engine's actor messages, for services that talk to it
+//!   by `call!`/`cast!`;
+//! - `testing` (feature `testing`): test helpers.
+//!
+//! This crate is the typed API; `gaffer-actors` is the untyped engine
+//! (actors, messages, durable layout) and carries no semver promise. See
+//! ARCHITECTURE.md.
 
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
@@ -49,73 +70,92 @@ mod client;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod context;
-mod cost;
 mod engine;
 mod error;
 mod handle;
 mod items;
-mod job;
-mod periodic;
+mod jobs;
 mod pipeline;
 mod report;
 mod shards;
-mod sink;
 mod state;
 mod submit;
 
 pub use batch::Batch;
-pub use builder::EngineBuilder;
-pub use client::{Client, ClientBuilder, ClientHandle, Request, RequestState};
-#[cfg(feature = "cluster")]
-pub use cluster::{BatchCounts, ClusterRouter, Gateway, GatewayMessage, shard_group};
-pub use context::{JobContext, Memo};
-pub use cost::CostReport;
+pub use builder::{EngineBuilder, JobOptions};
+pub use context::JobContext;
 pub use engine::Engine;
-pub use error::{Error, JobError, JoinError, Result};
-pub use gaffer_actors::layout::store::Store;
-/// Periodic jobs: when they tick, what happens to missed ticks, a tick as
-/// `make_job` sees it, and what the store records of each.
-pub use gaffer_actors::{
-    Missed, PeriodicRecord, PeriodicSpec, PeriodicStatus, Schedule, ScheduleError, ScheduleSpec,
-    Tick,
-};
-pub use handle::JobHandle;
-pub use items::{BatchItem, ItemOutcome, ItemPage};
-pub use job::{Job, keyed_job_id, payload_idempotency_key};
-pub use periodic::periodic_spec;
-pub use pipeline::{BulkCtx, ItemError, Pipeline};
-/// `ractor_cluster` (feature `cluster`): its node server and connect, for
-/// joining a ractor cluster.
-#[cfg(feature = "cluster")]
-pub use ractor_cluster;
-pub use report::{BatchStatus, BulkReport, ProgressSnapshot};
-pub use shards::{
-    MAX_SHARDS, Placement, ShardError, ShardEvent, ShardSet, ShardStatus, ShardedClient,
-    ShardedEngine, ShardedEngineBuilder,
-};
-pub use sink::{
-    ActorSink, JsonlSink, NullSink, OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED,
-    STATUS_OUTPUT_UNAVAILABLE, STATUS_SUCCEEDED, read_jsonl,
-};
-pub use submit::{SubmitOptions, submit_request};
-
-pub use gaffer_actors::erased::CompletedBatch;
-pub use gaffer_actors::exec::effects::Effects;
+pub use error::{Error, Result};
 pub use gaffer_actors::exec::rate::RateLimit;
-/// Test helpers (feature `testing`): a fault-injecting object store.
+pub use gaffer_actors::layout::store::Store;
+pub use gaffer_actors::{EngineEvent, Settings};
+pub use handle::JobHandle;
+pub use jobs::Job;
+pub use pipeline::{BulkCtx, Pipeline};
+pub use report::BulkReport;
+pub use submit::SubmitOptions;
+
+/// How a job ends and is read back, what it keeps across attempts (memo)
+/// and stages for its success (effects), and the ids of keyed jobs.
+pub mod job {
+    pub use crate::context::Memo;
+    pub use crate::error::{JobError, JoinError};
+    pub use crate::jobs::{Job, keyed_job_id, payload_idempotency_key};
+    pub use gaffer_actors::erased::CompletedBatch;
+    pub use gaffer_actors::exec::effects::Effects;
+    pub use gaffer_actors::{CancelResult, FailureKind, JobState, MemoWrites};
+}
+
+/// A batch's items (a page at a time, outputs typed), its progress and
+/// status, and the cost its items record.
+pub mod bulk {
+    pub use crate::items::{BatchItem, ItemOutcome, ItemPage};
+    pub use crate::pipeline::ItemError;
+    pub use crate::report::{BatchStatus, BulkReport, ProgressSnapshot};
+    pub use gaffer_actors::batches::report::CostReport;
+}
+
+pub mod sink;
+
+pub mod periodic;
+
+/// The engine from other processes: a [`Client`](remote::Client) submits
+/// and reads through the store (no writer, no fencing); a shard set splits
+/// one workload over several stores ([`ShardedEngine`](remote::ShardedEngine),
+/// [`ShardedClient`](remote::ShardedClient); with feature `cluster`, the
+/// engines of a `ractor_cluster`).
+pub mod remote {
+    pub use crate::client::{Client, ClientBuilder, ClientHandle, Request, RequestState};
+    #[cfg(feature = "cluster")]
+    pub use crate::cluster::{BatchCounts, ClusterRouter, Gateway, GatewayMessage, shard_group};
+    pub use crate::shards::{
+        MAX_SHARDS, Placement, ShardError, ShardEvent, ShardSet, ShardStatus, ShardedClient,
+        ShardedEngine, ShardedEngineBuilder,
+    };
+    /// `ractor_cluster` (feature `cluster`): its node server and connect,
+    /// for joining a ractor cluster.
+    #[cfg(feature = "cluster")]
+    pub use ractor_cluster;
+}
+
+/// The engine's protocol, for a ractor service that talks to it by message
+/// (`call!`/`cast!` on [`Engine::actor`]): the messages, what they carry and
+/// what they answer, and the bytes-level batch sink.
+pub mod protocol {
+    pub use crate::submit::submit_request;
+    pub use gaffer_actors::{
+        BatchFinished, BatchOutcome, BatchSpec, EngineMessage, ItemRecord, JobFinished, Outcome,
+        OutcomeRecord, OutputRef, PoolStats, RecordSink, ShutdownReport, SinkAttached, SinkError,
+        SinkTakeover, SubmitRequest, Submitted, SweepReport, WaitError,
+    };
+}
+
+/// Test helpers (feature `testing`): a fault-injecting object store, panics
+/// injected into the engine's own work, and the engine's insides a test
+/// reaches for.
 #[cfg(feature = "testing")]
-pub use gaffer_actors::testing;
-/// The engine's protocol, for services that talk to it by message
-/// (`EngineMessage`, `EngineRef`) and what those messages carry and answer.
-pub use gaffer_actors::{
-    BatchFinished, BatchOutcome, BatchSpec, CancelResult, EngineMessage, EngineRef, JobFinished,
-    JobState, Outcome, OutcomeRecord, OutputRef, PoolStats, ShutdownReport, SinkAttached,
-    SinkTakeover, SubmitRequest, Submitted, SweepReport, WaitError,
-};
-/// Settings, events and the engine's errors.
-pub use gaffer_actors::{EngineError, EngineEvent, FailureKind, MemoWrites, Settings};
-/// A bytes-level batch sink ([`BatchSpec::sink`]) and what it is given.
-pub use gaffer_actors::{ItemRecord, RecordSink, SinkError};
+pub mod testing;
+
 /// The actor framework, for services that talk to the engine by message.
 pub use ractor;
 /// The durable queue gaffer runs on, and its object-store crate.

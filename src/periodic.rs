@@ -1,21 +1,26 @@
-//! Periodic jobs, typed: a job type submitted on a [`Schedule`], one run per
-//! tick. The engine side (the periodic actor, the durable record, the
-//! transaction that fires a tick) is `gaffer-actors`' `periodic` and
-//! `ticks`; this module turns a typed `make_job` into the bytes-level
-//! [`PeriodicSpec`].
+//! Periodic jobs: a job type submitted on a [`Schedule`] (a cron
+//! expression in a time zone, or an interval), one run per tick across
+//! restarts; what happens to ticks missed while no engine ran
+//! ([`Missed`]); what the store records of each ([`PeriodicRecord`],
+//! [`PeriodicStatus`]). Schedule one with `EngineBuilder::periodic` or
+//! `Engine::add_periodic`; [`periodic_spec`] makes the bytes-level
+//! [`PeriodicSpec`] a service sends by message.
 
 use std::sync::Arc;
 
-use gaffer_actors::{PeriodicSpec, Schedule, Tick};
+pub use gaffer_actors::{
+    Missed, PeriodicRecord, PeriodicSpec, PeriodicStatus, Schedule, ScheduleError, ScheduleSpec,
+    Tick,
+};
 
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::submit::{SubmitOptions, submit_request};
 
 /// The bytes-level periodic job named `name` that submits the job
 /// `make_job` makes for each tick of `schedule`: what
 /// [`EngineBuilder::periodic`](crate::EngineBuilder::periodic) and
 /// [`Engine::add_periodic`](crate::Engine::add_periodic) schedule, and what
-/// [`EngineMessage::AddPeriodic`](crate::EngineMessage::AddPeriodic) carries
+/// [`EngineMessage::AddPeriodic`](crate::protocol::EngineMessage::AddPeriodic) carries
 /// for a service that talks to the engine by message.
 ///
 /// `make_job` runs in an engine task when a tick fires; it should make the

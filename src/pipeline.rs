@@ -12,8 +12,8 @@ use gaffer_actors::exec::effects::Effects;
 use gaffer_actors::{Delivery, FailureKind};
 
 use crate::context::Memo;
-use crate::cost::CostReport;
 use crate::error::Error;
+use gaffer_actors::batches::report::CostReport;
 
 /// Why an item failed: transient errors retry (queue backoff, queue attempt
 /// limit), permanent ones fail the item now.
@@ -138,7 +138,7 @@ impl<T> BulkCtx<T> {
             .engine
             .kv_get(key.to_vec())
             .await
-            .map_err(|e| ItemError::from(Error::from(e)))
+            .map_err(ItemError::from)
     }
 
     /// Memoize `f`'s `(value, cost)` under `key`; the cost is added to this

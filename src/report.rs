@@ -3,40 +3,8 @@
 
 use std::time::Duration;
 
-use crate::cost::CostReport;
-
-/// What a completed run of a batch counted. Every manifest item is counted
-/// exactly once: from its settlement in this run, or from the marker an
-/// earlier run left (succeeded items are not run again).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BulkReport {
-    /// Batch id.
-    pub batch_id: String,
-    /// Items in the batch.
-    pub total: u64,
-    /// Items succeeded.
-    pub succeeded: u64,
-    /// Items failed.
-    pub failed: u64,
-    /// Items cancelled.
-    pub cancelled: u64,
-    /// Wall time of this run.
-    pub elapsed: Duration,
-    /// Cost rollup.
-    pub cost: CostReport,
-    /// Keys of failed items, in completion order.
-    pub failed_keys: Vec<String>,
-    /// Item records the sink rejected, or could not be given their output
-    /// (it could not be read, or failed JSON conversion): written with status
-    /// `output_unavailable`.
-    pub sink_errors: u64,
-    /// Keys of those items, in order.
-    pub sink_error_keys: Vec<String>,
-    /// The id of the completion job this run created
-    /// ([`Batch::on_complete`](crate::Batch::on_complete)): `Engine::handle`
-    /// on it gives its handle.
-    pub on_complete: Option<String>,
-}
+pub use gaffer_actors::batches::report::BulkReport;
+use gaffer_actors::batches::report::CostReport;
 
 /// A running batch's progress.
 #[derive(Debug, Clone, PartialEq)]

@@ -48,47 +48,10 @@ use crate::client::{Client, ClientBuilder, ClientHandle};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::handle::JobHandle;
-use crate::job::Job;
+use crate::jobs::Job;
 use crate::submit::{SubmitOptions, job_id_of, pin_job_id, submit_request};
 
-/// What is wrong with a shard set, a placement, or a shard asked for.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ShardError {
-    /// The shard set cannot be built as given.
-    #[error("invalid shard set: {0}")]
-    InvalidSet(String),
-    /// The placement cannot be worked out (no hostname ordinal, an ordinal
-    /// out of range …).
-    #[error("invalid placement: {0}")]
-    InvalidPlacement(String),
-    /// The job or batch belongs to a shard this process does not own.
-    #[error(
-        "`{id}` belongs to shard {shard}, which this process does not own (it owns {owned:?}); \
-         submit or read it through a ShardedClient, or on the process that owns the shard"
-    )]
-    NotOwned {
-        /// The job or batch id.
-        id: String,
-        /// Its shard.
-        shard: usize,
-        /// The shards this process owns.
-        owned: Vec<usize>,
-    },
-    /// The job or batch belongs to a shard this process owns, whose engine
-    /// is down now (fenced by another writer, or stopped).
-    #[error(
-        "shard {shard} is down on this process ({reason}); its keeper brings it back on its own \
-         (`ShardedEngine::subscribe` says when): try again then, or submit through a \
-         ShardedClient, whose inbox keeps the job for whichever process runs the shard"
-    )]
-    Down {
-        /// The shard.
-        shard: usize,
-        /// Why it is down.
-        reason: String,
-    },
-}
+pub use gaffer_actors::ShardError;
 
 /// The stores of one workload, in shard order. The count is fixed at
 /// deploy: every id's shard depends on it.
@@ -246,7 +209,7 @@ impl Placement {
     }
 }
 
-/// How a shard stands on this process ([`ShardedEngine::status`]).
+/// How a shard stands on this process ([`ShardedEngine::shard_status`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ShardStatus {
@@ -383,7 +346,7 @@ impl ShardedEngineBuilder {
     /// The first start on a store writes its shard marker (`index/count`);
     /// every later start checks it, and a store written as another shard or
     /// under another count fails with
-    /// [`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch)
+    /// [`EngineError::ShardMismatch`](crate::Error::ShardMismatch)
     /// before any job runs: a set restarted with another count would route
     /// ids to stores that do not hold them.
     ///
@@ -450,11 +413,10 @@ impl ShardedEngineBuilder {
                         events: events.downgrade(),
                     };
                     started.shutdown().await;
-                    return Err(crate::EngineError::ActorUnavailable {
+                    return Err(crate::Error::ActorUnavailable {
                         actor: "shard keeper",
                         reason: format!("shard {shard}'s keeper did not start: {e}"),
-                    }
-                    .into());
+                    });
                 }
             }
         }
@@ -531,7 +493,7 @@ impl ShardedEngine {
     }
 
     /// How `shard` stands here (`None` if this process does not own it).
-    pub fn status(&self, shard: usize) -> Option<ShardStatus> {
+    pub fn shard_status(&self, shard: usize) -> Option<ShardStatus> {
         Some(self.shards.get(&shard)?.slot.borrow().status.clone())
     }
 
@@ -599,7 +561,7 @@ impl ShardedEngine {
     /// Shut every shard's engine down (all at once) and stop keeping them;
     /// answers each shard's result (`ShardError::Down` for a shard that was
     /// down, `ShutDown` for one already shut down).
-    pub async fn shutdown(&self) -> Vec<(usize, Result<crate::ShutdownReport>)> {
+    pub async fn shutdown(&self) -> Vec<(usize, Result<crate::protocol::ShutdownReport>)> {
         let all = self.shards.iter().map(|(shard, kept)| async move {
             // The keeper always answers: its shutdown task reports, also
             // when it panics; a keeper gone drops the port.
@@ -612,7 +574,7 @@ impl ShardedEngine {
                     let engine = kept.slot.borrow().engine.clone();
                     match engine {
                         Some(engine) => engine.shutdown().await,
-                        None => Err(crate::EngineError::ShutDown.into()),
+                        None => Err(crate::Error::ShutDown),
                     }
                 }
             };
@@ -635,7 +597,7 @@ impl ShardedClient {
     /// each (`Client::builder().store(Store::url(url))` and the engines' queue
     /// settings). Fails if a shard's store was never opened by an engine,
     /// or if its shard marker names another shard or another count
-    /// ([`EngineError::ShardMismatch`](crate::EngineError::ShardMismatch)).
+    /// ([`EngineError::ShardMismatch`](crate::Error::ShardMismatch)).
     pub async fn open<F>(set: ShardSet, mut make: F) -> Result<Self>
     where
         F: FnMut(usize, &str) -> ClientBuilder,
@@ -702,13 +664,22 @@ impl ShardedClient {
     }
 
     /// Wait for the job `id` to end, in its shard (see [`Client::join`]).
-    pub async fn join<J: Job>(&self, id: &str) -> Result<Result<J::Output, crate::JobError>> {
+    pub async fn join<J: Job>(&self, id: &str) -> Result<Result<J::Output, crate::job::JobError>> {
         self.client_of(id).join::<J>(id).await
     }
 
     /// The state of the job `id`, in its shard (see [`Client::status`]).
-    pub async fn status(&self, id: &str) -> Result<crate::JobState> {
+    pub async fn status(&self, id: &str) -> Result<crate::job::JobState> {
         self.client_of(id).status(id).await
+    }
+
+    /// The job's result if it has ended, without waiting, in its shard
+    /// (see [`Client::outcome`]).
+    pub async fn outcome<J: Job>(
+        &self,
+        id: &str,
+    ) -> Result<Option<Result<J::Output, crate::job::JobError>>> {
+        self.client_of(id).outcome::<J>(id).await
     }
 
     /// Close every client.

@@ -89,7 +89,7 @@ impl<W: Write + Send + 'static> OutputSink for JsonlSink<W> {
         let mut line = serde_json::to_vec(record).map_err(|e| Error::encode("output record", e))?;
         line.push(b'\n');
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        w.write_all(&line).map_err(Error::Io)
+        w.write_all(&line).map_err(Error::from)
     }
 
     fn flush(&self) -> Result<()> {
@@ -97,7 +97,7 @@ impl<W: Write + Send + 'static> OutputSink for JsonlSink<W> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .flush()
-            .map_err(Error::Io)
+            .map_err(Error::from)
     }
 }
 
@@ -124,7 +124,7 @@ impl ActorSink {
 impl OutputSink for ActorSink {
     fn write(&self, record: &OutputRecord) -> Result<()> {
         self.to.send_message(record.clone()).map_err(|_| {
-            Error::Io(std::io::Error::new(
+            Error::from(std::io::Error::new(
                 std::io::ErrorKind::BrokenPipe,
                 "the sink's actor has stopped; a live actor takes the run's sink over with Batch::attach",
             ))
@@ -139,7 +139,7 @@ pub fn read_jsonl<T: DeserializeOwned, R: BufRead>(reader: R) -> impl Iterator<I
         .lines()
         .enumerate()
         .filter_map(|(i, line)| match line {
-            Err(e) => Some(Err(Error::Io(e))),
+            Err(e) => Some(Err(Error::from(e))),
             Ok(l) if l.trim().is_empty() => None,
             Ok(l) => Some(serde_json::from_str(&l).map_err(|e| Error::Json {
                 line: i + 1,

@@ -9,7 +9,7 @@ use gaffer_actors::erased::JobEngine;
 
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
-use crate::job::Job;
+use crate::jobs::Job;
 
 /// Options of one submission. Only the payload decides whether two keyed
 /// submissions are the same job; options of a duplicate are ignored.
@@ -45,7 +45,7 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
 }
 
 /// The id `req`'s job will have: its idempotency key's
-/// ([`keyed_job_id`](crate::keyed_job_id)), else `fresh` (a new ULID).
+/// ([`keyed_job_id`](crate::job::keyed_job_id)), else `fresh` (a new ULID).
 /// Known before the request is sent, so a shard set routes by it.
 pub(crate) fn job_id_of(req: &SubmitRequest, fresh: &str) -> String {
     match &req.idempotency_key {

@@ -12,9 +12,9 @@ use std::time::Duration;
 use gaffer::ractor::call;
 use gaffer::taquba::EnqueueOptions;
 use gaffer::{
-    BulkCtx, Engine, EngineError, EngineEvent, EngineMessage, ItemError, ItemOutcome, Job,
-    JobContext, JobState, MemoWrites, Outcome, OutcomeRecord, OutputRef, Pipeline, Settings,
-    WaitError,
+    BulkCtx, Engine, EngineEvent, Error, Job, JobContext, Pipeline, Settings, bulk::ItemError,
+    bulk::ItemOutcome, job::JobState, job::MemoWrites, protocol::EngineMessage, protocol::Outcome,
+    protocol::OutcomeRecord, protocol::OutputRef, protocol::WaitError,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
@@ -159,14 +159,11 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .start()
         .await
         .unwrap();
-    assert_eq!(engine.engine_ref().services().settings(), &want);
+    assert_eq!(engine.settings(), &want);
     // The settings are in force: the job type's queue has the new prefix.
     let handle = engine.submit(Add { a: 1, b: 1 }).await.unwrap();
     assert_eq!(handle.await.unwrap(), 2);
-    let queues = engine
-        .engine_ref()
-        .services()
-        .raw_queue()
+    let queues = gaffer::testing::raw_queue(&engine)
         .unwrap()
         .view()
         .list_queues()
@@ -177,62 +174,54 @@ async fn every_builder_setter_reaches_the_engines_settings() {
 }
 
 #[tokio::test]
-async fn individual_setters_survive_a_later_settings_call_and_apply_over_an_earlier_one() {
+async fn settings_replace_what_was_set_before_and_a_setter_after_changes_its_one_field() {
     let base = Settings {
         max_concurrent_jobs: 4,
         batch_window: 99,
         ..Settings::default()
     };
     let retention = Duration::from_secs(42);
+    // The last call wins: `settings` replaces the setters called before it…
     let before = gaffer::Engine::builder()
         .retention(retention)
         .max_restarts(7)
         .settings(base.clone())
         .effective_settings();
+    assert_eq!(before, base);
+    // …and a setter called after it changes its one field.
     let after = gaffer::Engine::builder()
         .settings(base.clone())
         .retention(retention)
         .max_restarts(7)
         .effective_settings();
-    let want = Settings {
-        retention: Some(retention),
-        max_restarts: 7,
-        ..base.clone()
-    };
-    assert_eq!(before, want, "a setter called before settings() was lost");
-    assert_eq!(after, want);
-    // A second base replaces the first, never the overrides.
-    let replaced = gaffer::Engine::builder()
-        .settings(base)
-        .retention(retention)
-        .settings(Settings::default())
-        .effective_settings();
     assert_eq!(
-        replaced,
+        after,
         Settings {
             retention: Some(retention),
-            ..Settings::default()
+            max_restarts: 7,
+            ..base
         }
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_started_engine_keeps_a_setter_called_before_settings() {
+async fn the_started_engine_runs_with_the_last_call_of_each_setting() {
     let engine = common::memory_builder(common::mock_clock())
-        .retention(Duration::from_secs(42))
         .settings(Settings {
             max_concurrent_jobs: 2,
             ..Settings::default()
         })
+        .retention(Duration::from_secs(42))
         .register::<Add>()
         .start()
         .await
         .unwrap();
-    let settings = engine.engine_ref().services().settings().clone();
+    let settings = engine.settings().clone();
     assert_eq!(settings.retention, Some(Duration::from_secs(42)));
     assert_eq!(settings.max_concurrent_jobs, 2);
-    // memory_builder's poll interval (a setter) survives the base too.
-    assert_eq!(settings.poll_interval, Duration::from_millis(20));
+    // memory_builder's poll interval (a setter before `settings`) was
+    // replaced by the settings' own.
+    assert_eq!(settings.poll_interval, Settings::default().poll_interval);
     engine.shutdown().await.unwrap();
 }
 
@@ -362,7 +351,7 @@ async fn a_keyed_jobs_id_is_computed_from_its_key_as_the_engine_does() {
         .await
         .unwrap();
     // Computed before the job exists.
-    let id = gaffer::keyed_job_id("greet:ada");
+    let id = gaffer::job::keyed_job_id("greet:ada");
     let handle = engine.submit(Greet { user: "ada".into() }).await.unwrap();
     assert_eq!(handle.id(), id);
     assert_eq!(handle.await.unwrap(), "hello ada");
@@ -370,7 +359,7 @@ async fn a_keyed_jobs_id_is_computed_from_its_key_as_the_engine_does() {
     let by_key = engine.keyed_handle::<Greet>("greet:ada");
     assert_eq!(by_key.id(), id);
     assert_eq!(by_key.join().await.unwrap(), Ok("hello ada".to_string()));
-    assert_ne!(gaffer::keyed_job_id("greet:bob"), id);
+    assert_ne!(gaffer::job::keyed_job_id("greet:bob"), id);
     engine.shutdown().await.unwrap();
 }
 
@@ -449,7 +438,7 @@ async fn a_batchs_items_are_listed_page_by_page_with_their_outcomes_and_outputs(
     assert!(
         matches!(
             unknown,
-            Err(gaffer::Error::Engine(gaffer::EngineError::BatchNotFound(ref id))) if id == "never-run"
+            Err(gaffer::Error::BatchNotFound(ref id)) if id == "never-run"
         ),
         "{unknown:?}"
     );
@@ -476,14 +465,14 @@ impl Job for Gated {
 
 /// Whether `r` is the typed layer's `JobNotFound` for `id`.
 fn is_not_found<T>(r: &gaffer::Result<T>, id: &str) -> bool {
-    matches!(r, Err(gaffer::Error::Engine(EngineError::JobNotFound(got))) if got == id)
+    matches!(r, Err(gaffer::Error::JobNotFound(got)) if got == id)
 }
 
 /// Every read path on `id` answers "no record of this job".
 async fn every_read_says_not_found(engine: &Engine, id: &str) {
     let handle = engine.handle::<Gated>(id).unwrap();
-    let fetched = handle.fetch_result().await;
-    assert!(is_not_found(&fetched, id), "fetch_result: {fetched:?}");
+    let fetched = handle.outcome().await;
+    assert!(is_not_found(&fetched, id), "outcome: {fetched:?}");
     let status = handle.status().await;
     assert!(is_not_found(&status, id), "status: {status:?}");
     let joined = handle.join().await;
@@ -499,7 +488,7 @@ async fn every_read_says_not_found(engine: &Engine, id: &str) {
         "{message}"
     );
     // By message, the same answers.
-    let peek = call!(engine.actor(), EngineMessage::PeekOutcome, id.to_string()).unwrap();
+    let peek = call!(engine.actor(), EngineMessage::JobOutcome, id.to_string()).unwrap();
     assert!(
         matches!(&peek, Err(WaitError::NotFound(got)) if got == id),
         "{peek:?}"
@@ -511,7 +500,7 @@ async fn every_read_says_not_found(engine: &Engine, id: &str) {
     );
     let status = call!(engine.actor(), EngineMessage::JobStatus, id.to_string()).unwrap();
     assert!(
-        matches!(&status, Err(EngineError::JobNotFound(got)) if got == id),
+        matches!(&status, Err(Error::JobNotFound(got)) if got == id),
         "JobStatus: {status:?}"
     );
 }
@@ -531,7 +520,7 @@ async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_ev
     gate.wait_entered(1, LIMIT).await;
 
     // It exists and has not ended: `Ok(None)`, never `JobNotFound`.
-    assert_eq!(handle.fetch_result().await.unwrap(), None);
+    assert_eq!(handle.outcome().await.unwrap(), None);
     assert_eq!(handle.status().await.unwrap(), JobState::Running);
     assert_eq!(
         handle.join_timeout(Duration::from_secs(1)).await.unwrap(),
@@ -539,7 +528,7 @@ async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_ev
     );
     let peek = call!(
         engine.actor(),
-        EngineMessage::PeekOutcome,
+        EngineMessage::JobOutcome,
         handle.id().into()
     )
     .unwrap();
@@ -547,13 +536,13 @@ async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_ev
 
     gate.open();
     assert_eq!(handle.join().await.unwrap(), Ok(7));
-    assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(7)));
+    assert_eq!(handle.outcome().await.unwrap(), Some(Ok(7)));
     assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
 
     // Past retention the record is gone: every path says the job is unknown,
     // exactly as for an id never submitted.
     clock.advance(Duration::from_secs(61));
-    let swept = engine.engine_ref().sweep_now().await.unwrap();
+    let swept = engine.sweep_now().await.unwrap();
     assert!(swept.expired >= 1, "{swept:?}");
     every_read_says_not_found(&engine, handle.id()).await;
     every_read_says_not_found(&engine, "never-submitted").await;
@@ -581,7 +570,7 @@ impl Job for Counted {
 /// Put a valid `Counted` straight on its queue, without gaffer's headers and
 /// run record; `run_at` keeps it queued until then.
 async fn enqueue_raw(engine: &Engine, run_at: Option<std::time::SystemTime>) -> String {
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(engine).unwrap();
     let payload = rmp_serde::to_vec_named(&Counted(5)).unwrap();
     queue
         .enqueue_with(
@@ -595,7 +584,7 @@ async fn enqueue_raw(engine: &Engine, run_at: Option<std::time::SystemTime>) -> 
 
 /// Whether `r` is the typed layer's `NotSubmittedThroughGaffer` for `id`.
 fn is_not_through_gaffer<T>(r: &gaffer::Result<T>, id: &str) -> bool {
-    matches!(r, Err(gaffer::Error::Engine(EngineError::NotSubmittedThroughGaffer(got))) if got == id)
+    matches!(r, Err(gaffer::Error::NotSubmittedThroughGaffer(got)) if got == id)
 }
 
 /// Every read of `id` says it is a queue job not submitted through gaffer.
@@ -605,11 +594,8 @@ async fn every_read_says_not_through_gaffer(engine: &Engine, id: &str) {
         .await
         .expect("join answers at once");
     assert!(is_not_through_gaffer(&joined, id), "join: {joined:?}");
-    let fetched = handle.fetch_result().await;
-    assert!(
-        is_not_through_gaffer(&fetched, id),
-        "fetch_result: {fetched:?}"
-    );
+    let fetched = handle.outcome().await;
+    assert!(is_not_through_gaffer(&fetched, id), "outcome: {fetched:?}");
     let status = handle.status().await;
     assert!(is_not_through_gaffer(&status, id), "status: {status:?}");
     let cancelled = handle.cancel().await;
@@ -649,11 +635,11 @@ async fn a_raw_queued_message_is_never_run_and_every_read_says_it_did_not_come_t
     let claimed = enqueue_raw(&engine, None).await;
     let queue_name = common::job_queue("counted");
     common::eventually("the raw message is dead-lettered", LIMIT, async || {
-        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
         queue.view().stats(&queue_name).await.unwrap().dead == 1
     })
     .await;
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let record = queue.view().job_record(&claimed).await.unwrap().unwrap();
     drop(queue);
     let last_error = record.last_error.unwrap_or_default();
@@ -688,7 +674,7 @@ async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not
         history: Vec::new(),
         followups: Vec::new(),
     };
-    let decoded = engine.read_outcome::<Counted>(&record).await;
+    let decoded = engine.decode_outcome::<Counted>(&record).await;
     assert!(
         is_not_through_gaffer(&decoded, "01JRAWRAWRAWRAWRAWRAWRAWRA"),
         "{decoded:?}"
@@ -698,7 +684,7 @@ async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not
         job_type: "add".into(),
         ..record
     };
-    let decoded = engine.read_outcome::<Counted>(&other).await;
+    let decoded = engine.decode_outcome::<Counted>(&other).await;
     assert!(
         matches!(&decoded, Err(gaffer::Error::WrongJobType { actual, .. }) if actual == "add"),
         "{decoded:?}"

@@ -10,8 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gaffer::ractor::{Actor, ActorProcessingErr, ActorRef};
-use gaffer::{ActorSink, BulkCtx, Engine, ItemError, OutputRecord, OutputSink, Pipeline};
-use gaffer_actors::testing::{FaultyStore, Ops};
+use gaffer::testing::{FaultyStore, Ops};
+use gaffer::{
+    BulkCtx, Engine, Pipeline, bulk::ItemError, sink::ActorSink, sink::OutputRecord,
+    sink::OutputSink,
+};
 use tokio::sync::mpsc;
 
 use common::bulk::{Probe, UNLUCKY, counts, json, probe_engine};
@@ -49,7 +52,7 @@ async fn a_pipeline_output_that_fails_json_conversion_is_reported() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].key, "item-0");
     // Never written as succeeded without its output.
-    assert_eq!(records[0].status, gaffer::STATUS_OUTPUT_UNAVAILABLE);
+    assert_eq!(records[0].status, gaffer::sink::STATUS_OUTPUT_UNAVAILABLE);
     assert_eq!(records[0].output, None);
     let error = records[0].error.as_deref().unwrap_or_default();
     assert!(error.contains("JSON"), "{error}");
@@ -154,7 +157,7 @@ async fn an_item_whose_output_cannot_be_read_reaches_the_sink_as_an_error_never_
     );
     assert_eq!(
         record.status,
-        gaffer::STATUS_OUTPUT_UNAVAILABLE,
+        gaffer::sink::STATUS_OUTPUT_UNAVAILABLE,
         "{record:?}"
     );
     let error = record.error.as_deref().unwrap_or_default();

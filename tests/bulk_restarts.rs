@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use gaffer::ractor::{self, Actor, ActorRef};
-use gaffer::{BulkCtx, Engine, EngineError, EngineMessage, ItemError, Pipeline};
-use gaffer_actors::ChildKind;
+use gaffer::testing::ChildKind;
+use gaffer::{BulkCtx, Engine, Error, Pipeline, bulk::ItemError, protocol::EngineMessage};
 
 use common::{Gate, within};
 
@@ -48,7 +48,13 @@ fn counters(n: usize) -> Arc<Vec<AtomicUsize>> {
 
 async fn held_engine(gate: Gate, runs: Arc<Vec<AtomicUsize>>) -> Engine {
     common::memory_builder(common::mock_clock())
-        .pipeline_with_concurrency(Held { gate, runs }, 4)
+        .pipeline_with(
+            Held { gate, runs },
+            gaffer::JobOptions {
+                concurrency: Some(4),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap()
@@ -113,7 +119,7 @@ async fn a_second_run_sent_as_the_registry_restarts_is_refused_and_the_first_com
     // The registry dies (its coordinator with it) and, at that moment, a
     // second run of the batch and a watch of it arrive.
     common::kill(&engine, ChildKind::BatchRegistry).await;
-    let (watcher, mut watched) = forward::<gaffer::BatchFinished>().await;
+    let (watcher, mut watched) = forward::<gaffer::protocol::BatchFinished>().await;
     engine.watch_batch("b", watcher.get_derived()).unwrap();
     let second = ractor::call!(
         engine.actor(),
@@ -123,7 +129,7 @@ async fn a_second_run_sent_as_the_registry_restarts_is_refused_and_the_first_com
     )
     .unwrap();
     assert!(
-        matches!(&second, Err(EngineError::BatchRunning(id)) if id == "b"),
+        matches!(&second, Err(Error::BatchRunning(id)) if id == "b"),
         "a second run of a running batch is refused: {second:?}"
     );
     gate.open();
@@ -184,9 +190,9 @@ async fn a_second_run_sent_while_the_first_writes_its_manifest_across_a_registry
     .await;
     // The first run is live (its driver holds it): a watch waits for it, and
     // a forget and a second run of the batch are refused.
-    let (watcher, mut watched) = forward::<gaffer::BatchFinished>().await;
+    let (watcher, mut watched) = forward::<gaffer::protocol::BatchFinished>().await;
     match within(batch.forget()).await {
-        Err(gaffer::Error::Engine(EngineError::BatchRunning(id))) => assert_eq!(id, "b"),
+        Err(gaffer::Error::BatchRunning(id)) => assert_eq!(id, "b"),
         other => panic!("a forget of a running batch is refused, got {other:?}"),
     }
     engine.watch_batch("b", watcher.get_derived()).unwrap();
@@ -212,7 +218,7 @@ async fn a_second_run_sent_while_the_first_writes_its_manifest_across_a_registry
         ),
     };
     assert!(
-        matches!(&second, Err(EngineError::BatchRunning(id)) if id == "b"),
+        matches!(&second, Err(Error::BatchRunning(id)) if id == "b"),
         "a second run of a running batch is refused: {second:?}"
     );
     stall.open();
@@ -240,17 +246,17 @@ enum Told {
     /// Incarnation `n` of the service started.
     Started(u32, ActorRef<ServiceMsg>),
     /// A record reached incarnation `n`.
-    Record(u32, gaffer::OutputRecord),
+    Record(u32, gaffer::sink::OutputRecord),
     /// Incarnation `n` took over the run's sink.
-    Attached(u32, gaffer::SinkAttached),
+    Attached(u32, gaffer::protocol::SinkAttached),
     /// The run's end reached incarnation `n`.
-    Finished(u32, gaffer::BatchFinished),
+    Finished(u32, gaffer::protocol::BatchFinished),
 }
 
 #[derive(Debug)]
 enum ServiceMsg {
-    Record(gaffer::OutputRecord),
-    Finished(gaffer::BatchFinished),
+    Record(gaffer::sink::OutputRecord),
+    Finished(gaffer::protocol::BatchFinished),
     Crash,
 }
 
@@ -258,13 +264,13 @@ enum ServiceMsg {
 #[cfg(feature = "cluster")]
 impl ractor::Message for ServiceMsg {}
 
-impl From<gaffer::OutputRecord> for ServiceMsg {
-    fn from(r: gaffer::OutputRecord) -> Self {
+impl From<gaffer::sink::OutputRecord> for ServiceMsg {
+    fn from(r: gaffer::sink::OutputRecord) -> Self {
         Self::Record(r)
     }
 }
 
-impl TryFrom<ServiceMsg> for gaffer::OutputRecord {
+impl TryFrom<ServiceMsg> for gaffer::sink::OutputRecord {
     type Error = ServiceMsg;
     fn try_from(m: ServiceMsg) -> Result<Self, ServiceMsg> {
         match m {
@@ -274,13 +280,13 @@ impl TryFrom<ServiceMsg> for gaffer::OutputRecord {
     }
 }
 
-impl From<gaffer::BatchFinished> for ServiceMsg {
-    fn from(f: gaffer::BatchFinished) -> Self {
+impl From<gaffer::protocol::BatchFinished> for ServiceMsg {
+    fn from(f: gaffer::protocol::BatchFinished) -> Self {
         Self::Finished(f)
     }
 }
 
-impl TryFrom<ServiceMsg> for gaffer::BatchFinished {
+impl TryFrom<ServiceMsg> for gaffer::protocol::BatchFinished {
     type Error = ServiceMsg;
     fn try_from(m: ServiceMsg) -> Result<Self, ServiceMsg> {
         match m {
@@ -318,7 +324,7 @@ impl Actor for Service {
         let _ = args
             .told
             .send(Told::Started(args.incarnation, myself.clone()));
-        let sink = Arc::new(gaffer::ActorSink::new(myself.get_derived()));
+        let sink = Arc::new(gaffer::sink::ActorSink::new(myself.get_derived()));
         let batch = args.engine.batch::<Held>("s")?;
         if args.incarnation == 0 {
             let batch = batch.sink(sink);
@@ -538,7 +544,7 @@ async fn a_restarted_service_takes_over_its_batch_sink(gap: usize, kill: bool) {
     for i in 0..ITEMS {
         let key = format!("item-{i}");
         let output = match (caught_up.get(&key), after.get(&key)) {
-            (Some(gaffer::ItemOutcome::Succeeded(v)), None) => Some(serde_json::json!(v)),
+            (Some(gaffer::bulk::ItemOutcome::Succeeded(v)), None) => Some(serde_json::json!(v)),
             (None, Some(r)) => {
                 assert_eq!(r.status, "succeeded", "{r:?}");
                 r.output.clone()
@@ -549,10 +555,10 @@ async fn a_restarted_service_takes_over_its_batch_sink(gap: usize, kill: bool) {
     }
     assert_each_ran_once(&runs);
     // The run ended: a takeover now is refused, typed.
-    let (late, _late_rx) = forward::<gaffer::BatchFinished>().await;
-    let sink = Arc::new(gaffer::NullSink);
+    let (late, _late_rx) = forward::<gaffer::protocol::BatchFinished>().await;
+    let sink = Arc::new(gaffer::sink::NullSink);
     match within(batch.attach(sink, late.get_derived())).await {
-        Err(gaffer::Error::Engine(EngineError::BatchNotRunning(id))) => assert_eq!(id, "s"),
+        Err(gaffer::Error::BatchNotRunning(id)) => assert_eq!(id, "s"),
         other => panic!("a takeover of a batch not running is refused, got {other:?}"),
     }
     late.stop(None);

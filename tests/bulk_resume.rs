@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, EngineError, Error, ItemError, OutputRecord, Pipeline};
+use gaffer::{BulkCtx, Error, Pipeline, bulk::ItemError, sink::OutputRecord};
 
 use common::bulk::{
     BLOCKING, Probe, UNLUCKY, counts, json, probe_engine, strings, wait_not_running, wait_started,
@@ -57,13 +57,16 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
 
     // First process: half the items finish, the rest hang until it "crashes".
     let engine = common::disk_builder(dir.path(), clock.clone())
-        .pipeline_with_concurrency(
+        .pipeline_with(
             Gated {
                 runs: runs.clone(),
                 gate_from: 50,
                 gate: Gate::closed(),
             },
-            4,
+            gaffer::JobOptions {
+                concurrency: Some(4),
+                ..Default::default()
+            },
         )
         .start()
         .await
@@ -87,13 +90,16 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
 
     // Second process on the same directory.
     let engine = common::disk_builder(dir.path(), clock.clone())
-        .pipeline_with_concurrency(
+        .pipeline_with(
             Gated {
                 runs: runs.clone(),
                 gate_from: u64::MAX,
                 gate: Gate::closed(),
             },
-            4,
+            gaffer::JobOptions {
+                concurrency: Some(4),
+                ..Default::default()
+            },
         )
         .start()
         .await
@@ -183,7 +189,7 @@ async fn a_batch_running_in_this_process_is_rejected_until_its_run_is_dropped() 
     assert_eq!(progress.completed, 0);
 
     match within(batch.run([BLOCKING, BLOCKING + 1])).await {
-        Err(Error::Engine(EngineError::BatchRunning(id))) => assert_eq!(id, "held"),
+        Err(Error::BatchRunning(id)) => assert_eq!(id, "held"),
         other => panic!("expected BatchRunning, got {other:?}"),
     }
 
@@ -416,7 +422,7 @@ async fn resume_runs_a_batch_from_its_manifest() {
 
 fn assert_mismatch(result: gaffer::Result<gaffer::BulkReport>, id: &str) {
     match result {
-        Err(Error::Engine(EngineError::BatchMismatch(got))) => assert_eq!(got, id),
+        Err(Error::BatchMismatch(got)) => assert_eq!(got, id),
         other => panic!("expected BatchMismatch({id}), got {other:?}"),
     }
 }
@@ -451,7 +457,7 @@ async fn a_run_with_a_different_item_set_is_rejected() {
 async fn resume_of_an_unknown_batch_and_duplicate_keys_are_rejected() {
     let (engine, shared, _rx, _clock) = probe_engine().await;
     match within(engine.batch::<Probe>("missing").unwrap().resume()).await {
-        Err(Error::Engine(EngineError::BatchNotFound(id))) => assert_eq!(id, "missing"),
+        Err(Error::BatchNotFound(id)) => assert_eq!(id, "missing"),
         other => panic!("expected BatchNotFound, got {other:?}"),
     }
 
@@ -460,7 +466,7 @@ async fn resume_of_an_unknown_batch_and_duplicate_keys_are_rejected() {
         .unwrap()
         .key_fn(|_| "same".to_string());
     match within(dups.run([1u64, 2, 3])).await {
-        Err(Error::Engine(EngineError::DuplicateItemKey(key))) => assert_eq!(key, "same"),
+        Err(Error::DuplicateItemKey(key)) => assert_eq!(key, "same"),
         other => panic!("expected DuplicateItemKey, got {other:?}"),
     }
     let status = dups.status().await.unwrap();
@@ -473,7 +479,7 @@ async fn resume_of_an_unknown_batch_and_duplicate_keys_are_rejected() {
         ),
         (0, 0, 0, 0)
     );
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let stats = common::totals(queue.view(), "bulk-items.").await;
     drop(queue);
     assert_eq!(

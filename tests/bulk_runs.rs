@@ -16,9 +16,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, CostReport, Error, ItemError, JsonlSink, OutputRecord, Pipeline, Settings};
-use gaffer_actors::ItemStatus;
-use gaffer_actors::layout::records::ItemMarker;
+use gaffer::testing::layout::records::ItemMarker;
+use gaffer::testing::layout::records::ItemStatus;
+use gaffer::{
+    BulkCtx, Error, Pipeline, Settings, bulk::CostReport, bulk::ItemError, sink::JsonlSink,
+    sink::OutputRecord,
+};
 
 use common::bulk::{
     BLOCKING, Probe, Stage, UNLUCKY, counts, json, probe, probe_engine, stage, strings,
@@ -59,7 +62,7 @@ async fn runs_all_items_and_rolls_up_cost() {
     assert_eq!(shared.runs(), 3);
 
     let text = buf.0.lock().unwrap().clone();
-    let records: Vec<OutputRecord> = gaffer::read_jsonl(text.as_slice())
+    let records: Vec<OutputRecord> = gaffer::sink::read_jsonl(text.as_slice())
         .collect::<gaffer::Result<_>>()
         .unwrap();
     assert_eq!(records.len(), 3, "{records:?}");
@@ -77,7 +80,13 @@ async fn runs_all_items_and_rolls_up_cost() {
 async fn large_batch_submits_with_bounded_concurrency() {
     let (p, shared, _rx) = probe();
     let engine = common::memory_builder(common::mock_clock())
-        .pipeline_with_concurrency(p, 4)
+        .pipeline_with(
+            p,
+            gaffer::JobOptions {
+                concurrency: Some(4),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap();
@@ -172,7 +181,7 @@ async fn a_pipelines_staged_write_is_visible_after_the_item_acks() {
         .start()
         .await
         .unwrap();
-    let services = engine.engine_ref().services().clone();
+    let services = gaffer::testing::services(&engine).clone();
     services
         .raw_queue()
         .unwrap()
@@ -373,14 +382,12 @@ async fn memoized_with_cached_cost_records_cost_on_compute_and_memo_hit() {
     assert_eq!(report.cost.get("tokens"), 42.0);
 
     let key = b"gaffer/v1/batches/m/items/item-0";
-    let raw = engine
-        .engine_ref()
-        .services()
+    let raw = gaffer::testing::services(&engine)
         .kv_get(key)
         .await
         .unwrap()
         .expect("the item's marker");
-    let marker: ItemMarker = gaffer_actors::layout::records::decode(key, &raw).unwrap();
+    let marker: ItemMarker = gaffer::testing::layout::records::decode(key, &raw).unwrap();
     assert_eq!(marker.status, ItemStatus::Succeeded);
     assert_eq!(marker.cost.get("tokens"), Some(&42.0));
     shut_down_cleanly(&engine).await;
@@ -391,7 +398,13 @@ async fn bulk_items_run_on_their_own_queue_so_a_big_batch_never_starves_jobs() {
     let (p, shared, mut rx) = probe();
     let engine = common::memory_builder(common::mock_clock())
         .register::<Ping>()
-        .pipeline_with_concurrency(p, 1)
+        .pipeline_with(
+            p,
+            gaffer::JobOptions {
+                concurrency: Some(1),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap();

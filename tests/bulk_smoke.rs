@@ -2,7 +2,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gaffer::{BulkCtx, ItemError, JsonlSink, Pipeline};
+use gaffer::{BulkCtx, Pipeline, bulk::ItemError, sink::JsonlSink};
 
 struct Double {
     runs: Arc<AtomicUsize>,

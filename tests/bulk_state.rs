@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use gaffer::taquba::KvOrder;
-use gaffer::{Engine, EngineError, Error};
+use gaffer::{Engine, Error};
 
 use common::bulk::{
     BLOCKING, Probe, UNLUCKY, counts, probe_engine, strings, wait_not_running, wait_started,
@@ -22,10 +22,7 @@ use common::{shut_down_cleanly, within};
 /// Everything under `gaffer/v1/batches/{id}/` in KV (first 10 entries).
 async fn batch_kv(engine: &Engine, id: &str) -> Vec<Vec<u8>> {
     let prefix = format!("gaffer/v1/batches/{id}/");
-    engine
-        .engine_ref()
-        .services()
-        .raw_queue()
+    gaffer::testing::raw_queue(engine)
         .unwrap()
         .view()
         .kv_scan(prefix.as_bytes(), .., KvOrder::Ascending, 10)
@@ -42,7 +39,7 @@ async fn status_reports_the_last_recorded_outcome_of_each_item() {
     let (engine, _shared, _rx, _clock) = probe_engine().await;
     let batch = engine.batch::<Probe>("st").unwrap();
     match batch.status().await {
-        Err(Error::Engine(EngineError::BatchNotFound(id))) => assert_eq!(id, "st"),
+        Err(Error::BatchNotFound(id)) => assert_eq!(id, "st"),
         other => panic!("expected BatchNotFound, got {other:?}"),
     }
 
@@ -79,7 +76,7 @@ async fn forget_removes_the_batch_state_and_a_later_run_starts_over() {
     within(batch.forget()).await.unwrap();
 
     match batch.status().await {
-        Err(Error::Engine(EngineError::BatchNotFound(id))) => assert_eq!(id, "b"),
+        Err(Error::BatchNotFound(id)) => assert_eq!(id, "b"),
         other => panic!("expected BatchNotFound, got {other:?}"),
     }
     let left = batch_kv(&engine, "b").await;
@@ -112,7 +109,7 @@ async fn forget_is_refused_while_the_batch_runs_or_has_live_items() {
     let batch = engine.batch::<Probe>("live").unwrap();
 
     match within(batch.forget()).await {
-        Err(Error::Engine(EngineError::BatchRunning(id))) => assert_eq!(id, "live"),
+        Err(Error::BatchRunning(id)) => assert_eq!(id, "live"),
         other => panic!("expected BatchRunning, got {other:?}"),
     }
 
@@ -120,7 +117,7 @@ async fn forget_is_refused_while_the_batch_runs_or_has_live_items() {
     let _ = run.await;
     wait_not_running(&batch).await;
     match within(batch.forget()).await {
-        Err(Error::Engine(EngineError::BatchActive { batch_id, active })) => {
+        Err(Error::BatchActive { batch_id, active }) => {
             assert_eq!((batch_id.as_str(), active), ("live", 2));
         }
         other => panic!("expected BatchActive, got {other:?}"),
@@ -172,15 +169,15 @@ async fn an_expired_batch_is_swept_on_the_retention_interval() {
 
     // Inside both windows: nothing goes.
     clock.advance(Duration::from_secs(29));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     assert_eq!(old.status().await.unwrap().succeeded, 2);
     assert_eq!(young.status().await.unwrap().succeeded, 2);
 
     // Past the old batch's window, inside the young one's.
     clock.advance(Duration::from_secs(2));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     match old.status().await {
-        Err(Error::Engine(EngineError::BatchNotFound(id))) => assert_eq!(id, "old"),
+        Err(Error::BatchNotFound(id)) => assert_eq!(id, "old"),
         other => panic!("expected the old batch forgotten, got {other:?}"),
     }
     assert!(batch_kv(&engine, "old").await.is_empty());
@@ -199,14 +196,14 @@ async fn a_batch_that_runs_again_is_kept_until_its_latest_run_expires() {
 
     // Past the first run's window, inside the second's.
     clock.advance(Duration::from_secs(20));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     assert_eq!(batch.status().await.unwrap().succeeded, 2);
 
     // Past the second run's window.
     clock.advance(Duration::from_secs(41));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     match batch.status().await {
-        Err(Error::Engine(EngineError::BatchNotFound(id))) => assert_eq!(id, "kept"),
+        Err(Error::BatchNotFound(id)) => assert_eq!(id, "kept"),
         other => panic!("expected the batch forgotten, got {other:?}"),
     }
     assert_eq!(shared.runs(), 2);

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{Client, Engine, Error, Job, JobContext, JobState, RequestState, SubmitOptions};
+use gaffer::{
+    Engine, Error, Job, JobContext, SubmitOptions, job::JobState, remote::Client,
+    remote::RequestState,
+};
 use serde::{Deserialize, Serialize};
 
 /// How long any one wait of these tests may take before it fails.
@@ -154,7 +157,7 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
         }
         while !matches!(
             client.status(h.id()).await,
-            Err(Error::Engine(gaffer::EngineError::JobNotFound(_)))
+            Err(gaffer::Error::JobNotFound(_))
         ) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -164,7 +167,7 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
     let started = std::time::Instant::now();
     let joined = within(h.join()).await;
     assert!(
-        matches!(&joined, Err(Error::Engine(gaffer::EngineError::JobNotFound(id))) if id == h.id()),
+        matches!(&joined, Err(gaffer::Error::JobNotFound(id)) if id == h.id()),
         "{joined:?}"
     );
     assert!(
@@ -453,7 +456,7 @@ async fn a_payload_that_does_not_decode_fails_its_job_permanently() {
         .await
         .expect("the request is taken, not refused")
         .expect_err("the job cannot succeed");
-    assert_eq!(err.kind, gaffer::FailureKind::Permanent, "{err:?}");
+    assert_eq!(err.kind, gaffer::job::FailureKind::Permanent, "{err:?}");
     assert!(!err.is_cancelled());
     assert!(
         err.message.contains("invalid input for `square`"),
@@ -477,7 +480,7 @@ async fn a_request_submitted_twice_is_one_job() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = engine(tmp.path(), runs.clone()).await;
-    let request = gaffer_actors::engine::intake::IntakeRequest {
+    let request = gaffer::testing::intake::IntakeRequest {
         run_id: "01JCLIENTREQUESTTWICE00000".into(),
         job_type: "square".into(),
         payload: rmp_serde::to_vec_named(&Square { x: 5, key: None }).unwrap(),
@@ -488,7 +491,7 @@ async fn a_request_submitted_twice_is_one_job() {
         run_at_ms: None,
         traceparent: None,
     };
-    let services = engine.engine_ref().services();
+    let services = gaffer::testing::services(&engine);
     let first = services
         .submit(request.clone().into_submit())
         .await
@@ -566,7 +569,7 @@ async fn three_producer_processes_share_keys_and_each_key_runs_once() {
     assert_eq!(answers[0], answers[1]);
     assert_eq!(answers[1], answers[2]);
     for x in 0..n {
-        let id = gaffer::keyed_job_id(&format!("shared-{x}"));
+        let id = gaffer::job::keyed_job_id(&format!("shared-{x}"));
         assert!(answers[0].contains(&format!("{id}={}", x * x)), "{id}");
     }
     // …and each key ran once.

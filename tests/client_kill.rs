@@ -26,7 +26,7 @@ use std::sync::Arc;
 mod common;
 use std::time::{Duration, Instant};
 
-use gaffer::{Client, ClientBuilder, Engine, EngineBuilder, Job, JobContext};
+use gaffer::{Engine, EngineBuilder, Job, JobContext, remote::Client, remote::ClientBuilder};
 use serde::{Deserialize, Serialize};
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -278,7 +278,7 @@ fn four_producers_and_a_kill(dir: &Path, jobs: u64, shared: u64, store: &[(&str,
         assert_eq!(out.len() as u64, jobs, "producer {p}");
     }
     for i in 0..shared {
-        let id = gaffer::keyed_job_id(&format!("shared-{i}"));
+        let id = gaffer::job::keyed_job_id(&format!("shared-{i}"));
         for out in &outs {
             assert_eq!(out.get(&id), Some(&(i * i).to_string()), "key shared-{i}");
         }

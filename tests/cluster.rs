@@ -16,10 +16,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gaffer::ractor_cluster::NodeServer;
+use gaffer::remote::ractor_cluster::NodeServer;
 use gaffer::{
-    BulkCtx, ClusterRouter, Engine, ItemError, Job, JobContext, Pipeline, Placement, ShardSet,
-    ShardedEngine,
+    BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError, remote::ClusterRouter,
+    remote::Placement, remote::ShardSet, remote::ShardedEngine,
 };
 use serde::{Deserialize, Serialize};
 
@@ -102,7 +102,8 @@ async fn node(name: &str, port: u16, peer: Option<u16>) {
         .unwrap();
     if let Some(peer) = peer {
         let t0 = std::time::Instant::now();
-        while let Err(e) = gaffer::ractor_cluster::client_connect(&node, ("127.0.0.1", peer)).await
+        while let Err(e) =
+            gaffer::remote::ractor_cluster::client_connect(&node, ("127.0.0.1", peer)).await
         {
             assert!(
                 t0.elapsed() < Duration::from_secs(30),
@@ -197,7 +198,7 @@ async fn cluster_child() {
                     .unwrap();
                 let err = router.join::<Double>(&id).await.unwrap_err();
                 assert!(
-                    matches!(&err, gaffer::Error::Engine(gaffer::EngineError::JobNotFound(x)) if *x == id),
+                    matches!(&err, gaffer::Error::JobNotFound(x) if *x == id),
                     "{err:?}"
                 );
             }
@@ -280,7 +281,7 @@ async fn services_in_a_ractor_cluster_submit_and_join_by_message_across_a_takeov
     let mut on = [0usize; 2];
     for r in &rows {
         let n: u64 = r[0].parse().unwrap();
-        assert_eq!(r[1], gaffer::keyed_job_id(&format!("double-{n}")));
+        assert_eq!(r[1], gaffer::job::keyed_job_id(&format!("double-{n}")));
         assert_eq!(r[2].parse::<u64>().unwrap(), n * 2, "{r:?}");
         assert!(ids.insert(r[1]));
         on[r[3].parse::<usize>().unwrap()] += 1;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, CompletedBatch, ItemError, Job, JobContext, Pipeline};
+use gaffer::{BulkCtx, Job, JobContext, Pipeline, bulk::ItemError, job::CompletedBatch};
 use serde::{Deserialize, Serialize};
 
 /// Squares numbers; fails on 13; with `hang_at`, the item of that key
@@ -99,7 +99,7 @@ async fn a_completed_run_creates_its_completion_job_once_with_the_runs_counts() 
         .expect("the run names its completion job");
     assert_eq!(
         id,
-        gaffer_actors::layout::keys::completion_run_id("nightly", 1)
+        gaffer::testing::layout::keys::completion_run_id("nightly", 1)
     );
     let said = common::within(engine.handle::<Report>(&id).unwrap().join())
         .await
@@ -142,7 +142,7 @@ async fn a_completed_run_creates_its_completion_job_once_with_the_runs_counts() 
     }
     let refused = engine.batch::<Square>("x").unwrap().on_complete(Stranger);
     assert!(
-        matches!(&refused, Err(gaffer::Error::Engine(gaffer::EngineError::UnknownJobType(t))) if t == "stranger"),
+        matches!(&refused, Err(gaffer::Error::UnknownJobType(t)) if t == "stranger"),
         "{refused:?}"
     );
     engine.shutdown().await.unwrap();
@@ -201,7 +201,7 @@ async fn a_kill_at_the_last_item_still_gives_one_completion_job() {
     .await
     .unwrap();
     // The killed run never completed: no completion job exists.
-    let first = gaffer_actors::layout::keys::completion_run_id("killed", 1);
+    let first = gaffer::testing::layout::keys::completion_run_id("killed", 1);
     assert!(
         engine
             .handle::<Report>(&first)
@@ -228,7 +228,7 @@ async fn a_kill_at_the_last_item_still_gives_one_completion_job() {
         1,
         "one completion job ran"
     );
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let totals = common::totals(queue.view(), &common::job_queue(Report::NAME)).await;
     drop(queue);
     assert_eq!(

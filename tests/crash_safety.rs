@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{EngineEvent, FailureKind, Job, JobContext, Settings};
+use gaffer::{EngineEvent, Job, JobContext, Settings, job::FailureKind};
 use serde::{Deserialize, Serialize};
 
 use common::bulk::{Probe, probe};
@@ -139,7 +139,7 @@ async fn a_thousand_panicking_jobs_across_two_types_all_end_right_and_the_health
         "every pool has its 16 workers",
         Duration::from_secs(5),
         async || {
-            stats = engine.engine_ref().pool_stats().await.unwrap();
+            stats = engine.pool_stats().await.unwrap();
             stats.values().all(|s| s.workers == 16)
         },
     )
@@ -214,7 +214,7 @@ async fn a_job_that_panics_is_retried_and_the_engine_keeps_serving() {
         )),
         "{seen:#?}"
     );
-    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    let stats = engine.pool_stats().await.unwrap();
     assert_eq!(stats["panics-once"].crashes, 1, "{stats:?}");
     assert_eq!(stats["healthy"].crashes, 0, "{stats:?}");
 
@@ -329,10 +329,10 @@ async fn a_type_crashing_past_its_restart_limit_is_paused_its_jobs_wait_and_a_re
     // through, never fail a correct engine.)
     tokio::time::sleep(Duration::from_secs(5)).await;
     for handle in fragile.iter().chain([&late]) {
-        assert_eq!(handle.fetch_result().await.unwrap(), None);
+        assert_eq!(handle.outcome().await.unwrap(), None);
         assert!(matches!(
             handle.status().await.unwrap(),
-            gaffer::JobState::Queued | gaffer::JobState::Scheduled
+            gaffer::job::JobState::Queued | gaffer::job::JobState::Scheduled
         ));
     }
     // Everything else is served as before.
@@ -342,7 +342,7 @@ async fn a_type_crashing_past_its_restart_limit_is_paused_its_jobs_wait_and_a_re
             i * 2
         );
     }
-    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    let stats = engine.pool_stats().await.unwrap();
     assert!(
         stats["fragile"].paused && !stats["healthy"].paused,
         "{stats:?}"
@@ -350,16 +350,16 @@ async fn a_type_crashing_past_its_restart_limit_is_paused_its_jobs_wait_and_a_re
     assert_eq!((stats["fragile"].running, stats["fragile"].backlog), (0, 0));
     // The fix is deployed: resuming the type runs every waiting job.
     broken.0.store(false, Ordering::SeqCst);
-    assert!(engine.resume_job_type("fragile").await.unwrap());
+    assert!(engine.resume("fragile").await.unwrap());
     for (i, handle) in fragile.into_iter().enumerate() {
         assert_eq!(handle.await.unwrap(), i as u32);
     }
     assert_eq!(late.await.unwrap(), 99);
     assert!(
-        !engine.resume_job_type("fragile").await.unwrap(),
+        !engine.resume("fragile").await.unwrap(),
         "not paused any more"
     );
-    assert!(engine.resume_job_type("nope").await.is_err());
+    assert!(engine.resume("nope").await.is_err());
     engine.shutdown().await.unwrap();
 }
 
@@ -506,7 +506,7 @@ async fn scheduled_in(
     id: &str,
 ) -> Option<(gaffer::taquba::JobStatus, Option<i64>)> {
     use gaffer::taquba::Clock;
-    let queue = engine.engine_ref().services().raw_queue().ok()?;
+    let queue = gaffer::testing::raw_queue(engine).ok()?;
     let job = queue.view().get_job(id).await.ok()??;
     let now = clock.now_ms() as i64;
     Some((job.status, job.run_at.map(|at| at as i64 - now)))
@@ -580,11 +580,11 @@ async fn after_three_interruptions_a_jobs_first_retry_waits_the_first_backoff_no
     let handle = last.handle::<FailsAtTheGate>(&id).unwrap();
     let err = within(handle.join()).await.unwrap().unwrap_err();
     assert!(err.to_string().contains("failed on attempt 3"), "{err}");
-    let queue = last.engine_ref().services().raw_queue().unwrap();
-    let key = gaffer_actors::layout::keys::outcome_key(&id);
+    let queue = gaffer::testing::raw_queue(&last).unwrap();
+    let key = gaffer::testing::layout::keys::outcome_key(&id);
     let raw = queue.view().kv_get(&key).await.unwrap().unwrap();
-    let record: gaffer_actors::layout::records::OutcomeRecord =
-        gaffer_actors::layout::records::decode(&key, &raw).unwrap();
+    let record: gaffer::testing::layout::records::OutcomeRecord =
+        gaffer::testing::layout::records::decode(&key, &raw).unwrap();
     drop(queue);
     let how: Vec<&str> = record.history.iter().map(|a| a.how.as_str()).collect();
     assert_eq!(
@@ -628,7 +628,10 @@ async fn a_panic_costs_its_type_no_capacity_the_crashed_worker_is_replaced_at_on
     let gate = common::Gate::closed();
     let engine = common::memory_builder(common::mock_clock())
         .max_restarts(1_000)
-        .register_with_concurrency::<PanicsThenWaits>(4)
+        .register_with::<PanicsThenWaits>(gaffer::JobOptions {
+            concurrency: Some(4),
+            ..Default::default()
+        })
         .state(gate.clone())
         .start()
         .await
@@ -647,7 +650,7 @@ async fn a_panic_costs_its_type_no_capacity_the_crashed_worker_is_replaced_at_on
         waited < Duration::from_millis(50),
         "the retries waited {waited:?} for their workers"
     );
-    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    let stats = engine.pool_stats().await.unwrap();
     let pool = stats[PanicsThenWaits::NAME];
     assert_eq!(
         (pool.workers, pool.running, pool.crashes),

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use gaffer::taquba::object_store::local::LocalFileSystem;
 use gaffer::taquba::{Clock, MockClock, Queue};
 use gaffer::{
-    Engine, EngineError, EngineEvent, Error, FailureKind, Job, JobContext, JobState, SubmitOptions,
+    Engine, EngineEvent, Error, Job, JobContext, SubmitOptions, job::FailureKind, job::JobState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -141,7 +141,7 @@ async fn input_mismatch_survives_restart() {
         .await
         .expect_err("another payload under the same key must be refused");
     assert!(
-        matches!(&err, Error::Engine(EngineError::InputMismatch(run)) if *run == id),
+        matches!(&err, Error::InputMismatch(run) if *run == id),
         "{err:?}"
     );
     // The same payload still joins the job pending since before the restart.
@@ -175,7 +175,7 @@ async fn idempotency_key_short_circuits_after_restart() {
     let again = second.submit(job.clone()).await.unwrap();
     assert!(!again.newly_submitted(), "answered from the outcome record");
     assert_eq!(again.id(), id);
-    assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(42)));
+    assert_eq!(again.outcome().await.unwrap(), Some(Ok(42)));
     assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
     assert_eq!(again.clone().await.unwrap(), 42);
     // A different payload under the key is refused from the record too.
@@ -187,14 +187,12 @@ async fn idempotency_key_short_circuits_after_restart() {
         .await
         .expect_err("another payload under a finished key must be refused");
     assert!(
-        matches!(&err, Error::Engine(EngineError::InputMismatch(run)) if *run == id),
+        matches!(&err, Error::InputMismatch(run) if *run == id),
         "{err:?}"
     );
     // The handler did not run again: nothing is left to run under the key.
     assert_eq!(
-        second
-            .engine_ref()
-            .services()
+        gaffer::testing::services(&second)
             .run_record_of(&id)
             .await
             .unwrap(),
@@ -232,14 +230,11 @@ async fn a_job_pending_at_shutdown_runs_after_reopen() {
     let second = start_double(dir.path(), &clock, &runs).await;
     let handle = second.handle::<Double>(&id).unwrap();
     assert_eq!(handle.status().await.unwrap(), JobState::Scheduled);
-    assert_eq!(handle.fetch_result().await.unwrap(), None);
+    assert_eq!(handle.outcome().await.unwrap(), None);
     assert_eq!(runs.get(), 0, "not due yet");
 
     clock.advance(Duration::from_secs(2 * 3600));
-    second
-        .engine_ref()
-        .services()
-        .raw_queue()
+    gaffer::testing::raw_queue(&second)
         .unwrap()
         .promote_scheduled_now()
         .await
@@ -283,7 +278,7 @@ async fn a_handle_from_an_id_works_after_restart() {
     assert_eq!(out, Ok(14));
     assert_eq!(rebuilt.status().await.unwrap(), JobState::Succeeded);
     assert_eq!(second.status(&id).await.unwrap(), JobState::Succeeded);
-    assert_eq!(rebuilt.fetch_result().await.unwrap(), Some(Ok(14)));
+    assert_eq!(rebuilt.outcome().await.unwrap(), Some(Ok(14)));
     assert_eq!(runs.get(), 1, "answering from the record does not run it");
     shut_down_cleanly(&second).await;
 }
@@ -308,7 +303,7 @@ async fn a_store_with_another_layout_version_is_refused() {
         .await
         .expect_err("a store of another layout must be refused");
     match &refused {
-        Error::Engine(EngineError::LayoutMismatch { found, expected }) => {
+        Error::LayoutMismatch { found, expected } => {
             assert_eq!(found, "gaffer-layout-0");
             assert_ne!(expected, found);
         }
@@ -334,10 +329,7 @@ async fn a_store_with_another_layout_version_is_refused() {
         .start()
         .await
         .expect_err("still refused");
-    assert!(
-        matches!(again, Error::Engine(EngineError::LayoutMismatch { .. })),
-        "{again:?}"
-    );
+    assert!(matches!(again, Error::LayoutMismatch { .. }), "{again:?}");
     assert_eq!(runs.get(), 0);
 }
 
@@ -405,7 +397,7 @@ async fn nothing_is_left_claimed_after_a_clean_shutdown() {
         .unwrap();
     for (n, id) in ids.iter().enumerate() {
         let handle = reopened.handle::<Gated>(id).unwrap();
-        assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(n as u32)));
+        assert_eq!(handle.outcome().await.unwrap(), Some(Ok(n as u32)));
     }
     assert_eq!(runs.get(), JOBS as usize, "no job ran twice");
     shut_down_cleanly(&reopened).await;
@@ -445,7 +437,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
     // own), and when the engine claims it again its attempts are spent: it
     // fails, with its record, without running.
     clock.advance(Duration::from_secs(31));
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     queue.reap_now().await.unwrap();
     drop(queue);
     common::wait_event(
@@ -462,7 +454,7 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
         .expect_err("the job did not succeed");
     assert_eq!(err.kind, FailureKind::Transient, "{err:?}");
     assert!(!err.is_cancelled(), "{err:?}");
-    match handle.fetch_result().await.unwrap() {
+    match handle.outcome().await.unwrap() {
         Some(Err(recorded)) => assert_eq!(recorded, err),
         other => panic!("expected a recorded failure, got {other:?}"),
     }
@@ -476,13 +468,13 @@ async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
         "the stale delivery returns and settles",
         LIMIT,
         async || {
-            let stats = engine.engine_ref().pool_stats().await.unwrap();
+            let stats = engine.pool_stats().await.unwrap();
             let pool = stats[Hang::NAME];
             pool.running == 0 && pool.settling == 0
         },
     )
     .await;
-    assert_eq!(handle.fetch_result().await.unwrap(), Some(Err(err)));
+    assert_eq!(handle.outcome().await.unwrap(), Some(Err(err)));
     assert_eq!(handle.status().await.unwrap(), JobState::Failed);
     shut_down_cleanly(&engine).await;
     assert_eq!(runs.get(), 1);
@@ -499,8 +491,8 @@ impl Job for Doomed {
     async fn run(&self, _ctx: JobContext) -> Result<(), Fail> {
         Err(Fail::Msg(format!("doomed {}", self.0)))
     }
-    fn classify(&self, _error: &Fail) -> gaffer::FailureKind {
-        gaffer::FailureKind::Permanent
+    fn classify(&self, _error: &Fail) -> gaffer::job::FailureKind {
+        gaffer::job::FailureKind::Permanent
     }
 }
 
@@ -528,7 +520,10 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     let engine = common::memory_builder(clock.clone())
         .state(gate.clone())
         .register::<Doomed>()
-        .register_with_concurrency::<Hangs>(100)
+        .register_with::<Hangs>(gaffer::JobOptions {
+            concurrency: Some(100),
+            ..Default::default()
+        })
         .start()
         .await
         .unwrap();
@@ -551,17 +546,17 @@ async fn lease_lost_last_attempts_get_their_records_among_thousands_of_dead_jobs
     .await;
     // Their leases run out on their last attempt.
     clock.advance(Duration::from_secs(31));
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     queue.reap_now().await.unwrap();
     drop(queue);
     for h in &hung {
         let err = common::within(h.join()).await.unwrap().unwrap_err();
-        assert_eq!(err.kind, gaffer::FailureKind::Transient, "{err:?}");
+        assert_eq!(err.kind, gaffer::job::FailureKind::Transient, "{err:?}");
         assert!(err.message.contains("lease expired"), "{err:?}");
     }
     // Every dead job of the queues was dead-lettered by a settlement, with
     // its record: 2,050 records, and no dead job without one.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let totals = common::totals(queue.view(), "jobs.").await;
     drop(queue);
     assert_eq!(totals.dead, 2_050, "{totals:?}");
@@ -631,22 +626,22 @@ async fn a_bad_store_url_or_a_backend_not_built_in_is_a_typed_error_at_start() {
             .start()
     };
     match start("not a url").await {
-        Err(Error::Engine(EngineError::InvalidStoreUrl { url, .. })) => {
+        Err(Error::InvalidStoreUrl { url, .. }) => {
             assert_eq!(url, "not a url")
         }
         other => panic!("expected InvalidStoreUrl, got {:?}", other.err()),
     }
     match start("unknown://bucket/x").await {
-        Err(Error::Engine(EngineError::InvalidStoreUrl { .. })) => {}
+        Err(Error::InvalidStoreUrl { .. }) => {}
         other => panic!("expected InvalidStoreUrl, got {:?}", other.err()),
     }
     // The tests build with `aws` only: an Azure URL names its feature.
     match start("az://container/app").await {
-        Err(Error::Engine(
-            e @ EngineError::StoreFeatureMissing {
+        Err(
+            e @ Error::StoreFeatureMissing {
                 feature: "azure", ..
             },
-        )) => {
+        ) => {
             assert!(e.to_string().contains("--features azure"), "{e}");
         }
         other => panic!("expected StoreFeatureMissing, got {:?}", other.err()),

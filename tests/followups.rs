@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{EngineError, Error, FailureKind, Job, JobContext};
+use gaffer::{Error, Job, JobContext, job::FailureKind};
 use serde::{Deserialize, Serialize};
 
 /// Counts its runs (application state).
@@ -128,12 +128,9 @@ async fn a_parent_that_fails_never_creates_its_follow_ups_and_a_retried_one_crea
     );
     assert_eq!(declined.followups().await.unwrap(), Some(vec![]));
     for index in 0..2 {
-        let id = gaffer_actors::layout::keys::followup_run_id(declined.id(), index);
+        let id = gaffer::testing::layout::keys::followup_run_id(declined.id(), index);
         let status = engine.handle::<Notify>(&id).unwrap().status().await;
-        assert!(
-            matches!(status, Err(Error::Engine(EngineError::JobNotFound(_)))),
-            "{status:?}"
-        );
+        assert!(matches!(status, Err(Error::JobNotFound(_))), "{status:?}");
     }
 
     // Fails once, then succeeds: both attempts staged the follow-ups, only
@@ -149,7 +146,7 @@ async fn a_parent_that_fails_never_creates_its_follow_ups_and_a_retried_one_crea
         2,
         "two follow-ups, each run once"
     );
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let totals = common::totals(queue.view(), &common::job_queue(Notify::NAME)).await;
     drop(queue);
     assert_eq!(totals.done, 2, "{totals:?}");
@@ -208,7 +205,7 @@ async fn followups_engine_child() {
         Arc::default(),
     )
     .await;
-    engine.pause_job_type(Notify::NAME).await.unwrap();
+    engine.pause(Notify::NAME).await.unwrap();
     let parent = engine.submit(Order { id: 9, fail: 0 }).await.unwrap();
     let ids = parent.join().await.unwrap().unwrap();
     std::fs::write(dir.join("parent-done"), ids.join("\n")).unwrap();
@@ -239,10 +236,10 @@ async fn a_follow_up_survives_a_kill_right_after_its_parents_success() {
     )
     .await;
     let parent = engine
-        .handle::<Order>(&gaffer::keyed_job_id("order-9"))
+        .handle::<Order>(&gaffer::job::keyed_job_id("order-9"))
         .unwrap();
     assert_eq!(parent.followups().await.unwrap(), Some(ids.clone()));
-    engine.resume_job_type(Notify::NAME).await.unwrap();
+    engine.resume(Notify::NAME).await.unwrap();
     for id in &ids {
         let child = engine.handle::<Notify>(id).unwrap();
         assert!(common::within(child.join()).await.unwrap().is_ok());

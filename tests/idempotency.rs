@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::{
-    Engine, EngineError, EngineEvent, Error, FailureKind, Job, JobContext, JobHandle, JobState,
-    SubmitOptions, SubmitRequest,
+    Engine, EngineEvent, Error, Job, JobContext, JobHandle, SubmitOptions, job::FailureKind,
+    job::JobState, protocol::SubmitRequest,
 };
 use serde::{Deserialize, Serialize};
 
@@ -309,7 +309,7 @@ async fn duplicate_after_completion_answers_from_the_record_for_success_and_fail
     assert_eq!(again.id(), first.id());
     assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
     assert_eq!(
-        again.fetch_result().await.unwrap(),
+        again.outcome().await.unwrap(),
         Some(Ok("HELLO ADA".to_string()))
     );
     assert_eq!(again.clone().await.unwrap(), "HELLO ADA");
@@ -326,7 +326,7 @@ async fn duplicate_after_completion_answers_from_the_record_for_success_and_fail
     assert_eq!(dup.id(), failed.id());
     assert_eq!(dup.status().await.unwrap(), JobState::Failed);
     assert_eq!(dup.join().await.unwrap(), Err(err.clone()));
-    assert_eq!(dup.fetch_result().await.unwrap(), Some(Err(err)));
+    assert_eq!(dup.outcome().await.unwrap(), Some(Err(err)));
 
     // Neither ran again.
     assert_eq!(runs.get(), 2);
@@ -355,10 +355,7 @@ async fn duplicates_answer_the_same_whether_or_not_the_outcome_is_read_first() {
             .submit(shout(&key, "other"))
             .await
             .expect_err("another payload under a finished key");
-        assert!(
-            matches!(&err, Error::Engine(EngineError::InputMismatch(_))),
-            "{err:?}"
-        );
+        assert!(matches!(&err, Error::InputMismatch(_)), "{err:?}");
     };
     let new = |engine: Engine, key: String| async move {
         let handle = engine.submit(shout(&key, "same")).await.unwrap();
@@ -405,7 +402,7 @@ async fn concurrent_resubmissions_of_finished_jobs_answer_from_their_records_and
     }
     assert_eq!(runs.get(), jobs.len());
     let view = || async {
-        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
         let stats = common::totals(queue.view(), "jobs.").await;
         (
             stats.pending,
@@ -449,10 +446,7 @@ async fn concurrent_resubmissions_of_finished_jobs_answer_from_their_records_and
             })
             .await
             .expect_err("another payload under a finished key");
-        assert!(
-            matches!(&err, Error::Engine(EngineError::InputMismatch(_))),
-            "{err:?}"
-        );
+        assert!(matches!(&err, Error::InputMismatch(_)), "{err:?}");
     }
 
     assert_eq!(view().await, before, "nothing was enqueued or settled");
@@ -478,7 +472,7 @@ async fn two_job_types_with_the_same_key_string_collide_with_input_mismatch() {
         .await
         .expect_err("another type under the key must be refused");
     assert!(
-        matches!(&err, Error::Engine(EngineError::InputMismatch(id)) if id == left.id()),
+        matches!(&err, Error::InputMismatch(id) if id == left.id()),
         "{err:?}"
     );
 
@@ -500,7 +494,7 @@ async fn two_job_types_with_the_same_key_string_collide_with_input_mismatch() {
         .await
         .expect_err("another type under a live key must be refused");
     assert!(
-        matches!(&err, Error::Engine(EngineError::InputMismatch(id)) if id == pending.id()),
+        matches!(&err, Error::InputMismatch(id) if id == pending.id()),
         "{err:?}"
     );
     assert_eq!(pending.status().await.unwrap(), JobState::Scheduled);
@@ -568,7 +562,7 @@ async fn a_keyed_resubmission_after_an_unknown_type_failure_answers_from_its_rec
     assert_eq!(again.status().await.unwrap(), JobState::Failed);
     assert_eq!(again.join().await.unwrap(), Err(err.clone()));
     match again.clone().await {
-        Err(gaffer::JoinError::Job(e)) => assert_eq!(e, err),
+        Err(gaffer::job::JoinError::Job(e)) => assert_eq!(e, err),
         other => panic!("expected the recorded failure, got {other:?}"),
     }
     assert_eq!(runs.get(), 0);
@@ -580,8 +574,7 @@ async fn a_malformed_payload_records_a_permanent_failure() {
     let runs = Arc::new(Runs::default());
     let engine = engine(&runs).await;
 
-    let submitted = engine
-        .engine_ref()
+    let submitted = gaffer::testing::services(&engine)
         .submit(SubmitRequest {
             job_type: Shout::NAME.to_string(),
             payload: b"not msgpack".to_vec(),
@@ -603,8 +596,7 @@ async fn a_malformed_payload_records_a_permanent_failure() {
     assert_eq!(runs.get(), 0, "the handler never saw the payload");
 
     // The same malformed submission answers from the record.
-    let again = engine
-        .engine_ref()
+    let again = gaffer::testing::services(&engine)
         .submit(SubmitRequest {
             job_type: Shout::NAME.to_string(),
             payload: b"not msgpack".to_vec(),
@@ -645,20 +637,19 @@ async fn reserved_headers_are_rejected_even_when_the_keyed_job_already_finished(
         .await
         .expect_err("a reserved header is refused even for a finished key");
     assert!(
-        matches!(&err, Error::Engine(EngineError::ReservedHeader(h)) if h == "gaffer.x"),
+        matches!(&err, Error::ReservedHeader(h) if h == "gaffer.x"),
         "{err:?}"
     );
     // Through the untyped API as well.
-    let err = engine
-        .engine_ref()
+    let err = gaffer::testing::services(&engine)
         .submit(SubmitRequest {
             headers,
-            ..gaffer::submit_request(&job, SubmitOptions::default()).unwrap()
+            ..gaffer::protocol::submit_request(&job, SubmitOptions::default()).unwrap()
         })
         .await
         .expect_err("refused through the untyped API too");
     assert!(
-        matches!(&err, EngineError::ReservedHeader(h) if h == "gaffer.x"),
+        matches!(&err, Error::ReservedHeader(h) if h == "gaffer.x"),
         "{err:?}"
     );
     // Without the header the duplicate still answers from the record.

@@ -10,9 +10,12 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use gaffer::protocol::{ItemRecord, RecordSink};
 use gaffer::ractor;
-use gaffer::{BatchSpec, BulkCtx, EngineError, EngineMessage, Error, ItemError, Job, Pipeline};
-use gaffer_actors::{ItemRecord, ItemStatus, RecordSink};
+use gaffer::testing::layout::records::ItemStatus;
+use gaffer::{
+    BulkCtx, Error, Job, Pipeline, bulk::ItemError, protocol::BatchSpec, protocol::EngineMessage,
+};
 
 use common::bulk::{Probe, Stage, counts, probe_engine, stage, strings};
 use common::{bad_ids, shut_down_cleanly, within};
@@ -35,7 +38,13 @@ impl Pipeline for Echo {
 
 async fn echo_engine(runs: Arc<AtomicUsize>) -> gaffer::Engine {
     common::memory_builder(common::mock_clock())
-        .pipeline_with_concurrency(Echo { runs }, 4)
+        .pipeline_with(
+            Echo { runs },
+            gaffer::JobOptions {
+                concurrency: Some(4),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap()
@@ -46,7 +55,7 @@ async fn an_invalid_batch_id_is_rejected() {
     let (engine, shared, _rx, _clock) = probe_engine().await;
     for bad in bad_ids() {
         match engine.batch::<Probe>(&bad) {
-            Err(Error::Engine(EngineError::InvalidBatchId(id))) => assert_eq!(id, bad),
+            Err(Error::InvalidBatchId(id)) => assert_eq!(id, bad),
             Err(other) => panic!("{bad:?}: expected InvalidBatchId, got {other:?}"),
             Ok(b) => panic!("{bad:?}: accepted as {b:?}"),
         }
@@ -117,10 +126,7 @@ async fn awkward_item_keys_round_trip_and_bad_ones_are_refused_before_anything_r
             .run(vec!["input".to_string()])
             .await
             .unwrap_err();
-        assert!(
-            matches!(err, Error::Engine(EngineError::InvalidItemKey { .. })),
-            "{err}"
-        );
+        assert!(matches!(err, Error::InvalidItemKey { .. }), "{err}");
         let status = engine.batch::<Echo>(&id).unwrap().status().await.unwrap();
         assert_eq!((status.succeeded, status.failed, status.pending), (0, 0, 0));
     }
@@ -160,7 +166,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
         vec![("k".into(), vec![1])]
     )
     .unwrap();
-    assert!(matches!(answer, Err(EngineError::UnknownPipeline(p)) if p == "no-such-pipeline"));
+    assert!(matches!(answer, Err(Error::UnknownPipeline(p)) if p == "no-such-pipeline"));
     // A job type is not a pipeline either.
     let spec = BatchSpec {
         batch_id: "b".into(),
@@ -181,7 +187,7 @@ async fn an_unknown_pipeline_is_a_typed_error() {
     )
     .unwrap();
     assert!(
-        matches!(answer, Err(EngineError::UnknownPipeline(_))),
+        matches!(answer, Err(Error::UnknownPipeline(_))),
         "{answer:?}"
     );
     engine.shutdown().await.unwrap();
@@ -200,10 +206,7 @@ async fn reserved_batch_headers_are_refused() {
         .run(vec!["a".to_string()])
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, Error::Engine(EngineError::ReservedHeader(_))),
-        "{err}"
-    );
+    assert!(matches!(err, Error::ReservedHeader(_)), "{err}");
     engine.shutdown().await.unwrap();
 }
 
@@ -212,7 +215,7 @@ async fn reserved_batch_headers_are_refused() {
 struct RawSink(Mutex<Vec<(String, ItemStatus, Option<String>)>>);
 
 impl RecordSink for RawSink {
-    fn write(&self, key: &str, record: ItemRecord<'_>) -> Result<(), gaffer_actors::SinkError> {
+    fn write(&self, key: &str, record: ItemRecord<'_>) -> Result<(), gaffer::protocol::SinkError> {
         let (status, error) = match record {
             ItemRecord::Succeeded { .. } => (ItemStatus::Succeeded, None),
             ItemRecord::Failed { error } => (ItemStatus::Failed, Some(error.to_string())),
@@ -254,7 +257,7 @@ async fn undecodable_input_is_permanent() {
     let outcome = within(async {
         ractor::call!(
             engine.actor(),
-            gaffer::EngineMessage::RunBatch,
+            gaffer::protocol::EngineMessage::RunBatch,
             Box::new(spec),
             vec![("k".into(), b"junk".to_vec())]
         )
@@ -323,11 +326,11 @@ async fn an_input_that_fails_to_encode_is_a_typed_error_naming_it() {
         )
         .await;
     match run {
-        Err(Error::Engine(EngineError::InputEncoding {
+        Err(Error::InputEncoding {
             pipeline,
             index,
             reason,
-        })) => {
+        }) => {
             assert_eq!(pipeline, "takes-picky");
             assert_eq!(index, 1, "the second input failed");
             assert!(reason.contains("zero is refused"), "{reason}");
@@ -340,12 +343,12 @@ async fn an_input_that_fails_to_encode_is_a_typed_error_naming_it() {
 /// A sink that takes every record and fails to flush.
 struct FailsToFlush;
 
-impl gaffer::OutputSink for FailsToFlush {
-    fn write(&self, _record: &gaffer::OutputRecord) -> gaffer::Result<()> {
+impl gaffer::sink::OutputSink for FailsToFlush {
+    fn write(&self, _record: &gaffer::sink::OutputRecord) -> gaffer::Result<()> {
         Ok(())
     }
     fn flush(&self) -> gaffer::Result<()> {
-        Err(Error::Io(std::io::Error::other("disk full")))
+        Err(Error::from(std::io::Error::other("disk full")))
     }
 }
 
@@ -359,7 +362,7 @@ async fn a_sink_that_fails_to_flush_fails_the_run_with_sink_failed() {
         .sink(Arc::new(FailsToFlush));
     let run = within(batch.run(strings(&["a", "b", "c"]))).await;
     match run {
-        Err(Error::Engine(EngineError::SinkFailed { batch_id, reason })) => {
+        Err(Error::SinkFailed { batch_id, reason }) => {
             assert_eq!(batch_id, "flush-fails");
             assert!(reason.contains("disk full"), "{reason}");
         }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use gaffer::taquba::object_store::ObjectStore;
 use gaffer::taquba::object_store::path::Path;
 use gaffer::{
-    Engine, EngineError, EngineEvent, EngineMessage, Error, FailureKind, Job, JobContext,
-    SubmitOptions,
+    Engine, EngineEvent, Error, Job, JobContext, SubmitOptions, job::FailureKind,
+    protocol::EngineMessage,
 };
 use serde::{Deserialize, Serialize};
 
@@ -56,24 +56,24 @@ async fn an_invalid_job_id_is_rejected() {
     for id in bad_ids() {
         let handle = engine.handle::<Echo>(&id);
         assert!(
-            matches!(&handle, Err(Error::Engine(EngineError::InvalidJobId(got))) if *got == id),
+            matches!(&handle, Err(Error::InvalidJobId(got)) if *got == id),
             "handle({id:?}): {handle:?}"
         );
         let cancel = engine.cancel(&id).await;
         assert!(
-            matches!(&cancel, Err(Error::Engine(EngineError::InvalidJobId(got))) if *got == id),
+            matches!(&cancel, Err(Error::InvalidJobId(got)) if *got == id),
             "cancel({id:?}): {cancel:?}"
         );
         let status = engine.status(&id).await;
         assert!(
-            matches!(&status, Err(Error::Engine(EngineError::InvalidJobId(got))) if *got == id),
+            matches!(&status, Err(Error::InvalidJobId(got)) if *got == id),
             "status({id:?}): {status:?}"
         );
         // By message too: a typed error in the reply.
         let by_message =
             gaffer::ractor::call!(engine.actor(), EngineMessage::JobStatus, id.clone());
         assert!(
-            matches!(&by_message, Ok(Err(EngineError::InvalidJobId(got))) if *got == id),
+            matches!(&by_message, Ok(Err(Error::InvalidJobId(got))) if *got == id),
             "JobStatus({id:?}): {by_message:?}"
         );
         // AwaitJob by message answers (no hang) with an error naming the problem.
@@ -85,7 +85,7 @@ async fn an_invalid_job_id_is_rejected() {
         let by_message =
             gaffer::ractor::call!(engine.actor(), EngineMessage::CancelJob, id.clone());
         assert!(
-            matches!(&by_message, Ok(Err(EngineError::InvalidJobId(got))) if *got == id),
+            matches!(&by_message, Ok(Err(Error::InvalidJobId(got))) if *got == id),
             "CancelJob({id:?}): {by_message:?}"
         );
     }
@@ -94,7 +94,7 @@ async fn an_invalid_job_id_is_rejected() {
     assert!(engine.handle::<Echo>(&longest).is_ok());
     assert!(matches!(
         engine.status(&longest).await,
-        Err(Error::Engine(EngineError::JobNotFound(_)))
+        Err(Error::JobNotFound(_))
     ));
     still_serves(&engine).await;
     assert!(engine.shutdown().await.unwrap().queue_closed);
@@ -107,25 +107,19 @@ async fn an_unknown_job_id_reports_job_not_found() {
     let h = engine.handle::<Echo>(id).unwrap();
     let joined = within(h.join()).await;
     assert!(
-        matches!(&joined, Err(Error::Engine(EngineError::JobNotFound(got))) if got == id),
+        matches!(&joined, Err(Error::JobNotFound(got)) if got == id),
         "{joined:?}"
     );
     let by_message = gaffer::ractor::call!(engine.actor(), EngineMessage::AwaitJob, id.to_string());
     assert!(
-        matches!(&by_message, Ok(Err(gaffer::WaitError::NotFound(got))) if got == id),
+        matches!(&by_message, Ok(Err(gaffer::protocol::WaitError::NotFound(got))) if got == id),
         "{by_message:?}"
     );
-    assert!(matches!(
-        h.status().await,
-        Err(Error::Engine(EngineError::JobNotFound(_)))
-    ));
-    assert!(matches!(
-        h.fetch_result().await,
-        Err(Error::Engine(EngineError::JobNotFound(_)))
-    ));
+    assert!(matches!(h.status().await, Err(Error::JobNotFound(_))));
+    assert!(matches!(h.outcome().await, Err(Error::JobNotFound(_))));
     let cancel = h.cancel().await;
     assert!(
-        matches!(&cancel, Err(Error::Engine(EngineError::JobNotFound(got))) if got == id),
+        matches!(&cancel, Err(Error::JobNotFound(got)) if got == id),
         "{cancel:?}"
     );
     still_serves(&engine).await;
@@ -145,14 +139,14 @@ async fn reserved_headers_are_rejected() {
         };
         let r = engine.submit_with(Echo("h".into()), opts.clone()).await;
         assert!(
-            matches!(&r, Err(Error::Engine(EngineError::ReservedHeader(h))) if h == header),
+            matches!(&r, Err(Error::ReservedHeader(h)) if h == header),
             "{header}: {r:?}"
         );
         // By message too.
-        let request = gaffer::submit_request(&Echo("h".into()), opts).unwrap();
+        let request = gaffer::protocol::submit_request(&Echo("h".into()), opts).unwrap();
         let by_message = gaffer::ractor::call!(engine.actor(), EngineMessage::SubmitJob, request);
         assert!(
-            matches!(&by_message, Ok(Err(EngineError::ReservedHeader(h))) if h == header),
+            matches!(&by_message, Ok(Err(Error::ReservedHeader(h))) if h == header),
             "{header}: {by_message:?}"
         );
     }
@@ -191,7 +185,7 @@ async fn a_duplicate_job_type_is_an_error_at_start() {
         .start()
         .await;
     assert!(
-        matches!(&r, Err(Error::Engine(EngineError::DuplicateJobType(name))) if name == "echo"),
+        matches!(&r, Err(Error::DuplicateJobType(name)) if name == "echo"),
         "{r:?}"
     );
 
@@ -208,19 +202,21 @@ async fn a_duplicate_job_type_is_an_error_at_start() {
     }
     let r = common::memory_builder(common::mock_clock())
         .register::<Echo>()
-        .register_with_concurrency::<Impostor>(2)
+        .register_with::<Impostor>(gaffer::JobOptions {
+            concurrency: Some(2),
+            ..Default::default()
+        })
         .start()
         .await;
     assert!(
-        matches!(&r, Err(Error::Engine(EngineError::DuplicateJobType(name))) if name == "echo"),
+        matches!(&r, Err(Error::DuplicateJobType(name)) if name == "echo"),
         "{r:?}"
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn zero_concurrency_and_tiny_retention_are_config_errors() {
-    let invalid =
-        |r: &Result<Engine, Error>| matches!(r, Err(Error::Engine(EngineError::InvalidConfig(_))));
+    let invalid = |r: &Result<Engine, Error>| matches!(r, Err(Error::InvalidConfig(_)));
     let r = common::memory_builder(common::mock_clock())
         .register::<Echo>()
         .max_concurrent_jobs(0)
@@ -321,7 +317,7 @@ async fn an_output_that_fails_to_encode_records_a_permanent_failure() {
     );
     assert_eq!(
         h.status().await.unwrap(),
-        gaffer::JobState::Failed,
+        gaffer::job::JobState::Failed,
         "recorded as failed"
     );
     still_serves(&engine).await;
@@ -341,18 +337,18 @@ impl Job for StagesBadEffects {
         let mut seen = Vec::new();
         let r = fx.put("gaffer/x", "v");
         seen.push(match &r {
-            Err(EngineError::ReservedKvKey(k)) if k == "gaffer/x" => "reserved".to_string(),
+            Err(Error::ReservedKvKey(k)) if k == "gaffer/x" => "reserved".to_string(),
             other => format!("{other:?}"),
         });
         let r = fx.delete("gaffer/v1/outcomes/x");
         seen.push(match &r {
-            Err(EngineError::ReservedKvKey(_)) => "reserved-delete".to_string(),
+            Err(Error::ReservedKvKey(_)) => "reserved-delete".to_string(),
             other => format!("{other:?}"),
         });
         let max = gaffer::taquba::MAX_KV_VALUE_SIZE;
         let r = fx.put("big", vec![7u8; max + 1]);
         seen.push(match &r {
-            Err(EngineError::ValueTooLarge { size, max: m }) if *size == max + 1 && *m == max => {
+            Err(Error::ValueTooLarge { size, max: m }) if *size == max + 1 && *m == max => {
                 "too-large".to_string()
             }
             other => format!("{other:?}"),
@@ -364,7 +360,7 @@ impl Job for StagesBadEffects {
         });
         let r = fx.delete("k");
         seen.push(match &r {
-            Err(EngineError::ConflictingKvEffect(k)) if k == "k" => "conflict".to_string(),
+            Err(Error::ConflictingKvEffect(k)) if k == "k" => "conflict".to_string(),
             other => format!("{other:?}"),
         });
         Ok(seen)
@@ -396,7 +392,7 @@ async fn effects_reject_reserved_keys_oversized_values_and_conflicts() {
         ]
     );
     // The valid write committed with the success; the refused ones did not.
-    let services = engine.engine_ref().services();
+    let services = gaffer::testing::services(&engine);
     assert_eq!(services.kv_get(b"k").await.unwrap(), Some(b"kept".to_vec()));
     assert_eq!(services.kv_get(b"big").await.unwrap(), None);
     assert_eq!(services.kv_get(b"gaffer/x").await.unwrap(), None);
@@ -433,8 +429,8 @@ async fn a_large_output_over_the_kv_cap_round_trips_through_a_blob() {
     let h = engine.submit(Big(MIB)).await.unwrap();
     let out = within(h.join()).await.unwrap().unwrap();
     assert!(out == big_bytes(MIB), "the output came back changed");
-    let fetched = h.fetch_result().await.unwrap().unwrap().unwrap();
-    assert!(fetched == big_bytes(MIB), "fetch_result came back changed");
+    let fetched = h.outcome().await.unwrap().unwrap().unwrap();
+    assert!(fetched == big_bytes(MIB), "outcome came back changed");
 
     // It went through a blob (the record only points at it).
     let prefix = Path::from(format!("gaffer-blobs/v1/outputs/{}", h.id()));
@@ -445,7 +441,7 @@ async fn a_large_output_over_the_kv_cap_round_trips_through_a_blob() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(&record.outcome, gaffer_actors::Outcome::Succeeded(gaffer_actors::OutputRef::Blob(p)) if *p == listed.objects[0].location.to_string()),
+        matches!(&record.outcome, gaffer::protocol::Outcome::Succeeded(gaffer::protocol::OutputRef::Blob(p)) if *p == listed.objects[0].location.to_string()),
         "{record:?}"
     );
     assert!(engine.shutdown().await.unwrap().queue_closed);
@@ -485,7 +481,7 @@ async fn a_memo_value_over_the_kv_cap_round_trips_through_the_object_store() {
 async fn no_store_configured_is_a_config_error() {
     let r = Engine::builder().register::<Echo>().start().await;
     match r {
-        Err(Error::Engine(EngineError::InvalidConfig(msg))) => {
+        Err(Error::InvalidConfig(msg)) => {
             assert!(msg.contains("store"), "{msg}");
         }
         other => panic!("expected InvalidConfig, got {other:?}"),
@@ -509,17 +505,20 @@ async fn an_unregistered_type_or_a_malformed_payload_fails_permanently() {
     // Refused at the submission: nothing is queued that no handler can run.
     let refused = engine.submit(Stranger).await.unwrap_err();
     assert!(
-        matches!(&refused, Error::Engine(EngineError::UnknownJobType(t)) if t == "stranger"),
+        matches!(&refused, Error::UnknownJobType(t) if t == "stranger"),
         "{refused:?}"
     );
 
     // A payload that does not decode as the registered type.
-    let request = gaffer::SubmitRequest {
+    let request = gaffer::protocol::SubmitRequest {
         job_type: Echo::NAME.into(),
         payload: b"\xc1 definitely not msgpack".to_vec(),
         ..Default::default()
     };
-    let submitted = engine.engine_ref().submit(request).await.unwrap();
+    let submitted = gaffer::testing::services(&engine)
+        .submit(request)
+        .await
+        .unwrap();
     let garbage = engine.handle::<Echo>(&submitted.run_id).unwrap();
     let r = within(garbage.join()).await.unwrap();
     assert!(
@@ -597,7 +596,7 @@ async fn a_handle_of_the_wrong_type_is_a_typed_error() {
             if id == h.id() && expected == "big" && actual == "echo"),
         "{r:?}"
     );
-    let r = wrong.fetch_result().await;
+    let r = wrong.outcome().await;
     assert!(matches!(&r, Err(Error::WrongJobType { .. })), "{r:?}");
     // The right type still reads it.
     assert_eq!(

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gaffer::{Engine, Job, JobContext, JobState};
+use gaffer::{Engine, Job, JobContext, job::JobState};
 use serde::{Deserialize, Serialize};
 
 use common::jobs::{Fail, Probe, join};
@@ -206,7 +206,10 @@ async fn parents_awaiting_their_children_complete_at_a_concurrency_of_four_and_s
 /// engine and the tree's leaf count.
 async fn grow(workers: usize, depth: u32, together: bool) -> (Engine, u32) {
     let engine = common::memory_builder(common::mock_clock())
-        .register_with_concurrency::<Tree>(workers)
+        .register_with::<Tree>(gaffer::JobOptions {
+            concurrency: Some(workers),
+            ..Default::default()
+        })
         .start()
         .await
         .unwrap();
@@ -228,7 +231,7 @@ async fn a_job_awaiting_two_children_of_its_own_type_at_once_completes_with_one_
     assert_eq!(leaves, 8);
     // Back to one worker once nothing waits.
     eventually("the extra workers retire", LIMIT, async || {
-        let stats = engine.engine_ref().pool_stats().await.unwrap();
+        let stats = engine.pool_stats().await.unwrap();
         stats["tree"].workers == 1 && stats["tree"].parked == 0
     })
     .await;
@@ -273,7 +276,7 @@ async fn a_shutdown_during_a_wait_for_a_child_gives_the_parent_back_without_spen
         "the parent waits for its running child",
         LIMIT,
         async || {
-            let stats = engine.engine_ref().pool_stats().await.unwrap();
+            let stats = engine.pool_stats().await.unwrap();
             stats["waits"].parked == 1 && stats["gated"].running == 1
         },
     )

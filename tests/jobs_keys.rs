@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use gaffer::taquba::{EnqueueOptions, MockClock};
 use gaffer::{
-    Engine, EngineError, Error, FailureKind, Job, JobContext, JobState, payload_idempotency_key,
+    Engine, Error, Job, JobContext, job::FailureKind, job::JobState, job::payload_idempotency_key,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -179,14 +179,14 @@ async fn input_mismatch_on_same_key_different_payload() {
 
     // While the job is live.
     match engine.submit(Keyed::new("invoice-9", 2)).await {
-        Err(Error::Engine(EngineError::InputMismatch(id))) => assert_eq!(id, expected_id),
+        Err(Error::InputMismatch(id)) => assert_eq!(id, expected_id),
         other => panic!("expected InputMismatch, got {other:?}"),
     }
     // After it ended (answered from the outcome record).
     probe.gate.open();
     assert_eq!(join(&first).await, Ok(2));
     match engine.submit(Keyed::new("invoice-9", 2)).await {
-        Err(Error::Engine(EngineError::InputMismatch(id))) => assert_eq!(id, expected_id),
+        Err(Error::InputMismatch(id)) => assert_eq!(id, expected_id),
         other => panic!("expected InputMismatch, got {other:?}"),
     }
     assert_eq!(probe.runs(), 1, "a mismatched submission never runs");
@@ -212,7 +212,7 @@ async fn idempotency_key_short_circuits_to_cached_success_after_completion() {
     assert!(!again.newly_submitted());
     assert_eq!(again.id(), first.id());
     assert_eq!(join(&again).await, Ok(16));
-    assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(16)));
+    assert_eq!(again.outcome().await.unwrap(), Some(Ok(16)));
     assert_eq!(probe.runs(), 1, "the cached outcome answered; no rerun");
 
     shut_down_cleanly(&engine).await;
@@ -277,12 +277,9 @@ async fn idempotent_resubmit_after_result_swept_reruns() {
     );
 
     clock.advance(Duration::from_secs(61));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     assert!(
-        matches!(
-            first.status().await,
-            Err(gaffer::Error::Engine(gaffer::EngineError::JobNotFound(_)))
-        ),
+        matches!(first.status().await, Err(gaffer::Error::JobNotFound(_))),
         "the record was swept"
     );
 
@@ -306,16 +303,13 @@ async fn a_resubmission_answered_from_the_record_joins_from_it_without_reading_a
 
     // Retention removes the record: a join that read it now would find no job.
     clock.advance(Duration::from_secs(61));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     assert!(
-        matches!(
-            again.status().await,
-            Err(gaffer::Error::Engine(gaffer::EngineError::JobNotFound(_)))
-        ),
+        matches!(again.status().await, Err(gaffer::Error::JobNotFound(_))),
         "the record was swept"
     );
     match first.join().await {
-        Err(Error::Engine(EngineError::JobNotFound(id))) => assert_eq!(id, first.id()),
+        Err(Error::JobNotFound(id)) => assert_eq!(id, first.id()),
         other => {
             panic!("a handle without the record reads it: expected JobNotFound, got {other:?}")
         }
@@ -407,7 +401,7 @@ async fn payload_idempotency_key_is_stable_and_distinguishes_payloads() {
 /// Enqueue by hand a job that carries `run_header` as its `gaffer.run`,
 /// with `payload`.
 async fn enqueue_by_hand(engine: &Engine, run_header: &str, payload: Vec<u8>) -> String {
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(engine).unwrap();
     let headers = [
         ("gaffer.type".to_string(), "keyed".to_string()),
         ("gaffer.run".to_string(), run_header.to_string()),
@@ -433,7 +427,7 @@ async fn enqueue_impostor(engine: &Engine, run_id: &str) -> String {
 /// The impostor was dead-lettered as its own failure.
 async fn impostor_settled(engine: &Engine) {
     eventually("the impostor is dead-lettered", LIMIT, async || {
-        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        let queue = gaffer::testing::raw_queue(engine).unwrap();
         queue.view().stats("jobs.keyed").await.unwrap().dead == 1
     })
     .await;
@@ -489,7 +483,7 @@ async fn a_hand_made_job_carrying_a_run_id_it_does_not_own_never_runs_user_code(
         enqueue_runnable_impostor(&engine, header).await;
     }
     eventually("the three impostors are dead-lettered", LIMIT, async || {
-        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
         queue.view().stats("jobs.keyed").await.unwrap().dead == 3
     })
     .await;
@@ -500,7 +494,7 @@ async fn a_hand_made_job_carrying_a_run_id_it_does_not_own_never_runs_user_code(
     );
     // Each is dead-lettered with a reason saying why, and the finished run
     // keeps its outcome.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let dead = queue
         .view()
         .dead_jobs("jobs.keyed", None, 10)

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use gaffer::{
-    CancelResult, EngineError, EngineEvent, Error, FailureKind, Job, JobContext, JobState,
-    JoinError, SubmitOptions,
+    EngineEvent, Error, Job, JobContext, SubmitOptions, job::CancelResult, job::FailureKind,
+    job::JobState, job::JoinError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -172,7 +172,7 @@ async fn a_handler_uses_its_memo_and_effects_across_a_retry() {
     assert_eq!(probe.computes(), 1, "the memoized value was computed once");
 
     // The failing attempt's effect was dropped; the succeeding one's committed.
-    let services = engine.engine_ref().services();
+    let services = gaffer::testing::services(&engine);
     // The queue forgets an acknowledged job's claims; its outcome record
     // keeps the failed one.
     let record = services.outcome(handle.id()).await.unwrap().unwrap();
@@ -229,9 +229,7 @@ async fn permanent_failure_is_dead_lettered_with_recorded_outcome() {
     }
     assert_eq!(probe.runs(), 1, "a permanent failure is not retried");
     assert_eq!(handle.status().await.unwrap(), JobState::Failed);
-    let record = engine
-        .engine_ref()
-        .services()
+    let record = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
         .unwrap()
@@ -270,9 +268,7 @@ async fn transient_failure_exhausts_retries_and_dead_letters() {
     assert_eq!(failure.message, "flaky");
     assert_eq!(probe.runs(), 2, "exactly max_attempts runs");
     assert_eq!(handle.status().await.unwrap(), JobState::Failed);
-    let record = engine
-        .engine_ref()
-        .services()
+    let record = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
         .unwrap()
@@ -297,11 +293,11 @@ async fn submitting_an_unregistered_job_type_is_refused_at_once() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, gaffer::Error::Engine(gaffer::EngineError::UnknownJobType(t)) if t == "unregistered"),
+        matches!(&refused, gaffer::Error::UnknownJobType(t) if t == "unregistered"),
         "{refused:?}"
     );
     // Nothing was enqueued anywhere.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     for name in queue.view().list_queues().await.unwrap() {
         assert_eq!(
             queue.view().stats(&name).await.unwrap().pending,
@@ -391,11 +387,11 @@ async fn a_submission_with_a_reserved_header_is_rejected() {
         )
         .await;
     match result {
-        Err(Error::Engine(EngineError::ReservedHeader(h))) => assert_eq!(h, "gaffer.type"),
+        Err(Error::ReservedHeader(h)) => assert_eq!(h, "gaffer.type"),
         other => panic!("expected ReservedHeader, got {other:?}"),
     }
     // Nothing was enqueued.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let stats = common::totals(queue.view(), "").await;
     drop(queue);
     assert_eq!(

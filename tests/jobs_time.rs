@@ -11,8 +11,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer::{EngineError, Error, Job, JobContext, JobState, SubmitOptions};
-use gaffer_actors::layout::inspect;
+use gaffer::testing::layout::inspect;
+use gaffer::{Error, Job, JobContext, SubmitOptions, job::JobState};
 use serde::{Deserialize, Serialize};
 
 use common::jobs::{Factor, Probe, Scale, at_ms, join, wait_started};
@@ -80,7 +80,7 @@ async fn a_handler_extends_its_lease_through_the_context() {
 
     // An unkeyed job's id is its queue job id. The default lease would end at
     // T0 + 30 s; the extended one ends at least 600 s from now.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let expiry = queue
         .lease_expiry(&common::job_queue(LongLease::NAME), handle.id())
         .expect("the running job has a lease");
@@ -120,10 +120,7 @@ async fn lease_expiry_triggers_reaper_requeue() {
 
     // The first attempt hangs past its 30 s lease; the reaper requeues it.
     clock.advance(Duration::from_secs(31));
-    engine
-        .engine_ref()
-        .services()
-        .raw_queue()
+    gaffer::testing::raw_queue(&engine)
         .unwrap()
         .reap_now()
         .await
@@ -141,7 +138,7 @@ async fn lease_expiry_triggers_reaper_requeue() {
         .await
         .unwrap();
     let reopened = engine.handle::<StuckFirst>(handle.id()).unwrap();
-    assert_eq!(reopened.fetch_result().await.unwrap(), Some(Ok(2)));
+    assert_eq!(reopened.outcome().await.unwrap(), Some(Ok(2)));
     assert_eq!(reopened.status().await.unwrap(), JobState::Succeeded);
 
     shut_down_cleanly(&engine).await;
@@ -197,7 +194,7 @@ async fn retention_removes_the_outcome_record() {
     assert_eq!(join(&handle).await, Ok(15));
 
     // The finished-jobs index lists it, under its type.
-    let services = engine.engine_ref().services();
+    let services = gaffer::testing::services(&engine);
     let queue = services.raw_queue().unwrap();
     let listed = async || {
         let view = queue.view();
@@ -217,26 +214,20 @@ async fn retention_removes_the_outcome_record() {
 
     // Within the retention window the record stays.
     clock.advance(Duration::from_secs(30));
-    engine.engine_ref().sweep_now().await.unwrap();
-    assert_eq!(handle.fetch_result().await.unwrap(), Some(Ok(15)));
+    engine.sweep_now().await.unwrap();
+    assert_eq!(handle.outcome().await.unwrap(), Some(Ok(15)));
     assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
 
     // Past it, a sweep removes it, and its index entry with it (no type
     // left in the index: the entry is gone, not just skipped).
     clock.advance(Duration::from_secs(31));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     assert_eq!(listed().await, (vec![], vec![]));
     drop(queue);
-    assert!(matches!(
-        handle.fetch_result().await,
-        Err(Error::Engine(EngineError::JobNotFound(_)))
-    ));
-    assert!(matches!(
-        handle.status().await,
-        Err(Error::Engine(EngineError::JobNotFound(_)))
-    ));
+    assert!(matches!(handle.outcome().await, Err(Error::JobNotFound(_))));
+    assert!(matches!(handle.status().await, Err(Error::JobNotFound(_))));
     match handle.join().await {
-        Err(Error::Engine(EngineError::JobNotFound(id))) => assert_eq!(id, handle.id()),
+        Err(Error::JobNotFound(id)) => assert_eq!(id, handle.id()),
         other => panic!("expected JobNotFound, got {other:?}"),
     }
 

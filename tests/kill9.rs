@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer::{BulkCtx, ItemError, JsonlSink, OutputRecord, Pipeline};
+use gaffer::{BulkCtx, Pipeline, bulk::ItemError, sink::JsonlSink, sink::OutputRecord};
 
 struct Work;
 
@@ -56,7 +56,13 @@ async fn kill9_child() {
         .store(gaffer::Store::local_dir(dir.join("store")))
         .flush_interval(Duration::from_millis(1))
         .poll_interval(Duration::from_millis(20))
-        .pipeline_with_concurrency(Work, 16)
+        .pipeline_with(
+            Work,
+            gaffer::JobOptions {
+                concurrency: Some(16),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap();
@@ -181,7 +187,7 @@ fn torture(kills: usize, max_delay_ms: u64) {
             (n, n, 0, 0),
             "{status:?}"
         );
-        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
         let stats = common::totals(queue.view(), "bulk-items.").await;
         // Nothing is left to run, and no kill failed an item: a delivery
         // interrupted by a process exit does not spend an attempt, so nothing

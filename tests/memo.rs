@@ -6,11 +6,11 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use gaffer::testing::{Op, Ops};
 use gaffer::{
-    BulkCtx, CostReport, EngineEvent, Error, FailureKind, ItemError, Job, JobContext, Memo,
-    Pipeline,
+    BulkCtx, EngineEvent, Error, Job, JobContext, Pipeline, bulk::CostReport, bulk::ItemError,
+    job::FailureKind, job::Memo,
 };
-use gaffer_actors::testing::{Op, Ops};
 use serde::{Deserialize, Serialize};
 
 use common::Gate;
@@ -48,7 +48,7 @@ impl Job for Scenario {
             "failed-compute" => {
                 let r: Result<u32, Error> = memo
                     .memoized("k", || async {
-                        Err(Error::Io(std::io::Error::other("nope")))
+                        Err(Error::from(std::io::Error::other("nope")))
                     })
                     .await;
                 seen.push(format!("err={}", r.is_err()));
@@ -248,7 +248,7 @@ impl Job for TwoSteps {
         if ctx.attempt() == 1 {
             match self.first_attempt {
                 FirstAttempt::Succeeds => {}
-                FirstAttempt::Fails => return Err(Error::Io(std::io::Error::other("glitch"))),
+                FirstAttempt::Fails => return Err(Error::from(std::io::Error::other("glitch"))),
                 FirstAttempt::Panics => panic!("first attempt panics on purpose"),
             }
         }
@@ -261,7 +261,10 @@ impl Job for TwoSteps {
 
 /// Runs one `TwoSteps` job to its end; returns (steps computed, memo objects
 /// in the store afterwards, attempts).
-async fn two_steps(first_attempt: FirstAttempt, writes: gaffer::MemoWrites) -> (usize, usize, u32) {
+async fn two_steps(
+    first_attempt: FirstAttempt,
+    writes: gaffer::job::MemoWrites,
+) -> (usize, usize, u32) {
     two_steps_on(first_attempt, writes, false).await
 }
 
@@ -269,12 +272,12 @@ async fn two_steps(first_attempt: FirstAttempt, writes: gaffer::MemoWrites) -> (
 /// prefix fails.
 async fn two_steps_on(
     first_attempt: FirstAttempt,
-    writes: gaffer::MemoWrites,
+    writes: gaffer::job::MemoWrites,
     memo_puts_fail: bool,
 ) -> (usize, usize, u32) {
     use futures_util::StreamExt;
     use gaffer::taquba::object_store::{ObjectStore, path::Path};
-    use gaffer_actors::testing::{FaultyStore, Ops};
+    use gaffer::testing::{FaultyStore, Ops};
 
     let store = common::shared_store();
     let (faulty, faults) = FaultyStore::wrap(store.clone());
@@ -292,9 +295,7 @@ async fn two_steps_on(
         .unwrap();
     let handle = engine.submit(TwoSteps { first_attempt }).await.unwrap();
     assert_eq!(handle.join().await.unwrap(), Ok(3));
-    let attempts = engine
-        .engine_ref()
-        .services()
+    let attempts = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
         .unwrap()
@@ -311,7 +312,7 @@ async fn two_steps_on(
 #[tokio::test(start_paused = true)]
 async fn by_default_a_successful_attempt_writes_no_memo_object() {
     let (computed, objects, attempts) =
-        two_steps(FirstAttempt::Succeeds, gaffer::MemoWrites::OnFailure).await;
+        two_steps(FirstAttempt::Succeeds, gaffer::job::MemoWrites::OnFailure).await;
     assert_eq!((computed, attempts), (2, 1));
     assert_eq!(objects, 0, "a successful attempt's entries are not written");
 }
@@ -319,7 +320,7 @@ async fn by_default_a_successful_attempt_writes_no_memo_object() {
 #[tokio::test(start_paused = true)]
 async fn with_immediate_writes_every_entry_is_an_object_as_soon_as_it_is_put() {
     let (computed, objects, attempts) =
-        two_steps(FirstAttempt::Succeeds, gaffer::MemoWrites::Immediate).await;
+        two_steps(FirstAttempt::Succeeds, gaffer::job::MemoWrites::Immediate).await;
     assert_eq!((computed, attempts), (2, 1));
     assert_eq!(objects, 2);
 }
@@ -327,7 +328,7 @@ async fn with_immediate_writes_every_entry_is_an_object_as_soon_as_it_is_put() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_attempts_entries_are_written_and_its_retry_reuses_them() {
     let (computed, objects, attempts) =
-        two_steps(FirstAttempt::Fails, gaffer::MemoWrites::OnFailure).await;
+        two_steps(FirstAttempt::Fails, gaffer::job::MemoWrites::OnFailure).await;
     assert_eq!(attempts, 2);
     assert_eq!(computed, 2, "each step computed once across the retry");
     assert_eq!(objects, 2, "written when the first attempt failed");
@@ -336,7 +337,7 @@ async fn a_failed_attempts_entries_are_written_and_its_retry_reuses_them() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_attempts_entries_are_written_and_its_retry_reuses_them() {
     let (computed, objects, attempts) =
-        two_steps(FirstAttempt::Panics, gaffer::MemoWrites::OnFailure).await;
+        two_steps(FirstAttempt::Panics, gaffer::job::MemoWrites::OnFailure).await;
     assert_eq!(attempts, 2);
     assert_eq!(computed, 2, "each step computed once across the panic");
     assert_eq!(objects, 2, "the pool wrote the crashed attempt's entries");
@@ -344,8 +345,12 @@ async fn a_panicking_attempts_entries_are_written_and_its_retry_reuses_them() {
 
 #[tokio::test(start_paused = true)]
 async fn when_a_failed_attempts_entries_cannot_be_written_the_retry_computes_them_again() {
-    let (computed, objects, attempts) =
-        two_steps_on(FirstAttempt::Fails, gaffer::MemoWrites::OnFailure, true).await;
+    let (computed, objects, attempts) = two_steps_on(
+        FirstAttempt::Fails,
+        gaffer::job::MemoWrites::OnFailure,
+        true,
+    )
+    .await;
     assert_eq!(attempts, 2, "the write failure does not cost an attempt");
     assert_eq!(computed, 4, "both steps computed again by the retry");
     assert_eq!(objects, 0);
@@ -365,7 +370,7 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
     // successful attempt writes none; a failing write of a failed attempt's
     // entries is covered above).
     let engine = builder(store, clock, &runs, &Gate::opened())
-        .memo_writes(gaffer::MemoWrites::Immediate)
+        .memo_writes(gaffer::job::MemoWrites::Immediate)
         .start()
         .await
         .unwrap();
@@ -376,9 +381,7 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
     faults.fail_next(Ops::PUT, 3);
     let handle = engine.submit(Memoed(1)).await.unwrap();
     assert_eq!(within(handle.join()).await.unwrap().unwrap(), 5);
-    let record = engine
-        .engine_ref()
-        .services()
+    let record = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
         .unwrap()
@@ -427,9 +430,7 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
     assert_engine_up(&engine).await;
     faults.heal();
     assert_eq!(within(handle.join()).await.unwrap().unwrap(), 10);
-    let attempts = engine
-        .engine_ref()
-        .services()
+    let attempts = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
         .unwrap()
@@ -491,11 +492,11 @@ async fn phases_engine(
     fail: bool,
 ) -> (
     gaffer::Engine,
-    gaffer_actors::testing::FaultControl,
+    gaffer::testing::FaultControl,
     Arc<AtomicUsize>,
     Arc<std::sync::atomic::AtomicBool>,
 ) {
-    let (store, faults) = gaffer_actors::testing::FaultyStore::wrap(common::shared_store());
+    let (store, faults) = gaffer::testing::FaultyStore::wrap(common::shared_store());
     faults.only_prefix("gaffer-blobs/");
     faults.fail(Ops::GET);
     let computes = Arc::new(AtomicUsize::new(0));

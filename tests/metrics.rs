@@ -4,7 +4,7 @@
 
 mod common;
 
-use gaffer::{FailureKind, Job, JobContext};
+use gaffer::{Job, JobContext, job::FailureKind};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde::{Deserialize, Serialize};
 

@@ -38,11 +38,11 @@ impl gaffer::Pipeline for Upper {
     const NAME: &'static str = "metrics-upper";
     type Input = String;
     type Output = String;
-    type Error = gaffer::ItemError;
+    type Error = gaffer::bulk::ItemError;
 
-    async fn run(&self, ctx: &gaffer::BulkCtx<String>) -> Result<String, gaffer::ItemError> {
+    async fn run(&self, ctx: &gaffer::BulkCtx<String>) -> Result<String, gaffer::bulk::ItemError> {
         if ctx.input == "bad" {
-            return Err(gaffer::ItemError::permanent("bad input"));
+            return Err(gaffer::bulk::ItemError::permanent("bad input"));
         }
         ctx.record_cost("tokens", 2.0);
         Ok(ctx.input.to_uppercase())
@@ -97,14 +97,14 @@ async fn a_pools_metrics_carry_its_labels_and_appear_with_their_first_value() {
         "{before:#?}"
     );
 
-    assert!(engine.pause_job_type(PanicsOnce::NAME).await.unwrap());
+    assert!(engine.pause(PanicsOnce::NAME).await.unwrap());
     let paused = snapshot(&snapshotter);
     assert_eq!(
         paused.get("gaffer_job_type_paused{job_type=metrics-panics-once}"),
         Some(&1.0),
         "{paused:#?}"
     );
-    assert!(engine.resume_job_type(PanicsOnce::NAME).await.unwrap());
+    assert!(engine.resume(PanicsOnce::NAME).await.unwrap());
 
     let handle = engine.submit(PanicsOnce).await.unwrap();
     assert_eq!(common::within(handle.join()).await.unwrap(), Ok(2));

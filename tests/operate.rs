@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{Client, Engine, EngineError, Error, FailureKind, Job, JobContext, JobState};
+use gaffer::{Engine, Error, Job, JobContext, job::FailureKind, job::JobState, remote::Client};
 use serde::{Deserialize, Serialize};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -85,10 +85,10 @@ async fn start(dir: &Path, fix: &Arc<Fix>) -> Engine {
 
 /// Submitted and waiting: queued (a paused pool that had claimed it gave it
 /// back at once), or scheduled.
-fn waits(state: &gaffer::RequestState) -> bool {
+fn waits(state: &gaffer::remote::RequestState) -> bool {
     matches!(
         state,
-        gaffer::RequestState::Job(JobState::Queued | JobState::Scheduled)
+        gaffer::remote::RequestState::Job(JobState::Queued | JobState::Scheduled)
     )
 }
 
@@ -117,11 +117,11 @@ async fn failed_jobs_retried_after_a_fix_and_a_restart_succeed_under_their_ids()
     within(ok.join()).await.unwrap().unwrap();
     assert!(matches!(
         engine.retry(ok.id()).await,
-        Err(Error::Engine(EngineError::NotRetryable { .. }))
+        Err(Error::NotRetryable { .. })
     ));
     assert!(matches!(
         engine.retry("no-such-job").await,
-        Err(Error::Engine(EngineError::JobNotFound(_)))
+        Err(Error::JobNotFound(_))
     ));
     engine.shutdown().await.unwrap();
 
@@ -217,12 +217,12 @@ async fn a_client_retries_cancels_pauses_and_resumes_through_the_store() {
         .unwrap();
     assert_eq!(within(waiting.join()).await.unwrap().unwrap(), 2);
     // Engine API: pause and resume answer what they changed.
-    assert!(engine.pause_job_type("parse").await.unwrap());
-    assert!(!engine.pause_job_type("parse").await.unwrap());
-    assert!(engine.resume_job_type("parse").await.unwrap());
+    assert!(engine.pause("parse").await.unwrap());
+    assert!(!engine.pause("parse").await.unwrap());
+    assert!(engine.resume("parse").await.unwrap());
     assert!(matches!(
-        engine.pause_job_type("nope").await,
-        Err(Error::Engine(EngineError::UnknownJobType(_)))
+        engine.pause("nope").await,
+        Err(Error::UnknownJobType(_))
     ));
     client.close().await;
     engine.shutdown().await.unwrap();
@@ -243,15 +243,15 @@ async fn an_operator_requests_result_is_kept_for_its_retention_then_removed() {
     let request = client.pause("ping").await.unwrap();
     let result = within(request.wait()).await.unwrap();
     assert!(result.contains("paused"), "{result}");
-    let key = gaffer_actors::engine::intake::request_result_key(request.id());
+    let key = gaffer::testing::intake::request_result_key(request.id());
     let record = async || {
-        let queue = engine.engine_ref().services().raw_queue().unwrap();
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
         queue.view().kv_get(&key).await.unwrap().is_some()
     };
     assert!(record().await);
     // The intake's job for the request is gone with its ack: nothing of it
     // is kept but the record.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     assert!(
         queue
             .view()
@@ -263,12 +263,12 @@ async fn an_operator_requests_result_is_kept_for_its_retention_then_removed() {
     drop(queue);
     // Within its retention, its sender still reads what it came to.
     clock.advance(Duration::from_secs(3500));
-    engine.engine_ref().sweep_now().await.unwrap();
+    engine.sweep_now().await.unwrap();
     assert!(record().await);
     assert_eq!(within(request.result()).await.unwrap(), Some(result));
     // Past it, the pass removes it.
     clock.advance(Duration::from_secs(200));
-    let swept = engine.engine_ref().sweep_now().await.unwrap();
+    let swept = engine.sweep_now().await.unwrap();
     assert_eq!(swept.expired, 1, "{swept:?}");
     assert!(!record().await);
     client.close().await;

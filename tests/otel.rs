@@ -10,7 +10,7 @@ mod common;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use gaffer::{Client, Job, JobContext};
+use gaffer::{Job, JobContext, remote::Client};
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde::{Deserialize, Serialize};
@@ -97,7 +97,7 @@ impl Job for Flaky {
 
     async fn run(&self, ctx: JobContext) -> Result<u32, gaffer::Error> {
         if ctx.attempt() == 1 {
-            return Err(gaffer::Error::Io(std::io::Error::other("first time")));
+            return Err(gaffer::Error::from(std::io::Error::other("first time")));
         }
         Ok(self.n)
     }
@@ -116,7 +116,7 @@ async fn a_jobs_attempts_are_children_of_the_span_that_submitted_it_across_a_res
         .start()
         .await
         .unwrap();
-    first.pause_job_type(Flaky::NAME).await.unwrap();
+    first.pause(Flaky::NAME).await.unwrap();
     let request = tracing::info_span!("http.request");
     let (trace, id) = {
         let _in = request.enter();
@@ -137,7 +137,7 @@ async fn a_jobs_attempts_are_children_of_the_span_that_submitted_it_across_a_res
         .start()
         .await
         .unwrap();
-    second.resume_job_type(Flaky::NAME).await.unwrap();
+    second.resume(Flaky::NAME).await.unwrap();
     let handle = second.handle::<Flaky>(&id).unwrap();
     assert_eq!(common::within(handle.join()).await.unwrap().unwrap(), 7);
 
@@ -197,8 +197,8 @@ impl gaffer::Pipeline for Upper {
     const NAME: &'static str = "otel-upper";
     type Input = String;
     type Output = String;
-    type Error = gaffer::ItemError;
-    async fn run(&self, ctx: &gaffer::BulkCtx<String>) -> Result<String, gaffer::ItemError> {
+    type Error = gaffer::bulk::ItemError;
+    async fn run(&self, ctx: &gaffer::BulkCtx<String>) -> Result<String, gaffer::bulk::ItemError> {
         Ok(ctx.input.to_uppercase())
     }
 }

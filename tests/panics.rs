@@ -8,13 +8,13 @@
 
 mod common;
 
+use gaffer::Error;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gaffer::{Job, JobContext, Schedule};
-use gaffer_actors::EngineError;
-use gaffer_actors::testing::panics::{self, PanicPoint};
+use gaffer::testing::panics::{self, PanicPoint};
+use gaffer::{Job, JobContext, periodic::Schedule};
 use serde::{Deserialize, Serialize};
 
 use common::{LIMIT, within};
@@ -85,7 +85,10 @@ async fn a_settlement_that_panics_frees_its_slot_and_its_job_runs_again() {
     // One worker, one settlement at a time: a settlement that never
     // reported would stall the type for good.
     let engine = common::memory_builder(clock.clone())
-        .register_with_concurrency::<SettledAfterAPanic>(1)
+        .register_with::<SettledAfterAPanic>(gaffer::JobOptions {
+            concurrency: Some(1),
+            ..Default::default()
+        })
         .settlement_window(1)
         .state(runs.clone())
         .start()
@@ -102,7 +105,7 @@ async fn a_settlement_that_panics_frees_its_slot_and_its_job_runs_again() {
     // The first job's claim was never settled: it runs again once its lease
     // expires, and settles then.
     clock.advance(Duration::from_secs(31));
-    let queue_handle = engine.engine_ref().services().raw_queue().unwrap();
+    let queue_handle = gaffer::testing::raw_queue(&engine).unwrap();
     queue_handle.reap_now().await.unwrap();
     drop(queue_handle);
     assert_eq!(within(first).await.unwrap(), 2);
@@ -122,9 +125,9 @@ async fn a_sweeper_pass_that_panics_is_reported_and_the_next_pass_runs() {
     panics::panic_next(PanicPoint::SweepPass, "sweep-panics");
     // The pass that panics still answers its callers (with nothing swept),
     // and the next one sweeps.
-    within(engine.engine_ref().sweep_now()).await.unwrap();
+    within(engine.sweep_now()).await.unwrap();
     assert!(!panics::is_armed(PanicPoint::SweepPass, "sweep-panics"));
-    within(engine.engine_ref().sweep_now()).await.unwrap();
+    within(engine.sweep_now()).await.unwrap();
     shuts_down(&engine).await;
 }
 
@@ -186,10 +189,14 @@ async fn a_request_whose_task_panics_is_answered_with_an_internal_error() {
     // error that says what the engine was doing.
     let ask = async || {
         let id = id.clone();
-        gaffer::ractor::call!(engine.actor(), gaffer::EngineMessage::JobStatus, id)
+        gaffer::ractor::call!(
+            engine.actor(),
+            gaffer::protocol::EngineMessage::JobStatus,
+            id
+        )
     };
     match within(ask()).await.expect("the supervisor answers") {
-        Err(EngineError::Internal { doing, .. }) => assert_eq!(doing, "reading a job's status"),
+        Err(Error::Internal { doing, .. }) => assert_eq!(doing, "reading a job's status"),
         other => panic!("expected an internal error, got {other:?}"),
     }
     // The next request is answered as usual.

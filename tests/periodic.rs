@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use gaffer::taquba::MockClock;
 use gaffer::{
-    Engine, EngineBuilder, EngineError, EngineEvent, Error, Job, JobContext, JobState, Missed,
-    PeriodicStatus, Schedule, ScheduleError, Tick,
+    Engine, EngineBuilder, EngineEvent, Error, Job, JobContext, job::JobState, periodic::Missed,
+    periodic::PeriodicStatus, periodic::Schedule, periodic::ScheduleError, periodic::Tick,
 };
 use serde::{Deserialize, Serialize};
 
@@ -125,7 +125,7 @@ fn tick_id(name: &str, at_ms: u64) -> String {
 
 /// Nothing of [`Beat`] is queued, scheduled or running.
 async fn beats_idle(engine: &Engine) -> bool {
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(engine).unwrap();
     let t = common::totals(queue.view(), &common::job_queue(Beat::NAME)).await;
     t.pending == 0 && t.scheduled == 0 && t.claimed == 0
 }
@@ -361,8 +361,8 @@ async fn a_tick_fired_again_from_a_stale_record_is_one_run() {
     let log = Log::new(Gate::opened());
     let first = on_disk(dir.path(), &clock, &log).start().await.unwrap();
     first.check_periodic().await.unwrap();
-    let key = gaffer_actors::layout::keys::periodic_key("beat");
-    let queue = first.engine_ref().services().raw_queue().unwrap();
+    let key = gaffer::testing::layout::keys::periodic_key("beat");
+    let queue = gaffer::testing::raw_queue(&first).unwrap();
     let stale = queue.view().kv_get(&key).await.unwrap().unwrap();
     drop(queue);
     clock.advance(HOUR);
@@ -370,7 +370,7 @@ async fn a_tick_fired_again_from_a_stale_record_is_one_run() {
     log.wait_for(1).await;
     // The record goes back to before the tick, as an engine that did not
     // see the fire would have it.
-    let queue = first.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&first).unwrap();
     queue.kv_put(&key, &stale).await.unwrap();
     drop(queue);
     shut_down_cleanly(&first).await;
@@ -474,10 +474,10 @@ async fn bad_schedules_and_names_are_typed_errors() {
     assert!(
         matches!(
             too_short,
-            Err(Error::Engine(EngineError::InvalidSchedule {
+            Err(Error::InvalidSchedule {
                 ref name,
                 source: ScheduleError::IntervalTooShort(_),
-            })) if name == "b"
+            }) if name == "b"
         ),
         "{too_short:?}"
     );
@@ -485,10 +485,10 @@ async fn bad_schedules_and_names_are_typed_errors() {
     assert!(
         matches!(
             bad_name,
-            Err(Error::Engine(EngineError::InvalidSchedule {
+            Err(Error::InvalidSchedule {
                 source: ScheduleError::InvalidName(_),
                 ..
-            }))
+            })
         ),
         "{bad_name:?}"
     );
@@ -496,10 +496,10 @@ async fn bad_schedules_and_names_are_typed_errors() {
     assert!(
         matches!(
             no_catch_up,
-            Err(Error::Engine(EngineError::InvalidSchedule {
+            Err(Error::InvalidSchedule {
                 source: ScheduleError::CatchUpOutOfRange(0),
                 ..
-            }))
+            })
         ),
         "{no_catch_up:?}"
     );
@@ -509,7 +509,7 @@ async fn bad_schedules_and_names_are_typed_errors() {
     ])
     .await;
     assert!(
-        matches!(twice, Err(Error::Engine(EngineError::DuplicatePeriodic(ref n))) if n == "b"),
+        matches!(twice, Err(Error::DuplicatePeriodic(ref n)) if n == "b"),
         "{twice:?}"
     );
     // A job type the engine does not register.
@@ -518,7 +518,7 @@ async fn bad_schedules_and_names_are_typed_errors() {
         .start()
         .await;
     assert!(
-        matches!(unregistered, Err(Error::Engine(EngineError::UnknownJobType(ref t))) if t == "beat"),
+        matches!(unregistered, Err(Error::UnknownJobType(ref t)) if t == "beat"),
         "{unregistered:?}"
     );
 }
@@ -539,10 +539,11 @@ async fn periodic_jobs_are_added_and_removed_at_run_time() {
         .add_periodic("by-method", hourly(Missed::RunOnce), beat)
         .await
         .unwrap();
-    let spec = gaffer::periodic_spec("by-message", Schedule::cron("0 * * * *").unwrap(), beat);
+    let spec =
+        gaffer::periodic::periodic_spec("by-message", Schedule::cron("0 * * * *").unwrap(), beat);
     gaffer::ractor::call!(
         engine.actor(),
-        gaffer::EngineMessage::AddPeriodic,
+        gaffer::protocol::EngineMessage::AddPeriodic,
         Box::new(spec)
     )
     .unwrap()
@@ -551,7 +552,7 @@ async fn periodic_jobs_are_added_and_removed_at_run_time() {
         .add_periodic("by-method", hourly(Missed::Skip), beat)
         .await;
     assert!(
-        matches!(again, Err(Error::Engine(EngineError::DuplicatePeriodic(_)))),
+        matches!(again, Err(Error::DuplicatePeriodic(_))),
         "{again:?}"
     );
     engine.check_periodic().await.unwrap();
@@ -600,7 +601,7 @@ async fn a_panicking_make_job_fails_the_check_and_the_tick_fires_later() {
     clock.advance(HOUR);
     let err = engine.check_periodic().await.unwrap_err();
     assert!(
-        matches!(&err, Error::Engine(EngineError::PeriodicMakeFailed { name, reason, .. })
+        matches!(&err, Error::PeriodicMakeFailed { name, reason, .. }
             if name == "flaky" && reason.contains("not yet")),
         "{err}"
     );
@@ -626,7 +627,7 @@ async fn a_killed_periodic_actor_is_restarted_and_fires_on_without_a_duplicate()
     engine.check_periodic().await.unwrap();
     log.wait_for(1).await;
 
-    common::kill(&engine, gaffer_actors::ChildKind::Periodic).await;
+    common::kill(&engine, gaffer::testing::ChildKind::Periodic).await;
     clock.advance(HOUR);
     let fired = common::wait_event(&mut events, LIMIT, |e| {
         matches!(e, EngineEvent::PeriodicFired { tick_ms, .. } if *tick_ms == T0_MS + 2 * HOUR_MS)

@@ -8,8 +8,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use gaffer::ractor::{self, Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use gaffer::{
-    CancelResult, Engine, EngineError, EngineEvent, EngineMessage, Error, FailureKind, Job,
-    JobContext, JobFinished, JobState, SubmitOptions,
+    Engine, EngineEvent, Error, Job, JobContext, SubmitOptions, job::CancelResult,
+    job::FailureKind, job::JobState, protocol::EngineMessage, protocol::JobFinished,
 };
 use serde::{Deserialize, Serialize};
 
@@ -135,7 +135,8 @@ impl Actor for Collector {
                 let engine_actor = state.engine.actor().clone();
                 let mut ids = Vec::new();
                 for n in inputs {
-                    let request = gaffer::submit_request(&Double(n), SubmitOptions::default())?;
+                    let request =
+                        gaffer::protocol::submit_request(&Double(n), SubmitOptions::default())?;
                     let submitted = ractor::call!(engine_actor, EngineMessage::SubmitJob, request)
                         .map_err(|e| format!("SubmitJob call failed: {e}"))??;
                     assert!(submitted.newly_submitted);
@@ -155,7 +156,7 @@ impl Actor for Collector {
                 let record = result.map_err(|e| format!("job {run_id} has no outcome: {e}"))?;
                 let output = state
                     .engine
-                    .read_outcome::<Double>(&record)
+                    .decode_outcome::<Double>(&record)
                     .await?
                     .map_err(|e| format!("job {run_id} failed: {e}"))?;
                 state.results.push((input, output));
@@ -204,7 +205,7 @@ async fn call_macro_awaits_a_job_and_reads_its_status() {
         .start()
         .await
         .unwrap();
-    let request = gaffer::submit_request(&Double(21), SubmitOptions::default()).unwrap();
+    let request = gaffer::protocol::submit_request(&Double(21), SubmitOptions::default()).unwrap();
     let submitted = ractor::call!(engine.actor(), EngineMessage::SubmitJob, request)
         .expect("engine actor answers")
         .expect("submission accepted");
@@ -222,11 +223,11 @@ async fn call_macro_awaits_a_job_and_reads_its_status() {
     assert_eq!(record.job_type, Double::NAME);
     assert_eq!(record.attempts, 1);
     assert!(
-        matches!(record.outcome, gaffer_actors::Outcome::Succeeded(_)),
+        matches!(record.outcome, gaffer::protocol::Outcome::Succeeded(_)),
         "{record:?}"
     );
     assert_eq!(
-        engine.read_outcome::<Double>(&record).await.unwrap(),
+        engine.decode_outcome::<Double>(&record).await.unwrap(),
         Ok(42)
     );
 
@@ -239,7 +240,7 @@ async fn call_macro_awaits_a_job_and_reads_its_status() {
         "never-submitted".to_string()
     );
     assert!(
-        matches!(unknown, Ok(Err(EngineError::JobNotFound(_)))),
+        matches!(unknown, Ok(Err(Error::JobNotFound(_)))),
         "{unknown:?}"
     );
 
@@ -259,7 +260,7 @@ async fn cancel_job_message_cancels_a_scheduled_job() {
         .await
         .unwrap();
     let in_an_hour = UNIX_EPOCH + Duration::from_millis(common::T0_MS) + Duration::from_secs(3600);
-    let request = gaffer::submit_request(
+    let request = gaffer::protocol::submit_request(
         &Double(5),
         SubmitOptions {
             run_at: Some(in_an_hour),
@@ -291,8 +292,8 @@ async fn cancel_job_message_cancels_a_scheduled_job() {
         Ok(Ok(record)) => record,
         other => panic!("expected Ok(Ok(record)), got {other:?}"),
     };
-    assert_eq!(record.outcome, gaffer_actors::Outcome::Cancelled);
-    let typed = engine.read_outcome::<Double>(&record).await.unwrap();
+    assert_eq!(record.outcome, gaffer::protocol::Outcome::Cancelled);
+    let typed = engine.decode_outcome::<Double>(&record).await.unwrap();
     assert!(
         matches!(&typed, Err(e) if e.is_cancelled()),
         "expected a cancelled JobError, got {typed:?}"
@@ -347,18 +348,15 @@ async fn shutdown_message_stops_the_engine_and_later_submissions_fail() {
     assert_eq!(engine.actor().get_status(), ractor::ActorStatus::Stopped);
 
     // By message: the actor is gone.
-    let request = gaffer::submit_request(&Double(4), SubmitOptions::default()).unwrap();
+    let request = gaffer::protocol::submit_request(&Double(4), SubmitOptions::default()).unwrap();
     let by_message = ractor::call!(engine.actor(), EngineMessage::SubmitJob, request);
     assert!(
-        matches!(by_message, Err(_) | Ok(Err(EngineError::ShutDown))),
+        matches!(by_message, Err(_) | Ok(Err(Error::ShutDown))),
         "{by_message:?}"
     );
     // Through the typed API: a typed error.
     let typed = engine.submit(Double(4)).await;
-    assert!(
-        matches!(typed, Err(Error::Engine(EngineError::ShutDown))),
-        "{typed:?}"
-    );
+    assert!(matches!(typed, Err(Error::ShutDown)), "{typed:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -52,7 +52,10 @@ impl Job for Fast {
 async fn limited_and_fast(rate: RateLimit) -> (Vec<Duration>, Duration) {
     let starts = Arc::new(Starts::default());
     let engine = common::memory_builder(common::mock_clock())
-        .register_with_rate::<CallPartner>(rate.clone())
+        .register_with::<CallPartner>(gaffer::JobOptions {
+            rate: Some(rate.clone()),
+            ..Default::default()
+        })
         .register::<Fast>()
         .state(starts.clone())
         .start()
@@ -185,7 +188,10 @@ async fn a_limit_per_tenant_throttles_each_tenant_alone_and_a_busy_one_never_hol
         .burst(1)
         .per_header("tenant");
     let engine = common::memory_builder(common::mock_clock())
-        .register_with_rate::<CallTenantApi>(limit)
+        .register_with::<CallTenantApi>(gaffer::JobOptions {
+            rate: Some(limit),
+            ..Default::default()
+        })
         .state(starts.clone())
         .start()
         .await
@@ -243,12 +249,15 @@ async fn queued_per_tenant_then_restarted(
     let dir = tempfile::tempdir().unwrap();
     let clock = common::mock_clock();
     let engine = common::disk_builder(dir.path(), clock.clone())
-        .register_with_rate::<CallTenantApi>(RateLimit::per_second(2).unwrap().per_header("tenant"))
+        .register_with::<CallTenantApi>(gaffer::JobOptions {
+            rate: Some(RateLimit::per_second(2).unwrap().per_header("tenant")),
+            ..Default::default()
+        })
         .state(Arc::new(TenantStarts::default()))
         .start()
         .await
         .unwrap();
-    engine.pause_job_type(CallTenantApi::NAME).await.unwrap();
+    engine.pause(CallTenantApi::NAME).await.unwrap();
     let mut ids = Vec::new();
     for (i, tenant) in tenants.iter().enumerate() {
         let h = engine
@@ -265,7 +274,7 @@ async fn queued_per_tenant_then_restarted(
         .start()
         .await
         .unwrap();
-    engine.resume_job_type(CallTenantApi::NAME).await.unwrap();
+    engine.resume(CallTenantApi::NAME).await.unwrap();
     for id in &ids {
         let h = engine.handle::<CallTenantApi>(id).unwrap();
         common::within_for(Duration::from_secs(10), h.join())
@@ -290,9 +299,10 @@ async fn a_tenants_waiting_jobs_are_found_again_after_a_restart() {
     // The new engine learns the partition queues from the store (no
     // submission names them), and runs every job once resumed.
     let ran = queued_per_tenant_then_restarted(&["acme", "globex", "initech"], |b| {
-        b.register_with_rate::<CallTenantApi>(
-            RateLimit::per_second(2).unwrap().per_header("tenant"),
-        )
+        b.register_with::<CallTenantApi>(gaffer::JobOptions {
+            rate: Some(RateLimit::per_second(2).unwrap().per_header("tenant")),
+            ..Default::default()
+        })
     })
     .await;
     assert_eq!(ran, ["acme", "globex", "initech"]);
@@ -312,9 +322,10 @@ async fn tenants_jobs_still_run_when_the_limit_is_no_longer_per_tenant() {
 async fn a_limit_per_reserved_or_empty_header_is_refused_at_start() {
     for header in ["gaffer.type", ""] {
         let err = common::memory_builder(common::mock_clock())
-            .register_with_rate::<CallTenantApi>(
-                RateLimit::per_second(2).unwrap().per_header(header),
-            )
+            .register_with::<CallTenantApi>(gaffer::JobOptions {
+                rate: Some(RateLimit::per_second(2).unwrap().per_header(header)),
+                ..Default::default()
+            })
             .start()
             .await
             .unwrap_err();
@@ -363,7 +374,10 @@ async fn a_limit_holds_across_an_engine_restarted_every_second() {
     let starts = Arc::new(Starts::default());
     let start = || {
         common::shared_memory_builder(store.clone(), clock.clone())
-            .register_with_rate::<CallPartner>(limit.clone())
+            .register_with::<CallPartner>(gaffer::JobOptions {
+                rate: Some(limit.clone()),
+                ..Default::default()
+            })
             .state(starts.clone())
             .start()
     };
@@ -423,7 +437,10 @@ async fn a_limit_per_tenant_holds_across_a_pool_killed_every_second() {
         .per_header("tenant");
     let starts = Arc::new(TenantStarts::default());
     let engine = common::memory_builder(common::mock_clock())
-        .register_with_rate::<CallTenantApi>(limit.clone())
+        .register_with::<CallTenantApi>(gaffer::JobOptions {
+            rate: Some(limit.clone()),
+            ..Default::default()
+        })
         .state(starts.clone())
         .start()
         .await
@@ -439,7 +456,7 @@ async fn a_limit_per_tenant_holds_across_a_pool_killed_every_second() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         common::kill(
             &engine,
-            gaffer_actors::ChildKind::Pool(CallTenantApi::NAME.into()),
+            gaffer::testing::ChildKind::Pool(CallTenantApi::NAME.into()),
         )
         .await;
     }

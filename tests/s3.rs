@@ -18,7 +18,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaffer::{BulkCtx, EngineEvent, ItemError, Job, JobContext, JsonlSink, OutputRecord, Pipeline};
+use gaffer::{
+    BulkCtx, EngineEvent, Job, JobContext, Pipeline, bulk::ItemError, sink::JsonlSink,
+    sink::OutputRecord,
+};
 use serde::{Deserialize, Serialize};
 
 use common::s3::S3Server;
@@ -110,7 +113,7 @@ async fn a_client_submits_through_the_bucket_and_a_keyed_job_runs_once() {
         .start()
         .await
         .unwrap();
-    let client = gaffer::Client::builder()
+    let client = gaffer::remote::Client::builder()
         .store(gaffer::Store::url_with_env(server.url("app"), server.env()))
         .poll_interval(Duration::from_millis(50))
         .open()
@@ -200,7 +203,13 @@ async fn s3_child() {
         .store(gaffer::Store::url(url))
         .flush_interval(Duration::from_millis(1))
         .poll_interval(Duration::from_millis(20))
-        .pipeline_with_concurrency(Triple, 16)
+        .pipeline_with(
+            Triple,
+            gaffer::JobOptions {
+                concurrency: Some(16),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap();

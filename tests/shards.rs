@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gaffer::{
-    Client, Engine, EngineEvent, Job, JobContext, Placement, ShardEvent, ShardSet, ShardStatus,
-    ShardedClient, ShardedEngine,
+    Engine, EngineEvent, Job, JobContext, remote::Client, remote::Placement, remote::ShardEvent,
+    remote::ShardSet, remote::ShardStatus, remote::ShardedClient, remote::ShardedEngine,
 };
 use serde::{Deserialize, Serialize};
 
@@ -164,7 +164,10 @@ async fn start_engines(at: &Where, owned: Vec<usize>, log: PathBuf) -> ShardedEn
         builder
             .flush_interval(Duration::from_millis(1))
             .poll_interval(Duration::from_millis(20))
-            .register_with_concurrency::<Tally>(8)
+            .register_with::<Tally>(gaffer::JobOptions {
+                concurrency: Some(8),
+                ..Default::default()
+            })
             .state(log.clone())
     })
     .await
@@ -542,9 +545,9 @@ async fn a_set_reopened_with_another_count_or_order_is_refused() {
     let first = start_engines(&at, vec![0, 1], log.clone()).await;
     first.shutdown().await;
     let mismatch = |e: gaffer::Error| match e {
-        gaffer::Error::Engine(gaffer::EngineError::ShardMismatch {
+        gaffer::Error::ShardMismatch {
             found, expected, ..
-        }) => (found, expected),
+        } => (found, expected),
         other => panic!("not a shard mismatch: {other}"),
     };
     let start = |set: ShardSet, owned: Vec<usize>| {
@@ -642,7 +645,10 @@ async fn start_kept(
                 .flush_interval(Duration::from_millis(1))
                 .poll_interval(Duration::from_millis(20))
                 .intake_poll(Duration::from_millis(20))
-                .register_with_concurrency::<Tally>(8)
+                .register_with::<Tally>(gaffer::JobOptions {
+                    concurrency: Some(8),
+                    ..Default::default()
+                })
                 .state(log.clone())
         })
         .await
@@ -878,14 +884,14 @@ async fn a_held_shard_answers_down_and_comes_back_when_its_writer_closes() {
     );
     assert!(
         matches!(
-            first.status(1),
+            first.shard_status(1),
             Some(ShardStatus::Down {
                 held_by: Some(_),
                 ..
             })
         ),
         "{:?}",
-        first.status(1)
+        first.shard_status(1)
     );
     assert!(first.engine(1).is_none());
     let key = key_in(&set, 1, "down");
@@ -898,7 +904,7 @@ async fn a_held_shard_answers_down_and_comes_back_when_its_writer_closes() {
     assert!(
         matches!(
             err,
-            gaffer::Error::Shard(gaffer::ShardError::Down { shard: 1, .. })
+            gaffer::Error::Shard(gaffer::remote::ShardError::Down { shard: 1, .. })
         ),
         "{err}"
     );
@@ -919,7 +925,7 @@ async fn a_held_shard_answers_down_and_comes_back_when_its_writer_closes() {
         matches!(e, ShardEvent::Back { shard: 1, .. })
     })
     .await;
-    assert_eq!(first.status(1), Some(ShardStatus::Up));
+    assert_eq!(first.shard_status(1), Some(ShardStatus::Up));
     let h = first
         .submit(Tally {
             key: Some(key_in(&set, 1, "back")),
@@ -960,7 +966,7 @@ async fn a_shard_whose_engine_died_is_reopened_after_a_backoff() {
         "{seen:?}"
     );
     assert_eq!(seen.len(), 2, "down then back, never held: {seen:?}");
-    assert_eq!(engines.status(1), Some(ShardStatus::Up));
+    assert_eq!(engines.shard_status(1), Some(ShardStatus::Up));
     let h = engines
         .submit(Tally {
             key: Some(key_in(&set, 1, "after")),
@@ -987,7 +993,7 @@ async fn a_served_shard_that_comes_back_gets_its_gateway_back() {
     let engines = start_kept(&at, vec![0, 1], root, "served", BEAT).await;
     let gateways = engines.serve_cluster().await.unwrap();
     assert_eq!(gateways.len(), 2);
-    let group = gaffer::shard_group(1);
+    let group = gaffer::remote::shard_group(1);
     let members = || gaffer::ractor::pg::get_members(&group);
     assert_eq!(members().len(), 1);
     let old = members()[0].get_id();
@@ -1006,7 +1012,7 @@ async fn a_served_shard_that_comes_back_gets_its_gateway_back() {
         },
     )
     .await;
-    let router = gaffer::ClusterRouter::new(set.clone()).deadline(Duration::from_secs(30));
+    let router = gaffer::remote::ClusterRouter::new(set.clone()).deadline(Duration::from_secs(30));
     let id = router
         .submit(Tally {
             key: Some(key_in(&set, 1, "routed")),

@@ -11,8 +11,8 @@ use gaffer::ractor::ActorStatus;
 use gaffer::taquba::MockClock;
 use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::{
-    EngineError, EngineMessage, Error, Job, JobContext, JobState, OutcomeRecord, SubmitOptions,
-    WaitError,
+    Error, Job, JobContext, SubmitOptions, job::JobState, protocol::EngineMessage,
+    protocol::OutcomeRecord, protocol::WaitError,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -80,8 +80,8 @@ impl Job for Refuse {
     async fn run(&self, _ctx: JobContext) -> Result<(), Refused> {
         Err(Refused(self.0))
     }
-    fn classify(&self, _e: &Refused) -> gaffer::FailureKind {
-        gaffer::FailureKind::Permanent
+    fn classify(&self, _e: &Refused) -> gaffer::job::FailureKind {
+        gaffer::job::FailureKind::Permanent
     }
 }
 
@@ -123,7 +123,7 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
     }
     running.sort_unstable();
     assert_eq!(running, (1..=N).collect::<Vec<_>>());
-    let stats = engine.engine_ref().pool_stats().await.unwrap();
+    let stats = engine.pool_stats().await.unwrap();
     assert_eq!(stats["held"].running, N as usize, "{stats:?}");
 
     // Waiters registered before the shutdown starts.
@@ -181,7 +181,7 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
             .expect("the job ended before the engine stopped");
         let n = record_input(&handles, h.id());
         assert_eq!(
-            engine.read_outcome::<Held>(&record).await.unwrap(),
+            engine.decode_outcome::<Held>(&record).await.unwrap(),
             Ok(n * 10)
         );
     }
@@ -200,14 +200,14 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_settle() {
     for h in &handles {
         let n = record_input(&handles, h.id());
         let again = reopened.handle::<Held>(h.id()).unwrap();
-        assert_eq!(again.fetch_result().await.unwrap(), Some(Ok(n * 10)));
+        assert_eq!(again.outcome().await.unwrap(), Some(Ok(n * 10)));
         assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
     }
     assert!(reopened.shutdown().await.unwrap().queue_closed);
 }
 
 fn shut<T>(r: &Result<T, Error>) -> bool {
-    matches!(r, Err(Error::Engine(EngineError::ShutDown)))
+    matches!(r, Err(Error::ShutDown))
 }
 
 fn record_input(handles: &[gaffer::JobHandle<Held>], id: &str) -> u64 {
@@ -249,10 +249,7 @@ async fn submissions_after_shutdown_fail_with_shut_down() {
     let r = engine.status(done.id()).await;
     assert!(shut(&r), "{r:?}");
     let r = done.join().await;
-    assert!(
-        matches!(r, Err(Error::Engine(EngineError::ShutDown))),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::ShutDown)), "{r:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -275,10 +272,7 @@ async fn shutdown_twice_is_harmless() {
     let second = tokio::time::timeout(LIMIT, engine.shutdown())
         .await
         .expect("a second shutdown answers");
-    assert!(
-        matches!(second, Err(Error::Engine(EngineError::ShutDown))),
-        "{second:?}"
-    );
+    assert!(matches!(second, Err(Error::ShutDown)), "{second:?}");
 
     // Nothing was damaged: a new engine on the store answers the job.
     let reopened = common::store_builder(store.clone(), clock.clone())
@@ -300,8 +294,7 @@ async fn shutdown_twice_is_harmless() {
     };
     assert!(clean.problems.is_empty(), "{clean:?}");
     assert!(
-        matches!(other, Err(Error::Engine(EngineError::ShutDown)))
-            || matches!(other, Ok(r) if !r.queue_closed),
+        matches!(other, Err(Error::ShutDown)) || matches!(other, Ok(r) if !r.queue_closed),
         "{other:?}"
     );
 
@@ -329,7 +322,7 @@ async fn a_second_engine_opened_on_the_same_in_memory_store_after_shutdown_sees_
     let failed = first.submit(Refuse(1)).await.unwrap();
     assert_eq!(ok.clone().await.unwrap(), 144);
     let failure = failed.join().await.unwrap().unwrap_err();
-    assert_eq!(failure.kind, gaffer::FailureKind::Permanent);
+    assert_eq!(failure.kind, gaffer::job::FailureKind::Permanent);
     assert_eq!(failure.message, "refused: 1");
     // One not due yet: it must survive the shutdown, queued.
     let in_an_hour = UNIX_EPOCH + Duration::from_millis(common::T0_MS) + Duration::from_secs(3600);
@@ -354,7 +347,7 @@ async fn a_second_engine_opened_on_the_same_in_memory_store_after_shutdown_sees_
     // Finished jobs answer from their records.
     let ok2 = second.handle::<Square>(ok.id()).unwrap();
     assert_eq!(ok2.status().await.unwrap(), JobState::Succeeded);
-    assert_eq!(ok2.fetch_result().await.unwrap(), Some(Ok(144)));
+    assert_eq!(ok2.outcome().await.unwrap(), Some(Ok(144)));
     assert_eq!(ok2.await.unwrap(), 144);
     let failed2 = second.handle::<Refuse>(failed.id()).unwrap();
     assert_eq!(failed2.status().await.unwrap(), JobState::Failed);
@@ -425,7 +418,7 @@ async fn a_submission_racing_the_shutdown_is_refused_or_kept() {
         10
     );
     match racing {
-        Err(Error::Engine(EngineError::ShutDown)) => {}
+        Err(Error::ShutDown) => {}
         Ok(h) => {
             let again = reopened.handle::<Held>(h.id()).unwrap();
             let result = tokio::time::timeout(LIMIT, again.join())
@@ -449,7 +442,7 @@ async fn shutdown_closes_the_queue_the_moment_its_last_user_lets_go() {
         .start()
         .await
         .unwrap();
-    let held = engine.engine_ref().services().raw_queue().unwrap();
+    let held = gaffer::testing::raw_queue(&engine).unwrap();
     let shutdown = tokio::spawn({
         let engine = engine.clone();
         async move {
@@ -494,7 +487,7 @@ impl Job for Large {
 
 #[tokio::test(start_paused = true)]
 async fn a_retention_pass_that_outlasts_the_release_wait_does_not_keep_the_queue_from_closing() {
-    use gaffer_actors::testing::Op;
+    use gaffer::testing::Op;
     let inner = common::shared_store();
     let (store, faults) = common::faults::faulty(&inner);
     let clock = common::mock_clock();
@@ -516,7 +509,7 @@ async fn a_retention_pass_that_outlasts_the_release_wait_does_not_keep_the_queue
     clock.advance(Duration::from_secs(61));
     let sweep = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.engine_ref().sweep_now().await }
+        async move { engine.sweep_now().await }
     });
     common::eventually("the pass is deleting the blob", LIMIT, async || {
         faults.stats().of(Op::Delete).0 > 0

@@ -45,11 +45,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use gaffer::protocol::{Outcome, OutputRef};
 use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::taquba::{MockClock, Queue};
-use gaffer::{BulkCtx, ItemError, Pipeline};
-use gaffer_actors::testing::Ops;
-use gaffer_actors::{Outcome, OutputRef};
+use gaffer::testing::Ops;
+use gaffer::{BulkCtx, Pipeline, bulk::ItemError};
 
 use common::faults::{
     Big, EventLog, FAULT_LIMIT, Keyed, OUTAGE, Runs, SLOW, Slow, Work, assert_engine_up, builder,
@@ -102,10 +102,12 @@ async fn not_durably_succeeded<'a>(
         .unwrap();
     let mut missing = Vec::new();
     for (run_id, output) in expected {
-        let key = gaffer_actors::layout::keys::outcome_key(run_id);
+        let key = gaffer::testing::layout::keys::outcome_key(run_id);
         let record = queue.view().kv_get(&key).await.unwrap().map(|bytes| {
-            gaffer_actors::layout::records::decode::<gaffer_actors::OutcomeRecord>(&key, &bytes)
-                .unwrap()
+            gaffer::testing::layout::records::decode::<gaffer::protocol::OutcomeRecord>(
+                &key, &bytes,
+            )
+            .unwrap()
         });
         let recorded = match record.map(|r| r.outcome) {
             Some(Outcome::Succeeded(OutputRef::Inline(bytes))) => {
@@ -124,7 +126,7 @@ async fn not_durably_succeeded<'a>(
 /// Wait until the store has failed more operations than `before`: the
 /// engine's stalled writes were tried during the outage (and SlateDB retries
 /// them).
-async fn wait_faulted(faults: &gaffer_actors::testing::FaultControl, before: u64) {
+async fn wait_faulted(faults: &gaffer::testing::FaultControl, before: u64) {
     common::eventually("a write hits the outage", FAULT_LIMIT, async || {
         faults.injected() > before
     })
@@ -343,7 +345,7 @@ async fn a_put_outage_stalls_commits_without_false_successes_and_afterwards_ever
         .unwrap();
     let lost = lost_outcomes(&engine, &reported).await;
     assert_eq!(lost, 0);
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let jobs = common::totals(queue.view(), "jobs.").await;
     assert_eq!((jobs.pending, jobs.claimed), (0, 0), "{jobs:?}");
     drop(queue);

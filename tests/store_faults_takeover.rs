@@ -16,7 +16,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use gaffer::EngineEvent;
-use gaffer_actors::testing::Ops;
+use gaffer::testing::Ops;
 
 use common::Gate;
 use common::faults::{
@@ -188,11 +188,9 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
     // job is still running): it is given as long as an outage to answer
     // wrongly.
     let answered = tokio::time::timeout(OUTAGE, handle.join()).await;
-    let fetched = handle.fetch_result().await.unwrap();
+    let fetched = handle.outcome().await.unwrap();
     let status = handle.status().await.unwrap();
-    let seen = first
-        .engine_ref()
-        .services()
+    let seen = gaffer::testing::services(&first)
         .outcome(handle.id())
         .await
         .unwrap();
@@ -206,9 +204,7 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
         .await
         .unwrap()
         .unwrap();
-    let durable = second
-        .engine_ref()
-        .services()
+    let durable = gaffer::testing::services(&second)
         .outcome(handle.id())
         .await
         .unwrap()
@@ -216,7 +212,7 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
     let handler_runs = runs.of("stamp-5");
     eprintln!(
         "store_faults[join during outage]: the first engine answered join = {answered:?}, \
-         fetch_result = {fetched:?}, status = {status:?} from record {seen:?}; the durable \
+         outcome = {fetched:?}, status = {status:?} from record {seen:?}; the durable \
          record after the takeover: value {durable_value}, attempts {}, finished_at_ms {}; \
          handler runs {handler_runs}",
         durable.attempts, durable.finished_at_ms,
@@ -244,6 +240,6 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
         "a join answered {answered:?} during the outage, before the outcome was durable \
          (the handler ran {handler_runs} times)"
     );
-    assert_eq!(fetched, None, "fetch_result answered a non-durable outcome");
-    assert_ne!(status, gaffer::JobState::Succeeded);
+    assert_eq!(fetched, None, "outcome answered a non-durable outcome");
+    assert_ne!(status, gaffer::job::JobState::Succeeded);
 }

@@ -34,11 +34,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use gaffer::taquba::object_store::local::LocalFileSystem;
 use gaffer::taquba::{MockClock, QueueReader, QueueView, ReaderOptions};
+use gaffer::testing::layout::inspect::{self, EndedState, Layout};
 use gaffer::{
-    BulkCtx, Client, Engine, EngineBuilder, EngineError, Error, FailureKind, ItemError,
-    ItemOutcome, Job, JobContext, JobState, Missed, Pipeline, Schedule, SubmitOptions, Tick,
+    BulkCtx, Engine, EngineBuilder, Error, Job, JobContext, Pipeline, SubmitOptions,
+    bulk::ItemError, bulk::ItemOutcome, job::FailureKind, job::JobState, periodic::Missed,
+    periodic::Schedule, periodic::Tick, remote::Client,
 };
-use gaffer_actors::layout::inspect::{self, EndedState, Layout};
 use serde::{Deserialize, Serialize};
 
 use common::{CollectSink, Gate, LIMIT, T0_MS, shut_down_cleanly, within};
@@ -274,11 +275,20 @@ fn engine_on(store: &Path, clock: &Arc<MockClock>, fx: &Arc<Fx>) -> EngineBuilde
         .on_missed(Missed::Skip);
     common::disk_builder(store, clock.clone())
         .intake_poll(Duration::from_millis(20))
-        .register_with_concurrency::<Echo>(1)
+        .register_with::<Echo>(gaffer::JobOptions {
+            concurrency: Some(1),
+            ..Default::default()
+        })
         .register::<Report>()
         .register::<Doomed>()
         .register::<Beat>()
-        .pipeline_with_concurrency(Square { fx: fx.clone() }, 2)
+        .pipeline_with(
+            Square { fx: fx.clone() },
+            gaffer::JobOptions {
+                concurrency: Some(2),
+                ..Default::default()
+            },
+        )
         .periodic(
             "hourly",
             Schedule::every(Duration::from_millis(HOUR_MS)).on_missed(Missed::RunOnce),
@@ -296,7 +306,7 @@ fn run_at(ms: u64) -> SubmitOptions {
 }
 
 fn id(key: &str) -> String {
-    gaffer::keyed_job_id(key)
+    gaffer::job::keyed_job_id(key)
 }
 
 fn tick_id(name: &str, at_ms: u64) -> String {
@@ -400,7 +410,7 @@ async fn check_contents(dir: &Path) {
     }
     assert_eq!(state(view, "later-1").await, Some(JobState::Scheduled));
     assert_eq!(state(view, "paused-1").await, Some(JobState::Queued));
-    let paused = gaffer_actors::layout::keys::paused_key(Report::NAME);
+    let paused = gaffer::testing::layout::keys::paused_key(Report::NAME);
     assert!(
         view.kv_get(&paused).await.unwrap().is_some(),
         "report is paused"
@@ -565,7 +575,7 @@ async fn pending_jobs_run_once_and_finished_ones_answer_from_their_records() {
     );
 
     // The finished-jobs index lists the fixture's finished jobs and the new.
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let ended = inspect::ended_page(queue.view(), None, &[], None, 100)
         .await
         .unwrap();
@@ -699,14 +709,14 @@ async fn the_half_finished_batch_resumes_to_an_exact_report() {
         (6, "item-5"),
     ] {
         let rec = &records[key];
-        assert_eq!(rec.status, gaffer::STATUS_SUCCEEDED, "{rec:?}");
+        assert_eq!(rec.status, gaffer::sink::STATUS_SUCCEEDED, "{rec:?}");
         assert_eq!(
             rec.output,
             Some(serde_json::Value::String(format!("{} for fixture", n * n))),
             "{rec:?}"
         );
     }
-    assert_eq!(records["item-2"].status, gaffer::STATUS_FAILED);
+    assert_eq!(records["item-2"].status, gaffer::sink::STATUS_FAILED);
     assert_eq!(records["item-2"].error.as_deref(), Some("three is unlucky"));
     shut_down_cleanly(&engine).await;
 }
@@ -782,7 +792,7 @@ async fn the_scheduled_job_waits_for_its_time() {
     assert_eq!(fx.runs_of("echo/later-1"), 0);
 
     clock.advance(Duration::from_millis(T0_MS + DAY_MS + 1 - OPENED_AT_MS));
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     queue.promote_scheduled_now().await.unwrap();
     drop(queue);
     let got = within(engine.keyed_handle::<Echo>("later-1").join()).await;
@@ -809,8 +819,8 @@ async fn the_paused_type_stays_paused_until_resumed() {
     );
     assert_eq!(fx.runs_of("report/paused-1"), 0);
     // The stored pause was read: pausing again changes nothing.
-    assert!(!engine.pause_job_type(Report::NAME).await.unwrap());
-    assert!(engine.resume_job_type(Report::NAME).await.unwrap());
+    assert!(!engine.pause(Report::NAME).await.unwrap());
+    assert!(engine.resume(Report::NAME).await.unwrap());
     let got = within(engine.keyed_handle::<Report>("paused-1").join()).await;
     assert_eq!(got.unwrap().unwrap(), "report:paused-1");
     assert_eq!(fx.runs_of("report/paused-1"), 1);
@@ -839,7 +849,7 @@ async fn the_client_requests_taken_and_left_in_the_inbox_both_answer() {
     assert!(
         matches!(
             client.status(&id("client-inbox")).await,
-            Err(Error::Engine(EngineError::JobNotFound(_)))
+            Err(Error::JobNotFound(_))
         ),
         "the request in the inbox is not taken before an engine starts"
     );
@@ -882,9 +892,9 @@ async fn a_store_of_a_newer_layout_is_refused_with_a_call_to_upgrade_gaffer() {
         .await
         .expect_err("a store of a later layout must be refused");
     match &refused {
-        Error::Engine(EngineError::LayoutTooNew { found, supported }) => {
+        Error::LayoutTooNew { found, supported } => {
             assert_eq!(found, "gaffer-layout-3");
-            assert_eq!(supported, gaffer_actors::layout::keys::LAYOUT_VERSION);
+            assert_eq!(supported, gaffer::testing::layout::keys::LAYOUT_VERSION);
         }
         other => panic!("expected LayoutTooNew, got {other:?}"),
     }
@@ -898,10 +908,7 @@ async fn a_store_of_a_newer_layout_is_refused_with_a_call_to_upgrade_gaffer() {
         .open()
         .await
         .expect_err("a client refuses it too");
-    assert!(
-        matches!(err, Error::Engine(EngineError::LayoutTooNew { .. })),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::LayoutTooNew { .. }), "{err:?}");
 
     // The store was not touched: still the later layout.
     let reader = reader_on(dir.path()).await;
@@ -929,10 +936,7 @@ async fn a_store_a_newer_release_serves_is_refused_without_fencing_its_writer() 
         .start()
         .await
         .expect_err("a store of a later layout must be refused");
-    assert!(
-        matches!(refused, Error::Engine(EngineError::LayoutTooNew { .. })),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Error::LayoutTooNew { .. }), "{refused:?}");
     // Its writer was not fenced: it still commits.
     newer
         .kv_put(b"still-mine", b"yes")
@@ -950,9 +954,9 @@ async fn the_pre_release_layout_1_is_refused_saying_what_to_do() {
         .await
         .expect_err("a pre-release store must be refused");
     match &refused {
-        Error::Engine(EngineError::LayoutMismatch { found, expected }) => {
+        Error::LayoutMismatch { found, expected } => {
             assert_eq!(found, "gaffer-layout-1");
-            assert_eq!(expected, gaffer_actors::layout::keys::LAYOUT_VERSION);
+            assert_eq!(expected, gaffer::testing::layout::keys::LAYOUT_VERSION);
         }
         other => panic!("expected LayoutMismatch, got {other:?}"),
     }
@@ -978,7 +982,7 @@ async fn fixture_writer_child() {
     let engine = open(&store, &clock, &fx).await;
 
     // A paused type with a job waiting.
-    assert!(engine.pause_job_type(Report::NAME).await.unwrap());
+    assert!(engine.pause(Report::NAME).await.unwrap());
     engine
         .submit(Report {
             key: "paused-1".into(),
@@ -1069,7 +1073,7 @@ async fn fixture_writer_child() {
 #[ignore = "regenerates tests/fixtures/layout-2; run by hand"]
 async fn regenerate_the_layout_2_fixture() {
     assert_eq!(
-        gaffer_actors::layout::keys::LAYOUT_VERSION,
+        gaffer::testing::layout::keys::LAYOUT_VERSION,
         "gaffer-layout-2",
         "this build writes another layout: keep the layout-2 fixture and add a generator for the new one"
     );

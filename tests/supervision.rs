@@ -11,9 +11,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::ractor::{self, Actor, ActorProcessingErr, ActorRef};
-use gaffer::{BulkCtx, Engine, EngineMessage, ItemError, Job, JobContext, JobFinished, Pipeline};
-use gaffer_actors::ChildKind;
-use gaffer_actors::testing::{FaultyStore, Ops};
+use gaffer::testing::ChildKind;
+use gaffer::testing::{FaultyStore, Ops};
+use gaffer::{
+    BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError, protocol::EngineMessage,
+    protocol::JobFinished,
+};
 use serde::{Deserialize, Serialize};
 
 use common::{Gate, LIMIT, kill, within};
@@ -122,14 +125,11 @@ async fn a_killed_sweeper_is_restarted_and_retention_still_runs() {
     kill(&engine, ChildKind::Sweeper).await;
     clock.advance(Duration::from_secs(61));
     common::eventually("the sweeper is back", Duration::from_secs(1), async || {
-        engine.engine_ref().sweep_now().await.is_ok()
+        engine.sweep_now().await.is_ok()
     })
     .await;
     assert!(
-        matches!(
-            h.fetch_result().await,
-            Err(gaffer::Error::Engine(gaffer::EngineError::JobNotFound(_)))
-        ),
+        matches!(h.outcome().await, Err(gaffer::Error::JobNotFound(_))),
         "the expired record was not removed"
     );
     engine.shutdown().await.unwrap();
@@ -153,7 +153,7 @@ async fn a_killed_pool_is_restarted_and_its_lost_job_runs_again_after_its_lease(
     gate.open();
     // The claim died with the pool: the lease expires and the queue redelivers.
     clock.advance(Duration::from_secs(31));
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
     queue.reap_now().await.unwrap();
     drop(queue);
     assert_eq!(h.await.unwrap(), 5);
@@ -163,7 +163,13 @@ async fn a_killed_pool_is_restarted_and_its_lost_job_runs_again_after_its_lease(
 
 async fn batch_engine(gate: Gate, runs: Arc<AtomicUsize>) -> gaffer::Engine {
     common::memory_builder(common::mock_clock())
-        .pipeline_with_concurrency(GatedItems { gate, runs }, 4)
+        .pipeline_with(
+            GatedItems { gate, runs },
+            gaffer::JobOptions {
+                concurrency: Some(4),
+                ..Default::default()
+            },
+        )
         .start()
         .await
         .unwrap()
@@ -371,7 +377,7 @@ impl Pipeline for Counted {
 
 #[derive(Debug)]
 enum RunnerMsg {
-    Finished(gaffer::BatchFinished),
+    Finished(gaffer::protocol::BatchFinished),
     Crash,
 }
 
@@ -379,13 +385,13 @@ enum RunnerMsg {
 #[cfg(feature = "cluster")]
 impl ractor::Message for RunnerMsg {}
 
-impl From<gaffer::BatchFinished> for RunnerMsg {
-    fn from(f: gaffer::BatchFinished) -> Self {
+impl From<gaffer::protocol::BatchFinished> for RunnerMsg {
+    fn from(f: gaffer::protocol::BatchFinished) -> Self {
         Self::Finished(f)
     }
 }
 
-impl TryFrom<RunnerMsg> for gaffer::BatchFinished {
+impl TryFrom<RunnerMsg> for gaffer::protocol::BatchFinished {
     type Error = RunnerMsg;
     fn try_from(m: RunnerMsg) -> Result<Self, RunnerMsg> {
         match m {
@@ -404,7 +410,7 @@ const RUNNER: &str = "supervision-batch-runner";
 struct RunnerArgs {
     engine: Engine,
     restarted: bool,
-    told: tokio::sync::mpsc::UnboundedSender<(bool, gaffer::BatchFinished)>,
+    told: tokio::sync::mpsc::UnboundedSender<(bool, gaffer::protocol::BatchFinished)>,
 }
 
 impl Actor for Runner {
@@ -453,7 +459,7 @@ impl Actor for Boss {
     type Msg = ();
     type State = (
         Engine,
-        tokio::sync::mpsc::UnboundedSender<(bool, gaffer::BatchFinished)>,
+        tokio::sync::mpsc::UnboundedSender<(bool, gaffer::protocol::BatchFinished)>,
     );
     type Arguments = Self::State;
     async fn pre_start(
@@ -492,12 +498,15 @@ async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
     let gate = Gate::closed();
     let runs: Arc<Vec<AtomicUsize>> = Arc::new((0..20).map(|_| AtomicUsize::new(0)).collect());
     let engine = common::memory_builder(common::mock_clock())
-        .pipeline_with_concurrency(
+        .pipeline_with(
             Counted {
                 gate: gate.clone(),
                 runs: runs.clone(),
             },
-            8,
+            gaffer::JobOptions {
+                concurrency: Some(8),
+                ..Default::default()
+            },
         )
         .start()
         .await
@@ -516,7 +525,7 @@ async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
     let (restarted, refused) = within(reports.recv()).await.unwrap();
     assert!(restarted);
     assert!(
-        matches!(&refused.result, Err(gaffer::EngineError::BatchRunning(id)) if id == "b"),
+        matches!(&refused.result, Err(gaffer::Error::BatchRunning(id)) if id == "b"),
         "{refused:?}"
     );
     gate.open();
@@ -532,11 +541,11 @@ async fn a_service_restarted_mid_batch_re_attaches_and_gets_the_exact_report() {
         assert_eq!(r.load(Ordering::SeqCst), 1, "item {i} ran more than once");
     }
     // A watch of a batch no longer running is told so, typed.
-    let (watcher, mut rx) = Forward::<gaffer::BatchFinished>::spawn().await;
+    let (watcher, mut rx) = Forward::<gaffer::protocol::BatchFinished>::spawn().await;
     engine.watch_batch("b", watcher.get_derived()).unwrap();
     let late = within(rx.recv()).await.unwrap();
     assert!(
-        matches!(&late.result, Err(gaffer::EngineError::BatchNotRunning(id)) if id == "b"),
+        matches!(&late.result, Err(gaffer::Error::BatchNotRunning(id)) if id == "b"),
         "{late:?}"
     );
     watcher.stop(None);

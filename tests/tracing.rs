@@ -108,7 +108,7 @@ impl Job for Flaky {
     async fn run(&self, ctx: JobContext) -> Result<u32, gaffer::Error> {
         tracing::info!("inside run");
         if ctx.attempt() == 1 {
-            return Err(gaffer::Error::Io(std::io::Error::other("first time")));
+            return Err(gaffer::Error::from(std::io::Error::other("first time")));
         }
         Ok(ctx.attempt())
     }

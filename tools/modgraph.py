@@ -91,7 +91,6 @@ print("cycles:", cycles)
 KEPT = [
     ['batches::coordinator', 'batches::registry'],
     ['exec::pool', 'exec::worker'],
-    ['engine::supervisor', 'protocol'],
 ]
 if os.path.basename(os.path.normpath(root)) == 'src' and 'engine::supervisor' in names:
     unnamed = [c for c in cycles if c not in KEPT]

@@ -3,7 +3,7 @@
 //! end in its caller's task ([`driver`]), the registry of running batches
 //! and a coordinator per run (window, counters, report), the thread that
 //! writes a run's records to its sink, the manifest, and what a batch's
-//! records say ([`status`], [`lookups`]).
+//! records say ([`status`], `lookups`).
 
 pub mod claims;
 pub mod coordinator;
@@ -12,6 +12,7 @@ pub mod driver;
 pub(crate) mod lookups;
 pub mod manifest;
 pub mod registry;
+pub mod report;
 pub(crate) mod sink_writer;
 pub mod spec;
 pub mod status;

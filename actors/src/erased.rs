@@ -165,7 +165,7 @@ pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<Result<OutcomeRecord>>;
     /// The outcome of a job if it has durably ended (`None` while it exists
     /// and has not; `JobNotFound` if no record of it exists).
-    fn peek_outcome(&self, run_id: String) -> BoxFuture<Result<Option<OutcomeRecord>>>;
+    fn outcome(&self, run_id: String) -> BoxFuture<Result<Option<OutcomeRecord>>>;
     /// Where a job is now (`JobNotFound` if no record of it exists).
     fn status(&self, run_id: String) -> BoxFuture<Result<JobState>>;
     /// Cancel a job.

@@ -372,47 +372,127 @@ pub enum EngineError {
     /// No periodic job of this name is scheduled on this engine.
     #[error("no periodic job `{0}` is scheduled on this engine")]
     UnknownPeriodic(String),
-}
 
-/// What is wrong with a periodic job's schedule or name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScheduleError {
-    /// The cron expression does not parse.
-    #[error(
-        "invalid cron expression `{expr}`: {reason} (five fields `min hour day month weekday`, or six with seconds first)"
-    )]
-    InvalidCron {
-        /// The expression as given.
-        expr: String,
-        /// What the parser said.
+    /// A schedule is not valid (a cron expression that does not parse, an
+    /// unknown time zone …).
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+
+    /// A shard set or placement is not valid, or the job belongs to a
+    /// shard this process does not own, or whose engine is down.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+
+    /// A value failed to encode (MessagePack).
+    #[error("`{what}` failed to encode: {reason}")]
+    Encode {
+        /// What was being encoded.
+        what: String,
+        /// The encoder's message.
         reason: String,
     },
-    /// The cron expression parses but matches no time (for example the 30th
-    /// of February).
-    #[error("cron expression `{0}` never matches a time")]
-    NeverMatches(String),
-    /// The time zone is not an IANA name this build knows.
-    #[error("unknown time zone `{0}`: use an IANA name such as `Europe/Paris` or `UTC`")]
-    UnknownTimeZone(String),
-    /// A time zone was given to an interval schedule.
+
+    /// A recorded value failed to decode as the expected type (the type
+    /// changed since it was recorded, or the id belongs to another job
+    /// type).
+    #[error("`{what}` failed to decode: {reason}")]
+    Decode {
+        /// What was being decoded.
+        what: String,
+        /// The decoder's message.
+        reason: String,
+    },
+
+    /// A line of JSON input failed to decode.
+    #[error("line {line}: invalid JSON: {reason}")]
+    Json {
+        /// 1-based line number.
+        line: usize,
+        /// The decoder's message.
+        reason: String,
+    },
+
+    /// An I/O error (reading inputs, writing a sink).
+    #[error("I/O error: {0}")]
+    Io(#[source] Arc<std::io::Error>),
+
+    /// More items failed than the batch's `fail_threshold` allows. The
+    /// report of the run is included.
+    #[error("{failed} of {total} items failed, over the {threshold}% threshold")]
+    FailureThresholdExceeded {
+        /// Items failed.
+        failed: u64,
+        /// Items in the batch.
+        total: u64,
+        /// The threshold, percent.
+        threshold: f64,
+        /// The run's report.
+        report: Box<crate::batches::report::BulkReport>,
+    },
+
+    /// The engine refused a client's submission (unknown job type, a key
+    /// already used with another input, a request that does not decode as
+    /// a gaffer request …): the job will not run. A job payload its type
+    /// does not decode is not refused: the job fails when it runs.
+    #[error("request `{request}` was refused by the engine: {reason}")]
+    Refused {
+        /// The request's id.
+        request: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A client's request would be larger than the store's inbox takes
+    /// (taquba's `MAX_INBOX_ENTRY_SIZE`, 16 MiB): refused before anything
+    /// is written.
     #[error(
-        "a time zone applies to cron schedules only: an interval counts elapsed time from the Unix epoch; use a cron expression for wall-clock times"
+        "the request is {size} bytes, over the {max}-byte limit of the store's inbox; keep large data in an object of its own and pass its key in the job"
     )]
-    TimeZoneOnInterval,
-    /// The interval is shorter than a second.
-    #[error("interval of {0:?} is too short: a periodic job ticks at most once a second")]
-    IntervalTooShort(std::time::Duration),
-    /// A catch-up of zero ticks, or of more than the engine fires at once.
-    #[error("catch-up of {0} ticks is out of range: 1 to {max}", max = MAX_CATCH_UP)]
-    CatchUpOutOfRange(u32),
-    /// The name is not of the accepted form.
-    #[error("invalid periodic job name `{0}`: 1-128 characters of [A-Za-z0-9_.-]")]
-    InvalidName(String),
+    RequestTooLarge {
+        /// The size of the inbox entry it would be.
+        size: usize,
+        /// The inbox's limit.
+        max: usize,
+    },
+
+    /// The job id belongs to a job of another type.
+    #[error("job `{id}` is a `{actual}` job, not a `{expected}` job")]
+    WrongJobType {
+        /// The id.
+        id: String,
+        /// The type asked for.
+        expected: String,
+        /// The type recorded.
+        actual: String,
+    },
 }
 
-/// The most missed ticks a catch-up policy (`Missed::CatchUp`) runs at once.
-pub const MAX_CATCH_UP: u32 = 1000;
+impl From<std::io::Error> for EngineError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(Arc::new(e))
+    }
+}
+
+impl EngineError {
+    /// `what` failed to encode.
+    pub fn encode(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+        Self::Encode {
+            what: what.into(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// `what` failed to decode.
+    pub fn decode(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+        Self::Decode {
+            what: what.into(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+mod detail;
+pub use detail::{MAX_CATCH_UP, ScheduleError, ShardError};
 
 impl EngineError {
     /// True when retrying the same call cannot succeed.
@@ -428,7 +508,8 @@ impl EngineError {
             | Self::BatchRunning(_)
             | Self::BatchAbandoned(_)
             | Self::BatchNotRunning(_)
-            | Self::BatchActive { .. } => false,
+            | Self::BatchActive { .. }
+            | Self::Io(_) => false,
             _ => true,
         }
     }

@@ -67,7 +67,7 @@ pub enum EngineEvent {
     /// A job type (or pipeline) crashed past its restart limit and is paused:
     /// it claims nothing, its queued jobs stay queued (a job it held waiting
     /// is given back to the queue without spending an attempt), and every
-    /// other type goes on. `Engine::resume_job_type` or a restart resumes it.
+    /// other type goes on. `Engine::resume` or a restart resumes it.
     JobTypePaused {
         /// Job type.
         job_type: String,

@@ -5,8 +5,8 @@
 //!
 //! Policies sit in files of their own, each pure or nearly so: how attempts
 //! are counted ([`attempts`]), when a crashed worker comes back
-//! ([`restarts`]), how fast a type may start jobs ([`rate`]), a running
-//! job's slot parked while it waits for another job ([`parking`]), and what
+//! (`restarts`), how fast a type may start jobs ([`rate`]), a running
+//! job's slot parked while it waits for another job (`parking`), and what
 //! a job stages for its settlement ([`memo`], [`effects`]).
 
 pub mod attempts;

@@ -31,7 +31,7 @@ pub use batches::spec::{
 };
 pub use engine::notify::Notify;
 pub use erased::{BoxFuture, Delivery, ErasedHandler, ItemInfo, Kind, Registration, Verdict};
-pub use error::{EngineError, Result, ScheduleError};
+pub use error::{EngineError, Result, ScheduleError, ShardError};
 pub use events::EngineEvent;
 pub use exec::attempts::Attempts;
 pub use exec::pool::PoolStats;

@@ -1,7 +1,7 @@
 //! The engine's timers: the sweeper (retention passes, the counters'
 //! snapshot) and the periodic actor (periodic jobs' ticks), with what they
 //! run at the bytes level: [`ticks`] (a periodic job's record and check),
-//! [`schedule`] (cron and intervals, pure), [`snapshot`].
+//! [`schedule`] (cron and intervals, pure), `snapshot` (the counters for `gaffer stats`).
 
 pub mod periodic;
 pub mod schedule;

@@ -16,22 +16,26 @@ pub struct Settings {
     /// jobs. Queues under this prefix are the engine's. Default `"jobs"`.
     pub queue_name: String,
     /// Prefix of the taquba queues of pipelines (`{bulk_queue_name}.{name}`),
-    /// apart from jobs so a big batch never starves single jobs. Default
-    /// `"bulk-items"`.
+    /// apart from jobs so a big batch never starves single jobs. Must differ
+    /// from `queue_name` (neither may start with the other followed by
+    /// `.`). Default `"bulk-items"`.
     pub bulk_queue_name: String,
-    /// Items of one batch enqueued and not yet settled, at most. Default 10 000.
+    /// Items of one batch enqueued and not yet settled, at most: bounds the
+    /// engine's memory for a run (and how far a run gets ahead of its
+    /// items). At least 1. Default 10 000.
     pub batch_window: usize,
     /// Jobs of one type running at once, for a type registered without a
     /// count of its own. Each job type has its own workers and its own queue:
-    /// a type never takes another's capacity. Default 16.
+    /// a type never takes another's capacity. At least 1. Default 16.
     pub max_concurrent_jobs: usize,
     /// Longest idle wait of a pool before it looks at its queue again, and
     /// period of the sweeper (retention). In-process submissions, retries and
-    /// scheduled promotions wake the pool at once.
+    /// scheduled promotions wake the pool at once. Greater than zero.
     /// Default 100 ms.
     pub poll_interval: Duration,
-    /// Keep outcome records this long after a job ends; `None` keeps them
-    /// forever. Default `None`.
+    /// Keep outcome records (and memo entries, large outputs) this long after
+    /// a job ends; after that the job is unknown (`JobNotFound`). At least
+    /// 1 ms; `None` keeps them forever. Default `None`.
     pub retention: Option<Duration>,
     /// Object-store prefix for memo entries and large outputs. Must not overlap
     /// the queue's path. Default `"gaffer-blobs"`.
@@ -39,7 +43,7 @@ pub struct Settings {
     /// Settlements (ack/nack commits) in flight per job type before the pool
     /// stops asking for more jobs. Settlements commit together, so a handler
     /// slot takes its next job while its last one's settlement waits for the
-    /// queue's flush. Default 1024.
+    /// queue's flush. At least 1. Default 1024.
     pub settlement_window: usize,
     /// A crashed handler worker is replaced at once, unless more attempts
     /// than the type has workers panicked in a row: then this is the first
@@ -54,7 +58,9 @@ pub struct Settings {
     /// for them however long they take. Default `None`.
     pub shutdown_grace: Option<Duration>,
     /// Crashes of one job type's workers tolerated within `restart_window`
-    /// before the type is paused. Default 100.
+    /// before the type is paused (`EngineEvent::JobTypePaused`: it claims
+    /// nothing until `Engine::resume` or a restart; other types go on).
+    /// Default 100.
     pub max_restarts: usize,
     /// Window of `max_restarts`. Default 10 s.
     pub restart_window: Duration,
@@ -62,7 +68,7 @@ pub struct Settings {
     /// spending an attempt. A job under which the process keeps dying is a
     /// poison pill: once it has been interrupted in this many separate
     /// episodes (see `interruption_window`) within `interruption_memory`, it
-    /// fails permanently instead of running again. Default 3.
+    /// fails permanently instead of running again. At least 1. Default 3.
     pub max_interruptions: u32,
     /// Interruptions of one job closer together than this count once toward
     /// `max_interruptions` (a crash loop, or many kills in a row, is one
@@ -72,7 +78,8 @@ pub struct Settings {
     /// long job that runs through unrelated crashes hours apart is never
     /// taken for a poison pill, while a crash loop (its restarts at most
     /// minutes apart, as Kubernetes' capped back-off and systemd's restarts
-    /// are) still reaches `max_interruptions` well within it. Default 1 h.
+    /// are) still reaches `max_interruptions` well within it. Longer than
+    /// `interruption_window`. Default 1 h.
     pub interruption_memory: Duration,
     /// When memo entries reach the object store. Default
     /// [`MemoWrites::OnFailure`].
@@ -87,8 +94,8 @@ pub struct Settings {
     /// (`gaffer retry`, `cancel`, `pause` … through the store's inbox) is
     /// kept for its sender to read (`gaffer/v1/requests/{id}`), from when
     /// the engine applied it. Matches how long taquba keeps the inbox's own
-    /// record of the request and a refused request's dead letter. Default 7
-    /// days.
+    /// record of the request and a refused request's dead letter. At least
+    /// 1 ms. Default 7 days.
     pub request_retention: Duration,
     /// How often the writer looks for client requests (the touch poll):
     /// a client's submission waits up to this long before the engine sees

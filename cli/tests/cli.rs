@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, Engine, FailureKind, ItemError, Job, JobContext, Pipeline};
+use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError, job::FailureKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -488,7 +488,7 @@ async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
     assert_eq!(h.join().await.unwrap().unwrap(), "hello zed");
     // A keyed submission answers with the key's job id.
     let keyed = json(dir, &["submit", "greet", r#"{"name":"k"}"#, "--key", "k-1"]);
-    assert_eq!(keyed["job"], gaffer::keyed_job_id("k-1").as_str());
+    assert_eq!(keyed["job"], gaffer::job::keyed_job_id("k-1").as_str());
     // A type the engine does not know: refused, exit 1, with the reason.
     let refused = gaffer(dir, &["submit", "nobody", "{}", "--json"]);
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
@@ -528,13 +528,13 @@ async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
     // gave it back (a release is a nack with the queue's backoff).
     assert!(matches!(
         engine.status(&waiting).await.unwrap(),
-        gaffer::JobState::Queued | gaffer::JobState::Scheduled
+        gaffer::job::JobState::Queued | gaffer::job::JobState::Scheduled
     ));
     let cancel = json(dir, &["cancel", &doomed]);
     assert_eq!(cancel["status"], "applied", "{cancel}");
     assert_eq!(
         engine.status(&doomed).await.unwrap(),
-        gaffer::JobState::Cancelled
+        gaffer::job::JobState::Cancelled
     );
     let text = ok(dir, &["resume", "greet"]);
     assert!(
@@ -710,7 +710,7 @@ async fn batch_watch_follows_a_running_batch_to_its_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_lists_each_periodic_job_with_its_last_and_next_tick() {
     use gaffer::taquba::MockClock;
-    use gaffer::{Missed, Schedule, Tick};
+    use gaffer::{periodic::Missed, periodic::Schedule, periodic::Tick};
 
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -911,11 +911,14 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
     let engine = Engine::builder()
         .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
-        .register_with_rate::<Greet>(
-            gaffer::RateLimit::per_minute(1)
-                .unwrap()
-                .per_header("tenant"),
-        )
+        .register_with::<Greet>(gaffer::JobOptions {
+            rate: Some(
+                gaffer::RateLimit::per_minute(1)
+                    .unwrap()
+                    .per_header("tenant"),
+            ),
+            ..Default::default()
+        })
         .start()
         .await
         .unwrap();
@@ -966,16 +969,19 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
         std::fs::create_dir_all(tmp.path().join(format!("shard-{i:02}"))).unwrap();
     }
     let template = format!("file://{}/shard-{{shard}}", tmp.path().display());
-    let set = gaffer::ShardSet::from_template(&template, 3).unwrap();
-    let engines =
-        gaffer::ShardedEngine::start(set, &gaffer::Placement::Listed(vec![0, 1, 2]), |_, url| {
+    let set = gaffer::remote::ShardSet::from_template(&template, 3).unwrap();
+    let engines = gaffer::remote::ShardedEngine::start(
+        set,
+        &gaffer::remote::Placement::Listed(vec![0, 1, 2]),
+        |_, url| {
             Engine::builder()
                 .store(gaffer::Store::url(url))
                 .flush_interval(Duration::from_millis(1))
                 .register::<Greet>()
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     let mut ids = Vec::new();
     for name in ["ada", "bob", "cy", "dee", "eve", "fay"] {
         let h = engines.submit(Greet { name: name.into() }).await.unwrap();
@@ -1032,7 +1038,7 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
         String::from_utf8_lossy(&out.stderr)
     );
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let set = gaffer::ShardSet::from_template(&template, 3).unwrap();
+    let set = gaffer::remote::ShardSet::from_template(&template, 3).unwrap();
     for id in &ids {
         let home = set.shard_of(id);
         for shard in 0..3 {

@@ -9,7 +9,7 @@ mod s3;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, Engine, ItemError, Job, JobContext, Pipeline};
+use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

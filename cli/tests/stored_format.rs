@@ -56,7 +56,7 @@ fn json(dir: &Path, args: &[&str]) -> Value {
 }
 
 fn id(key: &str) -> String {
-    gaffer::keyed_job_id(key)
+    gaffer::job::keyed_job_id(key)
 }
 
 #[test]
@@ -78,7 +78,7 @@ fn the_command_reads_the_layout_2_fixture() {
             )
         })
         .collect();
-    let tick = gaffer::Tick::new("hourly", T0_MS + HOUR_MS).job_id;
+    let tick = gaffer::periodic::Tick::new("hourly", T0_MS + HOUR_MS).job_id;
     let state = |id: &str| listed.get(id).map(String::as_str);
     for (job, expected) in [
         (id("done-1"), "succeeded"),

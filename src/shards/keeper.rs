@@ -106,7 +106,7 @@ impl Supervision {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(EngineError::InvalidConfig(what.to_string()).into());
+        let bad = |what: &str| Err(EngineError::InvalidConfig(what.to_string()));
         if self.backoff_base.is_zero() || self.backoff_max < self.backoff_base {
             return bad("a shard's reopen backoff needs 0 < base <= max");
         }
@@ -578,7 +578,7 @@ impl Actor for Keeper {
             KeeperMessage::Closed(result) => {
                 let mut result = Some(result);
                 for reply in state.closing.drain(..) {
-                    let answer = result.take().unwrap_or(Err(EngineError::ShutDown.into()));
+                    let answer = result.take().unwrap_or(Err(EngineError::ShutDown));
                     let _ = reply.send(answer);
                 }
                 let reason = "shut down".to_string();
@@ -818,9 +818,11 @@ impl KeeperState {
             open(&*make, shard, count, &url).await
         };
         spawn_reporting(myself, work, |opened| {
-            KeeperMessage::Reopened(opened.unwrap_or_else(|e| {
-                Err(EngineError::Startup(format!("reopening the shard: {e}")).into())
-            }))
+            KeeperMessage::Reopened(
+                opened.unwrap_or_else(|e| {
+                    Err(EngineError::Startup(format!("reopening the shard: {e}")))
+                }),
+            )
         });
     }
 
@@ -905,8 +907,7 @@ impl KeeperState {
                 Err(EngineError::ActorUnavailable {
                     actor: "shard keeper",
                     reason: format!("shutting the shard down: {e}"),
-                }
-                .into())
+                })
             }))
         });
     }
@@ -933,14 +934,12 @@ impl KeeperState {
 fn permanent(e: &Error) -> bool {
     matches!(
         e,
-        Error::Engine(
-            EngineError::ShardMismatch { .. }
-                | EngineError::LayoutMismatch { .. }
-                | EngineError::InvalidConfig(_)
-                | EngineError::DuplicateJobType(_)
-                | EngineError::InvalidStoreUrl { .. }
-                | EngineError::StoreFeatureMissing { .. }
-        )
+        EngineError::ShardMismatch { .. }
+            | EngineError::LayoutMismatch { .. }
+            | EngineError::InvalidConfig(_)
+            | EngineError::DuplicateJobType(_)
+            | EngineError::InvalidStoreUrl { .. }
+            | EngineError::StoreFeatureMissing { .. }
     )
 }
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gaffer::{Batch, BulkCtx, Engine, ItemError, Pipeline};
+use gaffer::{Batch, BulkCtx, Engine, Pipeline, bulk::ItemError};
 use tokio::sync::mpsc;
 
 use super::{Gate, within};

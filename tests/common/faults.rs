@@ -12,8 +12,8 @@ use gaffer::ractor::ActorStatus;
 use gaffer::taquba::MockClock;
 use gaffer::taquba::object_store::ObjectStore;
 use gaffer::taquba::object_store::memory::InMemory;
+use gaffer::testing::{FaultControl, FaultyStore};
 use gaffer::{Engine, EngineBuilder, EngineEvent, Job, JobContext};
-use gaffer_actors::testing::{FaultControl, FaultyStore};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -299,9 +299,9 @@ pub fn successes(events: &[EngineEvent]) -> usize {
 
 /// The engine answers while the store is out: the supervisor runs and the
 /// pools report.
-pub async fn assert_engine_up(engine: &Engine) -> HashMap<String, gaffer::PoolStats> {
+pub async fn assert_engine_up(engine: &Engine) -> HashMap<String, gaffer::protocol::PoolStats> {
     assert_eq!(engine.actor().get_status(), ActorStatus::Running);
-    tokio::time::timeout(Duration::from_secs(5), engine.engine_ref().pool_stats())
+    tokio::time::timeout(Duration::from_secs(5), engine.pool_stats())
         .await
         .expect("pool stats did not answer during the outage")
         .expect("pool stats")
@@ -313,7 +313,7 @@ pub async fn wait_settling(
     engine: &Engine,
     job_type: &str,
     n: usize,
-) -> HashMap<String, gaffer::PoolStats> {
+) -> HashMap<String, gaffer::protocol::PoolStats> {
     let mut stats = HashMap::new();
     super::eventually("the settlements are in flight", FAULT_LIMIT, async || {
         stats = assert_engine_up(engine).await;
@@ -330,9 +330,9 @@ pub async fn lost_outcomes(engine: &Engine, reported: &HashMap<String, (String, 
     let mut lost = 0;
     for (run_id, (kind, expected)) in reported {
         let found = match kind.as_str() {
-            "work" => engine.handle::<Work>(run_id).unwrap().fetch_result().await,
-            "keyed" => engine.handle::<Keyed>(run_id).unwrap().fetch_result().await,
-            "slow" => engine.handle::<Slow>(run_id).unwrap().fetch_result().await,
+            "work" => engine.handle::<Work>(run_id).unwrap().outcome().await,
+            "keyed" => engine.handle::<Keyed>(run_id).unwrap().outcome().await,
+            "slow" => engine.handle::<Slow>(run_id).unwrap().outcome().await,
             other => unreachable!("{other}"),
         }
         .unwrap();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gaffer::{EngineError, EngineEvent, Error, FailureKind, Job, JobContext, JobError, JobHandle};
+use gaffer::{EngineEvent, Error, Job, JobContext, JobHandle, job::FailureKind, job::JobError};
 use serde::{Deserialize, Serialize};
 
 use super::{Gate, LIMIT};
@@ -44,8 +44,6 @@ pub enum Fail {
     Msg(String),
     #[error(transparent)]
     Gaffer(#[from] Error),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
 }
 
 /// `UNIX_EPOCH + ms`.

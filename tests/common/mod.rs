@@ -243,12 +243,12 @@ pub async fn totals(view: &gaffer::taquba::QueueView, prefix: &str) -> Totals {
 
 /// The queue of job type `name` under the default prefix.
 pub fn job_queue(name: &str) -> String {
-    gaffer_actors::layout::keys::queue_for("jobs", name)
+    gaffer::testing::layout::keys::queue_for("jobs", name)
 }
 
 /// The queue of pipeline `name` under the default prefix.
 pub fn item_queue(name: &str) -> String {
-    gaffer_actors::layout::keys::queue_for("bulk-items", name)
+    gaffer::testing::layout::keys::queue_for("bulk-items", name)
 }
 
 /// Submit options that queue a job for a minute after [`T0_MS`] on the mock
@@ -264,7 +264,7 @@ pub fn a_minute_later() -> gaffer::SubmitOptions {
 /// was scheduled for then.
 pub async fn a_minute_passes(engine: &gaffer::Engine, clock: &MockClock) {
     clock.advance(Duration::from_secs(61));
-    let queue = engine.engine_ref().services().raw_queue().unwrap();
+    let queue = gaffer::testing::raw_queue(engine).unwrap();
     queue.promote_scheduled_now().await.unwrap();
 }
 
@@ -363,7 +363,7 @@ impl Runs {
 /// A batch sink that keeps every record it is given, in order, and publishes
 /// how many it has.
 pub struct CollectSink {
-    records: std::sync::Mutex<Vec<gaffer::OutputRecord>>,
+    records: std::sync::Mutex<Vec<gaffer::sink::OutputRecord>>,
     count: tokio::sync::watch::Sender<usize>,
 }
 
@@ -376,12 +376,12 @@ impl CollectSink {
     }
 
     /// The records so far, in the order they were written.
-    pub fn records(&self) -> Vec<gaffer::OutputRecord> {
+    pub fn records(&self) -> Vec<gaffer::sink::OutputRecord> {
         self.records.lock().unwrap().clone()
     }
 
     /// The records so far by item key.
-    pub fn by_key(&self) -> std::collections::HashMap<String, gaffer::OutputRecord> {
+    pub fn by_key(&self) -> std::collections::HashMap<String, gaffer::sink::OutputRecord> {
         self.records()
             .into_iter()
             .map(|r| (r.key.clone(), r))
@@ -403,8 +403,8 @@ impl CollectSink {
     }
 }
 
-impl gaffer::OutputSink for CollectSink {
-    fn write(&self, record: &gaffer::OutputRecord) -> gaffer::Result<()> {
+impl gaffer::sink::OutputSink for CollectSink {
+    fn write(&self, record: &gaffer::sink::OutputRecord) -> gaffer::Result<()> {
         let mut records = self.records.lock().unwrap();
         records.push(record.clone());
         self.count.send_replace(records.len());
@@ -413,10 +413,10 @@ impl gaffer::OutputSink for CollectSink {
 }
 
 /// Kill the engine's child `kind` (feature `testing`); panics if it has none.
-pub async fn kill(engine: &gaffer::Engine, kind: gaffer_actors::ChildKind) {
+pub async fn kill(engine: &gaffer::Engine, kind: gaffer::testing::ChildKind) {
     let found = gaffer::ractor::call!(
         engine.actor(),
-        gaffer::EngineMessage::KillChild,
+        gaffer::protocol::EngineMessage::KillChild,
         kind.clone()
     )
     .unwrap();
@@ -426,7 +426,6 @@ pub async fn kill(engine: &gaffer::Engine, kind: gaffer_actors::ChildKind) {
 /// Workers of `job_type` running a job now (0 if it has no pool).
 pub async fn running(engine: &gaffer::Engine, job_type: &str) -> usize {
     engine
-        .engine_ref()
         .pool_stats()
         .await
         .unwrap()
@@ -437,7 +436,6 @@ pub async fn running(engine: &gaffer::Engine, job_type: &str) -> usize {
 /// Settlements of `job_type` in flight now (0 if it has no pool).
 pub async fn settling(engine: &gaffer::Engine, job_type: &str) -> usize {
     engine
-        .engine_ref()
         .pool_stats()
         .await
         .unwrap()
@@ -449,13 +447,13 @@ pub async fn settling(engine: &gaffer::Engine, job_type: &str) -> usize {
 /// `WaitersMessage`), if one is alive.
 pub fn waiters(
     engine: &gaffer::Engine,
-) -> Option<gaffer::ractor::ActorRef<gaffer_actors::jobs::waiters::WaitersMessage>> {
+) -> Option<gaffer::ractor::ActorRef<gaffer::testing::WaitersMessage>> {
     engine
         .actor()
         .get_children()
         .into_iter()
         .find(|child| {
-            child.is_message_type_of::<gaffer_actors::jobs::waiters::WaitersMessage>() == Some(true)
+            child.is_message_type_of::<gaffer::testing::WaitersMessage>() == Some(true)
                 && child.get_status() == gaffer::ractor::ActorStatus::Running
         })
         .map(Into::into)
@@ -464,11 +462,8 @@ pub fn waiters(
 /// How many runs callers wait on (`join`s, watches) in the waiters actor now.
 pub async fn waiting_runs(engine: &gaffer::Engine) -> usize {
     let waiters = waiters(engine).expect("the engine has a waiters actor");
-    gaffer::ractor::call!(
-        waiters,
-        gaffer_actors::jobs::waiters::WaitersMessage::GetWaiting
-    )
-    .expect("the waiters answer")
+    gaffer::ractor::call!(waiters, gaffer::testing::WaitersMessage::GetWaiting)
+        .expect("the waiters answer")
 }
 
 /// Run this test binary's ignored test `test` as a child process with

@@ -312,13 +312,13 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
             .retry_failed(&job_type, since_ms)
             .await
             .map(|n| Some(format!("retried {n} failed `{job_type}` jobs"))),
-        IntakeOp::Pause { job_type } => engine.pause_job_type(&job_type).await.map(|was| {
+        IntakeOp::Pause { job_type } => engine.pause(&job_type).await.map(|was| {
             Some(format!(
                 "`{job_type}` paused{}",
                 if was { "" } else { " (it was already)" }
             ))
         }),
-        IntakeOp::Resume { job_type } => engine.resume_job_type(&job_type).await.map(|was| {
+        IntakeOp::Resume { job_type } => engine.resume(&job_type).await.map(|was| {
             Some(format!(
                 "`{job_type}` resumed{}",
                 if was { "" } else { " (it was not paused)" }

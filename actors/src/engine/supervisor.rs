@@ -229,7 +229,7 @@ impl Actor for Supervisor {
             }
             EngineMessage::WatchJob(run_id, to) => state.watch_job(run_id, to),
             EngineMessage::JobStatus(run_id, reply) => state.status(run_id, reply),
-            EngineMessage::PeekOutcome(run_id, reply) => state.waiters.peek(run_id, reply),
+            EngineMessage::JobOutcome(run_id, reply) => state.waiters.peek(run_id, reply),
             EngineMessage::CancelJob(run_id, reply) => state.cancel(run_id, reply),
             EngineMessage::Shutdown(reply) => state.shutdown(&myself, reply),
             EngineMessage::RunBatch(spec, items, reply) => state.run_batch(*spec, items, reply),

@@ -38,7 +38,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::notify::Notify;
 use crate::erased::{ErasedHandler, Verdict};
-use crate::events::EngineEvent;
 use crate::exec::effects::StagedEffects;
 use crate::exec::memo::Memo;
 use crate::exec::parking::{ParkState, SlotWait};
@@ -326,108 +325,6 @@ impl PoolState {
 }
 
 impl PoolState {
-    /// Claim again (after an error, or when the rate limit has a token).
-    fn retry(&mut self, myself: &ActorRef<PoolMessage>) {
-        self.rate_wake = false;
-        self.maybe_claim(myself);
-    }
-
-    /// Partition queues learned: claim from them too.
-    fn learn_partitions(&mut self, myself: &ActorRef<PoolMessage>, queues: Vec<String>) {
-        let mut learned = false;
-        for q in queues {
-            learned |= self.limiter.learn(q);
-        }
-        if learned {
-            self.partition_wake.notify_one();
-            self.maybe_claim(myself);
-        }
-    }
-
-    /// Start the worker of `slot` again after its crash and backoff.
-    async fn restart_worker(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
-        let down = self.slots.get(&slot).is_some_and(|s| s.worker.is_none());
-        if down && self.excess() > 0 {
-            // A slot added for a parked job: not needed any more.
-            self.retire(slot);
-        } else if down && !self.paused && !self.draining {
-            self.spawn_worker(myself, slot).await;
-            self.args.services.emit(EngineEvent::HandlerRestarted {
-                job_type: self.args.job_type.clone(),
-            });
-            if let Some(next) = self.backlog.pop_front() {
-                self.dispatch(myself, next);
-            }
-            self.maybe_claim(myself);
-        }
-    }
-
-    /// A running job began waiting for another job: its slot is parked and
-    /// the pool runs one more worker meanwhile.
-    async fn park(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
-        let parked = match self.slots.get_mut(&slot) {
-            Some(s) if s.job.is_some() && !s.parked => {
-                s.parked = true;
-                true
-            }
-            _ => false,
-        };
-        if !parked {
-            return;
-        }
-        self.parked += 1;
-        // One more slot, unless surplus slots are still there.
-        if !self.draining && self.slots.len() < self.args.concurrency + self.parked {
-            self.add_slot(myself).await;
-            if let Some(next) = self.backlog.pop_front() {
-                self.dispatch(myself, next);
-            }
-            self.maybe_claim(myself);
-        }
-    }
-
-    /// A parked job's wait ended: its slot counts again.
-    fn unpark(&mut self, slot: SlotId) {
-        let was_parked = self
-            .slots
-            .get_mut(&slot)
-            .is_some_and(|s| std::mem::take(&mut s.parked));
-        if was_parked {
-            self.parked -= 1;
-            self.shrink();
-        }
-    }
-
-    /// An operator's pause: answers whether the type was running.
-    fn operator_pause(&mut self, myself: &ActorRef<PoolMessage>) -> bool {
-        let was_running = !self.paused;
-        if was_running {
-            self.pause(myself, "an operator paused it");
-        }
-        was_running
-    }
-
-    /// Stop claiming; `reply` once nothing is held (see
-    /// [`PoolMessage::Drain`]).
-    fn drain(
-        &mut self,
-        myself: &ActorRef<PoolMessage>,
-        grace: Option<Duration>,
-        reply: RpcReplyPort<usize>,
-    ) {
-        self.draining = true;
-        self.draining_token.cancel();
-        self.drains.push(reply);
-        // Jobs waiting for a worker have not started: give them back.
-        while let Some(held) = self.backlog.pop_front() {
-            self.release(myself, held, "the engine shut down".into(), None);
-        }
-        if let Some(grace) = grace {
-            myself.send_after(grace, || PoolMessage::DrainDeadline);
-        }
-        self.check_drained();
-    }
-
     fn stats(&self) -> PoolStats {
         PoolStats {
             workers: self.slots.values().filter(|s| s.worker.is_some()).count(),

@@ -86,7 +86,7 @@ pub enum WaitersMessage {
     End(JobEnd),
     /// The outcome of a run if it has durably ended (`None` while it is
     /// queued, running or settling; `NotFound` if neither of its records
-    /// exists); answers `fetch_result` and `status` without waiting.
+    /// exists); answers `outcome` and `status` without waiting.
     Peek(String, PeekReply),
     /// The read started by `Peek` finished.
     Peeked(String, Result<Option<OutcomeRecord>, WaitError>, PeekReply),

@@ -210,4 +210,22 @@ impl PoolState {
         }
         self.check_drained();
     }
+
+    /// Claim again (after an error, or when the rate limit has a token).
+    pub(super) fn retry(&mut self, myself: &ActorRef<PoolMessage>) {
+        self.rate_wake = false;
+        self.maybe_claim(myself);
+    }
+
+    /// Partition queues learned: claim from them too.
+    pub(super) fn learn_partitions(&mut self, myself: &ActorRef<PoolMessage>, queues: Vec<String>) {
+        let mut learned = false;
+        for q in queues {
+            learned |= self.limiter.learn(q);
+        }
+        if learned {
+            self.partition_wake.notify_one();
+            self.maybe_claim(myself);
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! The pool's life: crashes and restarts of its workers, pausing and
 //! resuming its type, giving claims back, and draining at shutdown.
 
-use ractor::{ActorCell, ActorRef};
+use std::time::Duration;
+
+use ractor::{ActorCell, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{error, warn};
 
@@ -191,6 +193,54 @@ impl PoolState {
             } else {
                 myself.send_after(delay, move || PoolMessage::RestartWorker(slot));
             }
+        }
+        self.check_drained();
+    }
+
+    /// Start the worker of `slot` again after its crash and backoff.
+    pub(super) async fn restart_worker(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
+        let down = self.slots.get(&slot).is_some_and(|s| s.worker.is_none());
+        if down && self.excess() > 0 {
+            // A slot added for a parked job: not needed any more.
+            self.retire(slot);
+        } else if down && !self.paused && !self.draining {
+            self.spawn_worker(myself, slot).await;
+            self.args.services.emit(EngineEvent::HandlerRestarted {
+                job_type: self.args.job_type.clone(),
+            });
+            if let Some(next) = self.backlog.pop_front() {
+                self.dispatch(myself, next);
+            }
+            self.maybe_claim(myself);
+        }
+    }
+
+    /// An operator's pause: answers whether the type was running.
+    pub(super) fn operator_pause(&mut self, myself: &ActorRef<PoolMessage>) -> bool {
+        let was_running = !self.paused;
+        if was_running {
+            self.pause(myself, "an operator paused it");
+        }
+        was_running
+    }
+
+    /// Stop claiming; `reply` once nothing is held (see
+    /// [`PoolMessage::Drain`]).
+    pub(super) fn drain(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        grace: Option<Duration>,
+        reply: RpcReplyPort<usize>,
+    ) {
+        self.draining = true;
+        self.draining_token.cancel();
+        self.drains.push(reply);
+        // Jobs waiting for a worker have not started: give them back.
+        while let Some(held) = self.backlog.pop_front() {
+            self.release(myself, held, "the engine shut down".into(), None);
+        }
+        if let Some(grace) = grace {
+            myself.send_after(grace, || PoolMessage::DrainDeadline);
         }
         self.check_drained();
     }

@@ -362,4 +362,40 @@ impl PoolState {
         self.maybe_claim(myself);
         self.check_drained();
     }
+
+    /// A running job began waiting for another job: its slot is parked and
+    /// the pool runs one more worker meanwhile.
+    pub(super) async fn park(&mut self, myself: &ActorRef<PoolMessage>, slot: SlotId) {
+        let parked = match self.slots.get_mut(&slot) {
+            Some(s) if s.job.is_some() && !s.parked => {
+                s.parked = true;
+                true
+            }
+            _ => false,
+        };
+        if !parked {
+            return;
+        }
+        self.parked += 1;
+        // One more slot, unless surplus slots are still there.
+        if !self.draining && self.slots.len() < self.args.concurrency + self.parked {
+            self.add_slot(myself).await;
+            if let Some(next) = self.backlog.pop_front() {
+                self.dispatch(myself, next);
+            }
+            self.maybe_claim(myself);
+        }
+    }
+
+    /// A parked job's wait ended: its slot counts again.
+    pub(super) fn unpark(&mut self, slot: SlotId) {
+        let was_parked = self
+            .slots
+            .get_mut(&slot)
+            .is_some_and(|s| std::mem::take(&mut s.parked));
+        if was_parked {
+            self.parked -= 1;
+            self.shrink();
+        }
+    }
 }

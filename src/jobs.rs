@@ -95,7 +95,7 @@ pub fn payload_idempotency_key<J: Job>(job: &J) -> Result<String> {
 /// [`payload_idempotency_key`] does).
 ///
 /// ```
-/// let id = gaffer::keyed_job_id("welcome:ada");
+/// let id = gaffer::job::keyed_job_id("welcome:ada");
 /// assert_eq!(id.len(), 64);
 /// ```
 pub fn keyed_job_id(key: &str) -> String {

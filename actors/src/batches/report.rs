@@ -1,8 +1,45 @@
-//! `CostReport`: named counters an item records (tokens, API calls, cents …).
+//! What a completed batch run reports, in the typed API's terms:
+//! [`BulkReport`] and its [`CostReport`]. They hold no user type, so the
+//! engine's error can carry a run's report
+//! (`EngineError::FailureThresholdExceeded`).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+/// What a completed run of a batch counted. Every manifest item is counted
+/// exactly once: from its settlement in this run, or from the marker an
+/// earlier run left (succeeded items are not run again).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkReport {
+    /// Batch id.
+    pub batch_id: String,
+    /// Items in the batch.
+    pub total: u64,
+    /// Items succeeded.
+    pub succeeded: u64,
+    /// Items failed.
+    pub failed: u64,
+    /// Items cancelled.
+    pub cancelled: u64,
+    /// Wall time of this run.
+    pub elapsed: Duration,
+    /// Cost rollup.
+    pub cost: CostReport,
+    /// Keys of failed items, in completion order.
+    pub failed_keys: Vec<String>,
+    /// Item records the sink rejected, or could not be given their output
+    /// (it could not be read, or failed JSON conversion): written with status
+    /// `output_unavailable`.
+    pub sink_errors: u64,
+    /// Keys of those items, in order.
+    pub sink_error_keys: Vec<String>,
+    /// The id of the completion job this run created
+    /// (`Batch::on_complete` in `gaffer`): `Engine::handle`
+    /// on it gives its handle.
+    pub on_complete: Option<String>,
+}
 
 /// Named `f64` counters. Serializes as a plain map.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,183 @@
+use super::*;
+
+#[test]
+fn a_limit_needs_starts_and_a_period() {
+    assert!(RateLimit::new(0, Duration::from_secs(1)).is_err());
+    assert!(RateLimit::new(1, Duration::ZERO).is_err());
+    assert_eq!(
+        RateLimit::per_minute(3).unwrap().period(),
+        Duration::from_secs(60)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bucket_starts_empty_refills_at_the_rate_and_takes_back_what_was_not_used() {
+    let mut b = Bucket::new(&RateLimit::per_second(2).unwrap(), Instant::now());
+    // Empty at its start: the first token one interval on.
+    assert_eq!(b.take(5), 0);
+    assert_eq!(b.until_next(), Duration::from_millis(500));
+    tokio::time::advance(Duration::from_millis(499)).await;
+    assert_eq!(b.take(1), 0);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(b.take(3), 1);
+    assert_eq!(b.until_next(), Duration::from_millis(500));
+    // A period's worth later: the burst.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(b.take(5), 2);
+    assert_eq!(b.take(1), 0);
+    assert_eq!(b.until_next(), Duration::from_millis(500));
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(b.take(3), 1);
+    b.give_back(1);
+    assert_eq!(b.take(3), 1);
+    // Never more than a period's worth.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert!(b.is_full());
+    assert_eq!(b.take(10), 2);
+
+    // Made long after its pool's start: what it earned since, full.
+    let started = Instant::now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let mut late = Bucket::new(&RateLimit::per_second(2).unwrap(), started);
+    assert!(late.is_full());
+    assert_eq!(late.take(5), 2);
+
+    let mut spaced = Bucket::new(&RateLimit::per_second(2).unwrap().burst(1), Instant::now());
+    assert_eq!(spaced.take(2), 0);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(spaced.take(2), 1);
+    assert_eq!(spaced.until_next(), Duration::from_millis(500));
+}
+
+/// A pool's limiter at its start has no token for any queue (a value
+/// first seen later neither), says when the first one comes, and after
+/// the burst's worth of time has the burst.
+#[tokio::test(start_paused = true)]
+async fn a_limiter_starts_empty_for_every_queue() {
+    let limit = RateLimit::per_second(2).unwrap().per_header("tenant");
+    let mut l = Limiter::new("q".into(), Some(limit));
+    assert!(l.learn("q..pa".into()));
+    assert_eq!(l.plan(5), Vec::new());
+    assert_eq!(l.until_next(), Duration::from_millis(500));
+    assert_eq!(l.next_token(), Some(Duration::from_millis(500)));
+    tokio::time::advance(Duration::from_millis(250)).await;
+    // A value first seen now earns from the pool's start, not from now.
+    assert!(l.learn("q..pb".into()));
+    assert_eq!(l.until_next(), Duration::from_millis(250));
+    tokio::time::advance(Duration::from_millis(250)).await;
+    let mut plan = l.plan(5);
+    plan.sort();
+    assert_eq!(
+        plan,
+        vec![
+            ("q".to_string(), 1),
+            ("q..pa".to_string(), 1),
+            ("q..pb".to_string(), 1)
+        ]
+    );
+    // Unlimited: nothing to wait for.
+    let mut plain = Limiter::new("q".into(), None);
+    assert_eq!(plain.plan(3), vec![("q".to_string(), 3)]);
+    assert_eq!(plain.until_next(), Duration::ZERO);
+    assert_eq!(plain.next_token(), None);
+}
+
+/// A claim may wait long for jobs with its tokens reserved: the tokens
+/// its jobs used count from when it returned, not from when it was
+/// planned, so a token reserved while the queue was empty is not
+/// banked (with a burst of 1, two jobs arriving after a quiet second
+/// started together).
+#[tokio::test(start_paused = true)]
+async fn tokens_a_claim_used_count_from_when_it_returned() {
+    for limit in [
+        RateLimit::per_second(2).unwrap().burst(1),
+        RateLimit::per_second(2)
+            .unwrap()
+            .burst(1)
+            .per_header("tenant"),
+    ] {
+        let mut l = Limiter::new("q".into(), Some(limit));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let plan = l.plan(1);
+        assert_eq!(plan, vec![("q".to_string(), 1)]);
+        // The claim waits a second for a job, and brings one.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        l.give_back(&plan, &HashMap::from([("q", 1)]));
+        assert_eq!(l.plan(1), Vec::new(), "a second start at once");
+        assert_eq!(l.until_next(), Duration::from_millis(500));
+        // Nothing used: everything back, as before.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let plan = l.plan(1);
+        assert_eq!(plan.len(), 1);
+        l.give_back(&plan, &HashMap::new());
+        assert_eq!(l.plan(1).len(), 1);
+    }
+}
+
+/// A limit no longer per header shares the type's one bucket across
+/// the partition queues an earlier configuration left: with it empty,
+/// the pool waits for its next token (it was told "now" while some
+/// queue had no bucket, and woke again and again until the token).
+#[tokio::test(start_paused = true)]
+async fn a_shared_bucket_over_several_queues_says_when_its_next_token_comes() {
+    let mut shared = Limiter::new("q".into(), Some(RateLimit::per_second(2).unwrap()));
+    shared.learn("q..pa".into());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(shared.plan(10).iter().map(|(_, n)| n).sum::<usize>(), 2);
+    assert_eq!(shared.plan(10), Vec::new());
+    assert_eq!(shared.until_next(), Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partitioned_plan_spreads_over_the_values_with_tokens() {
+    let limit = RateLimit::per_second(2).unwrap().per_header("tenant");
+    let mut l = Limiter::new("q".into(), Some(limit));
+    assert!(l.learn("q..pa".into()));
+    assert!(!l.learn("q..pa".into()));
+    assert!(l.learn("q..pb".into()));
+    // A period after the pool's start, every queue has its burst.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // 3 queues with 2 tokens each: 5 wanted are spread 2/2/1 or so.
+    let plan = l.plan(5);
+    let total: usize = plan.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, 5, "{plan:?}");
+    assert!(plan.iter().all(|(_, n)| *n <= 2), "{plan:?}");
+    // Nothing claimed from `q..pa`: its tokens come back.
+    let mut used = HashMap::new();
+    for (q, n) in &plan {
+        if q != "q..pa" {
+            used.insert(q.as_str(), *n);
+        }
+    }
+    l.give_back(&plan, &used);
+    // `q` spent its 2; `q..pa` has its 2 back; `q..pb` its one left.
+    let mut again = l.plan(10);
+    again.sort();
+    assert_eq!(
+        again,
+        vec![("q..pa".to_string(), 2), ("q..pb".to_string(), 1)],
+        "{plan:?} then {again:?}"
+    );
+    assert_eq!(l.plan(1), Vec::new());
+    assert_eq!(l.until_next(), Duration::from_millis(500));
+    // An unlimited type claims from its queue, and from partition
+    // queues an earlier configuration left, sharing what it wants.
+    let mut plain = Limiter::new("q".into(), None);
+    assert_eq!(plain.plan(7), vec![("q".to_string(), 7)]);
+    assert!(plain.learn("q..pa".into()));
+    let mut spread = plain.plan(7);
+    spread.sort();
+    assert_eq!(
+        spread,
+        vec![("q".to_string(), 4), ("q..pa".to_string(), 3)],
+        "{spread:?}"
+    );
+    // A limit no longer per header: one bucket across its queues.
+    let mut shared = Limiter::new("q".into(), Some(RateLimit::per_second(3).unwrap()));
+    shared.learn("q..pa".into());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let plan = shared.plan(10);
+    assert_eq!(plan.iter().map(|(_, n)| n).sum::<usize>(), 3, "{plan:?}");
+    shared.give_back(&plan, &HashMap::new());
+    assert_eq!(shared.plan(10).iter().map(|(_, n)| n).sum::<usize>(), 3);
+}
