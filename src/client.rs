@@ -292,6 +292,26 @@ impl Client {
         }
     }
 
+    /// Send the signal `name` with `payload` to the job `id` (as
+    /// `Engine::signal`), through the store: the engine applies it at its
+    /// next look, and the request's result says what it came to.
+    pub async fn signal<S: serde::Serialize>(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &S,
+    ) -> Result<Request> {
+        let payload = rmp_serde::to_vec_named(payload)
+            .map_err(|e| Error::encode(format!("signal `{name}`"), e))?;
+        self.inner
+            .operate(IntakeOp::Signal {
+                run_id: id.to_string(),
+                name: name.to_string(),
+                payload,
+            })
+            .await
+    }
+
     /// Cancel the job `id` (as `Engine::cancel`), through the store.
     pub async fn cancel(&self, id: &str) -> Result<Request> {
         self.inner

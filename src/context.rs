@@ -115,6 +115,60 @@ impl JobContext {
         self.delivery.engine.kv_get(key.to_vec()).await
     }
 
+    /// Wait durably for the signal `name` ([`Engine::signal`](crate::Engine::signal),
+    /// `Client::signal`, `gaffer signal`), for at most `timeout`, and answer
+    /// its payload.
+    ///
+    /// The wait holds no worker: when the signal has not come, this attempt
+    /// ends here (the code after the wait does not run now, and the
+    /// attempt is not spent), the job is **waiting** (`JobState::Waiting`),
+    /// and it runs again from the top when the signal comes or the timeout
+    /// passes, across restarts and crashes. On that run this call answers
+    /// at once, so code reads top to bottom; make the steps before it
+    /// memoized ([`memo`](Self::memo)) or idempotent, since they run again.
+    /// A signal sent while the job still runs (before its wait) is kept and
+    /// answers the wait at once. Several waits with different names follow
+    /// one another (an approval, then a payment); a name is one signal per
+    /// run (the first sent stands).
+    ///
+    /// Errors: [`Error::SignalTimeout`](crate::Error::SignalTimeout) once
+    /// `timeout` passed (measured from the first wait on this name, retries
+    /// included) without the signal; `Error::Decode` when the payload is not
+    /// an `S`; `Error::InvalidSignalName` for a name not of 1-128
+    /// characters of `[A-Za-z0-9_.-]`. In a batch item a wait fails the
+    /// item (an item has no id to signal).
+    pub async fn wait_signal<S: DeserializeOwned>(
+        &self,
+        name: &str,
+        timeout: std::time::Duration,
+    ) -> Result<S> {
+        if !gaffer_actors::layout::keys::is_valid_signal_name(name) {
+            return Err(crate::Error::InvalidSignalName(name.to_string()));
+        }
+        let key = gaffer_actors::layout::keys::signal_key(&self.delivery.run_id, name);
+        if let Some(bytes) = self.delivery.engine.kv_get(key).await? {
+            return rmp_serde::from_slice(&bytes)
+                .map_err(|e| crate::Error::decode(format!("signal `{name}`"), e));
+        }
+        let now = self.delivery.engine.now_ms();
+        let until_ms = match &self.delivery.wait {
+            // Its deadline stands across the run's retries.
+            Some(wait) if wait.name == name => wait.until_ms,
+            _ => now.saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        };
+        if now >= until_ms {
+            return Err(crate::Error::SignalTimeout {
+                name: name.to_string(),
+            });
+        }
+        let wait = gaffer_actors::layout::records::WaitRecord {
+            name: name.to_string(),
+            until_ms,
+            since_ms: now,
+        };
+        self.delivery.suspend.suspend(wait).await
+    }
+
     /// Submit another job now. It is independent of this one: it runs even if
     /// this job fails, and a retry of this job submits it again unless it has an
     /// idempotency key.

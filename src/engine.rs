@@ -66,6 +66,22 @@ impl Engine {
         Batch::new(self.inner.clone(), ulid::Ulid::new().to_string())
     }
 
+    /// Send the signal `name` with `payload` to the job `id`: a job waiting
+    /// for it ([`JobContext::wait_signal`](crate::JobContext::wait_signal))
+    /// runs again now; a job that has not reached its wait yet finds it
+    /// there at once. Refused with `Error::JobNotFound`, `Error::JobEnded`
+    /// or `Error::WaitingForAnotherSignal`.
+    pub async fn signal<S: serde::Serialize>(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &S,
+    ) -> Result<crate::job::Signalled> {
+        let bytes = rmp_serde::to_vec_named(payload)
+            .map_err(|e| EngineError::encode(format!("signal `{name}`"), e))?;
+        self.inner.signal(id, name, bytes).await
+    }
+
     /// Cancel the job with this id.
     pub async fn cancel(&self, id: &str) -> Result<CancelResult> {
         self.inner.cancel(id).await

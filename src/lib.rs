@@ -103,7 +103,7 @@ pub mod job {
     pub use crate::jobs::{Job, keyed_job_id, payload_idempotency_key};
     pub use gaffer_actors::erased::CompletedBatch;
     pub use gaffer_actors::exec::effects::Effects;
-    pub use gaffer_actors::{CancelResult, FailureKind, JobState, MemoWrites};
+    pub use gaffer_actors::{CancelResult, FailureKind, JobState, MemoWrites, Signalled};
 }
 
 /// A batch's items (a page at a time, outputs typed), its progress and

@@ -56,6 +56,11 @@ pub struct Delivery {
     pub completes: Option<CompletedBatch>,
     /// The worker slot it runs in (a wait for another job parks it).
     pub(crate) parking: crate::exec::parking::Parking,
+    /// Where a wait for a signal suspends the attempt.
+    pub suspend: crate::exec::suspend::Suspend,
+    /// The signal the run waited for last (its deadline), from its run
+    /// record: a wait on the same name keeps that deadline.
+    pub wait: Option<crate::layout::records::WaitRecord>,
 }
 
 /// The batch run a completion job completes (`Batch::on_complete`), from
@@ -124,6 +129,9 @@ pub enum Verdict {
         /// Why.
         message: String,
     },
+    /// The job waits for a signal (or its timeout): the attempt ended
+    /// without an outcome and without spending itself.
+    Wait(crate::layout::records::WaitRecord),
 }
 
 impl Verdict {
@@ -176,6 +184,9 @@ pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
     fn kv_get(&self, key: Vec<u8>) -> BoxFuture<Result<Option<Vec<u8>>>>;
     /// `UnknownJobType` unless `job_type` is a job type of this engine.
     fn check_job_type(&self, job_type: &str) -> Result<()>;
+    /// Now, on the queue's clock (epoch ms): what a wait's deadline is
+    /// measured on.
+    fn now_ms(&self) -> u64;
 }
 
 /// User code behind a job type, with its types erased.

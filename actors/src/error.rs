@@ -53,6 +53,37 @@ pub enum EngineError {
     #[error("no store at {0}")]
     NoSuchStore(String),
 
+    /// A signal's name is not of the accepted form.
+    #[error("invalid signal name `{0}`: 1-128 characters of [A-Za-z0-9_.-]")]
+    InvalidSignalName(String),
+
+    /// A signal was sent to a job that has ended: no wait of it will ever
+    /// read it.
+    #[error("job `{0}` has ended: a signal to it would never be read")]
+    JobEnded(String),
+
+    /// A signal was sent to a job that waits for a signal of another name
+    /// now.
+    #[error(
+        "job `{run_id}` waits for signal `{waiting}`, not `{sent}`; send `{waiting}` (a signal \
+         for a later wait can be sent while the job runs, not while it waits for another)"
+    )]
+    WaitingForAnotherSignal {
+        /// The job.
+        run_id: String,
+        /// The signal it waits for.
+        waiting: String,
+        /// The signal sent.
+        sent: String,
+    },
+
+    /// A wait for a signal reached its deadline without the signal.
+    #[error("the wait for signal `{name}` timed out")]
+    SignalTimeout {
+        /// The signal waited for.
+        name: String,
+    },
+
     /// The store has no gaffer layout marker: no gaffer engine ever
     /// started on it (a reader cannot tell an empty store from another
     /// program's).

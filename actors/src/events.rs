@@ -47,6 +47,18 @@ pub enum EngineEvent {
         /// Whether the job was re-queued for another attempt.
         retrying: bool,
     },
+    /// A job's attempt ended waiting for a signal (`JobContext::wait_signal`):
+    /// it runs again when the signal comes, or at the wait's deadline.
+    JobWaiting {
+        /// Run id.
+        run_id: String,
+        /// Job type.
+        job_type: String,
+        /// The signal it waits for.
+        signal: String,
+        /// The wait's deadline, epoch ms (queue clock).
+        until_ms: u64,
+    },
     /// A job was cancelled.
     JobCancelled {
         /// Run id.

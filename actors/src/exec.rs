@@ -18,4 +18,5 @@ pub mod pool;
 pub mod rate;
 pub(crate) mod restarts;
 pub(crate) mod settle;
+pub mod suspend;
 pub mod worker;

@@ -5,5 +5,6 @@
 
 pub(crate) mod operate;
 pub mod request;
+pub mod signals;
 pub mod submit;
 pub mod waiters;

@@ -35,6 +35,7 @@ pub use error::{EngineError, Result, ScheduleError, ShardError};
 pub use events::EngineEvent;
 pub use exec::attempts::Attempts;
 pub use exec::pool::PoolStats;
+pub use jobs::signals::Signalled;
 pub use jobs::submit::{CancelResult, JobState, SubmitRequest, Submitted};
 pub use jobs::waiters::{JobFinished, WaitError};
 pub use layout::inspect::{BatchState, PeriodicStatus};

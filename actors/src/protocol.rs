@@ -46,6 +46,15 @@ pub enum EngineMessage {
     WatchJob(String, DerivedActorRef<JobFinished>),
     /// Where a job is now (`JobNotFound` if no record of it exists).
     JobStatus(String, RpcReplyPort<Result<JobState>>),
+    /// Send the signal `name` (with its encoded payload) to the job
+    /// `run_id`: it runs again if it waits for it, or finds it at its wait
+    /// (`JobContext::wait_signal`).
+    SignalJob(
+        String,
+        String,
+        Vec<u8>,
+        RpcReplyPort<Result<crate::jobs::signals::Signalled>>,
+    ),
     /// Cancel a job.
     CancelJob(String, RpcReplyPort<Result<CancelResult>>),
     /// Shut down gracefully: stop claiming, let running jobs finish and settle,

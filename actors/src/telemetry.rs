@@ -29,6 +29,9 @@ pub enum AttemptResult {
     Cancelled,
     /// It was given back without counting (shutdown grace, paused type).
     Released,
+    /// It ended waiting for a signal (not counted: the job runs again when
+    /// the signal or its timeout comes).
+    Waited,
 }
 
 impl AttemptResult {
@@ -39,6 +42,7 @@ impl AttemptResult {
             Self::Retried => "retried",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
+            Self::Waited => "waited",
             Self::Released => "released",
         }
     }
@@ -90,7 +94,7 @@ pub(crate) struct TypeMetrics {
 struct Handles {
     job_type: String,
     /// `gaffer_attempts_total`, by kind (job, item) and result.
-    attempts: [[OnceLock<Counter>; 5]; 2],
+    attempts: [[OnceLock<Counter>; 6]; 2],
     run: OnceLock<Histogram>,
     queue_wait: OnceLock<Histogram>,
     settlement: OnceLock<Histogram>,

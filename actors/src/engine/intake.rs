@@ -72,6 +72,15 @@ pub enum IntakeOp {
         /// The job type.
         job_type: String,
     },
+    /// Send a signal to a job.
+    Signal {
+        /// The job's id.
+        run_id: String,
+        /// The signal's name.
+        name: String,
+        /// Its encoded payload.
+        payload: Vec<u8>,
+    },
 }
 
 impl IntakeOp {
@@ -324,6 +333,14 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
                 if was { "" } else { " (it was not paused)" }
             ))
         }),
+        IntakeOp::Signal {
+            run_id,
+            name,
+            payload,
+        } => engine
+            .signal(&run_id, &name, payload)
+            .await
+            .map(|s| Some(crate::jobs::signals::describe(s, &run_id, &name))),
     };
     let settled = match applied {
         Ok(None) => queue.ack(&claim).await,

@@ -200,6 +200,11 @@ impl Actor for Supervisor {
             events: Some(events),
         };
         state.paused = state.services.paused_types().await?.into_iter().collect();
+        // Signals a crash left between a wait's commit and its delivery.
+        let (delivered, removed) = state.services.deliver_held_signals().await?;
+        if delivered + removed > 0 {
+            tracing::info!(delivered, removed, "signals held over from before the start");
+        }
         let names: Vec<String> = state.registrations.keys().cloned().collect();
         for name in names {
             state.spawn_child(Child::Pool(name), false).await?;
@@ -231,6 +236,9 @@ impl Actor for Supervisor {
             EngineMessage::JobStatus(run_id, reply) => state.status(run_id, reply),
             EngineMessage::JobOutcome(run_id, reply) => state.waiters.peek(run_id, reply),
             EngineMessage::CancelJob(run_id, reply) => state.cancel(run_id, reply),
+            EngineMessage::SignalJob(run_id, name, payload, reply) => {
+                state.signal(run_id, name, payload, reply)
+            }
             EngineMessage::Shutdown(reply) => state.shutdown(&myself, reply),
             EngineMessage::RunBatch(spec, items, reply) => state.run_batch(*spec, items, reply),
             EngineMessage::RunBatchAndTell(spec, items, to) => {

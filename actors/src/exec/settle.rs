@@ -49,7 +49,7 @@ mod report;
 mod standing;
 
 pub(crate) use commit::{Claimed, give_back};
-use commit::{Delivery, Told};
+use commit::{Back, Delivery, Told};
 pub(crate) use decide::Ending;
 use decide::{Decision, End, decide};
 pub(crate) use standing::{Owner, Standing, Target, attempt_span, standing};
@@ -133,6 +133,10 @@ pub(crate) async fn settle(ctx: Settler<'_>, settlement: Settlement) -> bool {
             retry(ctx, &queue, &claimed, owner, kind, message, started).await;
             false
         }
+        Decision::Wait { owner, wait } => {
+            wait_for_signal(ctx, &queue, &claimed, owner, wait, started).await;
+            false
+        }
         Decision::End { owner, end } => {
             end_run(ctx, &queue, &claimed, owner, end, (effects, cost), started).await
         }
@@ -163,7 +167,7 @@ async fn retry(
         });
     }
     let how = ("failed", message.as_str());
-    match commit::requeue(ctx.services, queue, claimed, owner, true, how).await {
+    match commit::requeue(ctx.services, queue, claimed, owner, Back::Retry, how).await {
         Ok(()) => {
             ctx.metrics
                 .attempt_ended(&owner.job_type, !is_job, AttemptResult::Retried);
@@ -180,6 +184,68 @@ async fn retry(
         }
         Err(e) => {
             warn!(%run_id, error = %e, "settlement failed; the job stays claimed until its lease expires, then retries");
+        }
+    }
+}
+
+/// Put the job back to wait for its signal (taquba's `signal_wait`, at
+/// the wait's deadline), no attempt spent. A signal sent while the job ran
+/// found it not waiting yet and stayed in the job's signals
+/// (`jobs::signals`); so once the wait is durable the job's signals are
+/// read again, and one that came meanwhile is delivered now. A crash
+/// between the two is covered at the next start
+/// (`engine::startup::deliver_held_signals`).
+async fn wait_for_signal(
+    ctx: Settler<'_>,
+    queue: &taquba::Queue,
+    claimed: &Claimed,
+    owner: &Owner,
+    wait: crate::layout::records::WaitRecord,
+    started: Instant,
+) {
+    let run_id = owner.target.run_id();
+    let (name, until_ms) = (wait.name.clone(), wait.until_ms);
+    let how = ("waited", "");
+    #[cfg(feature = "testing")]
+    crate::testing::panics::hold(
+        crate::testing::panics::HoldPoint::BeforeWaitCommit,
+        &claimed.claim.queue,
+    )
+    .await;
+    if let Err(e) = commit::requeue(ctx.services, queue, claimed, owner, Back::Wait(wait), how).await
+    {
+        warn!(%run_id, error = %e, "putting the job back to wait failed; it runs again when its lease expires");
+        return;
+    }
+    ctx.metrics
+        .attempt_ended(&owner.job_type, false, AttemptResult::Waited);
+    ctx.metrics
+        .settlement(&owner.job_type, started.elapsed().as_secs_f64());
+    ctx.services.emit(EngineEvent::JobWaiting {
+        run_id: run_id.to_string(),
+        job_type: owner.job_type.clone(),
+        signal: name.clone(),
+        until_ms,
+    });
+    #[cfg(feature = "testing")]
+    crate::testing::panics::hold(
+        crate::testing::panics::HoldPoint::AfterWaitCommit,
+        &claimed.claim.queue,
+    )
+    .await;
+    match queue
+        .view()
+        .kv_get(&crate::layout::keys::signal_key(run_id, &name))
+        .await
+    {
+        Ok(Some(_)) => {
+            if let Err(e) = queue.signal(&claimed.claim.id, Vec::new()).await {
+                warn!(%run_id, error = %e, "delivering a signal that came during the wait's commit failed; it is delivered at the next start, or the wait times out");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            warn!(%run_id, error = %e, "reading the job's signals after its wait failed; one that came meanwhile is delivered at the next start")
         }
     }
 }
@@ -238,6 +304,24 @@ async fn end_run(
             Ok((fx, told))
         },
     );
+    // A run that waited for a signal keeps its signals until it ends: they
+    // go with it.
+    let held = match (&owner.run, target) {
+        (Some(run), Target::Job { run_id }) if run.wait.is_some() => {
+            match services.signal_keys(run_id).await {
+                Ok(keys) => keys,
+                Err(e) => {
+                    warn!(%run_id, error = %e, "reading the job's signals failed; the job stays claimed until its lease expires, then retries");
+                    return false;
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
+    let parts = parts.map(|(mut fx, told)| {
+        fx.kv_deletes.extend(held);
+        (fx, told)
+    });
     let (fx, told) = match parts {
         Ok(parts) => parts,
         Err(e) => {

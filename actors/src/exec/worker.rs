@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::erased::{Delivery, ErasedHandler};
+use crate::erased::{Delivery, ErasedHandler, Verdict};
 use crate::events::EngineEvent;
 use crate::exec::parking;
 use crate::exec::pool::{PoolMessage, SlotId};
@@ -73,12 +73,19 @@ impl Actor for HandlerWorker {
         // Counted down on every way out of the run, a panic included.
         let running = self.metrics.running(&delivery.job_type);
         let span = delivery.span.clone();
+        let suspend = delivery.suspend.clone();
         // One instrumented future: the span is entered on each of its polls
         // (its first one logs the start), not also around the set-up above.
+        // A wait for a signal that has not come suspends the attempt: the
+        // user's future is dropped there, and the attempt ends waiting.
         let run = tracing::Instrument::instrument(
             async move {
                 tracing::debug!("attempt started");
-                self.handler.run(*delivery).await
+                tokio::select! {
+                    biased;
+                    verdict = self.handler.run(*delivery) => verdict,
+                    wait = suspend.suspended() => Verdict::Wait(wait),
+                }
             },
             span,
         );

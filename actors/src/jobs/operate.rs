@@ -62,6 +62,7 @@ impl Services {
             input_hash: record.input_hash,
             submitted_at_ms: self.clock().now_ms(),
             past: Vec::new(),
+            wait: None,
         })?;
         let effects = SettlementEffects::default()
             .kv_delete(outcome_key.clone())

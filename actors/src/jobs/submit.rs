@@ -270,6 +270,7 @@ impl Services {
             input_hash,
             submitted_at_ms: self.clock().now_ms(),
             past: Vec::new(),
+            wait: None,
         })
     }
 
@@ -375,7 +376,13 @@ impl Services {
                 history: Vec::new(),
                 followups: Vec::new(),
             };
-            let effects = self.terminal_effects(run_id, &record)?;
+            let mut effects = self.terminal_effects(run_id, &record)?;
+            if run.wait.is_some() {
+                // A run that waited keeps its signals until it ends.
+                effects
+                    .kv_deletes
+                    .extend(self.signal_keys(run_id).await?);
+            }
             match queue.cancel_with(&run.job_id, effects).await?.0 {
                 CancelOutcome::Removed => {
                     self.emit(EngineEvent::JobCancelled {
@@ -417,7 +424,7 @@ impl Services {
     }
 }
 
-fn check_id(run_id: &str) -> Result<()> {
+pub(crate) fn check_id(run_id: &str) -> Result<()> {
     if keys::is_valid_id(run_id) {
         Ok(())
     } else {

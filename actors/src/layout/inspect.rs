@@ -138,12 +138,15 @@ pub async fn outcome_record(view: &QueueView, run_id: &str) -> Result<Option<Out
 pub async fn job_state(view: &QueueView, run_id: &str) -> Result<Option<JobState>> {
     if let Some(run) = run_record(view, run_id).await? {
         let record = view.job_record(&run.job_id).await?;
-        return Ok(Some(match record.map(|r| r.status) {
-            Some(JobStatus::Scheduled) => JobState::Scheduled,
-            Some(JobStatus::Pending) | None => JobState::Queued,
+        return Ok(Some(match record.map(|r| (r.status, r.signal_wait)) {
+            Some((JobStatus::Scheduled, true)) => JobState::Waiting,
+            Some((JobStatus::Scheduled, false)) => JobState::Scheduled,
+            Some((JobStatus::Pending, _)) | None => JobState::Queued,
             // Done/Dead with the run record still present: the settlement
             // is in progress.
-            Some(JobStatus::Claimed | JobStatus::Done | JobStatus::Dead) => JobState::Running,
+            Some((JobStatus::Claimed | JobStatus::Done | JobStatus::Dead, _)) => {
+                JobState::Running
+            }
         }));
     }
     // The run may have ended between the two reads: its outcome record

@@ -129,6 +129,27 @@ pub fn run_key(run_id: &str) -> Vec<u8> {
     format!("gaffer/v1/runs/{run_id}").into_bytes()
 }
 
+/// `gaffer/v1/signals/{run_id}/{name}`: a signal sent to a job (its
+/// payload), kept until the job ends, so a wait on `name` finds it whether
+/// it came before the wait, during it, or after (see `jobs::signals`).
+pub fn signal_key(run_id: &str, name: &str) -> Vec<u8> {
+    format!("gaffer/v1/signals/{run_id}/{name}").into_bytes()
+}
+
+/// Prefix of a job's signals ([`signal_key`]).
+pub fn signals_prefix(run_id: &str) -> Vec<u8> {
+    format!("gaffer/v1/signals/{run_id}/").into_bytes()
+}
+
+/// Prefix of every job's signals.
+pub const SIGNALS_PREFIX: &[u8] = b"gaffer/v1/signals/";
+
+/// Whether `name` is an acceptable signal name: 1-128 characters of
+/// `[A-Za-z0-9_.-]` (the same form as a periodic job's name).
+pub fn is_valid_signal_name(name: &str) -> bool {
+    is_valid_periodic_name(name)
+}
+
 /// `gaffer/v1/outcomes/{run_id}`: the outcome record, written by the terminal settlement.
 pub fn outcome_key(run_id: &str) -> Vec<u8> {
     format!("gaffer/v1/outcomes/{run_id}").into_bytes()

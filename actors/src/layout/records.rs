@@ -38,6 +38,23 @@ pub struct RunRecord {
     /// records written before this field existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub past: Vec<PastAttempt>,
+    /// The signal the run waits for, or last waited for: set by the
+    /// transaction that puts the job back to wait, kept (its deadline with
+    /// it) until the run waits again or ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitRecord>,
+}
+
+/// A job's wait for a signal (`JobContext::wait_signal`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitRecord {
+    /// The signal's name.
+    pub name: String,
+    /// When the wait times out, queue clock, epoch ms: the job runs again
+    /// then without the signal, and the wait answers a timeout.
+    pub until_ms: u64,
+    /// When the wait began, epoch ms.
+    pub since_ms: u64,
 }
 
 impl RunRecord {
@@ -89,6 +106,9 @@ pub enum Outcome {
 pub enum JobState {
     /// Waiting for its `run_at`, or for a retry's backoff.
     Scheduled,
+    /// Waiting for a signal (`JobContext::wait_signal`), or its timeout:
+    /// it holds no worker meanwhile.
+    Waiting,
     /// Waiting to be claimed.
     Queued,
     /// Claimed by a handler.

@@ -327,6 +327,24 @@ impl EngineRef {
         Ok(state)
     }
 
+    /// Send the signal `name` with its encoded payload to the job `run_id`
+    /// (see [`EngineMessage::SignalJob`]).
+    pub async fn signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: Vec<u8>,
+    ) -> Result<crate::jobs::signals::Signalled> {
+        ractor::call!(
+            self.actor,
+            EngineMessage::SignalJob,
+            run_id.to_string(),
+            name.to_string(),
+            payload
+        )
+        .map_err(|_| EngineError::ShutDown)?
+    }
+
     /// Cancel a job.
     pub async fn cancel(&self, run_id: &str) -> Result<CancelResult> {
         if !keys::is_valid_id(run_id) {
@@ -403,6 +421,10 @@ impl EngineRef {
 impl JobEngine for EngineRef {
     fn check_job_type(&self, job_type: &str) -> Result<()> {
         self.services.job_queue(job_type).map(|_| ())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.services.clock().now_ms()
     }
 
     fn submit(&self, request: SubmitRequest) -> BoxFuture<Result<Submitted>> {

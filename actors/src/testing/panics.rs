@@ -14,7 +14,7 @@
 //! short list), not engine state; without the `testing` feature none of
 //! this is compiled and the engine has no check at all.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Where a panic can be injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,4 +72,78 @@ fn armed() -> std::sync::MutexGuard<'static, Vec<(PanicPoint, String)>> {
     // A panic never happens while the lock is held, so it is never
     // poisoned; if it were, the list is still usable.
     ARMED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where the engine can be held (feature `testing`): it stops there until
+/// the test releases it, so a test can act in a window that is otherwise
+/// a few microseconds wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldPoint {
+    /// A settlement about to commit a job's wait for a signal (scope: the
+    /// job's queue).
+    BeforeWaitCommit,
+    /// A settlement that committed a job's wait, before it reads the job's
+    /// signals again (scope: the job's queue).
+    AfterWaitCommit,
+}
+
+type HoldEntry = (HoldPoint, String, Arc<HoldInner>);
+
+static HOLDS: Mutex<Vec<HoldEntry>> = Mutex::new(Vec::new());
+
+#[derive(Debug, Default)]
+struct HoldInner {
+    reached: tokio::sync::Notify,
+    released: tokio::sync::Notify,
+    at: std::sync::atomic::AtomicBool,
+}
+
+/// A hold armed with [`hold_next`].
+#[derive(Debug, Clone)]
+pub struct Hold(Arc<HoldInner>);
+
+impl Hold {
+    /// Resolves once the engine stopped at the point.
+    pub async fn reached(&self) {
+        loop {
+            let notified = self.0.reached.notified();
+            if self.0.at.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Let the engine go on.
+    pub fn release(&self) {
+        self.0.released.notify_one();
+    }
+}
+
+/// The next time the engine reaches `point` for `scope`, it waits there
+/// until the returned hold is released (once).
+pub fn hold_next(point: HoldPoint, scope: &str) -> Hold {
+    let inner = Arc::new(HoldInner::default());
+    holds().push((point, scope.to_string(), inner.clone()));
+    Hold(inner)
+}
+
+/// Called by the engine at `point`: waits there if a hold is armed.
+pub(crate) async fn hold(point: HoldPoint, scope: &str) {
+    let armed = {
+        let mut list = holds();
+        list.iter()
+            .position(|(p, s, _)| *p == point && s == scope)
+            .map(|i| list.remove(i).2)
+    };
+    if let Some(inner) = armed {
+        let released = inner.released.notified();
+        inner.at.store(true, std::sync::atomic::Ordering::SeqCst);
+        inner.reached.notify_waiters();
+        released.await;
+    }
+}
+
+fn holds() -> std::sync::MutexGuard<'static, Vec<HoldEntry>> {
+    HOLDS.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -126,6 +126,20 @@ impl SupervisorState {
         });
     }
 
+    /// Send a signal to a job (see `Services::signal`).
+    pub(super) fn signal(
+        &self,
+        run_id: String,
+        name: String,
+        payload: Vec<u8>,
+        reply: RpcReplyPort<Result<crate::jobs::signals::Signalled>>,
+    ) {
+        let services = self.services.clone();
+        self.answer("sending a signal", reply, async move {
+            services.signal(&run_id, &name, payload).await
+        });
+    }
+
     /// Start the shutdown sequence (once) in a task; it stops the supervisor
     /// when it is done.
     pub(super) fn shutdown(

@@ -235,6 +235,8 @@ impl PoolState {
                 lease_duration,
                 state: Arc::default(),
             },
+            suspend: Default::default(),
+            wait: owner.run.as_ref().and_then(|run| run.wait.clone()),
         }
     }
 

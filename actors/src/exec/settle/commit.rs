@@ -128,6 +128,19 @@ pub(crate) fn blob_path(services: &Services, target: &Target, claim: &Claim) -> 
     }
 }
 
+/// Why a job goes back on its queue.
+#[derive(Debug)]
+pub(crate) enum Back {
+    /// A real failure with attempts left: after gaffer's backoff, the
+    /// attempt spent.
+    Retry,
+    /// Given back on purpose: at once, no attempt spent.
+    Release,
+    /// To wait for a signal: scheduled at the wait's deadline and promoted
+    /// by the signal, no attempt spent.
+    Wait(crate::layout::records::WaitRecord),
+}
+
 /// Put a claimed job back on its queue as the same queue job (same id, so
 /// its run's record still names it), in the one transaction that
 /// acknowledges its claim: after gaffer's backoff on its own count when the
@@ -140,9 +153,10 @@ pub(crate) async fn requeue(
     queue: &taquba::Queue,
     claimed: &Claimed,
     owner: &Owner,
-    spent: bool,
+    back: Back,
     (how, error): (&str, &str),
 ) -> crate::Result<()> {
+    let spent = matches!(back, Back::Retry);
     let Claimed {
         claim,
         attempts,
@@ -160,8 +174,13 @@ pub(crate) async fn requeue(
     } else {
         std::time::Duration::ZERO
     };
-    let run_at = (!delay.is_zero())
-        .then(|| std::time::UNIX_EPOCH + std::time::Duration::from_millis(now) + delay);
+    let at = |ms: u64| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    let (run_at, waits) = match &back {
+        // A wait is a scheduled job that a signal promotes (taquba's
+        // `signal_wait`), or its deadline does.
+        Back::Wait(wait) => (Some(at(wait.until_ms.max(now))), true),
+        _ => ((!delay.is_zero()).then(|| at(now) + delay), false),
+    };
     let mut fx = SettlementEffects::default().enqueue(EnqueueRequest {
         queue: claim.queue.to_string(),
         payload: claim.payload.clone(),
@@ -170,7 +189,8 @@ pub(crate) async fn requeue(
             .headers(headers)
             .priority(claim.priority)
             .max_attempts(claim.max_attempts)
-            .run_at(run_at),
+            .run_at(run_at)
+            .signal_wait(waits),
     });
     if let (Target::Job { run_id }, Some(run)) = (&owner.target, &owner.run) {
         let mut error = error.to_string();
@@ -191,8 +211,15 @@ pub(crate) async fn requeue(
             error: (!error.is_empty()).then_some(error),
         });
         let skip = past.len().saturating_sub(PAST_KEPT);
+        let wait = match back {
+            Back::Wait(wait) => Some(wait),
+            // A retry or a release keeps the deadline of the run's wait, so
+            // a wait on the same signal after it keeps its timeout.
+            _ => run.wait.clone(),
+        };
         let run = RunRecord {
             past: past.split_off(skip),
+            wait,
             ..(**run).clone()
         };
         fx = fx.kv_put(keys::run_key(run_id), records::encode(&run)?);
@@ -218,7 +245,7 @@ pub(crate) async fn give_back(
                 &queue,
                 &claimed,
                 owner,
-                false,
+                Back::Release,
                 ("released", &reason),
             )
             .await

@@ -3,7 +3,7 @@
 //! retry, or end its run.
 
 use crate::erased::Verdict;
-use crate::exec::settle::standing::{Owner, Standing};
+use crate::exec::settle::standing::{Owner, Standing, Target};
 use crate::layout::keys;
 use crate::layout::records::{FailureKind, OutputRef};
 
@@ -44,6 +44,12 @@ pub(crate) enum Decision<'a> {
         kind: FailureKind,
         message: String,
     },
+    /// Put the run's job back to wait for a signal (or its timeout): no
+    /// attempt spent.
+    Wait {
+        owner: &'a Owner,
+        wait: crate::layout::records::WaitRecord,
+    },
     /// End the run.
     End { owner: &'a Owner, end: End },
 }
@@ -71,6 +77,15 @@ pub(crate) fn decide(
     };
     let end = match verdict {
         _ if cancelled => End::Cancelled,
+        // A batch item has no run record to wait in and no id to signal.
+        Verdict::Wait(wait) if matches!(owner.target, Target::Item { .. }) => End::Failed {
+            kind: FailureKind::Permanent,
+            message: format!(
+                "a batch item cannot wait for a signal (it waited for `{}`)",
+                wait.name
+            ),
+        },
+        Verdict::Wait(wait) => return Decision::Wait { owner, wait },
         Verdict::Succeeded(output) => End::Succeeded(OutputRef::Inline(output)),
         Verdict::Failed { kind, message } if kind == FailureKind::Permanent || last => {
             End::Failed { kind, message }
@@ -95,7 +110,6 @@ pub(crate) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::settle::standing::Target;
 
     fn owner() -> Standing {
         Standing::Owner(Owner {
@@ -173,6 +187,46 @@ mod tests {
         assert!(matches!(
             decide(Ending::Release("paused".into()), &stray, false, false),
             Decision::Release(_)
+        ));
+    }
+
+    #[test]
+    fn a_wait_puts_a_job_back_to_wait_but_fails_an_item_and_yields_to_a_cancel() {
+        let wait = crate::layout::records::WaitRecord {
+            name: "approval".into(),
+            until_ms: 10,
+            since_ms: 1,
+        };
+        let o = owner();
+        assert!(matches!(
+            decide(Ending::Verdict(Verdict::Wait(wait.clone())), &o, false, true),
+            Decision::Wait { wait: ref w, .. } if *w == wait
+        ));
+        assert!(matches!(
+            decide(Ending::Verdict(Verdict::Wait(wait.clone())), &o, true, false),
+            Decision::End {
+                end: End::Cancelled,
+                ..
+            }
+        ));
+        let item = Standing::Owner(Owner {
+            target: Target::Item {
+                batch_id: "b".into(),
+                key: "k".into(),
+                run_id: "r".into(),
+            },
+            job_type: "p".into(),
+            run: None,
+        });
+        assert!(matches!(
+            decide(Ending::Verdict(Verdict::Wait(wait)), &item, false, false),
+            Decision::End {
+                end: End::Failed {
+                    kind: FailureKind::Permanent,
+                    ..
+                },
+                ..
+            }
         ));
     }
 
