@@ -104,9 +104,11 @@ async fn a_job_waits_for_its_signal_without_a_worker_and_runs_on_from_its_memo()
         .await
         .unwrap();
     let id = handle.id().to_string();
-    common::wait_event(&mut events, LIMIT, |e| {
-        matches!(e, EngineEvent::JobWaiting { signal, .. } if signal == "approval")
-    })
+    common::wait_event(
+        &mut events,
+        LIMIT,
+        |e| matches!(e, EngineEvent::JobWaiting { signal, .. } if signal == "approval"),
+    )
     .await;
     reaches(&engine, &id, JobState::Waiting).await;
     // Waiting holds no worker and no claim.
@@ -238,7 +240,10 @@ async fn a_signal_kept_when_the_engine_died_after_the_wait_committed_is_delivere
     let second = start().await.unwrap();
     after.release();
     let handle = second.handle::<Approve>(&id).unwrap();
-    assert_eq!(within(handle.join()).await.unwrap().unwrap(), "order-4: approved by ed");
+    assert_eq!(
+        within(handle.join()).await.unwrap().unwrap(),
+        "order-4: approved by ed"
+    );
     common::shut_down_cleanly(&second).await;
     let _ = first.shutdown().await;
 }
@@ -334,7 +339,11 @@ async fn signals_to_no_job_an_ended_job_or_with_a_bad_name_are_refused_and_a_wai
     let steps = Arc::new(Steps::default());
     let engine = builder(common::mock_clock(), &steps).start().await.unwrap();
     let unknown = engine
-        .signal("01JNOSUCHJOB0000000000000", "approval", &Approval { by: "x".into() })
+        .signal(
+            "01JNOSUCHJOB0000000000000",
+            "approval",
+            &Approval { by: "x".into() },
+        )
         .await
         .unwrap_err();
     assert!(matches!(unknown, Error::JobNotFound(_)), "{unknown:?}");
@@ -434,6 +443,64 @@ async fn a_waiting_job_survives_a_kill_and_its_signal_runs_it_on_the_next_engine
     // One run on this engine, from its memo (the step ran before the kill).
     assert_eq!(steps.runs.load(Ordering::SeqCst), 1);
     assert_eq!(steps.computed.load(Ordering::SeqCst), 0);
-    assert_eq!(handle.join().await.unwrap().unwrap(), "order-11: approved by gus");
+    assert_eq!(
+        handle.join().await.unwrap().unwrap(),
+        "order-11: approved by gus"
+    );
     engine.shutdown().await.unwrap();
+}
+
+/// A signal sent from another process (`Client::signal`, through the
+/// store's inbox) runs a waiting job on, and its request records what it
+/// came to; one to an ended job is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_signals_a_waiting_job_through_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = Arc::new(Steps::default());
+    let engine = gaffer::Engine::builder()
+        .store(gaffer::Store::local_dir(tmp.path()))
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .register::<Approve>()
+        .state(steps.clone())
+        .start()
+        .await
+        .unwrap();
+    let client = gaffer::remote::Client::builder()
+        .store(gaffer::Store::local_dir(tmp.path()))
+        .poll_interval(Duration::from_millis(20))
+        .open()
+        .await
+        .unwrap();
+    let handle = engine
+        .submit(Approve {
+            order: 3,
+            pay: false,
+        })
+        .await
+        .unwrap();
+    let id = handle.id().to_string();
+    reaches(&engine, &id, JobState::Waiting).await;
+
+    let request = client
+        .signal(&id, "approval", &Approval { by: "di".into() })
+        .await
+        .unwrap();
+    let fate = within(request.wait()).await.unwrap();
+    assert!(fate.contains("delivered"), "{fate}");
+    assert_eq!(
+        within(handle).await.unwrap(),
+        "order-3: approved by di".to_string()
+    );
+
+    // The job ended: a second signal is refused, and says why.
+    let request = client
+        .signal(&id, "approval", &Approval { by: "ed".into() })
+        .await
+        .unwrap();
+    match within(request.wait()).await {
+        Err(Error::Refused { reason, .. }) => assert!(reason.contains("ended"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    common::shut_down_cleanly(&engine).await;
 }

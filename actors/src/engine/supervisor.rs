@@ -203,7 +203,11 @@ impl Actor for Supervisor {
         // Signals a crash left between a wait's commit and its delivery.
         let (delivered, removed) = state.services.deliver_held_signals().await?;
         if delivered + removed > 0 {
-            tracing::info!(delivered, removed, "signals held over from before the start");
+            tracing::info!(
+                delivered,
+                removed,
+                "signals held over from before the start"
+            );
         }
         let names: Vec<String> = state.registrations.keys().cloned().collect();
         for name in names {

@@ -48,8 +48,8 @@ mod decide;
 mod report;
 mod standing;
 
-pub(crate) use commit::{Claimed, give_back};
 use commit::{Back, Delivery, Told};
+pub(crate) use commit::{Claimed, give_back};
 pub(crate) use decide::Ending;
 use decide::{Decision, End, decide};
 pub(crate) use standing::{Owner, Standing, Target, attempt_span, standing};
@@ -212,7 +212,8 @@ async fn wait_for_signal(
         &claimed.claim.queue,
     )
     .await;
-    if let Err(e) = commit::requeue(ctx.services, queue, claimed, owner, Back::Wait(wait), how).await
+    if let Err(e) =
+        commit::requeue(ctx.services, queue, claimed, owner, Back::Wait(wait), how).await
     {
         warn!(%run_id, error = %e, "putting the job back to wait failed; it runs again when its lease expires");
         return;

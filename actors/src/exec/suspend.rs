@@ -39,7 +39,13 @@ impl Suspend {
     /// Resolves once the attempt suspended, with its wait.
     pub(crate) async fn suspended(&self) -> WaitRecord {
         loop {
-            if let Some(wait) = self.0.wait.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            if let Some(wait) = self
+                .0
+                .wait
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
                 return wait;
             }
             self.0.told.notified().await;

@@ -112,8 +112,12 @@ impl Services {
         let queue = self.queue()?;
         let prefix = keys::signals_prefix(run_id);
         let mut found = Vec::new();
-        let mut entries =
-            std::pin::pin!(queue.view().kv_entries(&prefix, .., KvOrder::Ascending, 256));
+        let mut entries = std::pin::pin!(queue.view().kv_entries(
+            &prefix,
+            ..,
+            KvOrder::Ascending,
+            256
+        ));
         while let Some((key, _)) = entries.try_next().await? {
             found.push(key);
         }
@@ -156,7 +160,9 @@ impl Services {
         if !removed.is_empty() {
             let fx = removed
                 .into_iter()
-                .fold(taquba::SettlementEffects::default(), |fx, k| fx.kv_delete(k));
+                .fold(taquba::SettlementEffects::default(), |fx, k| {
+                    fx.kv_delete(k)
+                });
             queue.commit_effects(fx).await?;
         }
         Ok((delivered, gone))

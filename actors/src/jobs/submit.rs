@@ -379,9 +379,7 @@ impl Services {
             let mut effects = self.terminal_effects(run_id, &record)?;
             if run.wait.is_some() {
                 // A run that waited keeps its signals until it ends.
-                effects
-                    .kv_deletes
-                    .extend(self.signal_keys(run_id).await?);
+                effects.kv_deletes.extend(self.signal_keys(run_id).await?);
             }
             match queue.cancel_with(&run.job_id, effects).await?.0 {
                 CancelOutcome::Removed => {

@@ -144,9 +144,7 @@ pub async fn job_state(view: &QueueView, run_id: &str) -> Result<Option<JobState
             Some((JobStatus::Pending, _)) | None => JobState::Queued,
             // Done/Dead with the run record still present: the settlement
             // is in progress.
-            Some((JobStatus::Claimed | JobStatus::Done | JobStatus::Dead, _)) => {
-                JobState::Running
-            }
+            Some((JobStatus::Claimed | JobStatus::Done | JobStatus::Dead, _)) => JobState::Running,
         }));
     }
     // The run may have ended between the two reads: its outcome record

@@ -203,7 +203,12 @@ mod tests {
             Decision::Wait { wait: ref w, .. } if *w == wait
         ));
         assert!(matches!(
-            decide(Ending::Verdict(Verdict::Wait(wait.clone())), &o, true, false),
+            decide(
+                Ending::Verdict(Verdict::Wait(wait.clone())),
+                &o,
+                true,
+                false
+            ),
             Decision::End {
                 end: End::Cancelled,
                 ..
