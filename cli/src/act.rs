@@ -1,4 +1,5 @@
-//! The commands that act: `submit`, `retry`, `cancel`, `pause`, `resume`.
+//! The commands that act: `submit`, `retry`, `signal`, `cancel`, `pause`,
+//! `resume`.
 //! Each writes one request to the store's inbox (never as the store's
 //! writer) and, unless `--no-wait`, reads the store until the engine applied
 //! or refused it.
@@ -45,6 +46,19 @@ pub fn submit_op(
         traceparent: None,
     });
     Ok((op, request_id, run_id))
+}
+
+/// The request of `gaffer signal ID NAME JSON`.
+pub fn signal_op(run_id: &str, name: &str, json: &str) -> Result<IntakeOp, CliError> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| CliError::BadInput(format!("the payload: {e}")))?;
+    let payload = rmp_serde::to_vec_named(&value)
+        .map_err(|e| CliError::BadInput(format!("the payload does not encode: {e}")))?;
+    Ok(IntakeOp::Signal {
+        run_id: run_id.to_string(),
+        name: name.to_string(),
+        payload,
+    })
 }
 
 /// Send `op` (as `request_id`, a fresh ULID) and report what became of it.

@@ -56,6 +56,8 @@ pub enum StateArg {
     Queued,
     /// Waiting for its time (run_at or a retry's backoff).
     Scheduled,
+    /// Waiting for a signal (`ctx.wait_signal`), or its timeout.
+    Waiting,
     /// Claimed by a handler.
     Running,
     /// Dead-lettered (failed or cancelled).
@@ -168,6 +170,19 @@ pub enum Command {
         /// seconds.
         #[arg(long, value_name = "SECS")]
         since_secs: Option<u64>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Send a signal to a job: a job waiting for it (`ctx.wait_signal`)
+    /// runs again; one not at its wait yet finds it there.
+    Signal {
+        /// The job's id.
+        id: String,
+        /// The signal's name (what the job waits for).
+        name: String,
+        /// The signal's payload, as JSON (encoded as the job decodes it).
+        #[arg(value_name = "JSON", default_value = "null")]
+        payload: String,
         #[command(flatten)]
         wait: WaitArgs,
     },

@@ -167,6 +167,15 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             };
             return act_on(store, op, ulid(), None, wait, json).await;
         }
+        Command::Signal {
+            id,
+            name,
+            payload,
+            wait,
+        } => {
+            let op = act::signal_op(id, name, payload)?;
+            return act_on(store, op, ulid(), Some(id.clone()), wait, json).await;
+        }
         Command::Cancel { id, wait } => {
             let op = IntakeOp::Cancel { run_id: id.clone() };
             return act_on(store, op, ulid(), None, wait, json).await;

@@ -357,7 +357,7 @@ impl Store {
             None => &[JobStatus::Claimed, JobStatus::Pending, JobStatus::Scheduled],
             Some(StateArg::Running) => &[JobStatus::Claimed],
             Some(StateArg::Queued) => &[JobStatus::Pending],
-            Some(StateArg::Scheduled) => &[JobStatus::Scheduled],
+            Some(StateArg::Scheduled | StateArg::Waiting) => &[JobStatus::Scheduled],
             Some(StateArg::Dead) => &[JobStatus::Dead],
             Some(_) => &[],
         };
@@ -409,7 +409,13 @@ impl Store {
                         .view()
                         .list_jobs(queue, status, at, limit - jobs.len())
                         .await?;
-                    jobs.extend(page.jobs.iter().map(|j| queue_row(j, status)));
+                    // Waiting jobs are scheduled ones parked on a signal.
+                    let keep = |row: &JobRow| match state {
+                        Some(StateArg::Waiting) => row.state == "waiting",
+                        Some(StateArg::Scheduled) => row.state == "scheduled",
+                        _ => true,
+                    };
+                    jobs.extend(page.jobs.iter().map(|j| queue_row(j, status)).filter(keep));
                     if let Some(at) = page.next_cursor {
                         next = Some(Cursor::Live {
                             phase,
@@ -766,6 +772,8 @@ fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
     let h = |k: &str| job.headers.get(k).cloned();
     let (state, at_ms) = match status {
         JobStatus::Pending => ("queued", Some(job.enqueued_at)),
+        // Parked on a signal (`wait_signal`): due at its timeout.
+        JobStatus::Scheduled if job.signal_wait => ("waiting", job.run_at),
         JobStatus::Scheduled => ("scheduled", job.run_at.or(Some(job.enqueued_at))),
         JobStatus::Claimed => ("running", job.claimed_at),
         JobStatus::Done => ("succeeded", Some(job.enqueued_at)),

@@ -35,6 +35,7 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
         Command::Job { id }
         | Command::Batch { id, .. }
         | Command::Cancel { id, .. }
+        | Command::Signal { id, .. }
         | Command::Retry { id: Some(id), .. } => Some(id),
         _ => None,
     };
@@ -117,7 +118,7 @@ impl OverSet {
         let rank = |state: &str| match state {
             "running" => 0,
             "queued" => 1,
-            "scheduled" => 2,
+            "scheduled" | "waiting" => 2,
             "dead" => 3,
             _ => 4,
         };

@@ -1274,3 +1274,83 @@ async fn health_and_stats_answer_as_a_replaying_reader_does() {
         "a flushed store counts the same"
     );
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AwaitApproval;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Approval {
+    by: String,
+}
+
+impl Job for AwaitApproval {
+    const NAME: &'static str = "await_approval";
+    type Output = String;
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
+        let approval: Approval = ctx
+            .wait_signal("approval", Duration::from_secs(3600))
+            .await?;
+        Ok(format!("approved by {}", approval.by))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_runs_a_waiting_job_on_and_job_shows_it_waiting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = Engine::builder()
+        .store(gaffer::Store::local_dir(dir))
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .register::<AwaitApproval>()
+        .start()
+        .await
+        .unwrap();
+    let job = engine.submit(AwaitApproval).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if json(dir, &["job", job.id()])["state"] == "waiting" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never showed as waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiting = json(dir, &["jobs", "--state", "waiting"]);
+    assert_eq!(waiting["jobs"][0]["id"], job.id(), "{waiting}");
+    let scheduled = json(dir, &["jobs", "--state", "scheduled"]);
+    assert_eq!(
+        scheduled["jobs"].as_array().map(Vec::len),
+        Some(0),
+        "{scheduled}"
+    );
+    // A payload that is not JSON is refused before anything is sent.
+    let bad = gaffer(dir, &["signal", job.id(), "approval", "{not json"]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+
+    let sent = json(dir, &["signal", job.id(), "approval", r#"{"by":"ana"}"#]);
+    assert_eq!(sent["status"], "applied", "{sent}");
+    assert!(
+        sent["result"].as_str().unwrap_or("").contains("delivered"),
+        "{sent}"
+    );
+    let output = tokio::time::timeout(Duration::from_secs(30), job.join())
+        .await
+        .expect("the job ends after its signal")
+        .unwrap();
+    assert_eq!(output, Ok("approved by ana".to_string()));
+
+    // The job ended: a second signal is refused, with the reason, exit 1.
+    let again = gaffer(
+        dir,
+        &["--json", "signal", job.id(), "approval", r#"{"by":"bo"}"#],
+    );
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    let refused: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(refused["status"], "refused", "{refused}");
+    engine.shutdown().await.unwrap();
+}
