@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use gaffer::testing::{FaultControl, FaultyStore, Op};
 use gaffer::{Engine, EngineEvent, Job, JobContext};
 use serde::{Deserialize, Serialize};
@@ -70,10 +71,22 @@ async fn main() {
 
     let mut events = engine.subscribe();
     let t0 = Instant::now();
-    let mut ids = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        ids.push(engine.submit(Approve(i)).await.expect("submitted").id().to_string());
-    }
+    // Submitted 256 at a time: each submit waits for its commit's flush.
+    let ids: Vec<String> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let engine = &engine;
+            async move {
+                engine
+                    .submit(Approve(i))
+                    .await
+                    .expect("submitted")
+                    .id()
+                    .to_string()
+            }
+        })
+        .buffer_unordered(256)
+        .collect()
+        .await;
     let mut waiting = 0;
     while waiting < n {
         match events.recv().await {
@@ -97,19 +110,22 @@ async fn main() {
     let (with, with_puts) = idle_for(&control, idle_secs).await;
 
     let t1 = Instant::now();
-    for (i, id) in ids.iter().enumerate() {
-        engine
-            .signal(id, "approval", &1u64)
-            .await
-            .unwrap_or_else(|e| panic!("signal {i}: {e}"));
-    }
-    for id in &ids {
-        engine
-            .join::<Approve>(id)
-            .await
-            .expect("joined")
-            .expect("it ran on");
-    }
+    futures_util::stream::iter(ids.iter())
+        .for_each_concurrent(256, |id| {
+            let engine = &engine;
+            async move {
+                engine
+                    .signal(id, "approval", &1u64)
+                    .await
+                    .unwrap_or_else(|e| panic!("signal {id}: {e}"));
+                engine
+                    .join::<Approve>(id)
+                    .await
+                    .expect("joined")
+                    .expect("it ran on");
+            }
+        })
+        .await;
     let to_end = t1.elapsed();
     println!(
         "idle {idle_secs} s, nothing waiting: {base} requests ({base_puts} put), {:.2} per s",
