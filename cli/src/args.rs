@@ -1,0 +1,208 @@
+//! The command line: the store options every command takes, and the
+//! commands.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Look inside a gaffer store (read-only: never opens a writer).
+#[derive(Debug, Parser)]
+#[command(name = "gaffer", version, about)]
+pub struct Cli {
+    /// The store: a local directory (as `EngineBuilder::local_dir`).
+    #[arg(long, global = true, conflicts_with = "url", value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// The store: a URL (`s3://bucket/prefix`, `gs://…`, `az://…`,
+    /// `file:///dir`), configured from the provider variables.
+    #[arg(long, global = true, value_name = "URL")]
+    pub url: Option<String>,
+    /// A shard set instead of one store: a URL template whose `{shard}`
+    /// is each shard's index, two digits at least (as
+    /// `gaffer::ShardSet::from_template`); needs `--shard-count`. `stats`
+    /// `health`, `jobs` (a first page), `dead`, `batches` and `periodic`
+    /// read every shard (one part each; `stats` adds them up too, `jobs`
+    /// and `dead` print one listing merged over the set with a SHARD
+    /// column, at most `--limit` rows); `job`, `batch`, `cancel` and
+    /// `retry ID` the shard of the id; other commands, and any with
+    /// `--shard`, the one shard it names.
+    #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
+    pub shards: Option<String>,
+    /// How many shards the set has (fixed at deploy).
+    #[arg(long, global = true, value_name = "N")]
+    pub shard_count: Option<usize>,
+    /// With `--shards`: the one shard to read or act on.
+    #[arg(long, global = true, value_name = "INDEX")]
+    pub shard: Option<usize>,
+    /// The queue's path inside the store (the engine's `queue_path`).
+    #[arg(long, global = true, default_value = "queue")]
+    pub queue_path: String,
+    /// Prefix of the job types' queues (the engine's `queue_name`).
+    #[arg(long, global = true, default_value = "jobs")]
+    pub jobs_queue: String,
+    /// Prefix of the pipelines' queues (the engine's `bulk_queue_name`).
+    #[arg(long, global = true, default_value = "bulk-items")]
+    pub bulk_queue: String,
+    /// Print one JSON document instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// A state to list jobs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// Waiting to be claimed.
+    Queued,
+    /// Waiting for its time (run_at or a retry's backoff).
+    Scheduled,
+    /// Claimed by a handler.
+    Running,
+    /// Dead-lettered (failed or cancelled).
+    Dead,
+    /// Ended with an output.
+    Succeeded,
+    /// Ended with a failure.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Per queue (one per job type and pipeline): pending, scheduled,
+    /// running, done, dead. Beside a live engine, as of its latest
+    /// snapshot of them (at most a few seconds old, said in the output).
+    Stats {
+        /// Count exactly now, from every WAL object past the writer's last
+        /// memtable flush (up to thousands: about 0.5 s after 100 000 jobs).
+        #[arg(long)]
+        exact: bool,
+    },
+    /// Jobs: running, queued and scheduled, then finished ones newest first.
+    Jobs {
+        /// Only jobs in this state.
+        #[arg(long)]
+        state: Option<StateArg>,
+        /// Only jobs of this type (or pipeline).
+        #[arg(long = "type", value_name = "TYPE")]
+        job_type: Option<String>,
+        /// At most this many jobs (1 to 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Start after this cursor: the `next` a previous page printed.
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+    },
+    /// One job: its run or outcome record, attempts, output or error.
+    Job {
+        /// The job's id (its run id, as `JobHandle::id`), or a queue job id.
+        id: String,
+    },
+    /// Dead letters with their failure records. A job retried since its
+    /// dead letter is listed by its latest dead letter only (or not at all
+    /// while it runs again); `stats`'s dead count is the queue's own and
+    /// still counts the older ones until the queue's dead retention.
+    Dead {
+        /// Only dead letters of this type (or pipeline).
+        #[arg(long = "type", value_name = "TYPE")]
+        job_type: Option<String>,
+        /// At most this many per queue.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Every batch and its status.
+    Batches {
+        /// At most this many batches.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// One batch: total, succeeded, failed, outstanding, cost.
+    Batch {
+        /// The batch id.
+        id: String,
+        /// Redraw a progress bar (items settled, rate, time left) until the
+        /// batch has no outstanding item, then print its status. Stops with
+        /// exit status 3 if the engine's writer stops meanwhile.
+        #[arg(long)]
+        watch: bool,
+        /// With `--watch`: read the batch this often, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        every_ms: u64,
+    },
+    /// Periodic jobs: name, job type, schedule, missed-tick policy, last
+    /// tick fired, next tick due.
+    Periodic,
+    /// The writer's heartbeat and the store's activity; exit status 0 when a
+    /// writer is alive, 3 when it is stale, closed or absent.
+    Health,
+    /// Submit a job (through the store's inbox; the engine takes it at its
+    /// next look). Exit 0 once submitted, 1 if refused, 3 if not taken in
+    /// time.
+    Submit {
+        /// The job type.
+        job_type: String,
+        /// The job as JSON: its fields, as its Rust type serializes them
+        /// (`--json` is the output format of every command).
+        #[arg(value_name = "JOB_JSON")]
+        job: String,
+        /// An idempotency key.
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Run a failed or cancelled job again under its id, or every failed
+    /// job of a type.
+    Retry {
+        /// The job's id.
+        #[arg(required_unless_present = "failed", conflicts_with = "failed")]
+        id: Option<String>,
+        /// Every failed job of `--type`.
+        #[arg(long, requires = "job_type")]
+        failed: bool,
+        /// With `--failed`: the job type.
+        #[arg(long = "type", value_name = "TYPE")]
+        job_type: Option<String>,
+        /// With `--failed`: only jobs that failed in the last this many
+        /// seconds.
+        #[arg(long, value_name = "SECS")]
+        since_secs: Option<u64>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Pause a job type: nothing more of it is claimed, across restarts,
+    /// until `resume`; nothing is failed.
+    Pause {
+        /// The job type.
+        job_type: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Resume a paused job type.
+    Resume {
+        /// The job type.
+        job_type: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+/// How a command that acts waits for the engine.
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    /// Return once the request is in the store, without waiting for the
+    /// engine.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Wait at most this long for the engine to apply it (exit 3 after).
+    #[arg(long, default_value_t = 30)]
+    pub wait_secs: u64,
+}
