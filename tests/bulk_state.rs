@@ -1,7 +1,8 @@
 //! The state a batch leaves in the store, after taquba-workflow 0.11's bulk
 //! reference suite: status from the item markers, forgetting a batch (and
 //! when that is refused), the run registry freed as soon as a run returns,
-//! and retention. (Invalid batch ids: `input_batches.rs`.)
+//! retention, and a batch's items listed a page at a time with their
+//! outcomes and typed outputs. (Invalid batch ids: `input_batches.rs`.)
 //!
 //! Every test but one runs under paused tokio time on the in-memory store
 //! with a `MockClock`, and waits on run futures, pipeline start signals or
@@ -12,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use gaffer::taquba::KvOrder;
-use gaffer::{Engine, Error};
+use gaffer::{BulkCtx, Engine, Error, Pipeline, bulk::ItemError, bulk::ItemOutcome};
 
 use common::bulk::{
     BLOCKING, Probe, UNLUCKY, counts, probe_engine, strings, wait_not_running, wait_started,
@@ -208,4 +209,86 @@ async fn a_batch_that_runs_again_is_kept_until_its_latest_run_expires() {
     }
     assert_eq!(shared.runs(), 2);
     shut_down_cleanly(&engine).await;
+}
+
+// ---------------------------------------------------------------------------
+// A batch's items, listed a page at a time with their typed outputs.
+
+/// Doubles its input; fails multiples of 5; input 0 outputs a string over
+/// the KV cap (kept as a blob).
+struct Doubler;
+
+impl Pipeline for Doubler {
+    const NAME: &'static str = "doubler";
+    type Input = u32;
+    type Output = (u32, String);
+    type Error = ItemError;
+    async fn run(&self, ctx: &BulkCtx<u32>) -> Result<(u32, String), ItemError> {
+        ctx.record_cost("calls", 1.0);
+        match ctx.input {
+            0 => Ok((0, "x".repeat(1 << 20))),
+            n if n % 5 == 0 => Err(ItemError::permanent(format!("{n} is a multiple of 5"))),
+            n => Ok((n * 2, String::new())),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batchs_items_are_listed_page_by_page_with_their_outcomes_and_outputs() {
+    let engine = common::memory_builder(common::mock_clock())
+        .pipeline(Doubler)
+        .start()
+        .await
+        .unwrap();
+    let batch = engine
+        .batch::<Doubler>("listed")
+        .unwrap()
+        .key_fn(|n| format!("k{n:02}"));
+    let report = batch.run(0..23).await.unwrap();
+    assert_eq!((report.succeeded, report.failed), (19, 4));
+
+    let mut listed = Vec::new();
+    let mut pages = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let page = batch.items(after.as_deref(), 10).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 10);
+        listed.extend(page.items);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3, "23 items in pages of 10");
+    let keys: Vec<&str> = listed.iter().map(|i| i.key.as_str()).collect();
+    let want: Vec<String> = (0..23).map(|n| format!("k{n:02}")).collect();
+    assert_eq!(keys, want, "every item once, in key order");
+    for (n, item) in listed.iter().enumerate() {
+        let n = n as u32;
+        let want = match n {
+            0 => ItemOutcome::Succeeded((0, "x".repeat(1 << 20))),
+            n if n % 5 == 0 => ItemOutcome::Failed(format!("{n} is a multiple of 5")),
+            n => ItemOutcome::Succeeded((n * 2, String::new())),
+        };
+        assert_eq!(item.outcome, want, "item {}", item.key);
+        assert_eq!(item.cost.get("calls"), 1.0, "item {}", item.key);
+    }
+    // Past the last key, an empty last page.
+    let end = batch.items(Some("k22"), 10).await.unwrap();
+    assert_eq!((end.items.len(), end.next), (0, None));
+    // An unknown batch is a typed error.
+    let unknown = engine
+        .batch::<Doubler>("never-run")
+        .unwrap()
+        .items(None, 10)
+        .await;
+    assert!(
+        matches!(
+            unknown,
+            Err(gaffer::Error::BatchNotFound(ref id)) if id == "never-run"
+        ),
+        "{unknown:?}"
+    );
+    engine.shutdown().await.unwrap();
 }

@@ -3,8 +3,10 @@
 //! reader. The multi-process claims run real child processes (this test
 //! binary, re-run with `client_child`).
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,8 +17,7 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
-/// How long any one wait of these tests may take before it fails.
-const LIMIT: Duration = Duration::from_secs(60);
+use common::{LIMIT, eventually, within};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Square {
@@ -76,12 +77,6 @@ async fn client(dir: &Path) -> Client {
         .expect("client opens")
 }
 
-async fn within<F: IntoFuture>(f: F) -> F::Output {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .expect("finished within the limit")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_submits_and_joins_through_the_store() {
     let tmp = tempfile::tempdir().unwrap();
@@ -117,10 +112,8 @@ async fn a_client_submits_and_joins_through_the_store() {
         )
         .await
         .unwrap();
-    within(async {
-        while h.status().await.unwrap() != RequestState::Job(JobState::Scheduled) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    eventually("the client reads the job as scheduled", LIMIT, async || {
+        h.status().await.unwrap() == RequestState::Job(JobState::Scheduled)
     })
     .await;
     assert_eq!(engine.status(h.id()).await.unwrap(), JobState::Scheduled);
@@ -151,16 +144,15 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
     // The client's reader follows the engine's writes: it sees the job
     // succeed (its record is kept 1 s), then the sweeper remove it. Past
     // that, it cannot read the record again to answer the join with.
-    within(async {
-        while !matches!(client.status(h.id()).await, Ok(JobState::Succeeded)) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        while !matches!(
+    eventually("the client reads the job as succeeded", LIMIT, async || {
+        matches!(client.status(h.id()).await, Ok(JobState::Succeeded))
+    })
+    .await;
+    eventually("the client reads the job as removed", LIMIT, async || {
+        matches!(
             client.status(h.id()).await,
             Err(gaffer::Error::JobNotFound(_))
-        ) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        )
     })
     .await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -535,14 +527,7 @@ async fn three_producer_processes_share_keys_and_each_key_runs_once() {
     let n = 20u64;
     let children: Vec<_> = (0..3)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "client_child",
-                    "--exact",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            common::test_child("client_child")
                 .env("GAFFER_CLIENT_DIR", tmp.path())
                 .env("GAFFER_CLIENT_N", n.to_string())
                 .stdout(Stdio::piped())

@@ -16,15 +16,14 @@
 //! counts runs from the handler's own log and allows a second run only for
 //! jobs that were in flight at the kill (at most the type's 16 workers).
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::Arc;
-
-#[cfg(feature = "aws")]
-mod common;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gaffer::{Engine, EngineBuilder, Job, JobContext, remote::Client, remote::ClientBuilder};
 use serde::{Deserialize, Serialize};
@@ -149,32 +148,14 @@ async fn ck_producer_child() {
 fn child(test: &str, dir: &Path, extra: &[(&str, String)]) -> Child {
     let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
     let log = std::fs::File::create(dir.join(format!("{test}-{n}.log"))).unwrap();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        test,
-        "--exact",
-        "--ignored",
-        "--test-threads=1",
-        "--nocapture",
-    ])
-    .env("GAFFER_CK_DIR", dir)
-    .stdout(log.try_clone().unwrap())
-    .stderr(log);
+    let mut cmd = common::test_child(test);
+    cmd.env("GAFFER_CK_DIR", dir)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
     for (k, v) in extra {
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
-}
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(
-            t0.elapsed() < limit,
-            "{what} did not happen within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn lines(path: &Path) -> Vec<String> {
@@ -209,7 +190,7 @@ fn the_same_on_a_real_s3_api() {
 fn four_producers_and_a_kill(dir: &Path, jobs: u64, shared: u64, store: &[(&str, String)]) {
     let limit = Duration::from_secs(300);
     let mut engine = child("ck_engine_child", dir, store);
-    wait_for("the engine start", limit, || {
+    common::eventually_blocking("the engine start", limit, || {
         dir.join("engine-ready").exists()
     });
     let sizes = [
@@ -227,7 +208,7 @@ fn four_producers_and_a_kill(dir: &Path, jobs: u64, shared: u64, store: &[(&str,
 
     // Kill the engine while the producers are still sending.
     let runs = dir.join("runs.log");
-    wait_for("the first runs", limit, || {
+    common::eventually_blocking("the first runs", limit, || {
         lines(&runs).len() as u64 >= jobs / 20
     });
     engine.kill().unwrap();
@@ -235,29 +216,27 @@ fn four_producers_and_a_kill(dir: &Path, jobs: u64, shared: u64, store: &[(&str,
     let before_kill = lines(&runs).len();
     std::fs::remove_file(dir.join("engine-ready")).unwrap();
     let mut engine = child("ck_engine_child", dir, store);
-    wait_for("the engine restart", limit, || {
+    common::eventually_blocking("the engine restart", limit, || {
         dir.join("engine-ready").exists()
     });
 
-    let t0 = Instant::now();
-    for (p, producer) in producers.iter_mut().enumerate() {
-        loop {
-            if let Some(status) = producer.try_wait().unwrap() {
-                if !status.success() {
-                    let logs: Vec<String> = std::fs::read_dir(dir)
-                        .unwrap()
-                        .filter_map(|e| e.ok())
-                        .filter(|e| e.file_name().to_string_lossy().starts_with("ck_producer"))
-                        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-                        .collect();
-                    panic!("producer {p} failed: {status}\n{}", logs.join("\n---\n"));
-                }
-                break;
+    common::eventually_blocking("the producers finish", limit, || {
+        for (p, producer) in producers.iter_mut().enumerate() {
+            let Some(status) = producer.try_wait().unwrap() else {
+                return false;
+            };
+            if !status.success() {
+                let logs: Vec<String> = std::fs::read_dir(dir)
+                    .unwrap()
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("ck_producer"))
+                    .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                    .collect();
+                panic!("producer {p} failed: {status}\n{}", logs.join("\n---\n"));
             }
-            assert!(t0.elapsed() < limit, "producer {p} did not finish");
-            std::thread::sleep(Duration::from_millis(50));
         }
-    }
+        true
+    });
     engine.kill().unwrap();
     engine.wait().unwrap();
 

@@ -101,16 +101,20 @@ async fn node(name: &str, port: u16, peer: Option<u16>) {
         .await
         .unwrap();
     if let Some(peer) = peer {
-        let t0 = std::time::Instant::now();
-        while let Err(e) =
-            gaffer::remote::ractor_cluster::client_connect(&node, ("127.0.0.1", peer)).await
-        {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "cannot join {peer}: {e}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let error = std::cell::RefCell::new(None);
+        common::eventually_or(
+            &format!("the node on {peer} is joined"),
+            Duration::from_secs(30),
+            async || {
+                let joined =
+                    gaffer::remote::ractor_cluster::client_connect(&node, ("127.0.0.1", peer))
+                        .await;
+                *error.borrow_mut() = joined.err();
+                error.borrow().is_none()
+            },
+            || format!("cannot join {peer}: {:?}", error.borrow()),
+        )
+        .await;
     }
     // Keep the node for the life of the process.
     std::mem::forget(node);
@@ -151,16 +155,16 @@ async fn cluster_child() {
             node("two", port.parse().unwrap(), None).await;
             let _engines = own(&root, 1).await;
             std::fs::write(root.join("ready-two"), b"").unwrap();
-            while !root.join("ready-one").exists() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let one = root.join("ready-one");
+            common::eventually("`one` is ready", common::LIMIT, async || one.exists()).await;
             let router = ClusterRouter::new(set(&root)).deadline(Duration::from_secs(90));
             // Both shards' gateways are in their groups.
-            let t0 = std::time::Instant::now();
-            while router.gateway(0).is_none() || router.gateway(1).is_none() {
-                assert!(t0.elapsed() < Duration::from_secs(30), "no gateways");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            common::eventually(
+                "both gateways are found",
+                Duration::from_secs(30),
+                async || router.gateway(0).is_some() && router.gateway(1).is_some(),
+            )
+            .await;
             let mut out = String::new();
             for n in 0..JOBS {
                 if n == JOBS / 2 {
@@ -212,8 +216,7 @@ async fn cluster_child() {
 
 fn spawn(root: &Path, role: &str) -> std::process::Child {
     let log = std::fs::File::create(root.join(format!("{}.log", role.replace(':', "-")))).unwrap();
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["cluster_child", "--exact", "--ignored", "--nocapture"])
+    common::test_child("cluster_child")
         .env(DIR_VAR, root)
         .env(ROLE_VAR, role)
         .stdout(log.try_clone().unwrap())
@@ -222,36 +225,17 @@ fn spawn(root: &Path, role: &str) -> std::process::Child {
         .unwrap()
 }
 
-/// Child processes, killed when dropped.
-struct Children(Vec<std::process::Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
+/// Wait until a child process has written `root/name` (3 minutes at most;
+/// then panic with the children's logs).
 async fn wait_for(root: &Path, name: &str) {
-    let t0 = std::time::Instant::now();
-    while !root.join(name).exists() {
-        if t0.elapsed() > Duration::from_secs(180) {
-            let logs: Vec<String> = std::fs::read_dir(root)
-                .unwrap()
-                .flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-                .map(|e| {
-                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    let start = text.len().saturating_sub(3000);
-                    format!("{:?}: {}", e.file_name(), &text[start..])
-                })
-                .collect();
-            panic!("{name} was not written in 3 minutes:\n{}", logs.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let path = root.join(name);
+    common::eventually_or(
+        &format!("{name} is written"),
+        Duration::from_secs(180),
+        async || path.exists(),
+        || common::child_logs(root, 3000),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,16 +246,22 @@ async fn services_in_a_ractor_cluster_submit_and_join_by_message_across_a_takeov
         std::fs::create_dir_all(root.join(format!("shard-{i:02}"))).unwrap();
     }
     let (p1, p2, p3) = (free_port(), free_port(), free_port());
-    let mut children = Children(Vec::new());
-    children.0.push(spawn(root, &format!("two:{p2}")));
+    let mut children = common::Children::default();
+    children
+        .0
+        .insert("two".into(), spawn(root, &format!("two:{p2}")));
     wait_for(root, "ready-two").await;
-    children.0.push(spawn(root, &format!("one:{p1}:{p2}")));
+    children
+        .0
+        .insert("one".into(), spawn(root, &format!("one:{p1}:{p2}")));
     wait_for(root, "half").await;
     // `one` dies with half the jobs done; `three` takes shard 0 over.
-    let mut one = children.0.remove(1);
+    let mut one = children.0.remove("one").unwrap();
     one.kill().unwrap();
     one.wait().unwrap();
-    children.0.push(spawn(root, &format!("three:{p3}:{p2}")));
+    children
+        .0
+        .insert("three".into(), spawn(root, &format!("three:{p3}:{p2}")));
     wait_for(root, "results").await;
 
     let text = std::fs::read_to_string(root.join("results")).unwrap();

@@ -154,55 +154,6 @@ async fn input_mismatch_survives_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idempotency_key_short_circuits_after_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = common::mock_clock();
-    let runs = Arc::new(Runs::default());
-    let job = Double {
-        key: Some("invoice-9".into()),
-        value: 21,
-    };
-
-    let first = start_double(dir.path(), &clock, &runs).await;
-    let done = first.submit(job.clone()).await.unwrap();
-    assert!(done.newly_submitted());
-    assert_eq!(done.clone().await.unwrap(), 42);
-    assert_eq!(runs.get(), 1);
-    let id = done.id().to_string();
-    shut_down_cleanly(&first).await;
-
-    let second = start_double(dir.path(), &clock, &runs).await;
-    let again = second.submit(job.clone()).await.unwrap();
-    assert!(!again.newly_submitted(), "answered from the outcome record");
-    assert_eq!(again.id(), id);
-    assert_eq!(again.outcome().await.unwrap(), Some(Ok(42)));
-    assert_eq!(again.status().await.unwrap(), JobState::Succeeded);
-    assert_eq!(again.clone().await.unwrap(), 42);
-    // A different payload under the key is refused from the record too.
-    let err = second
-        .submit(Double {
-            value: 22,
-            ..job.clone()
-        })
-        .await
-        .expect_err("another payload under a finished key must be refused");
-    assert!(
-        matches!(&err, Error::InputMismatch(run) if *run == id),
-        "{err:?}"
-    );
-    // The handler did not run again: nothing is left to run under the key.
-    assert_eq!(
-        gaffer::testing::services(&second)
-            .run_record_of(&id)
-            .await
-            .unwrap(),
-        None
-    );
-    assert_eq!(runs.get(), 1, "the finished job must not run again");
-    shut_down_cleanly(&second).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_pending_at_shutdown_runs_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let clock = common::mock_clock();

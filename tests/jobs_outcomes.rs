@@ -2,7 +2,10 @@
 //! suite: what a job comes to. Success with a typed output and application
 //! state, memo and effects across a retry, permanent and transient failures
 //! (dead letters, with their records), an unregistered type, a join after the
-//! end, the attempt and headers a job sees, and cancellation.
+//! end, the attempt and headers a job sees, and cancellation. And what
+//! every read path answers: a live job has not ended, a job past retention
+//! is as unknown as one never submitted, and a message put on a job type's
+//! queue directly is never run and reads as not submitted through gaffer.
 //!
 //! Every test runs under paused tokio time on the in-memory store with a
 //! `MockClock`, and waits for events or handles, never for wall time.
@@ -12,15 +15,19 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use gaffer::ractor::call;
+use gaffer::taquba::EnqueueOptions;
 use gaffer::{
-    EngineEvent, Error, Job, JobContext, SubmitOptions, job::CancelResult, job::FailureKind,
-    job::JobState, job::JoinError,
+    Engine, EngineEvent, Error, Job, JobContext, SubmitOptions, job::CancelResult,
+    job::FailureKind, job::JobState, job::JoinError, protocol::EngineMessage, protocol::Outcome,
+    protocol::OutcomeRecord, protocol::OutputRef, protocol::WaitError,
 };
 use serde::{Deserialize, Serialize};
 
 use common::jobs::{AlwaysFails, Factor, Fail, Probe, Scale, at_ms, join, wait_started};
-use common::{Gate, LIMIT, shut_down_cleanly};
+use common::{Gate, LIMIT, Runs, shut_down_cleanly};
 
 async fn wait_succeeded(rx: &mut tokio::sync::broadcast::Receiver<EngineEvent>, id: &str) {
     common::wait_event(
@@ -467,4 +474,251 @@ async fn cancelling_a_running_job_fires_its_token_and_records_it_cancelled() {
     assert_eq!(probe.runs(), 1);
 
     shut_down_cleanly(&engine).await;
+}
+
+// ---------------------------------------------------------------------------
+// One meaning on every read path: `Ok(None)` = exists, not ended;
+//    `JobNotFound` = no record (never submitted, or past retention).
+
+/// Waits at the engine's gate, then returns its input.
+#[derive(Serialize, Deserialize)]
+struct Gated(u32);
+
+impl Job for Gated {
+    const NAME: &'static str = "gated";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Gate>().wait().await;
+        Ok(self.0)
+    }
+}
+
+/// Whether `r` is the typed layer's `JobNotFound` for `id`.
+fn is_not_found<T>(r: &gaffer::Result<T>, id: &str) -> bool {
+    matches!(r, Err(gaffer::Error::JobNotFound(got)) if got == id)
+}
+
+/// Every read path on `id` answers "no record of this job".
+async fn every_read_says_not_found(engine: &Engine, id: &str) {
+    let handle = engine.handle::<Gated>(id).unwrap();
+    let fetched = handle.outcome().await;
+    assert!(is_not_found(&fetched, id), "outcome: {fetched:?}");
+    let status = handle.status().await;
+    assert!(is_not_found(&status, id), "status: {status:?}");
+    let joined = handle.join().await;
+    assert!(is_not_found(&joined, id), "join: {joined:?}");
+    let cancelled = handle.cancel().await;
+    assert!(is_not_found(&cancelled, id), "cancel: {cancelled:?}");
+    let status = engine.status(id).await;
+    assert!(is_not_found(&status, id), "Engine::status: {status:?}");
+    // The error says both ways a job can be unknown.
+    let message = fetched.unwrap_err().to_string();
+    assert!(
+        message.contains("never submitted") && message.contains("retention"),
+        "{message}"
+    );
+    // By message, the same answers.
+    let peek = call!(engine.actor(), EngineMessage::JobOutcome, id.to_string()).unwrap();
+    assert!(
+        matches!(&peek, Err(WaitError::NotFound(got)) if got == id),
+        "{peek:?}"
+    );
+    let waited = call!(engine.actor(), EngineMessage::AwaitJob, id.to_string()).unwrap();
+    assert!(
+        matches!(&waited, Err(WaitError::NotFound(got)) if got == id),
+        "{waited:?}"
+    );
+    let status = call!(engine.actor(), EngineMessage::JobStatus, id.to_string()).unwrap();
+    assert!(
+        matches!(&status, Err(Error::JobNotFound(got)) if got == id),
+        "JobStatus: {status:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_every_path() {
+    let clock = common::mock_clock();
+    let gate = Gate::closed();
+    let engine = common::memory_builder(clock.clone())
+        .retention(Duration::from_secs(60))
+        .state(gate.clone())
+        .register::<Gated>()
+        .start()
+        .await
+        .unwrap();
+    let handle = engine.submit(Gated(7)).await.unwrap();
+    gate.wait_entered(1, LIMIT).await;
+
+    // It exists and has not ended: `Ok(None)`, never `JobNotFound`.
+    assert_eq!(handle.outcome().await.unwrap(), None);
+    assert_eq!(handle.status().await.unwrap(), JobState::Running);
+    assert_eq!(
+        handle.join_timeout(Duration::from_secs(1)).await.unwrap(),
+        None
+    );
+    let peek = call!(
+        engine.actor(),
+        EngineMessage::JobOutcome,
+        handle.id().into()
+    )
+    .unwrap();
+    assert!(matches!(peek, Ok(None)), "{peek:?}");
+
+    gate.open();
+    assert_eq!(handle.join().await.unwrap(), Ok(7));
+    assert_eq!(handle.outcome().await.unwrap(), Some(Ok(7)));
+    assert_eq!(handle.status().await.unwrap(), JobState::Succeeded);
+
+    // Past retention the record is gone: every path says the job is unknown,
+    // exactly as for an id never submitted.
+    clock.advance(Duration::from_secs(61));
+    let swept = engine.sweep_now().await.unwrap();
+    assert!(swept.expired >= 1, "{swept:?}");
+    every_read_says_not_found(&engine, handle.id()).await;
+    every_read_says_not_found(&engine, "never-submitted").await;
+    engine.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// A message put on a job type's queue directly, not through gaffer, is
+// not run and every read of it says so.
+
+/// Counts its runs (in the engine's `Runs`) and returns its input.
+#[derive(Serialize, Deserialize)]
+struct Counted(u32);
+
+impl Job for Counted {
+    const NAME: &'static str = "counted";
+    type Output = u32;
+    type Error = std::convert::Infallible;
+    async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
+        ctx.state::<Arc<Runs>>().hit();
+        Ok(self.0)
+    }
+}
+
+/// Put a valid `Counted` straight on its queue, without gaffer's headers and
+/// run record; `run_at` keeps it queued until then.
+async fn enqueue_raw(engine: &Engine, run_at: Option<std::time::SystemTime>) -> String {
+    let queue = gaffer::testing::raw_queue(engine).unwrap();
+    let payload = rmp_serde::to_vec_named(&Counted(5)).unwrap();
+    queue
+        .enqueue_with(
+            &common::job_queue("counted"),
+            payload,
+            EnqueueOptions::default().run_at(run_at),
+        )
+        .await
+        .unwrap()
+}
+
+/// Whether `r` is the typed layer's `NotSubmittedThroughGaffer` for `id`.
+fn is_not_through_gaffer<T>(r: &gaffer::Result<T>, id: &str) -> bool {
+    matches!(r, Err(gaffer::Error::NotSubmittedThroughGaffer(got)) if got == id)
+}
+
+/// Every read of `id` says it is a queue job not submitted through gaffer.
+async fn every_read_says_not_through_gaffer(engine: &Engine, id: &str) {
+    let handle = engine.handle::<Counted>(id).unwrap();
+    let joined = tokio::time::timeout(LIMIT, handle.join())
+        .await
+        .expect("join answers at once");
+    assert!(is_not_through_gaffer(&joined, id), "join: {joined:?}");
+    let fetched = handle.outcome().await;
+    assert!(is_not_through_gaffer(&fetched, id), "outcome: {fetched:?}");
+    let status = handle.status().await;
+    assert!(is_not_through_gaffer(&status, id), "status: {status:?}");
+    let cancelled = handle.cancel().await;
+    assert!(
+        is_not_through_gaffer(&cancelled, id),
+        "cancel: {cancelled:?}"
+    );
+    let waited = call!(engine.actor(), EngineMessage::AwaitJob, id.to_string()).unwrap();
+    assert!(
+        matches!(&waited, Err(WaitError::NotSubmittedThroughGaffer(got)) if got == id),
+        "{waited:?}"
+    );
+    let message = joined.unwrap_err().to_string();
+    assert!(
+        message.contains("not submitted through gaffer"),
+        "{message}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_raw_queued_message_is_never_run_and_every_read_says_it_did_not_come_through_gaffer() {
+    let clock = common::mock_clock();
+    let runs = Arc::new(Runs::default());
+    let engine = common::memory_builder(clock.clone())
+        .state(runs.clone())
+        .register::<Counted>()
+        .start()
+        .await
+        .unwrap();
+    // Still in the queue (scheduled a minute ahead): not "unknown", and no
+    // wait for an outcome that will never be recorded.
+    let later = common::a_minute_later().run_at;
+    let scheduled = enqueue_raw(&engine, later).await;
+    every_read_says_not_through_gaffer(&engine, &scheduled).await;
+
+    // Claimed: dead-lettered saying why, without running the job's code.
+    let claimed = enqueue_raw(&engine, None).await;
+    let queue_name = common::job_queue("counted");
+    common::eventually("the raw message is dead-lettered", LIMIT, async || {
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
+        queue.view().stats(&queue_name).await.unwrap().dead == 1
+    })
+    .await;
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let record = queue.view().job_record(&claimed).await.unwrap().unwrap();
+    drop(queue);
+    let last_error = record.last_error.unwrap_or_default();
+    assert!(
+        last_error.contains("not submitted through gaffer"),
+        "{last_error}"
+    );
+    assert_eq!(runs.get(), 0, "the raw message's job code ran");
+    every_read_says_not_through_gaffer(&engine, &claimed).await;
+
+    // A gaffer job of the same type runs as ever.
+    assert_eq!(engine.submit(Counted(3)).await.unwrap().await.unwrap(), 3);
+    assert_eq!(runs.get(), 1);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not_as_a_wrong_type() {
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<Counted>()
+        .start()
+        .await
+        .unwrap();
+    // What an engine before the ownership check recorded for a raw message.
+    let record = OutcomeRecord {
+        job_id: "01JRAWRAWRAWRAWRAWRAWRAWRA".into(),
+        job_type: String::new(),
+        input_hash: [0; 32],
+        attempts: 1,
+        finished_at_ms: common::T0_MS,
+        outcome: Outcome::Succeeded(OutputRef::Inline(rmp_serde::to_vec(&5u32).unwrap())),
+        history: Vec::new(),
+        followups: Vec::new(),
+    };
+    let decoded = engine.decode_outcome::<Counted>(&record).await;
+    assert!(
+        is_not_through_gaffer(&decoded, "01JRAWRAWRAWRAWRAWRAWRAWRA"),
+        "{decoded:?}"
+    );
+    // A record of another type is still a wrong type.
+    let other = OutcomeRecord {
+        job_type: "add".into(),
+        ..record
+    };
+    let decoded = engine.decode_outcome::<Counted>(&other).await;
+    assert!(
+        matches!(&decoded, Err(gaffer::Error::WrongJobType { actual, .. }) if actual == "add"),
+        "{decoded:?}"
+    );
+    engine.shutdown().await.unwrap();
 }

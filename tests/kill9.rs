@@ -15,7 +15,7 @@ mod common;
 use std::collections::HashSet;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,14 +106,7 @@ impl Rng {
 }
 
 fn child(dir: &Path) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "kill9_child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    common::test_child("kill9_child")
         .env("GAFFER_KILL9_DIR", dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

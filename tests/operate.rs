@@ -12,13 +12,7 @@ use std::time::Duration;
 use gaffer::{Engine, Error, Job, JobContext, job::FailureKind, job::JobState, remote::Client};
 use serde::{Deserialize, Serialize};
 
-const LIMIT: Duration = Duration::from_secs(60);
-
-async fn within<F: IntoFuture>(f: F) -> F::Output {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .expect("finished within the limit")
-}
+use common::{LIMIT, eventually, within};
 
 /// Whether `Parse` is fixed yet, and how often it ran.
 #[derive(Default)]
@@ -174,18 +168,14 @@ async fn a_client_retries_cancels_pauses_and_resumes_through_the_store() {
     let waiting = client.submit(Parse { text: "xy".into() }).await.unwrap();
     let other = client.submit(Ping).await.unwrap();
     within(other.join()).await.unwrap().unwrap();
-    within(async {
-        while !waits(&waiting.status().await.unwrap()) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    eventually("the paused type's job waits", LIMIT, async || {
+        waits(&waiting.status().await.unwrap())
     })
     .await;
     // A queued job is cancelled from the client.
     let doomed = client.submit(Parse { text: "zzz".into() }).await.unwrap();
-    within(async {
-        while !waits(&doomed.status().await.unwrap()) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    eventually("the job to cancel waits", LIMIT, async || {
+        waits(&doomed.status().await.unwrap())
     })
     .await;
     let cancelled = within(client.cancel(doomed.id()).await.unwrap().wait())

@@ -14,9 +14,9 @@ mod common;
 use std::collections::HashSet;
 use std::io::{BufRead, BufWriter};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gaffer::{
     BulkCtx, EngineEvent, Job, JobContext, Pipeline, bulk::ItemError, sink::JsonlSink,
@@ -25,7 +25,7 @@ use gaffer::{
 use serde::{Deserialize, Serialize};
 
 use common::s3::S3Server;
-use common::{Runs, shut_down_cleanly, within};
+use common::{LIMIT, Runs, shut_down_cleanly, within};
 
 /// Doubles its input; counts its runs. Keyed when `key` is set.
 #[derive(Debug, Serialize, Deserialize)]
@@ -160,7 +160,7 @@ async fn a_second_writer_on_the_same_url_fences_the_first() {
     let second = builder(&server, "shared", &runs).start().await.unwrap();
     // The first finds out at its next commit (a submission) and stops.
     let _ = first.submit(double(2)).await;
-    common::wait_event(&mut events, Duration::from_secs(60), |e| {
+    common::wait_event(&mut events, LIMIT, |e| {
         matches!(e, EngineEvent::StoreClosed { .. })
     })
     .await;
@@ -235,8 +235,7 @@ async fn s3_child() {
 }
 
 fn child(server: &S3Server, dir: &Path) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["s3_child", "--exact", "--ignored", "--test-threads=1"])
+    common::test_child("s3_child")
         .env("GAFFER_S3_DIR", dir)
         .env("GAFFER_S3_URL", server.url("batch"))
         .envs(server.env())
@@ -261,15 +260,17 @@ fn a_batch_on_s3_killed_twice_in_a_child_process_resumes_to_an_exact_report() {
     let mut kills = 0;
     for target in [50, 100] {
         let mut c = child(&server, dir.path());
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while records_in(dir.path()) < target {
+        let progress = format!("the child has settled {target} records");
+        common::eventually_blocking(&progress, Duration::from_secs(120), || {
+            if records_in(dir.path()) >= target {
+                return true;
+            }
             assert!(
                 c.try_wait().unwrap().is_none(),
                 "the child ended before its kill"
             );
-            assert!(Instant::now() < deadline, "no progress to {target} records");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            false
+        });
         c.kill().unwrap(); // SIGKILL
         c.wait().unwrap();
         kills += 1;

@@ -190,8 +190,7 @@ async fn open_client(at: &Where) -> ShardedClient {
 /// A child process: `engine:{name}:{shards}` or `producer:{n}`.
 fn spawn(root: &Path, at: &Where, size: Size, role: &str) -> std::process::Child {
     let log = std::fs::File::create(root.join(format!("{}.log", role.replace(':', "-")))).unwrap();
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["shard_child", "--exact", "--ignored", "--nocapture"])
+    common::test_child("shard_child")
         .env(DIR_VAR, root)
         .env(ROLE_VAR, role)
         .env(TEMPLATE_VAR, &at.template)
@@ -208,48 +207,16 @@ async fn wait_for_file(root: &Path, name: &str) {
     wait_until(root, &format!("{name} is written"), || path.exists()).await;
 }
 
-/// Poll `done` every 20 ms until it says yes; after 2 minutes, panic with
-/// the tail of every child's log.
+/// Poll `done` until it says yes; after 2 minutes, panic with the tail of
+/// every child's log.
 async fn wait_until(root: &Path, what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = std::time::Instant::now();
-    while !done() {
-        if t0.elapsed() > Duration::from_secs(120) {
-            let logs: Vec<String> = std::fs::read_dir(root)
-                .unwrap()
-                .flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-                .filter(|e| !e.file_name().to_string_lossy().starts_with("runs-"))
-                .map(|e| {
-                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    let tail: String = text.chars().rev().take(2000).collect();
-                    format!(
-                        "{:?}: {}",
-                        e.file_name(),
-                        tail.chars().rev().collect::<String>()
-                    )
-                })
-                .collect();
-            panic!(
-                "not done in 2 minutes: {what}; child logs:\n{}",
-                logs.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Child processes, killed when dropped (so a failed assertion leaves no
-/// engine running).
-#[derive(Default)]
-struct Children(HashMap<String, std::process::Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in self.0.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    common::eventually_or(
+        what,
+        Duration::from_secs(120),
+        async || done(),
+        || format!("child logs:\n{}", common::child_logs(root, 2000)),
+    )
+    .await;
 }
 
 fn lines(path: &Path) -> Vec<String> {
@@ -331,9 +298,10 @@ async fn shard_child() {
             log_shard_events(&engines, root.join(format!("events-{name}.log")));
             std::fs::write(root.join(format!("ready-{name}")), b"").unwrap();
             let stop = root.join(format!("stop-{name}"));
-            while !stop.exists() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            common::eventually("the test stops it", Duration::from_secs(180), async || {
+                stop.exists()
+            })
+            .await;
             for (shard, result) in engines.shutdown().await {
                 result.unwrap_or_else(|e| panic!("shard {shard} did not shut down: {e}"));
             }
@@ -364,7 +332,7 @@ async fn the_same_on_six_prefixes_of_one_s3_bucket() {
 
 async fn three_engines_four_producers(root: &Path, at: &Where, size: Size) {
     let spawn = |role: &str| spawn(root, at, size, role);
-    let mut children = Children::default();
+    let mut children = common::Children::default();
     for (name, shards) in [("a", "0,3"), ("b", "1,4"), ("c", "2,5")] {
         children
             .0
@@ -381,14 +349,10 @@ async fn three_engines_four_producers(root: &Path, at: &Where, size: Size) {
 
     // Kill engine `a` once it has run jobs, while the producers still send;
     // then a new process takes its two shards over.
-    let t0 = std::time::Instant::now();
-    while lines(&root.join("runs-a.log")).len() < size.kill_after {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "engine a ran nothing"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(root, "engine a runs jobs", || {
+        lines(&root.join("runs-a.log")).len() >= size.kill_after
+    })
+    .await;
     let mut a = children.0.remove("a").unwrap();
     a.kill().unwrap();
     a.wait().unwrap();
@@ -772,7 +736,7 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
     let at = pair(root);
     let size = Size::local();
     let spawn = |role: &str| spawn(root, &at, size, role);
-    let mut children = Children::default();
+    let mut children = common::Children::default();
     let events = root.join("events-a.log");
 
     children.0.insert("a".into(), spawn("kept:a:0,1"));

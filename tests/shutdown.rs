@@ -1,6 +1,8 @@
 //! Graceful shutdown: running jobs finish and settle, the queue closes (the
 //! moment its last user lets go), later work is refused with a typed error,
-//! and the store keeps everything.
+//! and the store keeps everything. The event stream ends with the engine,
+//! whoever still holds it: after the last event of a shutdown, a start
+//! that failed, or the `StoreClosed` of a fenced engine.
 
 mod common;
 
@@ -11,10 +13,11 @@ use gaffer::ractor::ActorStatus;
 use gaffer::taquba::MockClock;
 use gaffer::taquba::object_store::memory::InMemory;
 use gaffer::{
-    Error, Job, JobContext, SubmitOptions, job::JobState, protocol::EngineMessage,
+    EngineEvent, Error, Job, JobContext, SubmitOptions, job::JobState, protocol::EngineMessage,
     protocol::OutcomeRecord, protocol::WaitError,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{mpsc, oneshot};
 
 use common::{Gate, LIMIT, Ping, within};
@@ -522,4 +525,117 @@ async fn a_retention_pass_that_outlasts_the_release_wait_does_not_keep_the_queue
     let report = within(engine.shutdown()).await.unwrap();
     assert!(report.queue_closed, "{report:?}");
     assert!(report.problems.is_empty(), "{report:?}");
+}
+
+// ---------------------------------------------------------------------------
+// The event stream ends when the engine stops, whoever still holds it.
+
+#[derive(Serialize, Deserialize)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+impl Job for Add {
+    const NAME: &'static str = "add";
+    type Output = i64;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<i64, Self::Error> {
+        Ok(self.a + self.b)
+    }
+}
+
+/// Receive the events left on `rx` until its stream ends; panics if it does
+/// not end within `limit`.
+async fn drain_until_closed(
+    rx: &mut tokio::sync::broadcast::Receiver<EngineEvent>,
+    limit: Duration,
+) -> Vec<EngineEvent> {
+    let mut seen = Vec::new();
+    tokio::time::timeout(limit, async {
+        loop {
+            match rx.recv().await {
+                Ok(event) => seen.push(event),
+                Err(RecvError::Lagged(n)) => panic!("lagged by {n} events"),
+                Err(RecvError::Closed) => return,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the event stream did not end; saw {seen:#?}"));
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscribers_see_a_last_shutdown_event_and_then_the_end_while_engine_clones_live() {
+    let builder = common::memory_builder(common::mock_clock()).register::<Add>();
+    let mut from_start = builder.subscribe();
+    let engine = builder.start().await.unwrap();
+    let mut later = engine.subscribe();
+    let clone = engine.clone();
+    assert_eq!(
+        engine
+            .submit(Add { a: 2, b: 3 })
+            .await
+            .unwrap()
+            .await
+            .unwrap(),
+        5
+    );
+
+    let report = engine.shutdown().await.unwrap();
+    assert!(report.queue_closed, "{report:?}");
+    for rx in [&mut from_start, &mut later] {
+        let seen = drain_until_closed(rx, LIMIT).await;
+        assert!(
+            seen.iter()
+                .any(|e| matches!(e, EngineEvent::JobSucceeded { .. })),
+            "{seen:#?}"
+        );
+        assert_eq!(
+            seen.last(),
+            Some(&EngineEvent::ShutDown {
+                report: report.clone()
+            }),
+            "the last event is the shutdown with its report"
+        );
+    }
+    // A subscription taken after the stop is already ended.
+    let mut after = clone.subscribe();
+    assert_eq!(after.recv().await, Err(RecvError::Closed));
+    drop(clone);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_builders_subscription_ends_when_the_start_fails() {
+    // Zero workers: refused at start.
+    let builder = common::memory_builder(common::mock_clock()).max_concurrent_jobs(0);
+    let mut rx = builder.subscribe();
+    assert!(builder.register::<Add>().start().await.is_err());
+    assert_eq!(rx.recv().await, Err(RecvError::Closed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_engines_stream_ends_after_its_store_closed_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let first = common::disk_builder(dir.path(), clock.clone())
+        .register::<Add>()
+        .start()
+        .await
+        .unwrap();
+    let mut events = first.subscribe();
+    let second = common::disk_builder(dir.path(), clock)
+        .register::<Add>()
+        .start()
+        .await
+        .unwrap();
+    let seen = drain_until_closed(&mut events, Duration::from_secs(30)).await;
+    assert!(
+        matches!(seen.last(), Some(EngineEvent::StoreClosed { .. })),
+        "{seen:#?}"
+    );
+    // `first` is alive (not dropped) and its stream ended anyway.
+    assert_eq!(first.subscribe().recv().await, Err(RecvError::Closed));
+    second.shutdown().await.unwrap();
 }

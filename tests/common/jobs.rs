@@ -1,4 +1,5 @@
-//! Fixtures of the jobs runner's tests (`jobs_*.rs`): a per-engine [`Probe`],
+//! Fixtures of the jobs runner's tests (`jobs_*.rs`, `idempotency.rs`): a
+//! per-engine [`Probe`],
 //! the jobs more than one of those files runs, and joins and event waits
 //! bounded by [`LIMIT`].
 

@@ -2,8 +2,11 @@
 //! or a local directory, a mock clock, and event waiting without sleeps.
 //!
 //! The fixtures that only one family of test files shares live in submodules:
-//! [`bulk`] (the bulk runner's tests), [`jobs`] (the `jobs_*` files) and
-//! [`faults`] (the object-store fault tests).
+//! [`bulk`] (the bulk runner's tests), [`jobs`] (the `jobs_*` files and
+//! `idempotency.rs`), [`faults`] (the object-store fault tests) and [`s3`]
+//! (moto's S3 server on loopback). The child-process helpers
+//! ([`test_child`], [`spawn_test_child`], [`Children`], [`child_logs`],
+//! [`eventually_blocking`]) serve the tests that run real processes.
 #![allow(dead_code)]
 
 pub mod bulk;
@@ -135,6 +138,42 @@ pub async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut(
     .await;
     if polled.is_err() {
         panic!("timed out after {limit:?} waiting until {what}");
+    }
+}
+
+/// [`eventually`], and a timeout's panic also says `context()` (the child
+/// processes' logs, say: [`child_logs`]).
+pub async fn eventually_or(
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> bool,
+    context: impl FnOnce() -> String,
+) {
+    let polled = tokio::time::timeout(limit, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    if polled.is_err() {
+        panic!(
+            "timed out after {limit:?} waiting until {what}; {}",
+            context()
+        );
+    }
+}
+
+/// [`eventually`] for a test thread without a runtime (the parent of child
+/// processes): polls `check` every 20 ms of real time until it says yes;
+/// panics, naming `what`, if it has not said so within `limit`.
+pub fn eventually_blocking(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -466,13 +505,22 @@ pub async fn waiting_runs(engine: &gaffer::Engine) -> usize {
         .expect("the waiters answer")
 }
 
+/// This test binary as a child process that runs its ignored test `test`
+/// alone (`test --exact --ignored --nocapture`); the caller adds the
+/// environment and where the output goes. A real process, for tests that
+/// SIGKILL it or that need several processes.
+pub fn test_child(test: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([test, "--exact", "--ignored", "--nocapture"]);
+    cmd
+}
+
 /// Run this test binary's ignored test `test` as a child process with
 /// `{var}={dir}` set (the child reads its directory from it), its output in
 /// `{dir}/child.log`: a real process, for crash tests that SIGKILL it.
 pub fn spawn_test_child(test: &str, var: &str, dir: &std::path::Path) -> std::process::Child {
     let log = std::fs::File::create(dir.join("child.log")).unwrap();
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--ignored", "--nocapture"])
+    test_child(test)
         .env(var, dir)
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -491,5 +539,41 @@ pub async fn wait_for_child_file(dir: &std::path::Path, path: &std::path::Path, 
             std::fs::read_to_string(dir.join("child.log")).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The end (its last `tail` bytes, or fewer to end on a character
+/// boundary) of every `*.log` file in `dir` but the `runs-*` ones, each
+/// under its name: what child processes said, for a test's panic message.
+pub fn child_logs(dir: &std::path::Path, tail: usize) -> String {
+    let mut logs: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with("runs-"))
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let mut start = text.len().saturating_sub(tail);
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
+            format!("{:?}: {}", e.file_name(), &text[start..])
+        })
+        .collect();
+    logs.sort();
+    logs.join("\n")
+}
+
+/// Child processes by name, killed (and reaped) when dropped: a failed
+/// assertion leaves none running.
+#[derive(Default)]
+pub struct Children(pub std::collections::HashMap<String, std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in self.0.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
