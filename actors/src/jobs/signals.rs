@@ -20,7 +20,7 @@
 //! before the settlement's second read, which delivers it (3). A crash
 //! between the wait's commit and that read leaves a waiting job with its
 //! signal in the store: the next start delivers it
-//! ([`Services::deliver_held_signals`]).
+//! (`Services::deliver_held_signals`).
 
 use futures_util::TryStreamExt;
 use taquba::{KvOrder, SignalOutcome};
