@@ -589,8 +589,10 @@ struct Ledger {
     answered: BTreeMap<&'static str, u64>,
     wrong: Vec<String>,
     notfound: Vec<String>,
-    /// Answers for ids not open (never acknowledged, or answered twice).
-    stray: u64,
+    /// Answers read before their acknowledgement; what is left at the end
+    /// answered an id never acknowledged, or one answered twice.
+    early: HashMap<String, String>,
+    start_ms: u64,
     /// (answer time in s since the start, latency ms, answered in the life
     /// that submitted it).
     latencies: Vec<(f64, u64, bool)>,
@@ -599,7 +601,7 @@ struct Ledger {
 }
 
 impl Ledger {
-    fn new(dir: &Path) -> Self {
+    fn new(dir: &Path, start_ms: u64) -> Self {
         Self {
             submitted: Tail::new(dir.join("submitted.log")),
             done: Tail::new(dir.join("done.log")),
@@ -609,7 +611,8 @@ impl Ledger {
             answered: BTreeMap::new(),
             wrong: Vec::new(),
             notfound: Vec::new(),
-            stray: 0,
+            early: HashMap::new(),
+            start_ms,
             latencies: Vec::new(),
             last_pending: [0; 5],
             interval_submitted: 0,
@@ -618,7 +621,7 @@ impl Ledger {
 
     /// Read what was appended (acknowledgements before answers: an answer
     /// line is written after its acknowledgement).
-    fn read(&mut self, start_ms: u64) {
+    fn read(&mut self) {
         for line in self.submitted.lines() {
             let f: Vec<&str> = line.split(' ').collect();
             let [id, kind, mode, t, _life] = f[..] else {
@@ -631,34 +634,14 @@ impl Ledger {
                 self.acknowledged += 1;
                 self.interval_submitted += 1;
             }
+            // An answer read before its acknowledgement (both were appended
+            // between the reads of the two files).
+            if let Some(early) = self.early.remove(id) {
+                self.answer(early);
+            }
         }
         for line in self.done.lines() {
-            let f: Vec<&str> = line.split(' ').collect();
-            let [id, _kind, status, submit, done, same] = f[..] else {
-                continue;
-            };
-            let Some((_, mode, _)) = self.open.remove(id) else {
-                self.stray += 1;
-                continue;
-            };
-            let (submit, done): (u64, u64) =
-                (submit.parse().unwrap_or(0), done.parse().unwrap_or(0));
-            let status: &'static str = match status {
-                "ok" => "ok",
-                "failed" => "failed",
-                _ => "notfound",
-            };
-            *self.answered.entry(status).or_default() += 1;
-            match (status, mode) {
-                ("notfound", _) => self.notfound.push(id.to_string()),
-                ("ok", 2) | ("failed", 0 | 1) => self.wrong.push(format!("{id} {status} {mode}")),
-                _ => {}
-            }
-            self.latencies.push((
-                done.saturating_sub(start_ms) as f64 / 1000.0,
-                done.saturating_sub(submit),
-                same == "1",
-            ));
+            self.answer(line);
         }
         for line in self.pending.lines() {
             let v: Vec<i64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
@@ -666,6 +649,34 @@ impl Ledger {
                 self.last_pending = [a, b, c, d, e];
             }
         }
+    }
+
+    fn answer(&mut self, line: String) {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [id, _kind, status, submit, done, same] = f[..] else {
+            return;
+        };
+        let Some((_, mode, _)) = self.open.remove(id) else {
+            self.early.insert(id.to_string(), line);
+            return;
+        };
+        let (submit, done): (u64, u64) = (submit.parse().unwrap_or(0), done.parse().unwrap_or(0));
+        let status: &'static str = match status {
+            "ok" => "ok",
+            "failed" => "failed",
+            _ => "notfound",
+        };
+        *self.answered.entry(status).or_default() += 1;
+        match (status, mode) {
+            ("notfound", _) => self.notfound.push(id.to_string()),
+            ("ok", 2) | ("failed", 0 | 1) => self.wrong.push(format!("{id} {status} {mode}")),
+            _ => {}
+        }
+        self.latencies.push((
+            done.saturating_sub(self.start_ms) as f64 / 1000.0,
+            done.saturating_sub(submit),
+            same == "1",
+        ));
     }
 
     fn write_rejoin(&self, dir: &Path) {
@@ -784,7 +795,7 @@ fn parent(minutes: f64, rate: f64, keep: bool) -> i32 {
     let total = Duration::from_secs_f64(minutes * 60.0);
     let start = Instant::now();
     let start_ms = now_ms();
-    let mut ledger = Ledger::new(&dir);
+    let mut ledger = Ledger::new(&dir, start_ms);
     let mut samples: Vec<Sample> = Vec::new();
     let mut spawned: Vec<(u32, u64)> = Vec::new();
     let mut loads: Vec<String> = Vec::new();
@@ -808,7 +819,7 @@ fn parent(minutes: f64, rate: f64, keep: bool) -> i32 {
                 break;
             }
             let seen = ledger.latencies.len();
-            ledger.read(start_ms);
+            ledger.read();
             interval_lat.extend(ledger.latencies[seen..].iter().map(|&(_, l, s)| (l, s)));
             if start.elapsed() >= next_sample {
                 let (bytes, files) = disk_usage(&store);
@@ -864,7 +875,7 @@ fn parent(minutes: f64, rate: f64, keep: bool) -> i32 {
         // SIGKILL, then what the child wrote before it died.
         let _ = child.kill();
         let _ = child.wait();
-        ledger.read(start_ms);
+        ledger.read();
         ledger.write_rejoin(&dir);
     }
 
@@ -879,7 +890,7 @@ fn parent(minutes: f64, rate: f64, keep: bool) -> i32 {
     let status = spawn_child(&dir, life, start_ms, rate, true)
         .wait()
         .expect("the verifying child");
-    ledger.read(start_ms);
+    ledger.read();
     let verified_clean = status.success();
 
     // The ticks.
@@ -1004,7 +1015,7 @@ fn parent(minutes: f64, rate: f64, keep: bool) -> i32 {
         ledger.open.len(),
         ledger.notfound.len(),
         ledger.wrong.len(),
-        ledger.stray
+        ledger.early.len()
     );
     println!(
         "ticks: {} ticks run, {} with two job ids, {} with a wrong id, {} run twice under their one id",
@@ -1038,7 +1049,7 @@ fn parent(minutes: f64, rate: f64, keep: bool) -> i32 {
     }
     let ok = lost == 0
         && ledger.wrong.is_empty()
-        && ledger.stray == 0
+        && ledger.early.is_empty()
         && two_ids == 0
         && wrong_id == 0
         && batch_ok
