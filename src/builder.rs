@@ -119,6 +119,40 @@ fn default_flush_interval(store: &Store) -> Duration {
     }
 }
 
+/// How long a dead letter outlives its job's outcome record under
+/// `retention(..)`: past the record the job is unknown (`JobNotFound`), and
+/// `retry` reads the letter only while the record is there; the margin
+/// covers the sweeper's and taquba's reaper's passes.
+const DEAD_LETTER_MARGIN: Duration = Duration::from_secs(60);
+
+/// With `retention(..)`, each registered job type's queue keeps its dead
+/// letters `retention` plus a minute instead of taquba's default 7 days (the
+/// queue's `dead_retention`), so the letters of permanently failed jobs go
+/// with their outcome records: past them nothing reads a letter, and at a
+/// steady failure rate they were the store's one record set that grew for a
+/// week (benches/README.md, *Soak*). A queue with an entry of its own in
+/// `queue_configs` keeps it as given; a shorter `dead_retention` in the
+/// default config is kept. Per-tenant queues of a rate limit (`jobs.{type}..p…`)
+/// take the default config as it is.
+fn dead_letters_follow_retention(
+    mut options: OpenOptions,
+    retention: Duration,
+    queues: &[String],
+) -> OpenOptions {
+    let keep = retention.saturating_add(DEAD_LETTER_MARGIN);
+    let mut config = options.default_queue_config.clone();
+    if config.dead_retention.is_none_or(|d| d > keep) {
+        config.dead_retention = Some(keep);
+    }
+    for queue in queues {
+        options
+            .queue_configs
+            .entry(queue.clone())
+            .or_insert_with(|| config.clone());
+    }
+    options
+}
+
 /// What a builder says without a store.
 pub(crate) fn no_store() -> crate::Error {
     EngineError::InvalidConfig(
@@ -488,6 +522,12 @@ impl EngineBuilder {
         }
         let settings = self.effective_settings();
         settings.validate()?;
+        let job_queues: Vec<String> = self
+            .registrations
+            .iter()
+            .filter(|r| matches!(r.kind, Kind::Job))
+            .map(|r| gaffer_actors::layout::keys::queue_for(&settings.queue_name, &r.name))
+            .collect();
         let state = Arc::new(self.state);
         let registrations = self
             .registrations
@@ -535,6 +575,9 @@ impl EngineBuilder {
                 if let Some(clock) = self.clock {
                     options = options.clock(clock);
                 }
+                if let Some(retention) = settings.retention {
+                    options = dead_letters_follow_retention(options, retention, &job_queues);
+                }
                 QueueSource::Open {
                     store,
                     path: self.queue_path,
@@ -563,6 +606,35 @@ mod tests {
 
     fn url(url: &str) -> Store {
         Store::Url(url.into(), None)
+    }
+
+    #[test]
+    fn dead_letters_follow_retention_on_job_queues_not_given_a_config() {
+        let week = Some(Duration::from_secs(7 * 24 * 3600));
+        let own = taquba::QueueConfig::default().dead_retention(Duration::from_secs(3600 * 48));
+        let options = OpenOptions::default().queue_config("jobs.kept", own.clone());
+        let queues = ["jobs.a".to_string(), "jobs.kept".to_string()];
+        let out = dead_letters_follow_retention(options, Duration::from_secs(300), &queues);
+        assert_eq!(
+            out.queue_configs["jobs.a"].dead_retention,
+            Some(Duration::from_secs(360))
+        );
+        // An entry of its own is kept as given, and so is the default for
+        // every other queue (the intake's refused requests, batch items).
+        assert_eq!(
+            out.queue_configs["jobs.kept"].dead_retention,
+            own.dead_retention
+        );
+        assert_eq!(out.default_queue_config.dead_retention, week);
+        // A shorter default is not lengthened.
+        let short = OpenOptions::default().default_queue_config(
+            taquba::QueueConfig::default().dead_retention(Duration::from_secs(10)),
+        );
+        let out = dead_letters_follow_retention(short, Duration::from_secs(300), &queues[..1]);
+        assert_eq!(
+            out.queue_configs["jobs.a"].dead_retention,
+            Some(Duration::from_secs(10))
+        );
     }
 
     #[test]

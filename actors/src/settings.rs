@@ -34,8 +34,13 @@ pub struct Settings {
     /// Default 100 ms.
     pub poll_interval: Duration,
     /// Keep outcome records (and memo entries, large outputs) this long after
-    /// a job ends; after that the job is unknown (`JobNotFound`). At least
-    /// 1 ms; `None` keeps them forever. Default `None`.
+    /// a job ends; after that the job is unknown (`JobNotFound`). On a queue
+    /// the engine opens itself, a job type's dead letters (its permanently
+    /// failed jobs in taquba's dead set, which `retry` reads) then go a
+    /// minute after their records, instead of after taquba's default 7 days
+    /// (`QueueConfig::dead_retention`; a queue given its own config in the
+    /// open options keeps it). At least 1 ms; `None` keeps them forever.
+    /// Default `None`.
     pub retention: Option<Duration>,
     /// Object-store prefix for memo entries and large outputs. Must not overlap
     /// the queue's path. Default `"gaffer-blobs"`.
