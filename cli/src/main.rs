@@ -4,7 +4,7 @@
 //! nothing is ever written, so read-only credentials suffice and a running
 //! engine is never fenced or slowed. `health` and `stats` open it without
 //! replaying the WAL and read the beat and the counters from the WAL
-//! objects past the last memtable flush themselves ([`unflushed`]): the
+//! objects past the last memtable flush themselves (`gaffer_ops::unflushed`): the
 //! cost of `health` does not grow with the WAL the writer has not flushed
 //! yet, and `stats` costs about half a replay. Every command prints aligned tables, or
 //! with `--json` one JSON document whose field names are documented on the
@@ -18,7 +18,6 @@ mod error;
 mod read;
 mod report;
 mod table;
-mod unflushed;
 mod watch;
 
 use std::path::PathBuf;
@@ -81,6 +80,8 @@ pub enum StateArg {
     Queued,
     /// Waiting for its time (run_at or a retry's backoff).
     Scheduled,
+    /// Waiting for a signal (or its timeout).
+    Waiting,
     /// Claimed by a handler.
     Running,
     /// Dead-lettered (failed or cancelled).
@@ -289,7 +290,7 @@ async fn open(
         Command::Health | Command::Stats { .. } => read::Reading::Flushed,
         _ => read::Reading::Replay,
     };
-    read::Store::open(
+    Ok(read::Store::open(
         dir,
         url,
         &cli.queue_path,
@@ -297,7 +298,7 @@ async fn open(
         &cli.bulk_queue,
         reading,
     )
-    .await
+    .await?)
 }
 
 /// A command on a shard set: `stats` and `health` on every shard (or the
@@ -461,7 +462,7 @@ async fn open_shard(
     let store = open(cli, None, Some(url)).await?;
     if let Err(e) = store.check_shard(shard, count, url).await {
         store.close().await;
-        return Err(e);
+        return Err(e.into());
     }
     Ok(store)
 }
@@ -491,7 +492,7 @@ async fn shard_part(
             ..
         } => {
             let jobs = store
-                .jobs(*state, job_type.as_deref(), *limit, None)
+                .jobs(state.map(Into::into), job_type.as_deref(), *limit, None)
                 .await?;
             let part = report::ShardPart::new(shard, url, json, &jobs);
             over.more |= jobs.more;
@@ -537,7 +538,12 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         } => report::print(
             json,
             &store
-                .jobs(*state, job_type.as_deref(), *limit, after.as_deref())
+                .jobs(
+                    state.map(Into::into),
+                    job_type.as_deref(),
+                    *limit,
+                    after.as_deref(),
+                )
                 .await?,
         )?,
         Command::Job { id } => report::print(json, &store.job(id).await?)?,
