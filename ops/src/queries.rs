@@ -19,6 +19,18 @@ use crate::report::{
 use crate::store::Store;
 use crate::unflushed::{Counter, Newest};
 
+/// Jobs finished per minute (see [`Store::finished_per_minute`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Finished {
+    /// The first minute's start, epoch ms.
+    pub from_ms: u64,
+    /// By (index segment of the type, `succeeded` | `failed` |
+    /// `cancelled`): jobs finished in minute `n` after `from_ms`.
+    pub counts: BTreeMap<(String, &'static str), BTreeMap<usize, u64>>,
+    /// Whether a (type, result) had more entries than the cap.
+    pub capped: bool,
+}
+
 /// Most failed keys a batch's status shows.
 pub const FAILED_KEYS_SHOWN: usize = 100;
 
@@ -353,6 +365,72 @@ impl Store {
             })
             .collect();
         Ok(Periodic { now_ms, periodic })
+    }
+
+    /// Jobs finished per minute from `from_ms` on, by type and result, from
+    /// the finished-jobs index: its keys only (no outcome record is read),
+    /// at most `cap` entries per (type, result), newest ignored past it
+    /// ([`Finished::capped`]). One scan of one key per type finds the types.
+    pub async fn finished_per_minute(
+        &self,
+        from_ms: u64,
+        cap: usize,
+    ) -> Result<Finished, OpsError> {
+        use std::ops::Bound;
+        let view = self.view();
+        let mut out = Finished {
+            from_ms: from_ms - from_ms % 60_000,
+            ..Finished::default()
+        };
+        for seg in inspect::ended_types(view).await? {
+            for (result, letter) in [
+                ("succeeded", keys::ENDED_SUCCEEDED),
+                ("failed", keys::ENDED_FAILED),
+                ("cancelled", keys::ENDED_CANCELLED),
+            ] {
+                let prefix = keys::ended_prefix(&seg, letter);
+                let mut start = prefix.clone();
+                start.extend_from_slice(format!("{:016x}", out.from_ms).as_bytes());
+                let mut from = Bound::Included(start);
+                let mut seen = 0;
+                loop {
+                    let page = view
+                        .kv_scan(
+                            &prefix,
+                            (from, Bound::Unbounded),
+                            taquba::KvOrder::Ascending,
+                            1000.min(cap - seen).max(1),
+                        )
+                        .await?;
+                    for (key, _) in &page.entries {
+                        let at = key
+                            .get(prefix.len()..prefix.len() + 16)
+                            .and_then(|h| std::str::from_utf8(h).ok())
+                            .and_then(|h| u64::from_str_radix(h, 16).ok());
+                        if let Some(at) = at {
+                            let minute = (at.saturating_sub(out.from_ms) / 60_000) as usize;
+                            *out.counts
+                                .entry((seg.clone(), result))
+                                .or_default()
+                                .entry(minute)
+                                .or_default() += 1;
+                        }
+                    }
+                    seen += page.entries.len();
+                    match page.entries.last() {
+                        Some((last, _)) if page.more && seen < cap => {
+                            from = Bound::Excluded(last.clone());
+                        }
+                        Some(_) if page.more => {
+                            out.capped = true;
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The job types an operator paused (`gaffer pause`), by name.
