@@ -21,6 +21,12 @@ pub enum CliError {
     /// The output could not be written.
     #[error("cannot write the output: {0}")]
     Output(String),
+    /// The dashboard could not open its stores.
+    #[error("{0}")]
+    Web(#[from] gaffer_web::WebError),
+    /// The dashboard's server failed.
+    #[error("cannot serve: {0}")]
+    Serve(std::io::Error),
     /// The async runtime did not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),

@@ -19,6 +19,7 @@ mod read;
 mod report;
 mod table;
 mod watch;
+mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -219,6 +220,20 @@ enum Command {
         #[command(flatten)]
         wait: WaitArgs,
     },
+    /// Serve the web dashboard (all the above in a browser, live) until
+    /// Ctrl-C. Asks for `Authorization: Bearer $GAFFER_WEB_TOKEN`, or
+    /// basic auth `$GAFFER_WEB_USER`/`$GAFFER_WEB_PASSWORD`, when set.
+    Web {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Serve under this path prefix (`/admin/jobs`).
+        #[arg(long, default_value = "")]
+        base_path: String,
+        /// No actions: no button, every POST answers 403.
+        #[arg(long)]
+        read_only: bool,
+    },
 }
 
 /// How a command that acts waits for the engine.
@@ -270,6 +285,14 @@ fn fail(e: &CliError) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    if let Command::Web {
+        listen,
+        base_path,
+        read_only,
+    } = &cli.command
+    {
+        return web::serve(&cli, listen, base_path, *read_only).await;
+    }
     if let Some(template) = &cli.shards {
         return run_on_shards(template, &cli).await;
     }
@@ -608,6 +631,11 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
                 job_type: job_type.clone(),
             };
             return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Web { .. } => {
+            return Err(CliError::BadInput(
+                "`gaffer web` serves, it reads no store here".into(),
+            ));
         }
         Command::Health => {
             let health = store.health().await?;

@@ -35,7 +35,7 @@ pub struct Finished {
 pub const FAILED_KEYS_SHOWN: usize = 100;
 
 impl Store {
-    /// `gaffer stats`: each queue's counters; read [`Reading::Flushed`],
+    /// `gaffer stats`: each queue's counters; read [`crate::Reading::Flushed`],
     /// the flushed counters with the WAL's changes to them applied (the
     /// same counts as a replaying reader's).
     pub async fn stats(&self, exact: bool) -> Result<Stats, OpsError> {

@@ -19,7 +19,7 @@ pub enum Reading {
     Replay,
     /// The flushed state, and of the WAL past it only the liveness beat,
     /// the job counters and the store's markers, read from the WAL objects
-    /// raw (see [`crate::unflushed`]): `health`, which then reads the WAL
+    /// raw (see the private `unflushed` module): `health`, which then reads the WAL
     /// of about one beat interval however long the unflushed WAL, and
     /// `stats`, which reads every unflushed object but keeps only the
     /// counter rows (about half a replay's cost).
