@@ -19,16 +19,16 @@ use crate::report::{
 use crate::store::Store;
 use crate::unflushed::{Counter, Newest};
 
-/// Jobs finished per minute (see [`Store::finished_per_minute`]).
+/// A step of a forward scan of the finished-jobs index (see
+/// [`Store::scan_ended`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Finished {
-    /// The first minute's start, epoch ms.
-    pub from_ms: u64,
-    /// By (index segment of the type, `succeeded` | `failed` |
-    /// `cancelled`): jobs finished in minute `n` after `from_ms`.
-    pub counts: BTreeMap<(String, &'static str), BTreeMap<usize, u64>>,
-    /// Whether a (type, result) had more entries than the cap.
-    pub capped: bool,
+pub struct EndedScan {
+    /// When each job listed ended, epoch ms, in index order.
+    pub at_ms: Vec<u64>,
+    /// The last entry's key: `after` of the next step.
+    pub last: Option<Vec<u8>>,
+    /// Whether more entries follow.
+    pub more: bool,
 }
 
 /// Most failed keys a batch's status shows.
@@ -367,70 +367,61 @@ impl Store {
         Ok(Periodic { now_ms, periodic })
     }
 
-    /// Jobs finished per minute from `from_ms` on, by type and result, from
-    /// the finished-jobs index: its keys only (no outcome record is read),
-    /// at most `cap` entries per (type, result), newest ignored past it
-    /// ([`Finished::capped`]). One scan of one key per type finds the types.
-    pub async fn finished_per_minute(
+    /// The index segments of the job types with finished jobs (one scan
+    /// of one key per type).
+    pub async fn ended_types(&self) -> Result<Vec<String>, OpsError> {
+        Ok(inspect::ended_types(self.view()).await?)
+    }
+
+    /// The finished-jobs index of type segment `seg` in `result`
+    /// (`succeeded`, `failed`, `cancelled`), forward in time: the end times
+    /// of up to `limit` jobs (1 to 1000) that ended at or after `from_ms`
+    /// and, with `after` (a previous scan's [`EndedScan::last`]), after that
+    /// entry. Its keys only: no outcome record is read.
+    pub async fn scan_ended(
         &self,
+        seg: &str,
+        result: &str,
         from_ms: u64,
-        cap: usize,
-    ) -> Result<Finished, OpsError> {
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<EndedScan, OpsError> {
         use std::ops::Bound;
-        let view = self.view();
-        let mut out = Finished {
-            from_ms: from_ms - from_ms % 60_000,
-            ..Finished::default()
+        let letter = match result {
+            "succeeded" => keys::ENDED_SUCCEEDED,
+            "failed" => keys::ENDED_FAILED,
+            "cancelled" => keys::ENDED_CANCELLED,
+            other => return Err(OpsError::BadInput(format!("no result `{other}`"))),
         };
-        for seg in inspect::ended_types(view).await? {
-            for (result, letter) in [
-                ("succeeded", keys::ENDED_SUCCEEDED),
-                ("failed", keys::ENDED_FAILED),
-                ("cancelled", keys::ENDED_CANCELLED),
-            ] {
-                let prefix = keys::ended_prefix(&seg, letter);
-                let mut start = prefix.clone();
-                start.extend_from_slice(format!("{:016x}", out.from_ms).as_bytes());
-                let mut from = Bound::Included(start);
-                let mut seen = 0;
-                loop {
-                    let page = view
-                        .kv_scan(
-                            &prefix,
-                            (from, Bound::Unbounded),
-                            taquba::KvOrder::Ascending,
-                            1000.min(cap - seen).max(1),
-                        )
-                        .await?;
-                    for (key, _) in &page.entries {
-                        let at = key
-                            .get(prefix.len()..prefix.len() + 16)
-                            .and_then(|h| std::str::from_utf8(h).ok())
-                            .and_then(|h| u64::from_str_radix(h, 16).ok());
-                        if let Some(at) = at {
-                            let minute = (at.saturating_sub(out.from_ms) / 60_000) as usize;
-                            *out.counts
-                                .entry((seg.clone(), result))
-                                .or_default()
-                                .entry(minute)
-                                .or_default() += 1;
-                        }
-                    }
-                    seen += page.entries.len();
-                    match page.entries.last() {
-                        Some((last, _)) if page.more && seen < cap => {
-                            from = Bound::Excluded(last.clone());
-                        }
-                        Some(_) if page.more => {
-                            out.capped = true;
-                            break;
-                        }
-                        _ => break,
-                    }
-                }
-            }
-        }
-        Ok(out)
+        let prefix = keys::ended_prefix(seg, letter);
+        let mut from = prefix.clone();
+        from.extend_from_slice(format!("{from_ms:016x}").as_bytes());
+        let start = match after {
+            Some(last) if last >= from.as_slice() => Bound::Excluded(last.to_vec()),
+            _ => Bound::Included(from),
+        };
+        let page = self
+            .view()
+            .kv_scan(
+                &prefix,
+                (start, Bound::Unbounded),
+                taquba::KvOrder::Ascending,
+                limit.clamp(1, 1000),
+            )
+            .await?;
+        let at_ms = page
+            .entries
+            .iter()
+            .filter_map(|(key, _)| {
+                let hex = key.get(prefix.len()..prefix.len() + 16)?;
+                u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+            })
+            .collect();
+        Ok(EndedScan {
+            at_ms,
+            last: page.entries.last().map(|(k, _)| k.clone()),
+            more: page.more,
+        })
     }
 
     /// The job types an operator paused (`gaffer pause`), by name.

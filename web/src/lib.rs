@@ -55,6 +55,9 @@ struct Shard {
     index: usize,
     url: String,
     store: Store,
+    /// What the overview's chart has counted of this store's
+    /// finished-jobs index (one refresh counts at a time).
+    chart: tokio::sync::Mutex<chart::Counted>,
 }
 
 /// What the dashboard serves: the store (or a shard set), opened once, and
@@ -153,7 +156,12 @@ impl WebConfig {
             shards: stores
                 .into_iter()
                 .enumerate()
-                .map(|(index, (url, store))| Shard { index, url, store })
+                .map(|(index, (url, store))| Shard {
+                    index,
+                    url,
+                    store,
+                    chart: tokio::sync::Mutex::new(chart::Counted::default()),
+                })
                 .collect(),
             base_path: String::new(),
             read_only: false,

@@ -26,8 +26,9 @@ const REFRESH_MS: u32 = 1500;
 /// How long a submit waits for the engine's answer before it shows the
 /// request's page instead.
 const SUBMIT_WAIT: Duration = Duration::from_secs(3);
-/// Most finished-jobs index entries the chart reads per type and result.
-const CHART_CAP: usize = 20_000;
+/// Most finished-jobs index entries the chart reads per type and result
+/// in one request (the rest at the next refresh).
+const CHART_BUDGET: usize = 5_000;
 
 type Q = Query<Vec<(String, String)>>;
 
@@ -178,19 +179,12 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     let mut health = Vec::new();
     for sh in &app.shards {
         health.push((sh.index, &sh.url, sh.store.health().await.or_fail(&app)?));
-        let f = sh
-            .store
-            .finished_per_minute(from, CHART_CAP)
+        let mut counted = sh.chart.lock().await;
+        capped |= !counted
+            .update(&sh.store, from, CHART_BUDGET)
             .await
             .or_fail(&app)?;
-        capped |= f.capped;
-        for ((ty, result), counts) in &f.counts {
-            chart::add(&mut total, result, counts);
-            let s = per_type
-                .entry(ty.clone())
-                .or_insert([[0; 3]; chart::MINUTES]);
-            chart::add(s, result, counts);
-        }
+        counted.add_to(from, &mut total, &mut per_type);
     }
     let sharded = app.shards.len() > 1;
     let inner = html! {
@@ -212,7 +206,7 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
         (queue_table(&app, &stats, &paused, false))
         h2 { "Finished per minute, last hour" }
         (chart::draw("all types", &total, 720, 140))
-        @if capped { p.note { "More than " (CHART_CAP) " jobs of a type and result in the hour: the chart shows the first " (CHART_CAP) "." } }
+        @if capped { p.note #catching-up { "Still counting the hour's finished jobs (" (CHART_BUDGET) " per type and result per refresh): the chart fills in over the next refreshes." } }
         div.grid {
             @for (ty, s) in &per_type {
                 div { (chart::draw(ty, s, 360, 90)) }

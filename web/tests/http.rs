@@ -214,6 +214,16 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
     let a = post(&app, &format!("/jobs/{later}/cancel"), "").await;
     fate(&app, &a.location, "applied", Some("cancelled")).await;
 
+    // The chart counts what finished since its last refresh: the failure
+    // (counted before the retry), the success, the cancel.
+    common::eventually("the chart counts all three", async || {
+        get(&app, "/?fragment=1")
+            .await
+            .body
+            .contains("all types · 1 ok · 1 failed · 1 cancelled")
+    })
+    .await;
+
     engine.shutdown().await.unwrap();
 }
 
