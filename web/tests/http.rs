@@ -172,6 +172,11 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
             "{path} shows user data unescaped"
         );
     }
+    common::eventually("the periodic job is listed", async || {
+        let p = get(&app, "/periodic").await.body;
+        p.contains("hourly-ping") && p.contains("0 * * * *")
+    })
+    .await;
     let overview = get(&app, "/").await.body;
     assert!(overview.contains("data-queue=\"flaky\""), "flaky's row");
     assert!(overview.contains("<svg"), "the chart");

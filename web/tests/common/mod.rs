@@ -100,6 +100,11 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
                 rate: None,
             },
         )
+        .periodic(
+            "hourly-ping",
+            gaffer::periodic::Schedule::cron("0 * * * *").expect("a schedule"),
+            |_| Ping { n: 0 },
+        )
         .state(fix.clone())
         .start()
         .await
