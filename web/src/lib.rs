@@ -242,7 +242,8 @@ impl App {
 }
 
 /// The dashboard's router, to serve or to nest under
-/// [`WebConfig::base_path`]. Needs at least one store in `config`.
+/// [`WebConfig::base_path`]. Without a store in `config` every request
+/// answers 503.
 pub fn router(config: WebConfig) -> Router {
     let app = Arc::new(App {
         shards: config.shards,

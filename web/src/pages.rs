@@ -172,7 +172,7 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     let stats = all_stats(&app).await?;
     let paused = all_paused(&app).await?;
     let now = now_ms();
-    let from = now - now % 60_000 - 59 * 60_000;
+    let from = (now - now % 60_000).saturating_sub(59 * 60_000);
     let mut total: chart::Series = [[0; 3]; chart::MINUTES];
     let mut per_type: BTreeMap<String, chart::Series> = BTreeMap::new();
     let mut capped = false;

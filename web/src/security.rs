@@ -102,6 +102,13 @@ pub fn same_site(headers: &HeaderMap) -> bool {
 
 /// The guard in front of every route.
 pub async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if app.shards.is_empty() {
+        return error_page(
+            &app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "This dashboard was given no store.",
+        );
+    }
     if let Some(auth) = &app.auth
         && !auth.admits(req.headers())
     {

@@ -114,7 +114,13 @@ pub fn parse_time(s: &str) -> Option<u64> {
     let mut c = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
     let (h, min) = (c.next()??, c.next()??);
     let sec = c.next().unwrap_or(Some(0))?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || min > 59 || sec > 59 {
+    if !(1970..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&h)
+        || !(0..=59).contains(&min)
+        || !(0..=59).contains(&sec)
+    {
         return None;
     }
     // Days from civil (H. Hinnant's algorithm).
