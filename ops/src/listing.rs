@@ -78,10 +78,32 @@ impl Store {
         } = &from
         {
             let queues = self.queues(job_type).await?;
+            // Each queue's counters: a (queue, state) they count empty is
+            // not scanned. Beside a store of many settled jobs, a scan of an
+            // empty state steps over what they left in its key space until
+            // SlateDB compacts it (0.1–0.2 s per state after 100 000 jobs).
+            let mut counts = std::collections::HashMap::new();
             'live: for (phase, &status) in live.iter().enumerate().skip(*from_phase) {
                 for (queue, _, _) in &queues {
                     let first = phase == *from_phase && queue == from_queue;
                     if phase == *from_phase && queue < from_queue {
+                        continue;
+                    }
+                    let s = match counts.get(queue) {
+                        Some(s) => s,
+                        None => {
+                            let s = self.view().stats(queue).await?;
+                            counts.entry(queue.clone()).or_insert(s)
+                        }
+                    };
+                    let counted = match status {
+                        JobStatus::Claimed => s.claimed,
+                        JobStatus::Pending => s.pending,
+                        JobStatus::Scheduled => s.scheduled,
+                        JobStatus::Dead => s.dead,
+                        JobStatus::Done => s.done,
+                    };
+                    if counted <= 0 {
                         continue;
                     }
                     let at = if first { from_at.as_deref() } else { None };
