@@ -7,8 +7,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use gaffer_actors::engine::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
-use gaffer_actors::layout::{inspect, keys};
+use gaffer_actors::engine::intake::{IntakeOp, RequestProgress};
+use gaffer_ops::act;
 
 use crate::error::CliError;
 use crate::read::Store;
@@ -17,36 +17,7 @@ use crate::report::{self, RequestReport};
 /// How often a waiting command reads the store.
 const EVERY: Duration = Duration::from_millis(100);
 
-/// The request of `gaffer submit TYPE --json J [--key K]`.
-pub fn submit_op(
-    job_type: &str,
-    json: &str,
-    key: Option<&str>,
-) -> Result<(IntakeOp, String, String), CliError> {
-    let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| CliError::BadInput(format!("--json: {e}")))?;
-    // A JSON object encodes as the MessagePack map of named fields that a
-    // job struct's encoding is.
-    let payload = rmp_serde::to_vec_named(&value)
-        .map_err(|e| CliError::BadInput(format!("--json does not encode: {e}")))?;
-    let request_id = ulid::Ulid::new().to_string();
-    let run_id = match key {
-        Some(k) => keys::keyed_run_id(k),
-        None => request_id.clone(),
-    };
-    let op = IntakeOp::Submit(IntakeRequest {
-        run_id: run_id.clone(),
-        job_type: job_type.to_string(),
-        payload,
-        idempotency_key: key.map(str::to_string),
-        headers: Default::default(),
-        priority: None,
-        max_attempts: None,
-        run_at_ms: None,
-        traceparent: None,
-    });
-    Ok((op, request_id, run_id))
-}
+pub use gaffer_ops::act::submit_op;
 
 /// The request of `gaffer signal ID NAME JSON`.
 pub fn signal_op(run_id: &str, name: &str, json: &str) -> Result<IntakeOp, CliError> {
@@ -73,7 +44,7 @@ pub async fn send(
     wait: Duration,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    intake::send_as(store.sender(), store.jobs_prefix(), &request_id, &op).await?;
+    act::send(store, &op, &request_id).await?;
     let mut out = RequestReport {
         request: request_id.clone(),
         job: job.clone(),
@@ -88,7 +59,7 @@ pub async fn send(
     }
     let deadline = Instant::now() + wait;
     let code = loop {
-        match intake::request_progress(store.view(), store.jobs_prefix(), &request_id).await? {
+        match act::progress(store, &request_id).await? {
             RequestProgress::Sent if Instant::now() < deadline => {
                 tokio::time::sleep(EVERY).await;
                 continue;
@@ -103,7 +74,7 @@ pub async fn send(
                 out.status = "applied";
                 out.result = result;
                 if let Some(run_id) = &job {
-                    out.job_state = job_state(store, run_id).await?;
+                    out.job_state = act::job_state(store, run_id).await?;
                 }
                 break 0;
             }
@@ -111,10 +82,4 @@ pub async fn send(
     };
     report::print(json, &out)?;
     Ok(ExitCode::from(code))
-}
-
-async fn job_state(store: &Store, run_id: &str) -> Result<Option<String>, CliError> {
-    Ok(inspect::job_state(store.view(), run_id)
-        .await?
-        .map(|state| format!("{state:?}").to_lowercase()))
 }

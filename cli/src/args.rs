@@ -208,6 +208,20 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitArgs,
     },
+    /// Serve the web dashboard (all the above in a browser, live) until
+    /// Ctrl-C. Asks for `Authorization: Bearer $GAFFER_WEB_TOKEN`, or
+    /// basic auth `$GAFFER_WEB_USER`/`$GAFFER_WEB_PASSWORD`, when set.
+    Web {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Serve under this path prefix (`/admin/jobs`).
+        #[arg(long, default_value = "")]
+        base_path: String,
+        /// No actions: no button, every POST answers 403.
+        #[arg(long)]
+        read_only: bool,
+    },
 }
 
 /// How a command that acts waits for the engine.

@@ -1,46 +1,32 @@
 //! The command's errors, each one line.
 
 use gaffer_actors::EngineError;
+use gaffer_ops::OpsError;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// Neither `--dir` nor `--url`.
-    #[error("no store given: pass --dir PATH or --url URL")]
-    NoStoreGiven,
-    /// No taquba queue at the queue path.
-    #[error("no store at {0}: nothing was ever written there (is --queue-path right?)")]
-    NotInitialized(String),
-    /// No job with this id.
-    #[error("no job `{0}` (never submitted, or its records were removed)")]
-    JobNotFound(String),
-    /// No batch with this id.
-    #[error("no batch `{0}`")]
-    BatchNotFound(String),
+    /// A read of the store or a request failed.
+    #[error("{0}")]
+    Ops(#[from] OpsError),
     /// A command's input is not usable.
     #[error("{0}")]
     BadInput(String),
-    /// A `--after` that no page printed.
-    #[error("`{0}` is not a cursor of `gaffer jobs`: pass the `next` a previous page printed")]
-    BadCursor(String),
-    /// A store whose finished jobs are not indexed yet.
-    #[error(
-        "this store's finished jobs are not indexed yet (it was made by an older gaffer): \
-         start an engine of this version on it once, which builds the index"
-    )]
-    IndexNotReady,
-    /// The store could not be opened or read.
+    /// The engine's layer refused.
     #[error("{0}")]
     Engine(#[from] EngineError),
     /// The queue could not be read.
     #[error("{0}")]
     Queue(#[from] taquba::Error),
-    /// A record in the store is not what this build reads.
-    #[error("unreadable record in the store: {0}")]
-    BadRecord(String),
     /// The output could not be written.
     #[error("cannot write the output: {0}")]
     Output(String),
+    /// The dashboard could not open its stores.
+    #[error("{0}")]
+    Web(#[from] gaffer_web::WebError),
+    /// The dashboard's server failed.
+    #[error("cannot serve: {0}")]
+    Serve(std::io::Error),
     /// The async runtime did not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),

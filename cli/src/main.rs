@@ -4,7 +4,7 @@
 //! nothing is ever written, so read-only credentials suffice and a running
 //! engine is never fenced or slowed. `health` and `stats` open it without
 //! replaying the WAL and read the beat and the counters from the WAL
-//! objects past the last memtable flush themselves ([`unflushed`]): the
+//! objects past the last memtable flush themselves (`gaffer_ops::unflushed`): the
 //! cost of `health` does not grow with the WAL the writer has not flushed
 //! yet, and `stats` costs about half a replay. Every command prints aligned tables, or
 //! with `--json` one JSON document whose field names are documented on the
@@ -23,8 +23,8 @@ mod read;
 mod report;
 mod shards;
 mod table;
-mod unflushed;
 mod watch;
+mod web;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -74,6 +74,14 @@ fn fail(e: &CliError) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    if let Command::Web {
+        listen,
+        base_path,
+        read_only,
+    } = &cli.command
+    {
+        return web::serve(&cli, listen, base_path, *read_only).await;
+    }
     if let Some(template) = &cli.shards {
         return shards::run_on_shards(template, &cli).await;
     }
@@ -94,7 +102,7 @@ async fn open(
         Command::Health | Command::Stats { .. } => read::Reading::Flushed,
         _ => read::Reading::Replay,
     };
-    read::Store::open(
+    Ok(read::Store::open(
         dir,
         url,
         &cli.queue_path,
@@ -102,7 +110,7 @@ async fn open(
         &cli.bulk_queue,
         reading,
     )
-    .await
+    .await?)
 }
 
 async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
@@ -117,7 +125,12 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         } => report::print(
             json,
             &store
-                .jobs(*state, job_type.as_deref(), *limit, after.as_deref())
+                .jobs(
+                    state.map(Into::into),
+                    job_type.as_deref(),
+                    *limit,
+                    after.as_deref(),
+                )
                 .await?,
         )?,
         Command::Job { id } => report::print(json, &store.job(id).await?)?,
@@ -191,6 +204,11 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
                 job_type: job_type.clone(),
             };
             return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Web { .. } => {
+            return Err(CliError::BadInput(
+                "`gaffer web` serves, it reads no store here".into(),
+            ));
         }
         Command::Health => {
             let health = store.health().await?;

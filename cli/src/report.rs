@@ -9,6 +9,10 @@ use serde::Serialize;
 
 use crate::error::CliError;
 use crate::table::{Table, age, time};
+pub use gaffer_ops::report::{
+    BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, Periodic, RequestReport,
+    Stats,
+};
 
 /// Print `value`: one JSON document with `json`, tables otherwise.
 pub fn print<T: Serialize + Render>(json: bool, value: &T) -> Result<(), CliError> {
@@ -115,64 +119,6 @@ pub trait Render {
     fn render(&self) -> String;
 }
 
-/// `gaffer stats`: `{"queues": [...], "snapshot_at_ms": …}`.
-#[derive(Debug, Default, Serialize)]
-pub struct Stats {
-    /// One row per queue of the engine.
-    pub queues: Vec<QueueRow>,
-    /// The counts start from the engine's snapshot of them taken then
-    /// (epoch ms), with every change committed since added; absent: from
-    /// the flushed state and every WAL object past it (`--exact`). Over a
-    /// shard set, the oldest shard's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub snapshot_at_ms: Option<u64>,
-}
-
-/// The counts of one queue.
-#[derive(Debug, Clone, Serialize)]
-pub struct QueueRow {
-    /// The taquba queue (`jobs.{type}`, `bulk-items.{pipeline}`).
-    pub queue: String,
-    /// `job` or `pipeline`.
-    pub kind: &'static str,
-    /// The job type or pipeline (the queue name without its prefix).
-    pub name: String,
-    /// Waiting to be claimed.
-    pub pending: i64,
-    /// Waiting for their time.
-    pub scheduled: i64,
-    /// Claimed by a handler.
-    pub running: i64,
-    /// Acked (succeeded) since the queue was created.
-    pub done: i64,
-    /// Dead letters kept.
-    pub dead: i64,
-}
-
-impl Stats {
-    /// Add `other`'s counts to these, queue by queue (a queue of `other`
-    /// not here is added as a row; rows stay sorted by queue).
-    pub fn add(&mut self, other: &Stats) {
-        for row in &other.queues {
-            match self.queues.iter_mut().find(|q| q.queue == row.queue) {
-                Some(q) => {
-                    q.pending += row.pending;
-                    q.scheduled += row.scheduled;
-                    q.running += row.running;
-                    q.done += row.done;
-                    q.dead += row.dead;
-                }
-                None => self.queues.push(row.clone()),
-            }
-        }
-        self.queues.sort_by(|a, b| a.queue.cmp(&b.queue));
-        self.snapshot_at_ms = match (self.snapshot_at_ms, other.snapshot_at_ms) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-}
-
 impl Render for Stats {
     fn render(&self) -> String {
         let mut t = Table::new([
@@ -212,43 +158,6 @@ impl Render for Stats {
     }
 }
 
-/// `gaffer jobs`: `{"jobs": [...], "more": bool}`.
-#[derive(Debug, Serialize)]
-pub struct Jobs {
-    /// The jobs, live ones first, then finished ones newest first.
-    pub jobs: Vec<JobRow>,
-    /// Whether more jobs follow this page.
-    pub more: bool,
-    /// When more follow: the cursor of the next page (`--after`).
-    pub next: Option<String>,
-}
-
-/// One job of a listing.
-#[derive(Debug, Serialize)]
-pub struct JobRow {
-    /// The job's id (its run id).
-    pub id: String,
-    /// The job type (or pipeline).
-    pub job_type: String,
-    /// `queued`, `scheduled`, `running`, `dead`, `succeeded`, `failed`,
-    /// `cancelled`.
-    pub state: &'static str,
-    /// Attempts started (queue jobs) or used (finished jobs).
-    pub attempts: u32,
-    /// When it entered this state as far as known: enqueued, claimed, run
-    /// at, or finished.
-    pub at_ms: Option<u64>,
-    /// The batch of a bulk item.
-    pub batch: Option<String>,
-    /// The item key of a bulk item.
-    pub key: Option<String>,
-    /// The last error.
-    pub error: Option<String>,
-    /// Its shard, in a listing merged over a shard set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<usize>,
-}
-
 impl Render for Jobs {
     fn render(&self) -> String {
         let mut t = Table::with_shard(
@@ -286,27 +195,6 @@ impl Render for Jobs {
     }
 }
 
-/// `gaffer submit | retry | cancel | pause | resume`: one request.
-#[derive(Debug, Serialize)]
-pub struct RequestReport {
-    /// The request's id (its object in the inbox, its job on the intake
-    /// queue).
-    pub request: String,
-    /// `submit`: the job's id.
-    pub job: Option<String>,
-    /// `sent` (with `--no-wait`, or not applied within `--wait-secs`),
-    /// `applied`, `refused`.
-    pub status: &'static str,
-    /// What an applied operator request came to.
-    pub result: Option<String>,
-    /// Why it was refused.
-    pub reason: Option<String>,
-    /// `submit`: the job's state once applied: `queued`, `scheduled`,
-    /// `running`, or how it already ended (`succeeded`, `failed`,
-    /// `cancelled`).
-    pub job_state: Option<String>,
-}
-
 impl Render for RequestReport {
     fn render(&self) -> String {
         let mut t = Table::new(["FIELD", "VALUE"]);
@@ -326,68 +214,6 @@ impl Render for RequestReport {
         }
         t.render()
     }
-}
-
-/// `gaffer job ID`: one job.
-#[derive(Debug, Serialize)]
-pub struct JobDetail {
-    /// The job's id (its run id).
-    pub id: String,
-    /// The queue job id of its current or last delivery.
-    pub job_id: Option<String>,
-    /// The job type (or pipeline).
-    pub job_type: String,
-    /// As in [`JobRow::state`].
-    pub state: &'static str,
-    /// Attempts started or used.
-    pub attempts: u32,
-    /// When it was submitted (live runs).
-    pub submitted_at_ms: Option<u64>,
-    /// When its delivery was enqueued.
-    pub enqueued_at_ms: Option<u64>,
-    /// When its delivery was last claimed.
-    pub claimed_at_ms: Option<u64>,
-    /// When it is due (scheduled jobs).
-    pub run_at_ms: Option<u64>,
-    /// When it ended.
-    pub finished_at_ms: Option<u64>,
-    /// The output, decoded to JSON (succeeded jobs with an inline output).
-    pub output: Option<serde_json::Value>,
-    /// The object path of an output too large for KV.
-    pub output_blob: Option<String>,
-    /// The failure message.
-    pub error: Option<String>,
-    /// `Transient` or `Permanent` (failed jobs).
-    pub failure_kind: Option<String>,
-    /// The batch of a bulk item.
-    pub batch: Option<String>,
-    /// The item key of a bulk item.
-    pub key: Option<String>,
-    /// Each settled claim, in order: the queue's attempt history, or for a
-    /// job that succeeded after earlier claims, the one its outcome record kept.
-    pub history: Vec<AttemptRow>,
-    /// The ids of the follow-up jobs its success created (`ctx.then`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub followups: Vec<String>,
-}
-
-/// One settled attempt.
-#[derive(Debug, Serialize)]
-pub struct AttemptRow {
-    /// The queue's claim number (it counts interrupted and released claims,
-    /// which the job's `attempts` do not).
-    pub attempt: u32,
-    /// How the claim ended: `failed` (retried), `released` (given back
-    /// without spending an attempt), `lease-expired`, `interrupted` (the
-    /// process exited), `revived` (an operator requeued the dead job),
-    /// `dead-lettered`, `completed`.
-    pub outcome: String,
-    /// When it was claimed.
-    pub claimed_at_ms: Option<u64>,
-    /// When it was settled.
-    pub recorded_at_ms: u64,
-    /// Its error.
-    pub error: Option<String>,
 }
 
 impl Render for JobDetail {
@@ -441,41 +267,6 @@ impl Render for JobDetail {
     }
 }
 
-/// `gaffer dead`: `{"dead": [...]}`.
-#[derive(Debug, Serialize)]
-pub struct Dead {
-    /// Dead letters, per queue in enqueue order.
-    pub dead: Vec<DeadRow>,
-}
-
-/// One dead letter with its failure record.
-#[derive(Debug, Serialize)]
-pub struct DeadRow {
-    /// The job's id (its run id).
-    pub id: String,
-    /// The queue job id of the dead delivery.
-    pub job_id: String,
-    /// The job type (or pipeline).
-    pub job_type: String,
-    /// Attempts used.
-    pub attempts: u32,
-    /// When the delivery was enqueued.
-    pub enqueued_at_ms: u64,
-    /// When it ended (from its outcome record).
-    pub failed_at_ms: Option<u64>,
-    /// `Transient`, `Permanent` or `Cancelled`.
-    pub failure_kind: Option<String>,
-    /// The failure message.
-    pub error: Option<String>,
-    /// The batch of a bulk item.
-    pub batch: Option<String>,
-    /// The item key of a bulk item.
-    pub key: Option<String>,
-    /// Its shard, in a listing merged over a shard set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<usize>,
-}
-
 impl Render for Dead {
     fn render(&self) -> String {
         if self.dead.is_empty() {
@@ -504,43 +295,6 @@ impl Render for Dead {
         }
         t.render()
     }
-}
-
-/// `gaffer batches`: `{"batches": [...], "more": bool}`.
-#[derive(Debug, Serialize)]
-pub struct Batches {
-    /// Batches in id order.
-    pub batches: Vec<BatchRow>,
-    /// Whether more batches exist than `--limit`.
-    pub more: bool,
-}
-
-/// The status of one batch (also `gaffer batch ID`).
-#[derive(Debug, Serialize)]
-pub struct BatchRow {
-    /// The batch id.
-    pub id: String,
-    /// Its pipeline.
-    pub pipeline: String,
-    /// Whether its manifest is complete.
-    pub complete: bool,
-    /// Items in the manifest.
-    pub total: u64,
-    /// Items that succeeded.
-    pub succeeded: u64,
-    /// Items that failed.
-    pub failed: u64,
-    /// Items cancelled.
-    pub cancelled: u64,
-    /// Items queued or running now.
-    pub active: u64,
-    /// Items not settled yet (total − succeeded − failed − cancelled).
-    pub outstanding: u64,
-    /// The cost rollup of the settled items, by metric.
-    pub cost: BTreeMap<String, f64>,
-    /// The keys of failed items (`gaffer batch` only, at most 100).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed_keys: Option<Vec<String>>,
 }
 
 fn cost_text(cost: &BTreeMap<String, f64>) -> String {
@@ -615,36 +369,6 @@ impl Render for BatchRow {
     }
 }
 
-/// `gaffer health`.
-#[derive(Debug, Serialize)]
-pub struct Health {
-    /// Whether a writer is alive: a beat younger than three of its
-    /// intervals, not closed, from the current writer epoch.
-    pub alive: bool,
-    /// `alive`, `stale`, `closed`, `superseded` or `absent` (no beat ever).
-    pub status: &'static str,
-    /// The reader's clock, epoch ms.
-    pub now_ms: u64,
-    /// When the last beat was written (writer clock).
-    pub heartbeat_at_ms: Option<u64>,
-    /// `now_ms − heartbeat_at_ms`.
-    pub heartbeat_age_ms: Option<u64>,
-    /// The writer's beat interval.
-    pub heartbeat_interval_ms: Option<u64>,
-    /// The writer epoch of the beat.
-    pub heartbeat_writer_epoch: Option<u64>,
-    /// The writer epoch in the manifest.
-    pub writer_epoch: u64,
-    /// When the writer last flushed a memtable (writer clock; display only).
-    pub last_flush_at_ms: Option<u64>,
-    /// The durable sequence number the reader sees.
-    pub durable_seq: u64,
-    /// WAL objects written since the writer's last memtable flush (a
-    /// replaying reader's work; `health` reads the newest of them only).
-    /// `None` when read through a replaying reader (`batch --watch`).
-    pub unflushed_wal_objects: Option<u64>,
-}
-
 impl Render for Health {
     fn render(&self) -> String {
         let mut t = Table::new(["FIELD", "VALUE"]);
@@ -668,42 +392,6 @@ impl Render for Health {
         }
         t.render()
     }
-}
-
-/// `gaffer periodic`: `{"now_ms": …, "periodic": [...]}`.
-#[derive(Debug, Serialize)]
-pub struct Periodic {
-    /// This machine's clock when the records were read (what "overdue" is
-    /// judged against).
-    pub now_ms: u64,
-    /// One row per periodic job the store has a record of, by name.
-    pub periodic: Vec<PeriodicRow>,
-}
-
-/// One periodic job.
-#[derive(Debug, Serialize)]
-pub struct PeriodicRow {
-    /// Its name.
-    pub name: String,
-    /// The job type each tick submits.
-    pub job_type: String,
-    /// Its schedule (`every 1h`, `cron "0 9 * * *" Europe/Paris`).
-    pub schedule: String,
-    /// Its policy for ticks missed while no engine ran: `skip`,
-    /// `run-once`, `catch-up(N)`.
-    pub missed: String,
-    /// The last tick fired, epoch ms.
-    pub last_fired_ms: Option<u64>,
-    /// The job id of the last tick fired.
-    pub last_job_id: Option<String>,
-    /// The next tick (the first after the last one handled), epoch ms;
-    /// `null` if the schedule has none left. Past `now_ms`: overdue (no
-    /// engine has checked since).
-    pub next_due_ms: Option<u64>,
-    /// Ticks fired so far.
-    pub fired: u64,
-    /// Every tick at or before this time is handled (fired or dropped).
-    pub handled_until_ms: u64,
 }
 
 impl Render for Periodic {

@@ -170,7 +170,7 @@ async fn open_shard(
     let store = open(cli, None, Some(url)).await?;
     if let Err(e) = store.check_shard(shard, count, url).await {
         store.close().await;
-        return Err(e);
+        return Err(e.into());
     }
     Ok(store)
 }
@@ -200,7 +200,7 @@ async fn shard_part(
             ..
         } => {
             let jobs = store
-                .jobs(*state, job_type.as_deref(), *limit, None)
+                .jobs(state.map(Into::into), job_type.as_deref(), *limit, None)
                 .await?;
             let part = report::ShardPart::new(shard, url, json, &jobs);
             over.more |= jobs.more;

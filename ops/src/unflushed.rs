@@ -30,7 +30,7 @@ use taquba::WriterHeartbeat;
 use taquba::object_store::ObjectStore;
 use tokio::task::JoinSet;
 
-use crate::error::CliError;
+use crate::error::OpsError;
 
 /// taquba 0.16's key version byte (`keys::KEY_VERSION`).
 const KEY_VERSION: u8 = 1;
@@ -99,7 +99,7 @@ impl Unflushed {
         store: Arc<dyn ObjectStore>,
         path: &str,
         after: u64,
-    ) -> Result<Self, CliError> {
+    ) -> Result<Self, OpsError> {
         let wal = Arc::new(WalReader::new(path, store));
         let newest = newest_id(&wal, after).await?;
         Ok(Self {
@@ -118,7 +118,7 @@ impl Unflushed {
     /// first, back to the first that holds a beat (one, then twice as many
     /// at once each round, up to [`PARALLEL_READS`]: beside an idle writer
     /// the newest object is its beat).
-    pub async fn newest_beat(&self) -> Result<(Option<Beat>, Option<u64>), CliError> {
+    pub async fn newest_beat(&self) -> Result<(Option<Beat>, Option<u64>), OpsError> {
         let mut newest_seq = None;
         let mut end = self.ids.end;
         let mut chunk = 1u64;
@@ -133,7 +133,7 @@ impl Unflushed {
                 let beat = match &row.value {
                     ValueDeletable::Value(bytes) => {
                         let r: BeatRecord = rmp_serde::from_slice(bytes)
-                            .map_err(|e| CliError::BadRecord(format!("the heartbeat: {e}")))?;
+                            .map_err(|e| OpsError::BadRecord(format!("the heartbeat: {e}")))?;
                         Some(WriterHeartbeat {
                             counter: r.counter,
                             at_ms: r.at_ms,
@@ -158,7 +158,7 @@ impl Unflushed {
     /// shard markers, written at the store's first start): the oldest
     /// objects are read first, a few at once, up to the first that holds
     /// it.
-    pub async fn marker(&self, key: &[u8]) -> Result<Option<Vec<u8>>, CliError> {
+    pub async fn marker(&self, key: &[u8]) -> Result<Option<Vec<u8>>, OpsError> {
         let mut user_key = vec![TAG_USER];
         user_key.extend_from_slice(key);
         let user_key: Arc<[u8]> = user_key.into();
@@ -188,7 +188,7 @@ impl Unflushed {
     /// first that holds the key. When none does, every object was read, and
     /// the counter changes are all those above `above_seq` (as
     /// [`Self::counters`] gives them, without a second read).
-    pub async fn newest_or_counters(&self, key: &[u8], above_seq: u64) -> Result<Newest, CliError> {
+    pub async fn newest_or_counters(&self, key: &[u8], above_seq: u64) -> Result<Newest, OpsError> {
         let mut user_key = vec![TAG_USER];
         user_key.extend_from_slice(key);
         let user_key: Arc<[u8]> = user_key.into();
@@ -228,7 +228,7 @@ impl Unflushed {
     pub async fn counters(
         &self,
         above_seq: u64,
-    ) -> Result<BTreeMap<(String, String), Counter>, CliError> {
+    ) -> Result<BTreeMap<(String, String), Counter>, OpsError> {
         let rows: Vec<RowEntry> = self
             .read(self.ids.clone(), is_counter)
             .await?
@@ -240,7 +240,7 @@ impl Unflushed {
 
     /// The objects of `ids`, each with the rows `keep` keeps, several read
     /// at once; newest object first.
-    async fn read<K>(&self, ids: Range<u64>, keep: K) -> Result<Vec<Object>, CliError>
+    async fn read<K>(&self, ids: Range<u64>, keep: K) -> Result<Vec<Object>, OpsError>
     where
         K: Fn(&RowEntry) -> bool + Clone + Send + 'static,
     {
@@ -272,7 +272,7 @@ impl Unflushed {
                 None => break,
                 Some(Ok(read)) => out.push(read.map_err(taquba::Error::from)?),
                 Some(Err(e)) => {
-                    return Err(CliError::BadRecord(format!(
+                    return Err(OpsError::BadRecord(format!(
                         "a WAL object's read failed: {e}"
                     )));
                 }
@@ -301,7 +301,7 @@ pub enum Newest {
 fn fold_counters(
     mut rows: Vec<RowEntry>,
     above_seq: u64,
-) -> Result<BTreeMap<(String, String), Counter>, CliError> {
+) -> Result<BTreeMap<(String, String), Counter>, OpsError> {
     rows.retain(|r| r.seq > above_seq);
     rows.sort_by_key(|r| r.seq);
     let mut out = BTreeMap::new();
@@ -356,15 +356,15 @@ fn counter_name(key: &[u8]) -> Option<(String, String)> {
     ))
 }
 
-fn read_i64(bytes: &[u8]) -> Result<i64, CliError> {
+fn read_i64(bytes: &[u8]) -> Result<i64, OpsError> {
     bytes
         .try_into()
         .map(i64::from_le_bytes)
-        .map_err(|_| CliError::BadRecord(format!("a counter of {} bytes, not 8", bytes.len())))
+        .map_err(|_| OpsError::BadRecord(format!("a counter of {} bytes, not 8", bytes.len())))
 }
 
 /// Whether each WAL object of `ids` exists, all asked at once.
-async fn exist(wal: &WalReader, ids: &[u64]) -> Result<Vec<bool>, CliError> {
+async fn exist(wal: &WalReader, ids: &[u64]) -> Result<Vec<bool>, OpsError> {
     let mut asks = JoinSet::new();
     for (i, &id) in ids.iter().enumerate() {
         let file = wal.get(id);
@@ -373,7 +373,7 @@ async fn exist(wal: &WalReader, ids: &[u64]) -> Result<Vec<bool>, CliError> {
     let mut out = vec![false; ids.len()];
     while let Some(asked) = asks.join_next().await {
         let (i, found) =
-            asked.map_err(|e| CliError::BadRecord(format!("a WAL probe failed: {e}")))?;
+            asked.map_err(|e| OpsError::BadRecord(format!("a WAL probe failed: {e}")))?;
         out[i] = match found {
             Ok(_) => true,
             Err(e) if is_not_found(&e) => false,
@@ -410,7 +410,7 @@ const PROBES: u64 = 16;
 /// is missing; then the gap between the last found and the first missing
 /// is cut in [`PROBES`] parts each round. A few round trips where one per
 /// id would be dozens on an object store.
-async fn newest_id(wal: &WalReader, after: u64) -> Result<u64, CliError> {
+async fn newest_id(wal: &WalReader, after: u64) -> Result<u64, OpsError> {
     let mut found = after;
     let mut missing = None;
     let mut exp = 0u32;

@@ -1,0 +1,79 @@
+//! `gaffer web`: the dashboard (`gaffer-web`) served on its own, over the
+//! store or shard set the command names, until Ctrl-C.
+
+use std::process::ExitCode;
+
+use gaffer_actors::layout::store::Store as NamedStore;
+use gaffer_ops::OpsError;
+use gaffer_web::{Auth, WebConfig};
+
+use crate::Cli;
+use crate::error::CliError;
+
+/// Serve the dashboard on `listen` under `base_path`; credentials from
+/// the environment (`GAFFER_WEB_TOKEN`, or `GAFFER_WEB_USER` and
+/// `GAFFER_WEB_PASSWORD`) when set.
+pub async fn serve(
+    cli: &Cli,
+    listen: &str,
+    base_path: &str,
+    read_only: bool,
+) -> Result<ExitCode, CliError> {
+    let config = match &cli.shards {
+        Some(template) => {
+            WebConfig::open_shards(
+                template,
+                cli.shard_count.unwrap_or(0),
+                &cli.queue_path,
+                &cli.jobs_queue,
+                &cli.bulk_queue,
+            )
+            .await?
+        }
+        None => {
+            let named = match (&cli.dir, &cli.url) {
+                (Some(dir), _) => NamedStore::local_dir(dir),
+                (None, Some(url)) => NamedStore::url(url),
+                (None, None) => return Err(OpsError::NoStoreGiven.into()),
+            };
+            WebConfig::open_with(&named, &cli.queue_path, &cli.jobs_queue, &cli.bulk_queue).await?
+        }
+    };
+    let base = base_path.trim_end_matches('/');
+    if !base.is_empty() && !base.starts_with('/') {
+        return Err(CliError::BadInput("--base-path starts with `/`".into()));
+    }
+    let mut config = config.base_path(base).read_only(read_only);
+    let auth = Auth::from_env();
+    if let Some(auth) = auth.clone() {
+        config = config.auth(auth);
+    }
+    let dashboard = gaffer_web::router(config);
+    let app = if base.is_empty() {
+        dashboard
+    } else {
+        axum::Router::new()
+            .route("/", axum::routing::get(axum::response::Redirect::to(base)))
+            .nest(base, dashboard)
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CliError::BadInput(format!("--listen {listen}: {e}")))?;
+    let addr = listener.local_addr().map_err(CliError::Serve)?;
+    println!(
+        "gaffer web: http://{addr}{base}/ ({}{})",
+        if read_only { "read-only" } else { "actions on" },
+        if auth.is_some() {
+            ", credentials asked"
+        } else {
+            ""
+        }
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(CliError::Serve)?;
+    Ok(ExitCode::SUCCESS)
+}

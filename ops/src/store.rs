@@ -1,0 +1,254 @@
+//! Opening: the store opened read-only through one `QueueReader`
+//! (`FollowLatest`), its inbox sender, and its engine queues by kind.
+
+use std::path::Path;
+
+use gaffer_actors::layout::inspect;
+use gaffer_actors::layout::keys;
+use taquba::{InboxSender, QueueReader, QueueView, ReaderMode, ReaderOptions, default_inbox_path};
+
+use crate::error::OpsError;
+use crate::unflushed::Unflushed;
+
+/// How a command reads the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Through a reader that replays the WAL past the writer's last
+    /// memtable flush at open: the whole current state, for the commands
+    /// that list or look up jobs, batches and records.
+    Replay,
+    /// The flushed state, and of the WAL past it only the liveness beat,
+    /// the job counters and the store's markers, read from the WAL objects
+    /// raw (see the private `unflushed` module): `health`, which then reads the WAL
+    /// of about one beat interval however long the unflushed WAL, and
+    /// `stats`, which reads every unflushed object but keeps only the
+    /// counter rows (about half a replay's cost).
+    Flushed,
+}
+
+/// A store opened read-only.
+pub struct Store {
+    pub(crate) reader: QueueReader,
+    /// With [`Reading::Flushed`]: the WAL past the reader's flushed state.
+    pub(crate) unflushed: Option<Unflushed>,
+    pub(crate) jobs_prefix: String,
+    pub(crate) bulk_prefix: String,
+    /// Where operator requests go: the store's inbox.
+    sender: InboxSender,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("jobs_prefix", &self.jobs_prefix)
+            .field("bulk_prefix", &self.bulk_prefix)
+            .field("flushed_only", &self.unflushed.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Open the store at `dir` or `url`, read as `reading` says, and check
+    /// it is a gaffer store of the layout this build reads.
+    pub async fn open(
+        dir: Option<&Path>,
+        url: Option<&str>,
+        queue_path: &str,
+        jobs_prefix: &str,
+        bulk_prefix: &str,
+        reading: Reading,
+    ) -> Result<Self, OpsError> {
+        let named = match (dir, url) {
+            (Some(dir), _) => gaffer_actors::layout::store::Store::local_dir(dir),
+            (None, Some(url)) => gaffer_actors::layout::store::Store::url(url),
+            (None, None) => return Err(OpsError::NoStoreGiven),
+        };
+        Self::open_named(&named, queue_path, jobs_prefix, bulk_prefix, reading).await
+    }
+
+    /// [`Self::open`] on a store named as the engine's builder takes it
+    /// (`gaffer::Store`: a directory, a URL, an object store of the
+    /// application's).
+    pub async fn open_named(
+        named: &gaffer_actors::layout::store::Store,
+        queue_path: &str,
+        jobs_prefix: &str,
+        bulk_prefix: &str,
+        reading: Reading,
+    ) -> Result<Self, OpsError> {
+        let name = named.name();
+        let store = named.open_existing()?;
+        let sender = InboxSender::new(store.clone(), default_inbox_path(queue_path));
+        let mut options = ReaderOptions::default().mode(ReaderMode::FollowLatest);
+        // The WAL past the flushed state starts after the manifest's
+        // `replay_after_wal_id`. The manifest is read before the reader
+        // opens (on a manifest as new or newer): the WAL objects from there
+        // hold every commit past the reader's flushed state, and those
+        // already flushed are told apart by their sequence numbers.
+        let after = match reading {
+            Reading::Replay => {
+                options = options.manifest_poll_interval(std::time::Duration::from_millis(100));
+                None
+            }
+            Reading::Flushed => {
+                let admin = slatedb::admin::Admin::builder(queue_path, store.clone()).build();
+                let manifest = admin
+                    .read_manifest(None)
+                    .await
+                    .map_err(taquba::Error::from)?;
+                // The view stays on the manifest it opened on (its flushed
+                // sequence number is the one the WAL rows are told apart by).
+                options = options
+                    .skip_wal_replay(true)
+                    .manifest_poll_interval(std::time::Duration::from_secs(3600));
+                manifest.map(|m| m.replay_after_wal_id())
+            }
+        };
+        let reader = match QueueReader::open_with_options(store.clone(), queue_path, options).await
+        {
+            Ok(r) => r,
+            Err(taquba::Error::StoreNotInitialized { .. }) => {
+                return Err(OpsError::NotInitialized(name));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let unflushed = match after {
+            Some(after) => match Unflushed::find(store, queue_path, after).await {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    let _ = reader.close().await;
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let opened = Self {
+            reader,
+            unflushed,
+            jobs_prefix: jobs_prefix.to_string(),
+            bulk_prefix: bulk_prefix.to_string(),
+            sender,
+        };
+        let refused = match opened.store_marker(keys::LAYOUT_KEY).await {
+            Ok(found) => inspect::layout_of(found.as_deref())
+                .readable(&name)
+                .err()
+                .map(OpsError::from),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refused {
+            opened.close().await;
+            return Err(e);
+        }
+        Ok(opened)
+    }
+
+    /// The value of a gaffer marker (written once, at the store's first
+    /// start): from the view, else, read [`Reading::Flushed`], from the WAL
+    /// past it.
+    async fn store_marker(&self, key: &[u8]) -> Result<Option<Vec<u8>>, OpsError> {
+        if let Some(found) = self.view().kv_get(key).await? {
+            return Ok(Some(found.to_vec()));
+        }
+        match &self.unflushed {
+            Some(u) => u.marker(key).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Check the store's shard marker: refused if it was written as
+    /// another shard or under another count (`--shard-count`).
+    pub async fn check_shard(&self, index: usize, count: usize, url: &str) -> Result<(), OpsError> {
+        let place = gaffer_actors::ShardPlace {
+            index,
+            count,
+            url: url.to_string(),
+        };
+        let found = self.store_marker(keys::SHARD_KEY).await?;
+        inspect::shard_of(found.as_deref(), &place)?;
+        Ok(())
+    }
+
+    /// Close the reader.
+    pub async fn close(&self) {
+        let _ = self.reader.close().await;
+    }
+
+    /// The inbox sender of operator requests.
+    pub fn sender(&self) -> &InboxSender {
+        &self.sender
+    }
+
+    /// The engine's jobs queue prefix.
+    pub fn jobs_prefix(&self) -> &str {
+        &self.jobs_prefix
+    }
+
+    /// The reader's view of the store (it follows the writer).
+    pub fn view(&self) -> &QueueView {
+        self.reader.view()
+    }
+
+    /// The engine's queues, `(queue, kind, name)`, in name order.
+    pub(crate) async fn queues(
+        &self,
+        only: Option<&str>,
+    ) -> Result<Vec<(String, &'static str, String)>, OpsError> {
+        self.queues_and(only, Vec::new()).await
+    }
+
+    /// [`Self::queues`], with the queues `more` names beside the view's
+    /// (those of counters only the WAL holds yet).
+    pub(crate) async fn queues_and(
+        &self,
+        only: Option<&str>,
+        more: Vec<String>,
+    ) -> Result<Vec<(String, &'static str, String)>, OpsError> {
+        let mut out = Vec::new();
+        let wanted = only.map(|t| {
+            [
+                keys::queue_for(&self.jobs_prefix, t),
+                keys::queue_for(&self.bulk_prefix, t),
+            ]
+        });
+        let mut all = self.view().list_queues().await?;
+        all.extend(more);
+        all.sort();
+        all.dedup();
+        for q in all {
+            // A partition queue (a rate limit per header value) is listed
+            // under its type.
+            let base = keys::partition_base(&q).unwrap_or(&q).to_string();
+            if let Some(w) = &wanted
+                && !w.contains(&base)
+            {
+                continue;
+            }
+            match self.classify(&q) {
+                // Requests from clients in other processes: only in a
+                // listing of every queue.
+                Some(("intake", _)) if only.is_some() => {}
+                Some((kind, name)) => out.push((q, kind, name)),
+                None => {}
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// What a queue of the store is: `(kind, name)`, a job type's (a
+    /// partition queue under its type), a pipeline's, or the intake's (its
+    /// dead jobs are refused client requests, with the reason); `None` for
+    /// a queue that is not the engine's.
+    pub(crate) fn classify(&self, q: &str) -> Option<(&'static str, String)> {
+        let base = keys::partition_base(q).unwrap_or(q);
+        if q == gaffer_actors::engine::intake::intake_queue(&self.jobs_prefix) {
+            return Some(("intake", "client requests".to_string()));
+        }
+        if let Some(name) = base.strip_prefix(&format!("{}.", self.jobs_prefix)) {
+            return Some(("job", name.to_string()));
+        }
+        q.strip_prefix(&format!("{}.", self.bulk_prefix))
+            .map(|name| ("pipeline", name.to_string()))
+    }
+}

@@ -1,0 +1,288 @@
+//! gaffer's web dashboard: every job, batch and periodic job of a live
+//! store, and the operator's actions on them, in a browser.
+//!
+//! [`router`] gives an [`axum::Router`] that a service nests under a prefix
+//! of its choice (`Router::new().nest("/admin/jobs", gaffer_web::router(config))`,
+//! with [`WebConfig::base_path`] the same prefix) behind its own tower
+//! layers; `gaffer web --dir|--url|--shards …` serves the same router.
+//!
+//! - Reads go through one long-lived taquba `QueueReader` (`FollowLatest`)
+//!   per store, opened once by [`WebConfig::open`] and held by the router's
+//!   state, and the read side the `gaffer` command uses (`gaffer-ops`): the
+//!   dashboard never opens a writer and never fences.
+//! - Actions (retry, cancel, pause, resume, submit) are requests through
+//!   the store's inbox, as `gaffer retry|cancel|pause|resume|submit` send
+//!   them; the page shows each request's fate.
+//! - Pages are rendered on the server (maud: everything escaped), charts
+//!   are SVG drawn here, and one small script of ours (compiled in) refreshes
+//!   the numbers every 1.5 s while the tab is visible. No CDN, no Node.
+//! - [`WebConfig::read_only`] removes every action: no button is drawn and
+//!   every POST answers 403. POSTs from another site are refused (the
+//!   `Sec-Fetch-Site` and `Origin` headers). [`WebConfig::auth`] asks every
+//!   request for a bearer token or basic-auth credentials.
+
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod chart;
+mod pages;
+mod security;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::Router;
+use axum::routing::{get, post};
+use gaffer_actors::layout::store::Store as NamedStore;
+use gaffer_ops::{Reading, Store};
+
+pub use security::Auth;
+
+/// Why the dashboard could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    /// A store could not be opened or is not a gaffer store of this build.
+    #[error("{0}")]
+    Open(#[from] gaffer_ops::OpsError),
+    /// A shard set that is not one.
+    #[error("{0}")]
+    BadShards(String),
+}
+
+/// One store the dashboard reads (one shard of a set, or the only one).
+struct Shard {
+    index: usize,
+    url: String,
+    store: Store,
+    /// What the overview's chart has counted of this store's
+    /// finished-jobs index (one refresh counts at a time).
+    chart: tokio::sync::Mutex<chart::Counted>,
+}
+
+/// What the dashboard serves: the store (or a shard set), opened once, and
+/// how it is served.
+pub struct WebConfig {
+    shards: Vec<Shard>,
+    base_path: String,
+    read_only: bool,
+    auth: Option<Auth>,
+}
+
+impl std::fmt::Debug for WebConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebConfig")
+            .field("shards", &self.shards.len())
+            .field("base_path", &self.base_path)
+            .field("read_only", &self.read_only)
+            .field("auth", &self.auth.is_some())
+            .finish()
+    }
+}
+
+/// The engine's default names: queue path, jobs queue prefix, pipelines'
+/// queue prefix (`EngineBuilder`'s defaults, the command's too).
+const DEFAULT_NAMES: (&str, &str, &str) = ("queue", "jobs", "bulk-items");
+
+impl WebConfig {
+    /// Open `store` (as the engine's builder names it: `gaffer::Store`)
+    /// with the engine's default queue names: one `QueueReader` that the
+    /// dashboard holds for its life.
+    pub async fn open(store: &NamedStore) -> Result<Self, WebError> {
+        let (q, j, b) = DEFAULT_NAMES;
+        Self::open_with(store, q, j, b).await
+    }
+
+    /// [`Self::open`] with the engine's `queue_path`, `queue_name` and
+    /// `bulk_queue_name`.
+    pub async fn open_with(
+        store: &NamedStore,
+        queue_path: &str,
+        jobs_prefix: &str,
+        bulk_prefix: &str,
+    ) -> Result<Self, WebError> {
+        let opened =
+            Store::open_named(store, queue_path, jobs_prefix, bulk_prefix, Reading::Replay).await?;
+        Ok(Self::from_stores(vec![(store.name(), opened)]))
+    }
+
+    /// A shard set: the store of each shard from `template` (`{shard}` is
+    /// its index, as `gaffer::ShardSet::from_template`), `count` shards,
+    /// each checked against its shard marker.
+    pub async fn open_shards(
+        template: &str,
+        count: usize,
+        queue_path: &str,
+        jobs_prefix: &str,
+        bulk_prefix: &str,
+    ) -> Result<Self, WebError> {
+        use gaffer_actors::layout::keys;
+        if count == 0 || count > keys::MAX_SHARDS || !template.contains("{shard}") {
+            return Err(WebError::BadShards(format!(
+                "a shard set needs a template with `{{shard}}` and 1 to {} shards",
+                keys::MAX_SHARDS
+            )));
+        }
+        let mut stores = Vec::with_capacity(count);
+        for shard in 0..count {
+            let url = keys::shard_url(template, shard, count);
+            let opened = Store::open(
+                None,
+                Some(&url),
+                queue_path,
+                jobs_prefix,
+                bulk_prefix,
+                Reading::Replay,
+            )
+            .await?;
+            if let Err(e) = opened.check_shard(shard, count, &url).await {
+                opened.close().await;
+                for (_, s) in stores {
+                    let s: Store = s;
+                    s.close().await;
+                }
+                return Err(e.into());
+            }
+            stores.push((url, opened));
+        }
+        Ok(Self::from_stores(stores))
+    }
+
+    /// Stores opened already (`gaffer_ops::Store::open*`, read
+    /// [`Reading::Replay`]), named for the page: one store, or shard `i`
+    /// of a set at index `i`.
+    pub fn from_stores(stores: Vec<(String, Store)>) -> Self {
+        Self {
+            shards: stores
+                .into_iter()
+                .enumerate()
+                .map(|(index, (url, store))| Shard {
+                    index,
+                    url,
+                    store,
+                    chart: tokio::sync::Mutex::new(chart::Counted::default()),
+                })
+                .collect(),
+            base_path: String::new(),
+            read_only: false,
+            auth: None,
+        }
+    }
+
+    /// The prefix the router is nested under (`/admin/jobs`), for the
+    /// links of its pages; none by default.
+    pub fn base_path(mut self, path: &str) -> Self {
+        self.base_path = path.trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Without actions: no button is drawn and every POST answers 403.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Ask every request for these credentials (the standalone server
+    /// takes them from the environment); a service that nests the router
+    /// behind its own auth layer leaves this unset.
+    pub fn auth(mut self, auth: Auth) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+}
+
+/// A batch's first sighting by this server, for its rate and time left.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    settled: u64,
+}
+
+/// The router's state: the stores, each with its one reader, and the
+/// server's own memory of batch progress (not engine state).
+pub(crate) struct App {
+    shards: Vec<Shard>,
+    base: String,
+    read_only: bool,
+    auth: Option<Auth>,
+    samples: Mutex<HashMap<(usize, String), Sample>>,
+}
+
+impl App {
+    /// The store of shard `i`.
+    fn shard(&self, i: usize) -> Option<&Shard> {
+        self.shards.get(i)
+    }
+
+    /// The shard of job or batch `id`.
+    fn shard_of(&self, id: &str) -> &Shard {
+        let i = gaffer_actors::layout::keys::shard_of(id, self.shards.len());
+        &self.shards[i.min(self.shards.len() - 1)]
+    }
+
+    /// A link inside the dashboard.
+    fn href(&self, path: &str) -> String {
+        if path == "/" && !self.base.is_empty() {
+            return self.base.clone();
+        }
+        format!("{}{path}", self.base)
+    }
+
+    /// The rate (settled items per second) of a batch since this server
+    /// first saw it, when it moved since.
+    fn rate(&self, shard: usize, id: &str, settled: u64) -> Option<f64> {
+        let now = Instant::now();
+        let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let first = *samples
+            .entry((shard, id.to_string()))
+            .or_insert(Sample { at: now, settled });
+        let secs = now.duration_since(first.at).as_secs_f64();
+        (secs >= 1.0 && settled > first.settled).then(|| (settled - first.settled) as f64 / secs)
+    }
+}
+
+/// The dashboard's router, to serve or to nest under
+/// [`WebConfig::base_path`]. Without a store in `config` every request
+/// answers 503.
+pub fn router(config: WebConfig) -> Router {
+    let app = Arc::new(App {
+        shards: config.shards,
+        base: config.base_path,
+        read_only: config.read_only,
+        auth: config.auth,
+        samples: Mutex::new(HashMap::new()),
+    });
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/retry", post(pages::retry))
+        .route("/jobs/{id}/cancel", post(pages::cancel))
+        .route("/failed", get(pages::failed))
+        .route("/failed/retry", post(pages::retry_selected))
+        .route("/failed/retry-all", post(pages::retry_all))
+        .route("/batches", get(pages::batches))
+        .route("/batches/{id}", get(pages::batch))
+        .route("/periodic", get(pages::periodic))
+        .route("/queues", get(pages::queues))
+        .route("/queues/pause", post(pages::pause_named))
+        .route("/queues/{name}/pause", post(pages::pause))
+        .route("/queues/{name}/resume", post(pages::resume))
+        .route("/submit", get(pages::submit_form).post(pages::submit))
+        .route("/requests", get(pages::requests))
+        .route("/assets/app.js", get(view::script))
+        .route("/assets/app.css", get(view::style))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            security::guard,
+        ))
+        .with_state(app)
+}
+
+/// Close the readers of `config` without serving it.
+pub async fn close(config: WebConfig) {
+    for s in config.shards {
+        s.store.close().await;
+    }
+}

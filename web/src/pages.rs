@@ -1,0 +1,1201 @@
+//! The pages and the actions. Every page is a bounded read through the
+//! stores' readers; every action one request (or one per selected job)
+//! through a store's inbox, answered by a redirect to the page of its fate.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use gaffer_actors::EngineError;
+use gaffer_actors::engine::intake::{IntakeOp, RequestProgress};
+use gaffer_actors::layout::{inspect, keys, records};
+use gaffer_ops::report::{DeadRow, JobRow, Stats};
+use gaffer_ops::{OpsError, StateFilter, act};
+use maud::{Markup, html};
+
+use crate::view::{age, error_page, live, now_ms, page, payload, progress, state, time};
+use crate::{App, Shard, chart};
+
+/// Rows a listing shows per page.
+const PAGE: usize = 50;
+/// How often the live part of a page refreshes.
+const REFRESH_MS: u32 = 1500;
+/// How long a submit waits for the engine's answer before it shows the
+/// request's page instead.
+const SUBMIT_WAIT: Duration = Duration::from_secs(3);
+/// Most finished-jobs index entries the chart reads per type and result
+/// in one request (the rest at the next refresh).
+const CHART_BUDGET: usize = 5_000;
+
+type Q = Query<Vec<(String, String)>>;
+
+/// A failed request: its page, rendered.
+pub struct Fail(Box<Response>);
+
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+impl From<Response> for Fail {
+    fn from(r: Response) -> Self {
+        Fail(Box::new(r))
+    }
+}
+
+fn bad(app: &App, message: impl AsRef<str>) -> Fail {
+    Fail::from(error_page(app, StatusCode::BAD_REQUEST, message.as_ref()))
+}
+
+fn missing(app: &App, message: impl AsRef<str>) -> Fail {
+    Fail::from(error_page(app, StatusCode::NOT_FOUND, message.as_ref()))
+}
+
+/// An error of a read or a request, as its page: 404 for an unknown id,
+/// 400 for bad input, 503 for a store not ready, 500 for a store that fails.
+trait OrFail<T> {
+    fn or_fail(self, app: &App) -> Result<T, Fail>;
+}
+
+impl<T> OrFail<T> for Result<T, OpsError> {
+    fn or_fail(self, app: &App) -> Result<T, Fail> {
+        self.map_err(|e| {
+            let status = match &e {
+                OpsError::JobNotFound(_) | OpsError::BatchNotFound(_) => StatusCode::NOT_FOUND,
+                OpsError::Engine(
+                    EngineError::JobNotFound(_)
+                    | EngineError::BatchNotFound(_)
+                    | EngineError::InvalidJobId(_)
+                    | EngineError::InvalidBatchId(_),
+                ) => StatusCode::NOT_FOUND,
+                OpsError::BadCursor(_) | OpsError::BadInput(_) => StatusCode::BAD_REQUEST,
+                OpsError::IndexNotReady => StatusCode::SERVICE_UNAVAILABLE,
+                _ => {
+                    tracing::warn!(error = %e, "dashboard read failed");
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            };
+            Fail::from(error_page(app, status, &e.to_string()))
+        })
+    }
+}
+
+impl<T> OrFail<T> for Result<T, EngineError> {
+    fn or_fail(self, app: &App) -> Result<T, Fail> {
+        self.map_err(OpsError::from).or_fail(app)
+    }
+}
+
+/// The first value of `name` in a query or form, empty ones as none.
+fn arg<'a>(q: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    q.iter()
+        .find(|(k, v)| k == name && !v.is_empty())
+        .map(|(_, v)| v.as_str())
+}
+
+fn fragment(q: &[(String, String)]) -> bool {
+    arg(q, "fragment").is_some()
+}
+
+/// The page, or with `?fragment=1` its live part only.
+fn respond(
+    app: &App,
+    q: &[(String, String)],
+    title: &str,
+    tab: &str,
+    head: Markup,
+    inner: Markup,
+) -> Response {
+    if fragment(q) {
+        return Html(inner.into_string()).into_response();
+    }
+    let body = html! { (head) (live(REFRESH_MS, inner)) };
+    Html(page(app, title, tab, body).into_string()).into_response()
+}
+
+/// A link with a query string built from `pairs` (values escaped).
+fn link(app: &App, path: &str, pairs: &[(&str, &str)]) -> String {
+    let q: Vec<String> = pairs
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+    if q.is_empty() {
+        app.href(path)
+    } else {
+        format!("{}?{}", app.href(path), q.join("&"))
+    }
+}
+
+/// Percent-encoding of a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Percent-encoding of a path segment.
+fn seg(s: &str) -> String {
+    encode(s)
+}
+
+async fn all_stats(app: &App) -> Result<Stats, Fail> {
+    let mut stats = Stats::default();
+    for sh in &app.shards {
+        stats.add(&sh.store.stats(false).await.or_fail(app)?);
+    }
+    Ok(stats)
+}
+
+async fn all_paused(app: &App) -> Result<BTreeSet<String>, Fail> {
+    let mut paused = BTreeSet::new();
+    for sh in &app.shards {
+        paused.extend(sh.store.paused().await.or_fail(app)?);
+    }
+    Ok(paused)
+}
+
+// ---------------------------------------------------------------- overview
+
+/// `GET /`: per queue counts and paused state, the writers' health, and
+/// jobs finished per minute over the last hour.
+pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let stats = all_stats(&app).await?;
+    let paused = all_paused(&app).await?;
+    let now = now_ms();
+    let from = (now - now % 60_000).saturating_sub(59 * 60_000);
+    let mut total: chart::Series = [[0; 3]; chart::MINUTES];
+    let mut per_type: BTreeMap<String, chart::Series> = BTreeMap::new();
+    let mut capped = false;
+    let mut health = Vec::new();
+    for sh in &app.shards {
+        health.push((sh.index, &sh.url, sh.store.health().await.or_fail(&app)?));
+        let mut counted = sh.chart.lock().await;
+        capped |= !counted
+            .update(&sh.store, from, CHART_BUDGET)
+            .await
+            .or_fail(&app)?;
+        counted.add_to(from, &mut total, &mut per_type);
+    }
+    let sharded = app.shards.len() > 1;
+    let inner = html! {
+        h2 { "Writer" }
+        table {
+            tr { @if sharded { th { "Shard" } } th { "Store" } th { "Status" } th { "Heartbeat age" } th { "Writer epoch" } th { "Durable seq" } }
+            @for (i, url, h) in &health {
+                tr {
+                    @if sharded { td { (i) } }
+                    td { (url) }
+                    td { (state(h.status)) }
+                    td.n { (h.heartbeat_age_ms.map(age).unwrap_or_else(|| "-".into())) }
+                    td.n { (h.writer_epoch) }
+                    td.n { (h.durable_seq) }
+                }
+            }
+        }
+        h2 { "Queues" }
+        (queue_table(&app, &stats, &paused, false))
+        h2 { "Finished per minute, last hour" }
+        (chart::draw("all types", &total, 720, 140))
+        @if capped { p.note #catching-up { "Still counting the hour's finished jobs (" (CHART_BUDGET) " per type and result per refresh): the chart fills in over the next refreshes." } }
+        div.grid {
+            @for (ty, s) in &per_type {
+                div { (chart::draw(ty, s, 360, 90)) }
+            }
+        }
+    };
+    Ok(respond(&app, &q, "Overview", "/", html! {}, inner))
+}
+
+fn queue_table(app: &App, stats: &Stats, paused: &BTreeSet<String>, actions: bool) -> Markup {
+    html! {
+        @if stats.queues.is_empty() { p.note { "No queues yet." } } @else {
+            table #queues {
+                tr {
+                    th { "Queue" } th { "Kind" } th.n { "Pending" } th.n { "Scheduled" } th.n { "Running" }
+                    th.n { "Done" } th.n { "Dead" } th { "Paused" }
+                    @if actions && !app.read_only { th {} }
+                }
+                @for row in &stats.queues {
+                    @let is_paused = row.kind == "job" && paused.contains(&row.name);
+                    tr data-queue=(row.name) {
+                        td { a href=(link(app, "/jobs", &[("type", &row.name)])) { (row.name) } }
+                        td { (row.kind) }
+                        td.n.pending { (row.pending) }
+                        td.n.scheduled { (row.scheduled) }
+                        td.n.running { (row.running) }
+                        td.n.done { (row.done) }
+                        td.n.dead { (row.dead) }
+                        td.paused { @if is_paused { (state("paused")) } @else { "no" } }
+                        @if actions && !app.read_only {
+                            td {
+                                @if row.kind == "job" {
+                                    @if is_paused {
+                                        form.inline method="post" action=(app.href(&format!("/queues/{}/resume", seg(&row.name)))) {
+                                            button.secondary type="submit" { "Resume" }
+                                        }
+                                    } @else {
+                                        form.inline method="post" action=(app.href(&format!("/queues/{}/pause", seg(&row.name)))) {
+                                            button.secondary type="submit" { "Pause" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// -------------------------------------------------------------------- jobs
+
+const STATES: [&str; 8] = [
+    "running",
+    "queued",
+    "scheduled",
+    "waiting",
+    "dead",
+    "succeeded",
+    "failed",
+    "cancelled",
+];
+
+fn state_filter(s: &str) -> Option<StateFilter> {
+    Some(match s {
+        "queued" => StateFilter::Queued,
+        "scheduled" => StateFilter::Scheduled,
+        "waiting" => StateFilter::Waiting,
+        "running" => StateFilter::Running,
+        "dead" => StateFilter::Dead,
+        "succeeded" => StateFilter::Succeeded,
+        "failed" => StateFilter::Failed,
+        "cancelled" => StateFilter::Cancelled,
+        _ => return None,
+    })
+}
+
+/// `GET /jobs`: by state (tabs with counts), type, a search by id or
+/// idempotency key, newest finished first, a page at a time.
+pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let st = arg(&q, "state").unwrap_or("");
+    let filter = match st {
+        "" => None,
+        s => Some(state_filter(s).ok_or_else(|| {
+            bad(
+                &app,
+                format!("no state `{s}`: pass one of {}", STATES.join(", ")),
+            )
+        })?),
+    };
+    let ty = arg(&q, "type");
+    if let Some(t) = ty
+        && t.len() > 200
+    {
+        return Err(bad(&app, "a type name is at most 200 bytes"));
+    }
+    if let Some(search) = arg(&q, "q") {
+        let search = search.trim();
+        for id in [search.to_string(), keys::keyed_run_id(search)] {
+            if !keys::is_valid_id(&id) {
+                continue;
+            }
+            match app.shard_of(&id).store.job(&id).await {
+                Ok(_) => return Ok(Redirect::to(&app.href(&format!("/jobs/{id}"))).into_response()),
+                Err(OpsError::JobNotFound(_)) => {}
+                Err(e) => return Err(Err::<(), _>(e).or_fail(&app).unwrap_err()),
+            }
+        }
+        return Err(missing(
+            &app,
+            format!("No job has the id or the idempotency key `{search}`."),
+        ));
+    }
+    let shard = match arg(&q, "shard") {
+        None => None,
+        Some(s) => Some(
+            s.parse::<usize>()
+                .ok()
+                .filter(|i| *i < app.shards.len())
+                .ok_or_else(|| bad(&app, format!("no shard `{s}`")))?,
+        ),
+    };
+    let after = arg(&q, "after");
+    if after.is_some() && shard.is_none() && app.shards.len() > 1 {
+        return Err(bad(&app, "a cursor pages one shard: pass shard too"));
+    }
+    let stats = all_stats(&app).await?;
+    let count = |f: &dyn Fn(&gaffer_ops::report::QueueRow) -> i64| -> i64 {
+        stats
+            .queues
+            .iter()
+            .filter(|r| r.kind != "intake" && ty.is_none_or(|t| r.name == t))
+            .map(f)
+            .sum()
+    };
+    let counts: BTreeMap<&str, i64> = [
+        ("running", count(&|r| r.running)),
+        ("queued", count(&|r| r.pending)),
+        ("scheduled", count(&|r| r.scheduled)),
+        ("dead", count(&|r| r.dead)),
+        ("succeeded", count(&|r| r.done)),
+    ]
+    .into_iter()
+    .collect();
+    type Listed = (Vec<(Option<usize>, JobRow)>, Option<(usize, String)>);
+    let (rows, next): Listed = match (shard, app.shards.len()) {
+        (Some(_), _) | (None, 1) => {
+            let i = shard.unwrap_or(0);
+            let sh = app.shard(i).ok_or_else(|| bad(&app, "no such shard"))?;
+            let page = sh.store.jobs(filter, ty, PAGE, after).await.or_fail(&app)?;
+            let tag = (app.shards.len() > 1).then_some(i);
+            (
+                page.jobs.into_iter().map(|j| (tag, j)).collect(),
+                page.next.map(|n| (i, n)),
+            )
+        }
+        _ => {
+            let mut all = Vec::new();
+            for sh in &app.shards {
+                let page = sh.store.jobs(filter, ty, PAGE, None).await.or_fail(&app)?;
+                all.extend(page.jobs.into_iter().map(|j| (Some(sh.index), j)));
+            }
+            merge_jobs(&mut all);
+            all.truncate(PAGE);
+            (all, None)
+        }
+    };
+    let head = html! {
+        div.tabs {
+            a class=[st.is_empty().then_some("active")] href=(link(&app, "/jobs", &[("type", ty.unwrap_or(""))])) { "all" }
+            @for s in STATES {
+                a class=[(st == s).then_some("active")] href=(link(&app, "/jobs", &[("state", s), ("type", ty.unwrap_or(""))])) {
+                    (s) @if let Some(n) = counts.get(s) { " (" (n) ")" }
+                }
+            }
+        }
+        form.filters method="get" action=(app.href("/jobs")) {
+            input type="hidden" name="state" value=(st);
+            div { label for="type" { "Type" } input #type name="type" value=(ty.unwrap_or("")) placeholder="any"; }
+            button type="submit" { "Filter" }
+        }
+        form.filters method="get" action=(app.href("/jobs")) {
+            div { label for="q" { "Job id or idempotency key" } input #q name="q" size="50"; }
+            button.secondary type="submit" { "Find" }
+        }
+        p.note { "Counts: the queues' counters (succeeded: done since the queue was created). Live jobs first, then finished ones newest first." }
+    };
+    let sharded = app.shards.len() > 1;
+    let inner = html! {
+        (job_rows(&app, &rows, sharded))
+        @if let Some((i, n)) = &next {
+            @let i = i.to_string();
+            p { a.next href=(link(&app, "/jobs", &[("state", st), ("type", ty.unwrap_or("")), ("after", n), ("shard", if sharded { &i } else { "" })])) { "Next page →" } }
+        }
+    };
+    Ok(respond(&app, &q, "Jobs", "/jobs", head, inner))
+}
+
+/// A listing merged over shards: live jobs first (running, queued,
+/// scheduled, waiting, dead; oldest first), then finished ones newest first.
+fn merge_jobs(jobs: &mut [(Option<usize>, JobRow)]) {
+    let rank = |state: &str| match state {
+        "running" => 0,
+        "queued" => 1,
+        "scheduled" | "waiting" => 2,
+        "dead" => 3,
+        _ => 4,
+    };
+    jobs.sort_by(|(_, a), (_, b)| {
+        let (ra, rb) = (rank(a.state), rank(b.state));
+        ra.cmp(&rb).then_with(|| {
+            if ra == 4 {
+                b.at_ms.cmp(&a.at_ms)
+            } else {
+                a.at_ms.cmp(&b.at_ms)
+            }
+        })
+    });
+}
+
+fn job_rows(app: &App, rows: &[(Option<usize>, JobRow)], sharded: bool) -> Markup {
+    html! {
+        @if rows.is_empty() { p.note { "No jobs." } } @else {
+            table #jobs {
+                tr { @if sharded { th { "Shard" } } th { "Id" } th { "Type" } th { "State" } th.n { "Attempts" } th { "At (UTC)" } th { "Error" } }
+                @for (shard, j) in rows {
+                    tr {
+                        @if sharded { td { (shard.map(|s| s.to_string()).unwrap_or_default()) } }
+                        td { a href=(app.href(&format!("/jobs/{}", seg(&j.id)))) { (j.id) } }
+                        td {
+                            (j.job_type)
+                            @if let (Some(b), Some(k)) = (&j.batch, &j.key) {
+                                " (" a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } " / " (k) ")"
+                            }
+                        }
+                        td { (state(j.state)) }
+                        td.n { (j.attempts) }
+                        td { (j.at_ms.map(time).unwrap_or_default()) }
+                        td.err { (j.error.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// --------------------------------------------------------------------- job
+
+/// `GET /jobs/{id}`: one job, with Retry and Cancel where they apply.
+pub async fn job(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Result<Response, Fail> {
+    if !keys::is_valid_id(&id) {
+        return Err(missing(&app, format!("No job `{id}`: not a job id.")));
+    }
+    let sh = app.shard_of(&id);
+    let d = sh.store.job(&id).await.or_fail(&app)?;
+    let retryable = matches!(d.state, "failed" | "cancelled" | "dead");
+    let cancellable = matches!(d.state, "queued" | "scheduled" | "waiting" | "running");
+    let opt = |v: Option<u64>| v.map(time);
+    let inner = html! {
+        dl.fields #job {
+            dt { "Id" } dd #job-id { (d.id) }
+            @if let Some(j) = &d.job_id { dt { "Queue job" } dd { (j) } }
+            dt { "Type" } dd { a href=(link(&app, "/jobs", &[("type", &d.job_type)])) { (d.job_type) } }
+            dt { "State" } dd #job-state { (state(d.state)) }
+            dt { "Attempts" } dd { (d.attempts) }
+            @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
+            @if let Some(b) = &d.batch { dt { "Batch" } dd { a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } } }
+            @if let Some(k) = &d.key { dt { "Item key" } dd { (k) } }
+            @for (name, v) in [("Submitted", opt(d.submitted_at_ms)), ("Enqueued", opt(d.enqueued_at_ms)), ("Claimed", opt(d.claimed_at_ms)), ("Run at", opt(d.run_at_ms)), ("Finished", opt(d.finished_at_ms))] {
+                @if let Some(v) = v { dt { (name) } dd { (v) " UTC" } }
+            }
+            @if let Some(k) = &d.failure_kind { dt { "Failure" } dd { (k) } }
+            @if !d.followups.is_empty() {
+                dt { "Follow-ups" }
+                dd { @for f in &d.followups { a href=(app.href(&format!("/jobs/{}", seg(f)))) { (f) } " " } }
+            }
+        }
+        @if !app.read_only && (retryable || cancellable) {
+            p {
+                @if retryable {
+                    form.inline method="post" action=(app.href(&format!("/jobs/{}/retry", seg(&d.id)))) { button #retry type="submit" { "Retry" } }
+                    " "
+                }
+                @if cancellable {
+                    form.inline method="post" action=(app.href(&format!("/jobs/{}/cancel", seg(&d.id)))) { button.danger #cancel type="submit" { "Cancel" } }
+                }
+            }
+        }
+        @if let Some(e) = &d.error { h2 { "Error" } pre.err #error { (e) } }
+        @if let Some(o) = &d.output { h2 { "Output" } pre #output { (serde_json::to_string_pretty(o).unwrap_or_default()) } }
+        @if let Some(b) = &d.output_blob { h2 { "Output" } p { "In the object " code { (b) } } }
+        h2 { "Payload" }
+        @match (&d.payload, &d.payload_ref) {
+            (Some(p), _) => pre #payload { (payload(p)) },
+            (None, Some(r)) => p { "In the object " code { (r) } },
+            (None, None) => p.note { "The queue no longer keeps it." },
+        }
+        @if !d.history.is_empty() {
+            h2 { "Attempts" }
+            table #attempts {
+                tr { th.n { "Claim" } th { "Outcome" } th { "Claimed" } th { "Settled" } th { "Error" } }
+                @for a in &d.history {
+                    tr {
+                        td.n { (a.attempt) } td { (a.outcome) }
+                        td { (a.claimed_at_ms.map(time).unwrap_or_default()) }
+                        td { (time(a.recorded_at_ms)) }
+                        td.err { (a.error.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+    };
+    Ok(respond(
+        &app,
+        &q,
+        &format!("Job {}", d.id),
+        "/jobs",
+        html! {},
+        inner,
+    ))
+}
+
+// ----------------------------------------------------------------- actions
+
+/// Send `op` to the store of `sh`; the request's reference for `/requests`.
+async fn send(app: &App, sh: &Shard, op: IntakeOp, job: Option<&str>) -> Result<String, Fail> {
+    let request = ulid::Ulid::new().to_string();
+    act::send(&sh.store, &op, &request).await.or_fail(app)?;
+    Ok(format!("{}:{request}:{}", sh.index, job.unwrap_or("")))
+}
+
+fn to_requests(app: &App, refs: &[String]) -> Response {
+    let pairs: Vec<(&str, &str)> = refs.iter().map(|r| ("r", r.as_str())).collect();
+    Redirect::to(&link(app, "/requests", &pairs)).into_response()
+}
+
+fn job_id(app: &App, id: &str) -> Result<(), Fail> {
+    if keys::is_valid_id(id) {
+        Ok(())
+    } else {
+        Err(missing(app, format!("No job `{id}`: not a job id.")))
+    }
+}
+
+/// `POST /jobs/{id}/retry`.
+pub async fn retry(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, Fail> {
+    job_id(&app, &id)?;
+    let r = send(
+        &app,
+        app.shard_of(&id),
+        IntakeOp::Retry { run_id: id.clone() },
+        Some(&id),
+    )
+    .await?;
+    Ok(to_requests(&app, &[r]))
+}
+
+/// `POST /jobs/{id}/cancel`.
+pub async fn cancel(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response, Fail> {
+    job_id(&app, &id)?;
+    let r = send(
+        &app,
+        app.shard_of(&id),
+        IntakeOp::Cancel { run_id: id.clone() },
+        Some(&id),
+    )
+    .await?;
+    Ok(to_requests(&app, &[r]))
+}
+
+/// `POST /failed/retry`: the job of the row's button (`one`), or every
+/// selected one (`id`), one request each.
+pub async fn retry_selected(
+    State(app): State<Arc<App>>,
+    axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, Fail> {
+    let ids: Vec<&str> = match arg(&form, "one") {
+        Some(one) => vec![one],
+        None => form
+            .iter()
+            .filter(|(k, v)| k == "id" && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+            .collect(),
+    };
+    if ids.is_empty() {
+        return Err(bad(&app, "Select at least one job to retry."));
+    }
+    if ids.len() > 1000 {
+        return Err(bad(&app, "At most 1000 jobs at once."));
+    }
+    for id in &ids {
+        if !keys::is_valid_id(id) {
+            return Err(bad(&app, format!("`{id}` is not a job id.")));
+        }
+    }
+    let mut refs = Vec::new();
+    for id in ids {
+        refs.push(
+            send(
+                &app,
+                app.shard_of(id),
+                IntakeOp::Retry {
+                    run_id: id.to_string(),
+                },
+                Some(id),
+            )
+            .await?,
+        );
+    }
+    Ok(to_requests(&app, &refs))
+}
+
+/// Minutes in a `since` filter, checked.
+fn since_minutes(app: &App, q: &[(String, String)]) -> Result<Option<u64>, Fail> {
+    match arg(q, "since") {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<u64>()
+            .ok()
+            .filter(|m| *m <= 10 * 365 * 24 * 60)
+            .map(Some)
+            .ok_or_else(|| bad(app, format!("`{s}` is not a number of minutes"))),
+    }
+}
+
+/// `POST /failed/retry-all`: every failed job of the filter's type (each
+/// job type without one) that failed in the last `since` minutes (all
+/// without), one request per type and store: the engine retries them.
+pub async fn retry_all(
+    State(app): State<Arc<App>>,
+    axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, Fail> {
+    let since = since_minutes(&app, &form)?;
+    let since_ms = since.map_or(0, |m| now_ms().saturating_sub(m * 60_000));
+    let types: Vec<String> = match arg(&form, "type") {
+        Some(t) => vec![t.to_string()],
+        None => all_stats(&app)
+            .await?
+            .queues
+            .into_iter()
+            .filter(|r| r.kind == "job")
+            .map(|r| r.name)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+    };
+    if types.is_empty() {
+        return Err(bad(&app, "No job type to retry."));
+    }
+    let mut refs = Vec::new();
+    for sh in &app.shards {
+        for t in &types {
+            refs.push(
+                send(
+                    &app,
+                    sh,
+                    IntakeOp::RetryFailed {
+                        job_type: t.clone(),
+                        since_ms,
+                    },
+                    None,
+                )
+                .await?,
+            );
+        }
+    }
+    Ok(to_requests(&app, &refs))
+}
+
+fn type_name(app: &App, name: &str) -> Result<(), Fail> {
+    if name.is_empty() || name.len() > 200 {
+        return Err(bad(app, "a job type is 1 to 200 bytes"));
+    }
+    Ok(())
+}
+
+/// `POST /queues/{name}/pause`: on every store of the set.
+pub async fn pause(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<Response, Fail> {
+    type_name(&app, &name)?;
+    let mut refs = Vec::new();
+    for sh in &app.shards {
+        refs.push(
+            send(
+                &app,
+                sh,
+                IntakeOp::Pause {
+                    job_type: name.clone(),
+                },
+                None,
+            )
+            .await?,
+        );
+    }
+    Ok(to_requests(&app, &refs))
+}
+
+/// `POST /queues/pause` with the type in the form's `name`.
+pub async fn pause_named(
+    state: State<Arc<App>>,
+    axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, Fail> {
+    let name = arg(&form, "name").unwrap_or("").to_string();
+    pause(state, Path(name)).await
+}
+
+/// `POST /queues/{name}/resume`: on every store of the set.
+pub async fn resume(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<Response, Fail> {
+    type_name(&app, &name)?;
+    let mut refs = Vec::new();
+    for sh in &app.shards {
+        refs.push(
+            send(
+                &app,
+                sh,
+                IntakeOp::Resume {
+                    job_type: name.clone(),
+                },
+                None,
+            )
+            .await?,
+        );
+    }
+    Ok(to_requests(&app, &refs))
+}
+
+/// `GET /requests?r=SHARD:REQUEST:JOB…`: what became of each request.
+pub async fn requests(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let mut parsed = Vec::new();
+    for (k, v) in &q {
+        if k != "r" {
+            continue;
+        }
+        let mut parts = v.splitn(3, ':');
+        let (s, rid, job) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
+        let shard = s.parse::<usize>().ok().and_then(|i| app.shard(i));
+        match shard {
+            Some(sh) if keys::is_valid_id(rid) && (job.is_empty() || keys::is_valid_id(job)) => {
+                parsed.push((
+                    sh,
+                    rid.to_string(),
+                    (!job.is_empty()).then(|| job.to_string()),
+                ));
+            }
+            _ => {
+                return Err(bad(
+                    &app,
+                    format!("`{v}` is not a request of this dashboard"),
+                ));
+            }
+        }
+    }
+    if parsed.is_empty() || parsed.len() > 1000 {
+        return Err(bad(&app, "name 1 to 1000 requests"));
+    }
+    let mut rows = Vec::new();
+    for (sh, rid, job) in &parsed {
+        let (status, detail) = match act::progress(&sh.store, rid).await.or_fail(&app)? {
+            RequestProgress::Sent => ("sent", String::new()),
+            RequestProgress::Refused(reason) => ("refused", reason),
+            RequestProgress::Applied(result) => ("applied", result.unwrap_or_default()),
+        };
+        let job_state = match job {
+            Some(j) => act::job_state(&sh.store, j).await.or_fail(&app)?,
+            None => None,
+        };
+        rows.push((sh.index, rid, job, status, detail, job_state));
+    }
+    let sharded = app.shards.len() > 1;
+    let inner = html! {
+        table #requests {
+            tr { @if sharded { th { "Shard" } } th { "Request" } th { "Job" } th { "Fate" } th { "Result or reason" } th { "Job state" } }
+            @for (i, rid, job, status, detail, js) in &rows {
+                tr {
+                    @if sharded { td { (i) } }
+                    td { code { (rid) } }
+                    td { @if let Some(j) = job { a href=(app.href(&format!("/jobs/{}", seg(j)))) { (j) } } }
+                    td.fate { (state(status)) }
+                    td { (detail) }
+                    td.job-state { @if let Some(s) = js { (state(s)) } }
+                }
+            }
+        }
+        p.note { "sent: in the store's inbox, not taken by the engine yet; applied: done; refused: with the engine's reason." }
+    };
+    Ok(respond(&app, &q, "Requests", "", html! {}, inner))
+}
+
+// ------------------------------------------------------------------ failed
+
+/// `GET /failed`: dead letters with their failure, to retry one, the
+/// selected, or all that match the filter.
+pub async fn failed(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let ty = arg(&q, "type");
+    let since = since_minutes(&app, &q)?;
+    let from = since.map(|m| now_ms().saturating_sub(m * 60_000));
+    let mut rows: Vec<DeadRow> = Vec::new();
+    for sh in &app.shards {
+        let dead = sh.store.dead(ty, PAGE).await.or_fail(&app)?;
+        rows.extend(dead.dead.into_iter().map(|mut d| {
+            d.shard = (app.shards.len() > 1).then_some(sh.index);
+            d
+        }));
+    }
+    if let Some(from) = from {
+        rows.retain(|d| d.failed_at_ms.is_some_and(|at| at >= from));
+    }
+    rows.sort_by(|a, b| {
+        (b.failed_at_ms.is_some(), b.failed_at_ms, b.enqueued_at_ms).cmp(&(
+            a.failed_at_ms.is_some(),
+            a.failed_at_ms,
+            a.enqueued_at_ms,
+        ))
+    });
+    rows.truncate(PAGE * 2);
+    let since_s = since.map(|m| m.to_string()).unwrap_or_default();
+    let sharded = app.shards.len() > 1;
+    let actions = !app.read_only;
+    let table = html! {
+                table #dead {
+                    tr {
+                        @if actions { th { input #select-all type="checkbox" title="select all"; } }
+                        @if sharded { th { "Shard" } }
+                        th { "Id" } th { "Type" } th.n { "Attempts" } th { "Failed (UTC)" } th { "Kind" } th { "Error" }
+                        @if actions { th {} }
+                    }
+                    @for d in &rows {
+                        tr {
+                            @if actions { td { input type="checkbox" name="id" value=(d.id); } }
+                            @if sharded { td { (d.shard.map(|s| s.to_string()).unwrap_or_default()) } }
+                            td { a href=(app.href(&format!("/jobs/{}", seg(&d.id)))) { (d.id) } }
+                            td { (d.job_type) @if let (Some(b), Some(k)) = (&d.batch, &d.key) { " (" (b) " / " (k) ")" } }
+                            td.n { (d.attempts) }
+                            td { (d.failed_at_ms.map(time).unwrap_or_default()) }
+                            td { (d.failure_kind.as_deref().unwrap_or("")) }
+                            td.err { (d.error.as_deref().unwrap_or("")) }
+                            @if actions { td { button.secondary type="submit" name="one" value=(d.id) { "Retry" } } }
+                        }
+                    }
+                }
+    };
+    let body = html! {
+        form.filters method="get" action=(app.href("/failed")) {
+            div { label for="type" { "Type" } input #type name="type" value=(ty.unwrap_or("")) placeholder="any"; }
+            div { label for="since" { "Failed in the last (minutes)" } input #since name="since" value=(since_s) size="6"; }
+            button type="submit" { "Filter" }
+        }
+        @if actions {
+            form.filters method="post" action=(app.href("/failed/retry-all")) {
+                input type="hidden" name="type" value=(ty.unwrap_or(""));
+                input type="hidden" name="since" value=(since_s);
+                button.danger #retry-all type="submit" {
+                    "Retry all failed jobs of " (ty.unwrap_or("every type"))
+                    @if let Some(m) = since { " from the last " (m) " minutes" }
+                }
+            }
+        }
+        @if rows.is_empty() { p.note { "No dead letters." } } @else if actions {
+            form method="post" action=(app.href("/failed/retry")) {
+                (table)
+                button #retry-selected type="submit" { "Retry selected" }
+            }
+        } @else {
+            (table)
+        }
+    };
+    if fragment(&q) {
+        return Ok(Html(body.into_string()).into_response());
+    }
+    Ok(Html(page(&app, "Failed and dead", "/failed", body).into_string()).into_response())
+}
+
+// ----------------------------------------------------------------- batches
+
+fn eta(rate: Option<f64>, outstanding: u64) -> String {
+    match rate {
+        Some(r) if r > 0.0 && outstanding > 0 => age((outstanding as f64 / r * 1000.0) as u64),
+        _ if outstanding == 0 => "done".into(),
+        _ => "-".into(),
+    }
+}
+
+fn cost(c: &BTreeMap<String, f64>) -> String {
+    c.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `GET /batches`: each batch with its progress, rate, time left and cost.
+pub async fn batches(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let sharded = app.shards.len() > 1;
+    let mut rows = Vec::new();
+    let mut more = false;
+    for sh in &app.shards {
+        let b = sh.store.batches(PAGE).await.or_fail(&app)?;
+        more |= b.more;
+        for row in b.batches {
+            let settled = row.succeeded + row.failed + row.cancelled;
+            let rate = app.rate(sh.index, &row.id, settled);
+            rows.push((sh.index, row, rate));
+        }
+    }
+    let inner = html! {
+        @if rows.is_empty() { p.note { "No batches." } } @else {
+            table #batches {
+                tr { @if sharded { th { "Shard" } } th { "Batch" } th { "Pipeline" } th { "Progress" } th.n { "Settled" } th.n { "Failed" } th.n { "Outstanding" } th.n { "Rate" } th { "Time left" } th { "Cost" } }
+                @for (i, b, rate) in &rows {
+                    tr data-batch=(b.id) {
+                        @if sharded { td { (i) } }
+                        td { a href=(app.href(&format!("/batches/{}", seg(&b.id)))) { (b.id) } }
+                        td { (b.pipeline) }
+                        td { (progress(b.total, b.succeeded, b.failed + b.cancelled)) }
+                        td.n.settled { (b.succeeded + b.failed + b.cancelled) " / " (b.total) }
+                        td.n { (b.failed) }
+                        td.n { (b.outstanding) }
+                        td.n { (rate.map(|r| format!("{r:.1}/s")).unwrap_or_else(|| "-".into())) }
+                        td { (eta(*rate, b.outstanding)) }
+                        td { (cost(&b.cost)) }
+                    }
+                }
+            }
+            @if more { p.note { "More batches than " (PAGE) " per store." } }
+        }
+    };
+    Ok(respond(&app, &q, "Batches", "/batches", html! {}, inner))
+}
+
+/// `GET /batches/{id}`: a batch's status and its settled items, a page at
+/// a time, and its failed keys.
+pub async fn batch(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Result<Response, Fail> {
+    if keys::check_batch_id(&id).is_err() {
+        return Err(missing(&app, format!("No batch `{id}`: not a batch id.")));
+    }
+    let sh = app.shard_of(&id);
+    let b = sh.store.batch(&id).await.or_fail(&app)?;
+    let after = arg(&q, "after");
+    let items = inspect::item_markers(sh.store.view(), &id, after, PAGE)
+        .await
+        .or_fail(&app)?;
+    let settled = b.succeeded + b.failed + b.cancelled;
+    let rate = app.rate(sh.index, &id, settled);
+    let inner = html! {
+        dl.fields #batch {
+            dt { "Pipeline" } dd { (b.pipeline) }
+            dt { "Manifest" } dd { (if b.complete { "complete" } else { "incomplete" }) }
+            dt { "Progress" } dd { (progress(b.total, b.succeeded, b.failed + b.cancelled)) }
+            dt { "Settled" } dd #settled { (settled) " / " (b.total) }
+            dt { "Succeeded" } dd { (b.succeeded) }
+            dt { "Failed" } dd { (b.failed) }
+            dt { "Cancelled" } dd { (b.cancelled) }
+            dt { "Active" } dd { (b.active) }
+            dt { "Outstanding" } dd { (b.outstanding) }
+            dt { "Rate" } dd { (rate.map(|r| format!("{r:.1} items/s")).unwrap_or_else(|| "-".into())) }
+            dt { "Time left" } dd { (eta(rate, b.outstanding)) }
+            dt { "Cost" } dd { (cost(&b.cost)) }
+        }
+        @if let Some(keys) = b.failed_keys.as_ref().filter(|k| !k.is_empty()) {
+            h2 { "Failed keys" }
+            p #failed-keys { @for k in keys { code { (k) } " " } }
+        }
+        h2 { "Settled items" }
+        @if items.items.is_empty() { p.note { "None settled yet." } } @else {
+            table #items {
+                tr { th { "Key" } th { "Status" } th { "Error" } th { "Output" } }
+                @for (key, m) in &items.items {
+                    tr {
+                        td { a href=(app.href(&format!("/jobs/{}", keys::item_run_id(&id, key)))) { (key) } }
+                        td { (state(match m.status { records::ItemStatus::Succeeded => "succeeded", records::ItemStatus::Failed => "failed", records::ItemStatus::Cancelled => "cancelled" })) }
+                        td.err { (m.error.as_deref().unwrap_or("")) }
+                        td { @if let Some(o) = &m.output {
+                            @let (json, blob) = gaffer_ops::queries::output(o);
+                            @if let Some(j) = json { code { (j.to_string()) } }
+                            @if let Some(b) = blob { "object " code { (b) } }
+                        } }
+                    }
+                }
+            }
+            @if let Some(n) = &items.next { p { a.next href=(link(&app, &format!("/batches/{}", seg(&id)), &[("after", n)])) { "Next items →" } } }
+        }
+    };
+    Ok(respond(
+        &app,
+        &q,
+        &format!("Batch {id}"),
+        "/batches",
+        html! {},
+        inner,
+    ))
+}
+
+// ---------------------------------------------------------------- periodic
+
+/// `GET /periodic`: schedule (with its time zone), missed-tick policy,
+/// last tick fired, next tick due.
+pub async fn periodic(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let sharded = app.shards.len() > 1;
+    let mut rows = Vec::new();
+    let mut now = now_ms();
+    for sh in &app.shards {
+        let p = sh.store.periodic().await.or_fail(&app)?;
+        now = p.now_ms;
+        rows.extend(p.periodic.into_iter().map(|r| (sh.index, r)));
+    }
+    let inner = html! {
+        @if rows.is_empty() { p.note { "No periodic jobs." } } @else {
+            table #periodic {
+                tr { @if sharded { th { "Shard" } } th { "Name" } th { "Type" } th { "Schedule" } th { "Missed ticks" } th { "Last fired (UTC)" } th { "Next due (UTC)" } th.n { "Fired" } th { "Last job" } }
+                @for (i, p) in &rows {
+                    tr {
+                        @if sharded { td { (i) } }
+                        td { (p.name) } td { (p.job_type) } td { code { (p.schedule) } } td { (p.missed) }
+                        td { (p.last_fired_ms.map(time).unwrap_or_else(|| "-".into())) }
+                        td { @match p.next_due_ms { None => "never", Some(at) if at <= now => { (time(at)) " (overdue)" }, Some(at) => (time(at)) } }
+                        td.n { (p.fired) }
+                        td { @if let Some(j) = &p.last_job_id { a href=(app.href(&format!("/jobs/{}", seg(j)))) { (j) } } @else { "-" } }
+                    }
+                }
+            }
+        }
+    };
+    Ok(respond(
+        &app,
+        &q,
+        "Periodic jobs",
+        "/periodic",
+        html! {},
+        inner,
+    ))
+}
+
+// ------------------------------------------------------------------ queues
+
+/// `GET /queues`: each queue with Pause or Resume.
+pub async fn queues(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    let stats = all_stats(&app).await?;
+    let paused = all_paused(&app).await?;
+    let listed: BTreeSet<&str> = stats.queues.iter().map(|r| r.name.as_str()).collect();
+    let inner = html! {
+        (queue_table(&app, &stats, &paused, true))
+        @let others: Vec<&String> = paused.iter().filter(|p| !listed.contains(p.as_str())).collect();
+        @if !others.is_empty() {
+            p #paused-others { "No queue yet: " @for p in others { code { (p) } " " (state("paused")) " " } }
+        }
+    };
+    let head = html! {
+        p.note { "A pause is durable (as " code { "gaffer pause" } "): nothing more of the type is claimed, across restarts, until resumed; nothing is failed." }
+        @if !app.read_only {
+            form.filters method="post" action=(app.href("/queues/pause")) #pause-by-name {
+                div { label for="pname" { "Pause a type by name" } input #pname name="name" required; }
+                button.secondary type="submit" { "Pause" }
+            }
+        }
+    };
+    Ok(respond(&app, &q, "Queues", "/queues", head, inner))
+}
+
+// ------------------------------------------------------------------ submit
+
+fn submit_page(
+    app: &App,
+    types: &[String],
+    form: &[(String, String)],
+    refusal: Option<&str>,
+) -> Markup {
+    let v = |k: &str| arg(form, k).unwrap_or("").to_string();
+    let body = html! {
+        @if let Some(r) = refusal { p.error #refusal { "Refused: " (r) } }
+        form method="post" action=(app.href("/submit")) #submit {
+            p { label for="type" { "Job type (registered)" } input #type name="type" list="types" required value=(v("type")); }
+            datalist #types { @for t in types { option value=(t) {} } }
+            p { label for="payload" { "Payload (JSON: the job's fields)" } textarea #payload name="payload" { (if v("payload").is_empty() { "{}".to_string() } else { v("payload") }) } }
+            p { label for="key" { "Idempotency key (optional)" } input #key name="key" value=(v("key")) size="50"; }
+            p { label for="run_at" { "Run at, UTC (optional)" } input #run_at type="datetime-local" step="1" name="run_at" value=(v("run_at")); }
+            button type="submit" { "Submit" }
+        }
+    };
+    page(app, "Submit a job", "/submit", body)
+}
+
+async fn job_types(app: &App) -> Result<Vec<String>, Fail> {
+    Ok(all_stats(app)
+        .await?
+        .queues
+        .into_iter()
+        .filter(|r| r.kind == "job")
+        .map(|r| r.name)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect())
+}
+
+/// `GET /submit`.
+pub async fn submit_form(State(app): State<Arc<App>>) -> Result<Response, Fail> {
+    if app.read_only {
+        return Err(Fail::from(error_page(
+            &app,
+            StatusCode::FORBIDDEN,
+            "This dashboard is read-only: it takes no action.",
+        )));
+    }
+    let types = job_types(&app).await?;
+    Ok(Html(submit_page(&app, &types, &[], None).into_string()).into_response())
+}
+
+/// `POST /submit`: the job's request; the job's page once the engine took
+/// it, the form with the reason when it refused, the request's page when
+/// it has not answered within a few seconds.
+pub async fn submit(
+    State(app): State<Arc<App>>,
+    axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, Fail> {
+    let again = |status: StatusCode, why: &str, types: &[String]| {
+        (
+            status,
+            Html(submit_page(&app, types, &form, Some(why)).into_string()),
+        )
+            .into_response()
+    };
+    let types = job_types(&app).await?;
+    let Some(ty) = arg(&form, "type") else {
+        return Ok(again(StatusCode::BAD_REQUEST, "name a job type", &types));
+    };
+    let json = arg(&form, "payload").unwrap_or("{}");
+    let run_at = match arg(&form, "run_at") {
+        None => None,
+        Some(s) => match crate::view::parse_time(s) {
+            Some(ms) => Some(ms),
+            None => {
+                return Ok(again(
+                    StatusCode::BAD_REQUEST,
+                    &format!("`{s}` is not a time (YYYY-MM-DDTHH:MM[:SS], UTC)"),
+                    &types,
+                ));
+            }
+        },
+    };
+    let (op, request, run_id) = match act::submit_op_at(ty, json, arg(&form, "key"), run_at) {
+        Ok(x) => x,
+        Err(e) => return Ok(again(StatusCode::BAD_REQUEST, &e.to_string(), &types)),
+    };
+    let sh = app.shard_of(&run_id);
+    act::send(&sh.store, &op, &request).await.or_fail(&app)?;
+    let deadline = Instant::now() + SUBMIT_WAIT;
+    loop {
+        match act::progress(&sh.store, &request).await.or_fail(&app)? {
+            RequestProgress::Refused(reason) => {
+                return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, &reason, &types));
+            }
+            RequestProgress::Applied(_) => {
+                return Ok(Redirect::to(&app.href(&format!("/jobs/{run_id}"))).into_response());
+            }
+            RequestProgress::Sent if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            RequestProgress::Sent => {
+                return Ok(to_requests(
+                    &app,
+                    &[format!("{}:{request}:{run_id}", sh.index)],
+                ));
+            }
+        }
+    }
+}
+
+/// Any other path: a 404 page.
+pub async fn not_found(State(app): State<Arc<App>>) -> Response {
+    let mut r = error_page(&app, StatusCode::NOT_FOUND, "No such page.");
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    r
+}

@@ -1,0 +1,126 @@
+//! A live engine on a local-disk store and the dashboard's router over it.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError, job::FailureKind};
+use serde::{Deserialize, Serialize};
+
+/// How long any wait of these tests lasts at most.
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// A string no page may show unescaped.
+pub const EVIL: &str = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+
+/// Whether `Flaky` is fixed yet.
+#[derive(Default)]
+pub struct Fix(pub AtomicBool);
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Bug(pub String);
+
+/// Fails permanently (with its text in the error) until fixed.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Flaky {
+    pub text: String,
+}
+
+impl Job for Flaky {
+    const NAME: &'static str = "flaky";
+    type Output = usize;
+    type Error = Bug;
+
+    async fn run(&self, ctx: JobContext) -> Result<usize, Bug> {
+        if ctx.state::<Arc<Fix>>().0.load(Ordering::SeqCst) {
+            Ok(self.text.len())
+        } else {
+            Err(Bug(format!("broke on {}", self.text)))
+        }
+    }
+
+    fn classify(&self, _: &Bug) -> FailureKind {
+        FailureKind::Permanent
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ping {
+    pub n: u32,
+}
+
+impl Job for Ping {
+    const NAME: &'static str = "ping";
+    type Output = u32;
+    type Error = gaffer::Error;
+
+    async fn run(&self, _: JobContext) -> Result<u32, gaffer::Error> {
+        Ok(self.n)
+    }
+}
+
+/// Doubles its input; 13 fails; each item takes `pace`.
+pub struct Double {
+    pub pace: Duration,
+}
+
+impl Pipeline for Double {
+    const NAME: &'static str = "double";
+    type Input = u64;
+    type Output = u64;
+    type Error = ItemError;
+
+    async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
+        tokio::time::sleep(self.pace).await;
+        ctx.record_cost("calls", 1.0);
+        if ctx.input == 13 {
+            return Err(ItemError::permanent("unlucky <b>13</b>"));
+        }
+        Ok(ctx.input * 2)
+    }
+}
+
+/// An engine on `dir` with Flaky, Ping and Double (items of `pace`, at
+/// most `workers` at once).
+pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
+    Engine::builder()
+        .store(gaffer::Store::local_dir(dir))
+        .flush_interval(Duration::from_millis(1))
+        .poll_interval(Duration::from_millis(20))
+        .intake_poll(Duration::from_millis(20))
+        .register::<Flaky>()
+        .register::<Ping>()
+        .pipeline_with(
+            Double { pace },
+            gaffer::JobOptions {
+                concurrency: Some(2),
+                rate: None,
+            },
+        )
+        .periodic(
+            "hourly-ping",
+            gaffer::periodic::Schedule::cron("0 * * * *").expect("a schedule"),
+            |_| Ping { n: 0 },
+        )
+        .state(fix.clone())
+        .start()
+        .await
+        .expect("the engine starts")
+}
+
+/// Poll `check` every 20 ms until it says yes; panics naming `what` after
+/// [`LIMIT`].
+pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let polled = tokio::time::timeout(LIMIT, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if polled.is_err() {
+        panic!("timed out after {LIMIT:?} waiting until {what}");
+    }
+}
