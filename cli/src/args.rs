@@ -54,7 +54,8 @@ pub struct Cli {
 pub enum StateArg {
     /// Waiting to be claimed.
     Queued,
-    /// Waiting for its time (run_at or a retry's backoff).
+    /// Held for later: its time (run_at or a retry's backoff), or a signal
+    /// (the waiting ones among them).
     Scheduled,
     /// Waiting for a signal (`ctx.wait_signal`), or its timeout.
     Waiting,
