@@ -9,6 +9,7 @@
 //!
 //! ```sh
 //! cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]
+//! TAB_EVERY_MS=600000 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # the open reader alone: one request at the start
 //! ```
 
 use std::sync::Arc;
@@ -58,6 +59,12 @@ fn run(n: u64, dashboard: bool) -> (f64, u64) {
     let tab = dashboard.then(|| {
         let (stop, requests) = (stop.clone(), requests.clone());
         let path = dir.path().to_path_buf();
+        let every = Duration::from_millis(
+            std::env::var("TAB_EVERY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1500),
+        );
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -77,7 +84,10 @@ fn run(n: u64, dashboard: bool) -> (f64, u64) {
                     assert!(res.status().is_success());
                     let _ = axum::body::to_bytes(res.into_body(), 16 << 20).await;
                     requests.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    let next = tokio::time::Instant::now() + every;
+                    while !stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < next {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                 }
             });
         })

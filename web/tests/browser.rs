@@ -213,9 +213,15 @@ async fn a_browser_reads_retries_pauses_and_watches_a_batch() {
             .is_ok()
     })
     .await;
-    c.goto(&format!("{base}/batches/browser-batch"))
-        .await
-        .unwrap();
+    // Its page, once the dashboard's reader has caught up with the batch
+    // (before, the page is a 404 and does not refresh).
+    common::eventually("the dashboard sees the batch", async || {
+        c.goto(&format!("{base}/batches/browser-batch"))
+            .await
+            .unwrap();
+        c.find(Locator::Css("#settled")).await.is_ok()
+    })
+    .await;
     let settled = |t: String| -> u64 {
         t.split(" / ")
             .next()
