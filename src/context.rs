@@ -189,6 +189,53 @@ impl JobContext {
         submit_typed(&self.delivery.engine, job, opts).await
     }
 
+    /// The output of step `name` of this job's workflow, a job of type
+    /// `J` (see [`Workflow`](crate::workflow::Workflow)). A step starts
+    /// only once the steps it needs succeeded, so their outputs are there;
+    /// a cleanup step ([`Workflow::cleanup_after`](crate::workflow::Workflow::cleanup_after))
+    /// gets `Error::NoDependencyOutput` for one that did not succeed, as
+    /// does a job that is not a workflow step or a name the workflow does
+    /// not have; `Error::WrongJobType` if the step is not a `J`.
+    pub async fn dep<J: Job>(&self, name: &str) -> Result<J::Output> {
+        let none = |reason: &str| crate::Error::NoDependencyOutput {
+            step: name.to_string(),
+            reason: reason.to_string(),
+        };
+        let Some(step) = &self.delivery.step else {
+            return Err(none("this job is not a workflow step"));
+        };
+        if !gaffer_actors::workflows::layout::is_valid_step_name(name) {
+            return Err(none("the workflow has no step of this name"));
+        }
+        let run_id = gaffer_actors::workflows::layout::step_run_id(&step.workflow, name);
+        let record = match self.delivery.engine.outcome(run_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(none("it has not ended")),
+            Err(crate::Error::JobNotFound(_)) => {
+                return Err(none(
+                    "the workflow has no step of this name, or it has not started",
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        match crate::handle::decode_outcome::<J>(self.delivery.engine.as_ref(), &record).await? {
+            Ok(output) => Ok(output),
+            Err(e) => Err(none(&match record.reason {
+                Some(reason) => format!("{e} ({reason})"),
+                None => e.to_string(),
+            })),
+        }
+    }
+
+    /// The workflow step this job is (its workflow's id and its name), if
+    /// it is one.
+    pub fn workflow_step(&self) -> Option<(&str, &str)> {
+        self.delivery
+            .step
+            .as_ref()
+            .map(|s| (s.workflow.as_str(), s.step.as_str()))
+    }
+
     /// The batch run this job completes, when it is a batch's completion
     /// job ([`Batch::on_complete`](crate::Batch::on_complete)): the batch id,
     /// the run's generation and its counts. `None` for any other job.

@@ -66,6 +66,42 @@ impl Engine {
         Batch::new(self.inner.clone(), ulid::Ulid::new().to_string())
     }
 
+    /// Submit a workflow: every step and the jobs of the steps that need
+    /// none, in one transaction (all or nothing). A second submission with
+    /// the same id or key answers with the same workflow
+    /// (`newly_submitted` false), or `Error::WorkflowMismatch` if its steps
+    /// differ; `Error::InvalidWorkflow` names what is wrong with one that
+    /// cannot be submitted (a cycle, a step named twice, a missing
+    /// dependency, a job too large to hold).
+    pub async fn submit_workflow(
+        &self,
+        workflow: crate::workflow::Workflow,
+    ) -> Result<crate::workflow::WorkflowHandle> {
+        let spec = workflow.into_spec()?;
+        let submitted = self.inner.services().submit_workflow(spec).await?;
+        Ok(crate::workflow::WorkflowHandle::new(
+            submitted.id,
+            submitted.newly_submitted,
+            self.inner.clone(),
+        ))
+    }
+
+    /// A handle on the workflow `id` (from [`WorkflowHandle::id`](crate::workflow::WorkflowHandle::id)),
+    /// for example after a restart. Its operations report an unknown id.
+    pub fn workflow(&self, id: &str) -> crate::workflow::WorkflowHandle {
+        crate::workflow::WorkflowHandle::new(id.to_string(), false, self.inner.clone())
+    }
+
+    /// Up to `limit` workflows (id and record) after the id `after`, in id
+    /// order.
+    pub async fn workflows(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, crate::workflow::WorkflowRecord)>> {
+        self.inner.services().workflows(after, limit).await
+    }
+
     /// Send the signal `name` with `payload` to the job `id`: a job waiting
     /// for it ([`JobContext::wait_signal`](crate::JobContext::wait_signal))
     /// runs again now; a job that has not reached its wait yet finds it

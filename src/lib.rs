@@ -50,6 +50,8 @@
 //! - [`bulk`]: a batch's items, progress, status and cost;
 //! - [`sink`]: where a batch's outputs go (JSONL, an actor, your own);
 //! - [`periodic`]: schedules and periodic jobs;
+//! - [`workflow`]: graphs of jobs whose outputs flow to the jobs that
+//!   need them;
 //! - [`remote`]: the engine from other processes (`Client`), and shards
 //!   (`ShardedEngine`, `ShardedClient`, the cluster);
 //! - [`protocol`]: the engine's actor messages, for services that talk to it
@@ -118,6 +120,7 @@ pub mod bulk {
 pub mod sink;
 
 pub mod periodic;
+pub mod workflow;
 
 /// The engine from other processes: a [`Client`](remote::Client) submits
 /// and reads through the store (no writer, no fencing); a shard set splits

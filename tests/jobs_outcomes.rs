@@ -704,6 +704,7 @@ async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not
         outcome: Outcome::Succeeded(OutputRef::Inline(rmp_serde::to_vec(&5u32).unwrap())),
         history: Vec::new(),
         followups: Vec::new(),
+        reason: None,
     };
     let decoded = engine.decode_outcome::<Counted>(&record).await;
     assert!(

@@ -61,6 +61,9 @@ pub struct Delivery {
     /// The signal the run waited for last (its deadline), from its run
     /// record: a wait on the same name keeps that deadline.
     pub wait: Option<crate::layout::records::WaitRecord>,
+    /// The workflow step the job is, from its run record: its dependencies'
+    /// outputs are read by their names (`JobContext::dep`).
+    pub step: Option<crate::layout::records::StepOf>,
 }
 
 /// The batch run a completion job completes (`Batch::on_complete`), from

@@ -150,6 +150,33 @@ pub enum EngineError {
     )]
     InputMismatch(String),
 
+    /// A workflow that cannot be submitted as given: a step named twice, a
+    /// dependency on a step it does not have, a cycle, a name or id not of
+    /// the accepted form, a step's job too large to hold.
+    #[error("invalid workflow: {0}")]
+    InvalidWorkflow(String),
+
+    /// No workflow with this id was submitted (or it was removed).
+    #[error("workflow `{0}` not found")]
+    WorkflowNotFound(String),
+
+    /// A workflow with this id (or key) exists with other steps or jobs.
+    #[error(
+        "workflow `{0}` already exists with other steps or jobs (same id or key, different graph)"
+    )]
+    WorkflowMismatch(String),
+
+    /// A step's dependency (`JobContext::dep`) has no output to give: not
+    /// a step of this job's workflow, not succeeded, or this job is not a
+    /// workflow step.
+    #[error("no output of step `{step}`: {reason}")]
+    NoDependencyOutput {
+        /// The step asked for.
+        step: String,
+        /// Why.
+        reason: String,
+    },
+
     /// A retry of a job that cannot be retried: it succeeded, it has not
     /// ended, or its payload is no longer kept.
     #[error("job `{id}` cannot be retried: {reason}")]

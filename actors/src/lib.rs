@@ -24,6 +24,7 @@ pub mod task;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod workflows;
 
 pub use batches::spec::{
     BatchFinished, BatchOutcome, BatchProgress, BatchSpec, ItemRecord, RecordSink, SinkAttached,
@@ -68,6 +69,7 @@ local_messages!(
     batches::coordinator::CoordinatorMessage,
     batches::spec::BatchFinished,
     batches::claims::ClaimMessage,
+    workflows::GateMessage,
     exec::parking::SlotWait,
     batches::registry::RegistryMessage,
     engine::notify::JobEnd,

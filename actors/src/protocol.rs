@@ -87,6 +87,10 @@ pub enum EngineMessage {
     /// A batch run's driver (or a forget) claims its batch id, or releases
     /// it: engine-internal, sent through `RegistryRef`.
     BatchClaim(ClaimMessage),
+    /// A workflow step's settlement (or a cancel) asks which steps its end
+    /// decides, or reports its transaction's end: engine-internal, sent
+    /// through the services' `DerivedActorRef<GateMessage>`.
+    Gate(crate::workflows::GateMessage),
     /// A pool found the store closed under it (fenced by another writer,
     /// or closed): engine-internal, sent through the pool's
     /// `DerivedActorRef<StoreClosed>`. The engine stops.
@@ -152,6 +156,22 @@ impl TryFrom<EngineMessage> for ClaimMessage {
     fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
         match m {
             EngineMessage::BatchClaim(m) => Ok(m),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<crate::workflows::GateMessage> for EngineMessage {
+    fn from(m: crate::workflows::GateMessage) -> Self {
+        Self::Gate(m)
+    }
+}
+
+impl TryFrom<EngineMessage> for crate::workflows::GateMessage {
+    type Error = EngineMessage;
+    fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
+        match m {
+            EngineMessage::Gate(m) => Ok(m),
             other => Err(other),
         }
     }

@@ -103,6 +103,7 @@ pub struct Services {
     expiry: ExpiryIndex,
     batch_expiry: ExpiryIndex,
     request_expiry: ExpiryIndex,
+    workflow_expiry: ExpiryIndex,
     /// Partition queues named by submissions, for the pools that claim
     /// from them (a pool learns a new tenant's queue from its first job).
     partitions: tokio::sync::broadcast::Sender<String>,
@@ -110,6 +111,9 @@ pub struct Services {
     /// whether a submission reads the outcome record before its
     /// compare-and-commit (a hint, never an answer: see `jobs`).
     duplicates: DuplicateRate,
+    /// Where workflow steps' settlements ask their plans (the supervisor):
+    /// set once when the supervisor starts (an address, not state).
+    gates: std::sync::OnceLock<ractor::DerivedActorRef<crate::workflows::GateMessage>>,
 }
 
 impl std::fmt::Debug for Services {
@@ -139,9 +143,21 @@ impl Services {
             expiry: ExpiryIndex::new(keys::JOBS_EXPIRY_PREFIX),
             batch_expiry: ExpiryIndex::new(keys::BATCHES_EXPIRY_PREFIX),
             request_expiry: ExpiryIndex::new(keys::REQUESTS_EXPIRY_PREFIX),
+            workflow_expiry: ExpiryIndex::new(crate::workflows::layout::WORKFLOWS_EXPIRY_PREFIX),
             duplicates: DuplicateRate::default(),
             partitions: tokio::sync::broadcast::channel(1024).0,
+            gates: std::sync::OnceLock::new(),
         }
+    }
+
+    pub(crate) fn set_gates(&self, to: ractor::DerivedActorRef<crate::workflows::GateMessage>) {
+        let _ = self.gates.set(to);
+    }
+
+    /// Where the gates of workflows are (`ShutDown` before the supervisor
+    /// started them).
+    pub(crate) fn gates(&self) -> Result<&ractor::DerivedActorRef<crate::workflows::GateMessage>> {
+        self.gates.get().ok_or(EngineError::ShutDown)
     }
 
     /// The queue, while the engine runs. Hold it only for an operation: the
@@ -264,6 +280,11 @@ impl Services {
 
     pub(crate) fn batch_expiry(&self) -> &ExpiryIndex {
         &self.batch_expiry
+    }
+
+    /// The retention index of ended workflows.
+    pub(crate) fn workflow_expiry(&self) -> &ExpiryIndex {
+        &self.workflow_expiry
     }
 
     /// The retention index of operator request records.

@@ -61,6 +61,9 @@ pub struct SupervisorState {
     /// The claims on batch ids: the run (or forget) of each in progress, and
     /// a run's watchers. Here because they must outlive the registry.
     claims: crate::batches::claims::Claims,
+    /// The gates of workflows: which settlement decides a waiting step.
+    /// Here because what is in flight must outlive every other actor.
+    gates: crate::workflows::Gates,
     /// Pools by job type or pipeline name (stray pools by queue name).
     pools: HashMap<String, PoolRef>,
     /// The periodic jobs scheduled on this engine (handed to the periodic
@@ -155,6 +158,7 @@ impl Actor for Supervisor {
             routes,
             events.clone(),
         ));
+        services.set_gates(myself.get_derived());
         let cell = myself.get_cell();
         let waiters_args = WaitersArguments {
             services: services.clone(),
@@ -190,6 +194,7 @@ impl Actor for Supervisor {
             children,
             sweeper: SweeperRef(sweeper),
             claims: Default::default(),
+            gates: Default::default(),
             waiters: WaitersRef(waiters),
             pools: HashMap::new(),
             periodic,
@@ -251,6 +256,10 @@ impl Actor for Supervisor {
             EngineMessage::WatchBatch(batch_id, to) => state.claims.watch(batch_id, to),
             EngineMessage::AttachBatch(takeover, reply) => state.claims.attach(*takeover, reply),
             EngineMessage::BatchClaim(claim) => state.claims.handle(claim),
+            EngineMessage::Gate(message) => {
+                let me = myself.get_derived();
+                state.gates.handle(message, &me, &state.services)
+            }
             EngineMessage::ResumeBatch(spec, reply) => state.resume_batch(*spec, reply),
             EngineMessage::BatchProgress(batch_id, reply) => state.batch_progress(batch_id, reply),
             EngineMessage::BatchStatus(batch_id, reply) => state.batch_status(batch_id, reply),

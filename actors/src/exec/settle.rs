@@ -330,6 +330,20 @@ async fn end_run(
             return false;
         }
     };
+    // A workflow step's end decides the steps that need it, in this
+    // transaction (see `workflows::gates`).
+    let (fx, plan) = match (owner.run.as_ref().and_then(|r| r.step.as_ref()), &told) {
+        (Some(step), Told::Job(record)) => {
+            match with_step_plan(services, fx, step, &record.outcome).await {
+                Ok((fx, plan)) => (fx, Some(plan)),
+                Err(e) => {
+                    warn!(%run_id, error = %e, "planning the workflow step's end failed; the job stays claimed until its lease expires, then retries");
+                    return false;
+                }
+            }
+        }
+        _ => (fx, None),
+    };
     // Announce the commit before it starts: until it is durable, a record
     // read from the store must not answer for this run (see the waiters).
     if is_job {
@@ -366,6 +380,9 @@ async fn end_run(
         }
         return false;
     }
+    if let Some(plan) = plan {
+        plan.guard.committed();
+    }
     debug!(%run_id, job_type = %owner.job_type, "run ended");
     report::ended(
         ctx,
@@ -376,4 +393,20 @@ async fn end_run(
         started.elapsed(),
     );
     true
+}
+
+/// `fx` plus what the end of workflow step `step` with `outcome` decides,
+/// and the plan to report once the transaction ends.
+pub(crate) async fn with_step_plan(
+    services: &Services,
+    fx: taquba::SettlementEffects,
+    step: &crate::layout::records::StepOf,
+    outcome: &Outcome,
+) -> crate::Result<(taquba::SettlementEffects, crate::workflows::gates::Plan)> {
+    use crate::workflows::layout::StepEnd;
+    use crate::workflows::settle::{begin, with_plan};
+    let end = StepEnd::of(outcome);
+    let plan = begin(services, step, end).await?;
+    let fx = with_plan(services, fx, step, end, &plan).await?;
+    Ok((fx, plan))
 }

@@ -48,6 +48,12 @@ impl Services {
                  past the queue's dead retention)",
             ));
         };
+        if let Some(workflow) = job.headers.get(crate::workflows::layout::HEADER_WORKFLOW) {
+            return Err(not(&format!(
+                "it is a step of workflow `{workflow}`: retry the workflow, which runs its failed \
+                 and cancelled steps again and resumes the graph from them"
+            )));
+        }
         let job_id = queue.next_job_id();
         let mut headers = job.headers.clone();
         headers.insert(keys::HEADER_RUN.into(), run_id.to_string());
@@ -63,6 +69,7 @@ impl Services {
             submitted_at_ms: self.clock().now_ms(),
             past: Vec::new(),
             wait: None,
+            step: None,
         })?;
         let effects = SettlementEffects::default()
             .kv_delete(outcome_key.clone())

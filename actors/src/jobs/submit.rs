@@ -97,7 +97,7 @@ impl Services {
             let job_id = queue.next_job_id();
             let effects = SettlementEffects::default().kv_put(
                 keys::run_key(&job_id),
-                self.run_record(&job_id, &req.job_type, hash)?,
+                self.run_record(&job_id, &req.job_type, hash, None)?,
             );
             let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
             let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
@@ -247,6 +247,18 @@ impl Services {
         req: &SubmitRequest,
         run_id: &str,
     ) -> Result<SettlementEffects> {
+        self.step_creation_effects(fx, req, run_id, None)
+    }
+
+    /// [`creation_effects`](Self::creation_effects) of a run that is the
+    /// workflow step `step` (its run record says so).
+    pub(crate) fn step_creation_effects(
+        &self,
+        fx: SettlementEffects,
+        req: &SubmitRequest,
+        run_id: &str,
+        step: Option<records::StepOf>,
+    ) -> Result<SettlementEffects> {
         let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
         let job_id = self.queue()?.next_job_id();
         let hash = keys::input_hash(&req.job_type, &req.payload);
@@ -254,7 +266,7 @@ impl Services {
         Ok(fx
             .kv_put(
                 keys::run_key(run_id),
-                self.run_record(&job_id, &req.job_type, hash)?,
+                self.run_record(&job_id, &req.job_type, hash, step)?,
             )
             .enqueue(EnqueueRequest {
                 queue: job_queue,
@@ -263,7 +275,13 @@ impl Services {
             }))
     }
 
-    fn run_record(&self, job_id: &str, job_type: &str, input_hash: [u8; 32]) -> Result<Vec<u8>> {
+    fn run_record(
+        &self,
+        job_id: &str,
+        job_type: &str,
+        input_hash: [u8; 32],
+        step: Option<records::StepOf>,
+    ) -> Result<Vec<u8>> {
         records::encode(&RunRecord {
             job_id: job_id.to_string(),
             job_type: job_type.to_string(),
@@ -271,6 +289,7 @@ impl Services {
             submitted_at_ms: self.clock().now_ms(),
             past: Vec::new(),
             wait: None,
+            step,
         })
     }
 
@@ -375,14 +394,32 @@ impl Services {
                 outcome: Outcome::Cancelled,
                 history: Vec::new(),
                 followups: Vec::new(),
+                reason: None,
             };
             let mut effects = self.terminal_effects(run_id, &record)?;
             if run.wait.is_some() {
                 // A run that waited keeps its signals until it ends.
                 effects.kv_deletes.extend(self.signal_keys(run_id).await?);
             }
+            // A workflow step's cancel decides the steps that need it.
+            let (effects, plan) = match &run.step {
+                Some(step) => {
+                    let (fx, plan) = crate::exec::settle::with_step_plan(
+                        self,
+                        effects,
+                        step,
+                        &Outcome::Cancelled,
+                    )
+                    .await?;
+                    (fx, Some(plan))
+                }
+                None => (effects, None),
+            };
             match queue.cancel_with(&run.job_id, effects).await?.0 {
                 CancelOutcome::Removed => {
+                    if let Some(plan) = plan {
+                        plan.guard.committed();
+                    }
                     self.emit(EngineEvent::JobCancelled {
                         run_id: run_id.to_string(),
                     });

@@ -178,7 +178,7 @@ enum Held {
     /// Every waiter of `run_id` is answered with `record`.
     Await(String, Box<OutcomeRecord>),
     /// One peek is answered with `result`.
-    Peek(String, Option<OutcomeRecord>, PeekReply),
+    Peek(String, Option<Box<OutcomeRecord>>, PeekReply),
 }
 
 /// Barrier mode: answers waiting for the next barrier, and those waiting for
@@ -320,7 +320,7 @@ impl WaitersState {
                 let answer = if self.settling.contains_key(&run_id) {
                     None
                 } else {
-                    record
+                    record.map(|r| *r)
                 };
                 let _ = reply.send(Ok(answer));
             }
@@ -465,7 +465,7 @@ impl Actor for Waiters {
             // is durable: only then does the read answer.
             WaitersMessage::Peeked(run_id, result, reply) => match result {
                 Ok(Some(record)) if !state.settling.contains_key(&run_id) => {
-                    state.answer(&myself, Held::Peek(run_id, Some(record), reply));
+                    state.answer(&myself, Held::Peek(run_id, Some(Box::new(record)), reply));
                 }
                 Ok(_) => {
                     let _ = reply.send(Ok(None));

@@ -43,6 +43,19 @@ pub struct RunRecord {
     /// it) until the run waits again or ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<WaitRecord>,
+    /// The workflow step this run is, if it is one: its settlement goes
+    /// through the workflow's gate (see `workflows`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepOf>,
+}
+
+/// Which step of which workflow a run is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepOf {
+    /// The workflow's id.
+    pub workflow: String,
+    /// The step's name.
+    pub step: String,
 }
 
 /// A job's wait for a signal (`JobContext::wait_signal`).
@@ -164,6 +177,10 @@ pub struct OutcomeRecord {
     /// (`JobContext::then`), in the order they were staged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub followups: Vec<String>,
+    /// Why it ended so, when gaffer knows more than the outcome says: a
+    /// workflow step cancelled because a step it needs failed names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl OutcomeRecord {
@@ -323,6 +340,7 @@ mod tests {
             },
             history: Vec::new(),
             followups: vec!["f".into()],
+            reason: None,
         };
         let bytes = encode(&rec).unwrap();
         let back: OutcomeRecord = decode(b"k", &bytes).unwrap();

@@ -143,7 +143,8 @@ async fn pass(services: &Arc<Services>, registry: RegistryRef) -> Result<SweepRe
     );
     let expired = expire(services, &queue).await?
         + expire_batches(services, &queue, registry).await?
-        + expire_requests(services, &queue).await?;
+        + expire_requests(services, &queue).await?
+        + expire_workflows(services, &queue).await?;
     if expired > 0 {
         services.emit(EngineEvent::Swept { removed: expired });
     }
@@ -189,6 +190,67 @@ async fn expire_requests(services: &Arc<Services>, queue: &Queue) -> Result<usiz
                 Err(_) => SettlementEffects::default(),
             };
             Expired::Delete(effects)
+        })
+        .await?;
+    Ok(removed)
+}
+
+/// Remove the records of workflows that ended `retention` ago: the
+/// workflow's record and every step record and marker (the steps' outcome
+/// records have their own entries). An entry of a workflow retried since
+/// (its end time changed) only removes itself.
+async fn expire_workflows(services: &Arc<Services>, queue: &Queue) -> Result<usize> {
+    use crate::workflows::layout::{WorkflowRecord, workflow_dir, workflow_key};
+    let Some(retention) = services.settings().retention else {
+        return Ok(0);
+    };
+    let now = services.clock().now_ms();
+    let index = services.workflow_expiry().clone();
+    let removed = index
+        .pass(queue, now, retention, move |at_ms, suffix| {
+            let services = services.clone();
+            async move {
+                let Ok(id) = String::from_utf8(suffix) else {
+                    return Expired::Delete(SettlementEffects::default());
+                };
+                let Ok(queue) = services.queue() else {
+                    return Expired::Keep;
+                };
+                let key = workflow_key(&id);
+                let raw = match queue.view().kv_get(&key).await {
+                    Ok(Some(raw)) => raw,
+                    Ok(None) => return Expired::Delete(SettlementEffects::default()),
+                    Err(e) => {
+                        warn!(workflow = %id, error = %e, "retention: reading the workflow failed; kept for the next pass");
+                        return Expired::Keep;
+                    }
+                };
+                match records::decode::<WorkflowRecord>(&key, &raw) {
+                    Ok(rec) if rec.ended_at_ms == Some(at_ms) => {}
+                    _ => return Expired::Delete(SettlementEffects::default()),
+                }
+                let dir = workflow_dir(&id);
+                let mut effects = SettlementEffects::default().kv_delete(key.clone());
+                let entries = queue
+                    .view()
+                    .kv_entries(&dir, .., taquba::KvOrder::Ascending, 1000);
+                let mut entries = std::pin::pin!(entries);
+                loop {
+                    match futures_util::TryStreamExt::try_next(&mut entries).await {
+                        Ok(Some((k, _))) => effects = effects.kv_delete(k),
+                        Ok(None) => break,
+                        Err(e) => {
+                            warn!(workflow = %id, error = %e, "retention: listing the workflow's records failed; kept for the next pass");
+                            return Expired::Keep;
+                        }
+                    }
+                }
+                Expired::DeleteIf {
+                    key,
+                    expected: Some(raw.to_vec()),
+                    effects,
+                }
+            }
         })
         .await?;
     Ok(removed)

@@ -237,6 +237,7 @@ impl PoolState {
             },
             suspend: Default::default(),
             wait: owner.run.as_ref().and_then(|run| run.wait.clone()),
+            step: owner.run.as_ref().and_then(|run| run.step.clone()),
         }
     }
 

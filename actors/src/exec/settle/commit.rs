@@ -82,6 +82,7 @@ pub(crate) fn terminal(
                     End::Cancelled => Outcome::Cancelled,
                 },
                 history,
+                reason: None,
             };
             Ok((
                 services.terminal_effects(run_id, &record)?,

@@ -21,6 +21,7 @@ fn record(output: u8) -> OutcomeRecord {
         outcome: Outcome::Succeeded(OutputRef::Inline(vec![output])),
         history: Vec::new(),
         followups: Vec::new(),
+        reason: None,
     }
 }
 

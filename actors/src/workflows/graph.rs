@@ -1,0 +1,427 @@
+//! A workflow's graph and the state of its steps, as read from the store,
+//! and the one decision of the engine about it: what the end of a step
+//! does to the steps that need it ([`Flow::plan`]).
+
+use std::collections::{HashMap, HashSet};
+
+use futures_util::TryStreamExt;
+use taquba::{KvOrder, QueueView};
+
+use crate::error::{EngineError, Result};
+use crate::layout::records;
+use crate::workflows::layout::{StepEnd, StepKey, StepRecord, WorkflowRecord, workflow_dir};
+use crate::workflows::layout::{step_run_id, workflow_key};
+
+/// Where a step is, as its workflow's records say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    /// Its job is not created yet: it waits for the steps it needs.
+    Held,
+    /// Its job was created and has not ended.
+    Released,
+    /// It ended.
+    Ended(StepEnd),
+}
+
+/// One step: its record and where it is.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// As submitted.
+    pub record: StepRecord,
+    /// Where it is.
+    pub node: Node,
+}
+
+/// A workflow as its records say: its record and every step.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// The workflow's record.
+    pub record: WorkflowRecord,
+    /// Its steps by name.
+    pub steps: HashMap<String, Step>,
+    /// How many of them ended.
+    pub ended: usize,
+}
+
+/// What the end of a step does to a step that needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Create its job now: every step it needs ended as it requires.
+    Release,
+    /// End it as cancelled, with this reason, without running it.
+    Cancel(String),
+}
+
+/// The answer of [`Flow::plan`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Planned {
+    /// These steps are decided with the ending step, in its transaction;
+    /// `completes`: with them, every step of the workflow has ended.
+    Decided {
+        /// The steps decided.
+        decided: Vec<(String, Decision)>,
+        /// Whether the workflow ends with this transaction.
+        completes: bool,
+    },
+    /// A decision depends on a step whose end is being committed now: ask
+    /// again once it is.
+    Wait,
+}
+
+impl Flow {
+    /// Read workflow `id` from the store; `WorkflowNotFound` without its
+    /// record.
+    pub async fn load(view: &QueueView, id: &str) -> Result<Self> {
+        let key = workflow_key(id);
+        let Some(bytes) = view.kv_get(&key).await? else {
+            return Err(EngineError::WorkflowNotFound(id.to_string()));
+        };
+        let record: WorkflowRecord = records::decode(&key, &bytes)?;
+        let dir = workflow_dir(id);
+        let mut graph = HashMap::new();
+        let mut released = HashSet::new();
+        let mut ended = HashMap::new();
+        let entries = view.kv_entries(&dir, .., KvOrder::Ascending, 1000);
+        let mut entries = std::pin::pin!(entries);
+        while let Some((key, value)) = entries.try_next().await? {
+            let Some((kind, step)) = StepKey::parse(id, &key) else {
+                continue;
+            };
+            match kind {
+                StepKey::Graph => {
+                    let rec: StepRecord = records::decode(&key, &value)?;
+                    graph.insert(step.to_string(), rec);
+                }
+                StepKey::Released => {
+                    released.insert(step.to_string());
+                }
+                StepKey::Ended => {
+                    let end =
+                        StepEnd::from_bytes(&value).ok_or_else(|| EngineError::CorruptRecord {
+                            key: String::from_utf8_lossy(&key).into_owned(),
+                            reason: "not a step's end".into(),
+                        })?;
+                    ended.insert(step.to_string(), end);
+                }
+                StepKey::Held => {}
+            }
+        }
+        let steps: HashMap<String, Step> = graph
+            .into_iter()
+            .map(|(name, record)| {
+                let node = match (ended.get(&name), released.contains(&name)) {
+                    (Some(end), _) => Node::Ended(*end),
+                    (None, true) => Node::Released,
+                    (None, false) => Node::Held,
+                };
+                (name, Step { record, node })
+            })
+            .collect();
+        let ended = steps
+            .values()
+            .filter(|s| matches!(s.node, Node::Ended(_)))
+            .count();
+        Ok(Self {
+            record,
+            steps,
+            ended,
+        })
+    }
+
+    /// The run id of step `step` of workflow `id`.
+    pub fn run_id(id: &str, step: &str) -> String {
+        step_run_id(id, step)
+    }
+
+    /// Whether every step ended.
+    pub fn ended(&self) -> bool {
+        self.ended == self.steps.len()
+    }
+
+    /// What ending `step` with `end` does to the steps that need it, in the
+    /// same transaction, given the steps whose ends are being committed now
+    /// (`busy`: their settlements planned and not finished; the steps they
+    /// decide are busy too).
+    ///
+    /// A step that needs it is decided when the end settles its fate: it
+    /// is cancelled as soon as a step it needs failed or was cancelled
+    /// (unless it runs regardless), which cascades to the steps that need
+    /// it; it is released when every step it needs ended (all succeeded,
+    /// or any way for a step that runs regardless); while the workflow is
+    /// cancelled, a release is a cancel. When that fate depends on a busy
+    /// step (the others all ended or busy), the answer is [`Planned::Wait`]:
+    /// deciding now could release a step twice or never. So it is when
+    /// every step left would have ended once the `ending` steps being
+    /// committed elsewhere did: the last of them completes the workflow.
+    pub fn plan(&self, step: &str, end: StepEnd, busy: &HashSet<String>, ending: usize) -> Planned {
+        let mut ends: HashMap<&str, StepEnd> = HashMap::from([(step, end)]);
+        let mut todo = vec![step];
+        let mut decided = Vec::new();
+        while let Some(at) = todo.pop() {
+            let Some(here) = self.steps.get(at) else {
+                continue;
+            };
+            for next in &here.record.dependents {
+                let Some(dependent) = self.steps.get(next) else {
+                    continue;
+                };
+                if ends.contains_key(next.as_str()) || dependent.node != Node::Held {
+                    continue;
+                }
+                if busy.contains(next) {
+                    return Planned::Wait;
+                }
+                let (mut failed, mut pending, mut in_flight) = (None, false, false);
+                for dep in &dependent.record.deps {
+                    let state = ends
+                        .get(dep.as_str())
+                        .copied()
+                        .or(match self.steps.get(dep) {
+                            Some(Step {
+                                node: Node::Ended(end),
+                                ..
+                            }) => Some(*end),
+                            _ => None,
+                        });
+                    match state {
+                        Some(StepEnd::Succeeded) => {}
+                        Some(_) => {
+                            failed.get_or_insert(dep.as_str());
+                        }
+                        None if busy.contains(dep) => in_flight = true,
+                        None => pending = true,
+                    }
+                }
+                let decision = match failed {
+                    _ if self.record.cancelled => {
+                        Decision::Cancel("the workflow was cancelled".into())
+                    }
+                    Some(dep) if !dependent.record.regardless => {
+                        let how = match ends.get(dep).copied().or(match self.steps.get(dep) {
+                            Some(Step {
+                                node: Node::Ended(end),
+                                ..
+                            }) => Some(*end),
+                            _ => None,
+                        }) {
+                            Some(StepEnd::Cancelled) => "was cancelled",
+                            _ => "failed",
+                        };
+                        Decision::Cancel(format!("step `{dep}` it needs {how}"))
+                    }
+                    _ if pending => continue,
+                    _ if in_flight => return Planned::Wait,
+                    _ => Decision::Release,
+                };
+                if let Decision::Cancel(_) = decision {
+                    ends.insert(next.as_str(), StepEnd::Cancelled);
+                    todo.push(next.as_str());
+                }
+                decided.push((next.clone(), decision));
+            }
+        }
+        // Steps not ended once this commits (the ending step was not).
+        let cancels = Self::ends_in(&decided);
+        let already = matches!(self.steps.get(step).map(|s| s.node), Some(Node::Ended(_)));
+        let left = self
+            .steps
+            .len()
+            .saturating_sub(self.ended + cancels + usize::from(!already));
+        let releases = decided.len() - cancels;
+        if left > 0 && releases == 0 && left == ending {
+            return Planned::Wait;
+        }
+        Planned::Decided {
+            decided,
+            completes: left == 0,
+        }
+    }
+
+    /// Record that `step` ended with `end` and `decided` were decided with
+    /// it (the commit is durable).
+    pub fn apply(&mut self, step: &str, end: StepEnd, decided: &[(String, Decision)]) {
+        let mut set = |name: &str, node: Node| {
+            if let Some(s) = self.steps.get_mut(name) {
+                let was = matches!(s.node, Node::Ended(_));
+                let is = matches!(node, Node::Ended(_));
+                s.node = node;
+                match (was, is) {
+                    (false, true) => self.ended += 1,
+                    (true, false) => self.ended -= 1,
+                    _ => {}
+                }
+            }
+        };
+        set(step, Node::Ended(end));
+        for (name, decision) in decided {
+            let node = match decision {
+                Decision::Release => Node::Released,
+                Decision::Cancel(_) => Node::Ended(StepEnd::Cancelled),
+            };
+            set(name, node);
+        }
+    }
+
+    /// How many steps `decided` ends (its cancels).
+    pub fn ends_in(decided: &[(String, Decision)]) -> usize {
+        decided
+            .iter()
+            .filter(|(_, d)| matches!(d, Decision::Cancel(_)))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `a` and `b` feed `join`; `clean` needs `join` and runs regardless.
+    fn flow() -> Flow {
+        let step = |deps: &[&str], dependents: &[&str], regardless| Step {
+            record: StepRecord {
+                job_type: "t".into(),
+                deps: deps.iter().map(|s| s.to_string()).collect(),
+                dependents: dependents.iter().map(|s| s.to_string()).collect(),
+                regardless,
+            },
+            node: if deps.is_empty() {
+                Node::Released
+            } else {
+                Node::Held
+            },
+        };
+        Flow {
+            record: WorkflowRecord {
+                name: "w".into(),
+                created_at_ms: 0,
+                steps: 4,
+                input_hash: Vec::new(),
+                cancelled: false,
+                ended_at_ms: None,
+            },
+            steps: HashMap::from([
+                ("a".into(), step(&[], &["join"], false)),
+                ("b".into(), step(&[], &["join"], false)),
+                ("join".into(), step(&["a", "b"], &["clean"], false)),
+                ("clean".into(), step(&["join"], &[], true)),
+            ]),
+            ended: 0,
+        }
+    }
+
+    fn none() -> HashSet<String> {
+        HashSet::new()
+    }
+
+    #[test]
+    fn the_last_dependency_to_succeed_releases_and_an_earlier_one_does_not() {
+        let mut f = flow();
+        assert_eq!(
+            f.plan("a", StepEnd::Succeeded, &none(), 0),
+            Planned::Decided {
+                decided: vec![],
+                completes: false
+            }
+        );
+        f.apply("a", StepEnd::Succeeded, &[]);
+        assert_eq!(
+            f.plan("b", StepEnd::Succeeded, &none(), 0),
+            Planned::Decided {
+                decided: vec![("join".into(), Decision::Release)],
+                completes: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_decision_that_hangs_on_a_commit_in_flight_waits_for_it() {
+        let f = flow();
+        let busy = HashSet::from(["a".to_string()]);
+        assert_eq!(f.plan("b", StepEnd::Succeeded, &busy, 1), Planned::Wait);
+        // A failure cancels at once: whatever `a` does cannot save `join`.
+        assert!(matches!(
+            f.plan("b", StepEnd::Failed, &busy, 1),
+            Planned::Decided { decided: d, .. } if d[0] == ("join".into(), Decision::Cancel("step `b` it needs failed".into()))
+        ));
+        // A step being decided by another commit is waited for.
+        let busy = HashSet::from(["join".to_string()]);
+        assert_eq!(f.plan("a", StepEnd::Failed, &busy, 0), Planned::Wait);
+    }
+
+    #[test]
+    fn a_failure_cancels_what_needs_it_down_to_a_step_that_runs_regardless() {
+        let f = flow();
+        assert_eq!(
+            f.plan("a", StepEnd::Failed, &none(), 0),
+            Planned::Decided {
+                decided: vec![
+                    (
+                        "join".into(),
+                        Decision::Cancel("step `a` it needs failed".into())
+                    ),
+                    ("clean".into(), Decision::Release),
+                ],
+                completes: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_cancelled_workflow_releases_nothing_not_even_a_cleanup_step() {
+        let mut f = flow();
+        f.record.cancelled = true;
+        f.apply("a", StepEnd::Succeeded, &[]);
+        let cancelled = || Decision::Cancel("the workflow was cancelled".into());
+        assert_eq!(
+            f.plan("b", StepEnd::Succeeded, &none(), 0),
+            Planned::Decided {
+                decided: vec![("join".into(), cancelled()), ("clean".into(), cancelled())],
+                // `b` and the two cancels end everything, `a` ended.
+                completes: true
+            }
+        );
+    }
+
+    #[test]
+    fn the_last_steps_to_end_together_complete_the_workflow_once() {
+        let mut f = flow();
+        f.apply("a", StepEnd::Succeeded, &[]);
+        f.apply(
+            "b",
+            StepEnd::Succeeded,
+            &[("join".into(), Decision::Release)],
+        );
+        f.apply(
+            "join",
+            StepEnd::Succeeded,
+            &[("clean".into(), Decision::Release)],
+        );
+        assert_eq!(f.ended, 3);
+        // `clean` is the last: it completes.
+        assert_eq!(
+            f.plan("clean", StepEnd::Succeeded, &none(), 0),
+            Planned::Decided {
+                decided: vec![],
+                completes: true
+            }
+        );
+        // Two sinks ending at once: the second waits for the first, then
+        // completes; the first does not.
+        let mut g = flow();
+        g.steps.get_mut("clean").unwrap().record.deps.clear();
+        g.steps.get_mut("join").unwrap().record.dependents.clear();
+        g.apply("a", StepEnd::Succeeded, &[]);
+        g.apply("b", StepEnd::Succeeded, &[]);
+        g.steps.get_mut("join").unwrap().node = Node::Released;
+        g.steps.get_mut("clean").unwrap().node = Node::Released;
+        let busy = HashSet::from(["join".to_string()]);
+        assert_eq!(g.plan("clean", StepEnd::Succeeded, &busy, 1), Planned::Wait);
+        assert_eq!(
+            g.plan("join", StepEnd::Succeeded, &none(), 0),
+            Planned::Decided {
+                decided: vec![],
+                completes: false
+            }
+        );
+    }
+}

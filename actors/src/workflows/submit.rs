@@ -1,0 +1,533 @@
+//! A workflow's submission (one transaction: every step or none), its
+//! status, and the changes of the whole: cancel and retry.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use futures_util::TryStreamExt;
+use sha2::{Digest, Sha256};
+use taquba::{KvOrder, QueueView, SettlementEffects};
+
+use crate::error::{EngineError, Result};
+use crate::jobs::request::SubmitRequest;
+use crate::jobs::submit::JobState;
+use crate::layout::keys;
+use crate::layout::records::{self, OutcomeRecord};
+use crate::services::Services;
+use crate::workflows::gates::{Exclusive, GateMessage};
+use crate::workflows::graph::{Flow, Node};
+use crate::workflows::layout::{
+    HeldJob, StepEnd, StepKey, StepRecord, WORKFLOWS_PREFIX, WorkflowRecord, is_valid_step_name,
+    keyed_workflow_id, step_run_id, workflow_key,
+};
+use crate::workflows::settle;
+
+/// Most steps in one workflow.
+pub const MAX_STEPS: usize = 100_000;
+
+/// One step as submitted: its name, its job, the steps it needs.
+#[derive(Debug, Clone)]
+pub struct StepSpec {
+    /// Its name in the workflow: 1-128 characters of `[A-Za-z0-9_.-]`.
+    pub name: String,
+    /// Its job (type, payload, headers, priority, attempt limit; the key,
+    /// run id and `run_at` are not used).
+    pub job: SubmitRequest,
+    /// The steps it needs.
+    pub deps: Vec<String>,
+    /// Run once every step it needs ended, whichever way.
+    pub regardless: bool,
+}
+
+/// A workflow as submitted.
+#[derive(Debug, Clone, Default)]
+pub struct WorkflowSpec {
+    /// A name for people.
+    pub name: String,
+    /// Its id, if given (1-128 characters of `[A-Za-z0-9_-]`).
+    pub id: Option<String>,
+    /// A key its id is derived from: a second submission with the key is
+    /// the same workflow.
+    pub key: Option<String>,
+    /// Its steps.
+    pub steps: Vec<StepSpec>,
+}
+
+/// What a submission came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowSubmitted {
+    /// The workflow's id.
+    pub id: String,
+    /// False when the workflow existed (same id, same steps).
+    pub newly_submitted: bool,
+}
+
+/// A step, as the workflow's status shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepStatus {
+    /// Its name.
+    pub name: String,
+    /// Its job type.
+    pub job_type: String,
+    /// Its job's id.
+    pub run_id: String,
+    /// The steps it needs.
+    pub deps: Vec<String>,
+    /// Whether it runs whichever way they end.
+    pub regardless: bool,
+    /// Where its job is; `None` while it waits for the steps it needs
+    /// (its job is not created yet).
+    pub state: Option<JobState>,
+}
+
+/// A workflow and each step's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowStatus {
+    /// Its id.
+    pub id: String,
+    /// Its record.
+    pub record: WorkflowRecord,
+    /// Its steps, dependencies before the steps that need them.
+    pub steps: Vec<StepStatus>,
+}
+
+impl WorkflowStatus {
+    /// Whether every step ended.
+    pub fn ended(&self) -> bool {
+        self.steps
+            .iter()
+            .all(|s| s.state.is_some_and(JobState::is_terminal))
+    }
+}
+
+fn invalid(why: impl Into<String>) -> EngineError {
+    EngineError::InvalidWorkflow(why.into())
+}
+
+/// The id of `spec`: given, derived from its key, or new.
+fn workflow_id(spec: &WorkflowSpec, fresh: impl FnOnce() -> String) -> Result<String> {
+    match (&spec.id, &spec.key) {
+        (Some(id), _) if keys::is_valid_id(id) => Ok(id.clone()),
+        (Some(id), _) => Err(invalid(format!(
+            "id `{id}` is not 1-128 characters of [A-Za-z0-9_-]"
+        ))),
+        (None, Some(key)) => Ok(keyed_workflow_id(key)),
+        (None, None) => Ok(fresh()),
+    }
+}
+
+/// The names of `steps` with every step after the steps it needs
+/// (`InvalidWorkflow` on a cycle).
+pub fn topological(steps: &HashMap<String, StepRecord>) -> Result<Vec<String>> {
+    let mut needs: HashMap<&str, usize> = steps
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.deps.len()))
+        .collect();
+    let mut names: Vec<&str> = needs
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(k, _)| *k)
+        .collect();
+    names.sort_unstable();
+    let mut ready: VecDeque<&str> = names.into();
+    let mut order = Vec::with_capacity(steps.len());
+    while let Some(name) = ready.pop_front() {
+        order.push(name.to_string());
+        for next in &steps[name].dependents {
+            if let Some(n) = needs.get_mut(next.as_str()) {
+                *n -= 1;
+                if *n == 0 {
+                    ready.push_back(next);
+                }
+            }
+        }
+    }
+    if order.len() != steps.len() {
+        let mut stuck: Vec<&str> = needs
+            .iter()
+            .filter(|(n, _)| !order.iter().any(|o| o == *n))
+            .map(|(n, _)| *n)
+            .collect();
+        stuck.sort_unstable();
+        stuck.truncate(5);
+        return Err(invalid(format!(
+            "its steps form a cycle (among: {})",
+            stuck.join(", ")
+        )));
+    }
+    Ok(order)
+}
+
+/// Check `spec` and build its records: each step's, with its dependents,
+/// its job, and the workflow's input hash.
+#[allow(clippy::type_complexity)]
+fn records_of(
+    services: &Services,
+    spec: &WorkflowSpec,
+) -> Result<(
+    HashMap<String, StepRecord>,
+    HashMap<String, HeldJob>,
+    Vec<u8>,
+)> {
+    if spec.steps.is_empty() {
+        return Err(invalid("it has no steps"));
+    }
+    if spec.steps.len() > MAX_STEPS {
+        return Err(invalid(format!(
+            "it has {} steps; at most {MAX_STEPS}",
+            spec.steps.len()
+        )));
+    }
+    let mut graph: HashMap<String, StepRecord> = HashMap::with_capacity(spec.steps.len());
+    let mut jobs = HashMap::with_capacity(spec.steps.len());
+    for step in &spec.steps {
+        if !is_valid_step_name(&step.name) {
+            return Err(invalid(format!(
+                "step name `{}` is not 1-128 characters of [A-Za-z0-9_.-]",
+                step.name
+            )));
+        }
+        services.job_queue(&step.job.job_type)?;
+        if let Some(h) = step
+            .job
+            .headers
+            .keys()
+            .find(|h| h.starts_with(keys::RESERVED_HEADER_PREFIX))
+        {
+            return Err(EngineError::ReservedHeader(h.clone()));
+        }
+        let mut seen = HashSet::new();
+        for dep in &step.deps {
+            if dep == &step.name {
+                return Err(invalid(format!("step `{}` needs itself", step.name)));
+            }
+            if !seen.insert(dep) {
+                return Err(invalid(format!("step `{}` names `{dep}` twice", step.name)));
+            }
+        }
+        let record = StepRecord {
+            job_type: step.job.job_type.clone(),
+            deps: step.deps.clone(),
+            dependents: Vec::new(),
+            regardless: step.regardless,
+        };
+        if graph.insert(step.name.clone(), record).is_some() {
+            return Err(invalid(format!("step `{}` is named twice", step.name)));
+        }
+        let job = HeldJob {
+            payload: step.job.payload.clone(),
+            headers: step.job.headers.clone(),
+            priority: step.job.priority,
+            max_attempts: step.job.max_attempts,
+        };
+        jobs.insert(step.name.clone(), job);
+    }
+    for step in &spec.steps {
+        for dep in &step.deps {
+            match graph.get_mut(dep) {
+                Some(d) => d.dependents.push(step.name.clone()),
+                None => {
+                    return Err(invalid(format!(
+                        "step `{}` needs `{dep}`, which the workflow does not have",
+                        step.name
+                    )));
+                }
+            }
+        }
+    }
+    let order = topological(&graph)?;
+    let mut hash = Sha256::new();
+    hash.update(spec.name.as_bytes());
+    for name in &order {
+        let (g, j) = (&graph[name], &jobs[name]);
+        hash.update(records::encode(&(
+            name,
+            &g.job_type,
+            &g.deps,
+            g.regardless,
+        ))?);
+        hash.update(keys::input_hash(&g.job_type, &j.payload));
+    }
+    Ok((graph, jobs, hash.finalize().to_vec()))
+}
+
+impl Services {
+    /// Submit a workflow: its record, every step's record and job, and the
+    /// jobs of the steps that need none, in one transaction that commits
+    /// only if no workflow has its id. A second submission of the same
+    /// workflow (same id, same steps and jobs) answers with it;
+    /// `WorkflowMismatch` if the id holds another.
+    pub async fn submit_workflow(&self, spec: WorkflowSpec) -> Result<WorkflowSubmitted> {
+        let queue = self.queue()?;
+        let id = workflow_id(&spec, || queue.next_job_id())?;
+        let (graph, jobs, input_hash) = records_of(self, &spec)?;
+        let record = WorkflowRecord {
+            name: spec.name.clone(),
+            created_at_ms: self.clock().now_ms(),
+            steps: u32::try_from(graph.len()).unwrap_or(u32::MAX),
+            input_hash,
+            cancelled: false,
+            ended_at_ms: None,
+        };
+        let mut fx =
+            SettlementEffects::default().kv_put(workflow_key(&id), records::encode(&record)?);
+        for step in &spec.steps {
+            let (g, job) = (&graph[&step.name], &jobs[&step.name]);
+            let held = records::encode(job)?;
+            let value = records::encode(g)?;
+            for (what, bytes) in [("job", &held), ("record", &value)] {
+                if bytes.len() > taquba::MAX_KV_VALUE_SIZE {
+                    return Err(invalid(format!(
+                        "step `{}`'s {what} is {} bytes; a step's job and record are kept in \
+                         the store's KV, at most {} bytes each",
+                        step.name,
+                        bytes.len(),
+                        taquba::MAX_KV_VALUE_SIZE
+                    )));
+                }
+            }
+            fx = fx
+                .kv_put(StepKey::Graph.of(&id, &step.name), value)
+                .kv_put(StepKey::Held.of(&id, &step.name), held);
+            if g.deps.is_empty() {
+                fx = settle::release(self, fx, &id, &step.name, g.clone(), job.clone())?;
+            }
+        }
+        let key = workflow_key(&id);
+        let compares: [(&[u8], Option<&[u8]>); 1] = [(&key, None)];
+        if queue.kv_compare_commit(&compares, fx).await?.is_some() {
+            return Ok(WorkflowSubmitted {
+                id,
+                newly_submitted: true,
+            });
+        }
+        let found = match queue.view().kv_get(&key).await? {
+            Some(bytes) => records::decode::<WorkflowRecord>(&key, &bytes)?,
+            None => {
+                return Err(EngineError::Contended {
+                    operation: format!("the submission of workflow `{id}`"),
+                });
+            }
+        };
+        if found.input_hash == record.input_hash {
+            Ok(WorkflowSubmitted {
+                id,
+                newly_submitted: false,
+            })
+        } else {
+            Err(EngineError::WorkflowMismatch(id))
+        }
+    }
+
+    /// Cancel workflow `id`: no step is released from now on; every step
+    /// still waiting for others is cancelled (in one transaction); every
+    /// step whose job exists and has not ended is cancelled as a job is
+    /// (a running one is asked to stop). Answers how many steps it
+    /// cancelled or asked to stop.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<usize> {
+        let Exclusive { flow, guard } = self.exclusive(id).await?;
+        let mut fx = SettlementEffects::default();
+        let mut record = flow.record.clone();
+        record.cancelled = true;
+        fx = fx.kv_put(workflow_key(id), records::encode(&record)?);
+        let mut running = Vec::new();
+        let mut count = 0;
+        for (name, step) in &flow.steps {
+            match step.node {
+                Node::Held => {
+                    let (rec, job) = settle::read_step(self, id, name).await?;
+                    fx = settle::cancel_held(
+                        self,
+                        fx,
+                        id,
+                        name,
+                        &rec,
+                        &job,
+                        "the workflow was cancelled",
+                    )?;
+                    count += 1;
+                }
+                Node::Released => running.push(step_run_id(id, name)),
+                Node::Ended(_) => {}
+            }
+        }
+        if running.is_empty() {
+            // Nothing left to end: the workflow ends with this commit.
+            fx = settle::completed(self, fx, id, record)?;
+        }
+        self.queue()?.commit_effects(fx).await?;
+        guard.committed();
+        for run_id in running {
+            match self.cancel(&run_id).await {
+                Ok(_) => count += 1,
+                Err(e) => {
+                    tracing::warn!(%run_id, error = %e, "cancelling a step of the workflow failed")
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// Run workflow `id`'s failed and cancelled steps again and resume the
+    /// graph from them: in one transaction, each such step is set back to
+    /// waiting (its outcome removed), and each step whose dependencies all
+    /// succeeded is released; the rest follow as their dependencies
+    /// succeed. Clears the workflow's cancel. Answers how many steps were
+    /// set back.
+    pub async fn retry_workflow(&self, id: &str) -> Result<usize> {
+        let Exclusive { mut flow, guard } = self.exclusive(id).await?;
+        let queue = self.queue()?;
+        let mut fx = SettlementEffects::default();
+        let mut reset = 0;
+        let names: Vec<String> = flow.steps.keys().cloned().collect();
+        for name in &names {
+            let Node::Ended(end) = flow.steps[name].node else {
+                continue;
+            };
+            if end == StepEnd::Succeeded {
+                continue;
+            }
+            let run_id = step_run_id(id, name);
+            let okey = keys::outcome_key(&run_id);
+            if let Some(bytes) = queue.view().kv_get(&okey).await? {
+                let rec: OutcomeRecord = records::decode(&okey, &bytes)?;
+                fx = fx.kv_delete(rec.ended_key(&run_id));
+            }
+            fx = fx
+                .kv_delete(okey)
+                .kv_delete(StepKey::Ended.of(id, name))
+                .kv_delete(StepKey::Released.of(id, name));
+            if let Some(s) = flow.steps.get_mut(name) {
+                s.node = Node::Held;
+            }
+            reset += 1;
+        }
+        flow.record.cancelled = false;
+        if reset > 0 {
+            flow.record.ended_at_ms = None;
+        }
+        fx = fx.kv_put(workflow_key(id), records::encode(&flow.record)?);
+        for name in &names {
+            let step = &flow.steps[name];
+            if step.node != Node::Held {
+                continue;
+            }
+            let ready = step.record.deps.iter().all(|d| {
+                matches!(
+                    flow.steps.get(d).map(|s| s.node),
+                    Some(Node::Ended(StepEnd::Succeeded))
+                )
+            });
+            if ready {
+                let (rec, mut job) = settle::read_step(self, id, name).await?;
+                // Memo entries of its earlier attempts are found again.
+                job.headers.insert(keys::HEADER_MEMO.into(), String::new());
+                // Released again: its marker is rewritten, not removed.
+                let released = StepKey::Released.of(id, name);
+                fx.kv_deletes.retain(|k| *k != released);
+                fx = settle::release(self, fx, id, name, rec, job)?;
+            }
+        }
+        queue.commit_effects(fx).await?;
+        guard.committed();
+        Ok(reset)
+    }
+
+    /// Workflow `id` and each step's state.
+    pub async fn workflow_status(&self, id: &str) -> Result<WorkflowStatus> {
+        status(self.queue()?.view(), id).await
+    }
+
+    /// Up to `limit` workflows after the id `after`, in id order.
+    pub async fn workflows(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, WorkflowRecord)>> {
+        list(self.queue()?.view(), after, limit).await
+    }
+
+    /// The workflow alone (see `gates`).
+    async fn exclusive(&self, id: &str) -> Result<Exclusive> {
+        if !keys::is_valid_id(id) {
+            return Err(EngineError::WorkflowNotFound(id.to_string()));
+        }
+        let gates = self.gates()?;
+        let (tx, rx) = ractor::concurrency::oneshot();
+        gates
+            .send_message(GateMessage::Exclusive {
+                workflow: id.to_string(),
+                reply: tx.into(),
+            })
+            .map_err(|_| EngineError::ShutDown)?;
+        rx.await.map_err(|_| EngineError::ShutDown)?
+    }
+}
+
+/// Workflow `id` and each step's state, as `view` reads them.
+pub async fn status(view: &QueueView, id: &str) -> Result<WorkflowStatus> {
+    if !keys::is_valid_id(id) {
+        return Err(EngineError::WorkflowNotFound(id.to_string()));
+    }
+    let flow = Flow::load(view, id).await?;
+    let graph: HashMap<String, StepRecord> = flow
+        .steps
+        .iter()
+        .map(|(n, s)| (n.clone(), s.record.clone()))
+        .collect();
+    let mut steps = Vec::with_capacity(graph.len());
+    for name in topological(&graph)? {
+        let step = &flow.steps[&name];
+        let run_id = step_run_id(id, &name);
+        let state = match step.node {
+            Node::Held => None,
+            Node::Ended(StepEnd::Succeeded) => Some(JobState::Succeeded),
+            Node::Ended(StepEnd::Failed) => Some(JobState::Failed),
+            Node::Ended(StepEnd::Cancelled) => Some(JobState::Cancelled),
+            Node::Released => crate::layout::inspect::job_state(view, &run_id).await?,
+        };
+        steps.push(StepStatus {
+            name,
+            job_type: step.record.job_type.clone(),
+            run_id,
+            deps: step.record.deps.clone(),
+            regardless: step.record.regardless,
+            state,
+        });
+    }
+    Ok(WorkflowStatus {
+        id: id.to_string(),
+        record: flow.record,
+        steps,
+    })
+}
+
+/// Up to `limit` workflows after the id `after` (in id order).
+pub async fn list(
+    view: &QueueView,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<(String, WorkflowRecord)>> {
+    let start = match after {
+        Some(after) => {
+            let mut k = workflow_key(after);
+            k.push(0);
+            k
+        }
+        None => WORKFLOWS_PREFIX.to_vec(),
+    };
+    let entries = view.kv_entries(
+        WORKFLOWS_PREFIX,
+        start..,
+        KvOrder::Ascending,
+        limit.min(1000),
+    );
+    let mut entries = std::pin::pin!(entries);
+    let mut out = Vec::new();
+    while out.len() < limit
+        && let Some((key, value)) = entries.try_next().await?
+    {
+        let id = String::from_utf8_lossy(&key[WORKFLOWS_PREFIX.len()..]).into_owned();
+        out.push((id, records::decode(&key, &value)?));
+    }
+    Ok(out)
+}
