@@ -179,7 +179,11 @@ impl JobContext {
     /// children are of the parent's own type. If the engine shuts down during
     /// the wait, the wait ends with `ShutDown` and this job can fail (it runs
     /// again after the next start). Await in this job's own task: a wait in a
-    /// task it spawns does not give the slot back.
+    /// task it spawns does not give the slot back. If this job is cancelled
+    /// while it waits, the wait ends with
+    /// [`Error::WaiterCancelled`](crate::Error::WaiterCancelled) and the
+    /// awaited job is cancelled with it (a queued one at once, a running one
+    /// asked to stop); children it submitted and does not await run on.
     pub async fn submit<J: Job>(&self, job: J) -> Result<JobHandle<J>> {
         self.submit_with(job, SubmitOptions::default()).await
     }

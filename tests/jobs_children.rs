@@ -2,8 +2,9 @@
 //! for them, parents await the children they submitted (at a concurrency
 //! lower than the number of parents), a job type awaits children of its own
 //! type (with fewer workers than waits, one after the other or several at
-//! once: a waiting job parks its slot), and a shutdown during such a wait
-//! gives the parent back without spending its attempt.
+//! once: a waiting job parks its slot), a shutdown during such a wait
+//! gives the parent back without spending its attempt, and a parent
+//! cancelled during it cancels the children it awaits.
 //!
 //! Every test runs under paused tokio time on the in-memory store with a
 //! `MockClock`, and waits for handles or engine counters, never for wall time.
@@ -298,4 +299,75 @@ async fn a_shutdown_during_a_wait_for_a_child_gives_the_parent_back_without_spen
         .unwrap();
     assert_eq!(value, Ok(9), "the shutdown spent the parent's only attempt");
     engine.shutdown().await.unwrap();
+}
+
+/// The children an [`AwaitTwo`] submitted.
+#[derive(Default)]
+struct Kids(std::sync::Mutex<Vec<String>>);
+
+/// Submits two [`FannedOut`] children and awaits both.
+#[derive(Serialize, Deserialize)]
+struct AwaitTwo;
+
+impl Job for AwaitTwo {
+    const NAME: &'static str = "await-two";
+    type Output = u32;
+    type Error = gaffer::Error;
+    async fn run(&self, ctx: JobContext) -> Result<u32, gaffer::Error> {
+        let a = ctx.submit(FannedOut { i: 1 }).await?;
+        let b = ctx.submit(FannedOut { i: 2 }).await?;
+        let kids = ctx.state::<Arc<Kids>>();
+        kids.0
+            .lock()
+            .unwrap()
+            .extend([a.id().to_string(), b.id().to_string()]);
+        let (a, b) = tokio::join!(a.join(), b.join());
+        Ok(a?.unwrap_or(0) + b?.unwrap_or(0))
+    }
+}
+
+/// A parent cancelled while it awaits its children stops waiting, and the
+/// children it awaited are cancelled with it: the queued one at once, the
+/// running one asked to stop.
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_parent_that_awaits_its_children_cancels_them() {
+    let probe = Probe::new(Gate::closed());
+    let kids = Arc::new(Kids::default());
+    let engine = common::memory_builder(common::mock_clock())
+        .register::<AwaitTwo>()
+        .register_with::<FannedOut>(gaffer::JobOptions {
+            concurrency: Some(1),
+            ..Default::default()
+        })
+        .state(probe.clone())
+        .state(kids.clone())
+        .start()
+        .await
+        .unwrap();
+    let parent = engine.submit(AwaitTwo).await.unwrap();
+    eventually("the parent awaits its children", LIMIT, async || {
+        kids.0.lock().unwrap().len() == 2
+    })
+    .await;
+    let ids = kids.0.lock().unwrap().clone();
+    eventually("the first child runs", LIMIT, async || {
+        engine.status(&ids[0]).await.ok() == Some(JobState::Running)
+    })
+    .await;
+    assert_eq!(
+        parent.cancel().await.unwrap(),
+        gaffer::job::CancelResult::Requested
+    );
+    let ended = within(parent.join()).await.unwrap();
+    assert!(ended.unwrap_err().is_cancelled());
+    // The queued child was removed; the running one ends cancelled once it
+    // returns (it waits at the gate).
+    assert_eq!(engine.status(&ids[1]).await.unwrap(), JobState::Cancelled);
+    probe.gate.open();
+    eventually("the running child ends", LIMIT, async || {
+        engine.status(&ids[0]).await.ok() == Some(JobState::Cancelled)
+    })
+    .await;
+    assert_eq!(probe.runs(), 1, "the queued child never ran");
+    shut_down_cleanly(&engine).await;
 }

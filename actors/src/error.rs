@@ -150,6 +150,11 @@ pub enum EngineError {
     )]
     InputMismatch(String),
 
+    /// A job was cancelled while it waited for the job `0` (a child it
+    /// submitted): the wait ended, and the child was cancelled too.
+    #[error("the waiting job was cancelled; the job `{0}` it awaited was cancelled with it")]
+    WaiterCancelled(String),
+
     /// A workflow that cannot be submitted as given: a step named twice, a
     /// dependency on a step it does not have, a cycle, a name or id not of
     /// the accepted form, a step's job too large to hold.

@@ -50,6 +50,9 @@ pub(crate) struct Parking {
     pub(crate) slot: SlotId,
     /// Cancelled when the pool starts draining.
     pub(crate) draining: CancellationToken,
+    /// The delivery's cancel token: a job cancelled while it waits for
+    /// another stops waiting (and the other is cancelled with it).
+    pub(crate) cancelled: CancellationToken,
     /// The delivery's lease, kept alive while parked.
     pub(crate) lease: LeaseHandle,
     /// How long a lease is granted for (renewed at a third of it).
@@ -91,16 +94,31 @@ impl Drop for EndWait {
     }
 }
 
+/// How a wait for a job's end ended.
+#[derive(Debug)]
+pub(crate) enum Waited<T> {
+    /// The job ended.
+    Done(T),
+    /// The pool started draining (a shutdown).
+    Drained,
+    /// The waiting job was cancelled.
+    Cancelled,
+}
+
 /// Await `wait` (a wait for a job's end). Inside a delivery its slot is
-/// parked for the wait, its lease kept alive, and the wait ends with `None`
-/// when the pool starts draining; outside one it is awaited as it is.
-pub(crate) async fn wait<F: Future>(wait: F) -> Option<F::Output> {
+/// parked for the wait, its lease kept alive, and the wait ends when the
+/// pool starts draining or the waiting job is cancelled; outside one it is
+/// awaited as it is.
+pub(crate) async fn wait<F: Future>(wait: F) -> Waited<F::Output> {
     let Ok(parking) = PARKING.try_with(Parking::clone) else {
-        return Some(wait.await);
+        return Waited::Done(wait.await);
     };
     if parking.draining.is_cancelled() {
         parking.state.cut.store(true, Ordering::SeqCst);
-        return None;
+        return Waited::Drained;
+    }
+    if parking.cancelled.is_cancelled() {
+        return Waited::Cancelled;
     }
     if parking.state.waits.fetch_add(1, Ordering::SeqCst) == 0 {
         let _ = parking.pool.send_message(SlotWait::Park(parking.slot));
@@ -115,11 +133,12 @@ pub(crate) async fn wait<F: Future>(wait: F) -> Option<F::Output> {
         }
     };
     tokio::select! {
-        out = wait => Some(out),
+        out = wait => Waited::Done(out),
         _ = parking.draining.cancelled() => {
             parking.state.cut.store(true, Ordering::SeqCst);
-            None
+            Waited::Drained
         }
-        _ = renew => None,
+        _ = parking.cancelled.cancelled() => Waited::Cancelled,
+        _ = renew => Waited::Drained,
     }
 }

@@ -148,9 +148,17 @@ impl EngineRef {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
         }
         // From inside a job, the wait parks the job's slot (see `parking`).
-        let waited = parking::wait(self.wait_for(run_id, recorded))
-            .await
-            .unwrap_or(Err(WaitError::ShutDown));
+        let waited = match parking::wait(self.wait_for(run_id, recorded)).await {
+            parking::Waited::Done(waited) => waited,
+            parking::Waited::Drained => Err(WaitError::ShutDown),
+            // The job that waited was cancelled: so is the job it awaited.
+            parking::Waited::Cancelled => {
+                if let Err(e) = self.cancel(run_id).await {
+                    tracing::warn!(%run_id, error = %e, "cancelling the job a cancelled job awaited failed");
+                }
+                return Err(EngineError::WaiterCancelled(run_id.to_string()));
+            }
+        };
         waited.map_err(|e| match e {
             WaitError::NotFound(id) => EngineError::JobNotFound(id),
             WaitError::NotSubmittedThroughGaffer(id) => EngineError::NotSubmittedThroughGaffer(id),

@@ -231,6 +231,7 @@ impl PoolState {
                 pool: myself.get_derived(),
                 slot,
                 draining: self.draining_token.clone(),
+                cancelled: claim.cancel_token().clone(),
                 lease,
                 lease_duration,
                 state: Arc::default(),
