@@ -23,13 +23,29 @@ pub enum Node {
     Ended(StepEnd),
 }
 
-/// One step: its record and where it is.
+/// One step: its record, where it is, and where the steps it needs are.
 #[derive(Debug, Clone)]
 pub struct Step {
     /// As submitted.
     pub record: StepRecord,
     /// Where it is.
     pub node: Node,
+    /// How many of the steps it needs have not ended.
+    pub pending: usize,
+    /// The first step it needs found failed or cancelled, and which.
+    pub failed: Option<(String, StepEnd)>,
+}
+
+impl Step {
+    /// A step with its dependencies' counts not yet taken ([`Flow::new`]).
+    pub fn new(record: StepRecord, node: Node) -> Self {
+        Self {
+            record,
+            node,
+            pending: 0,
+            failed: None,
+        }
+    }
 }
 
 /// A workflow as its records say: its record and every step.
@@ -114,18 +130,39 @@ impl Flow {
                     (None, true) => Node::Released,
                     (None, false) => Node::Held,
                 };
-                (name, Step { record, node })
+                (name, Step::new(record, node))
             })
             .collect();
-        let ended = steps
-            .values()
-            .filter(|s| matches!(s.node, Node::Ended(_)))
-            .count();
-        Ok(Self {
+        Ok(Self::new(record, steps))
+    }
+
+    /// A workflow of `steps` as they are, its counts taken.
+    pub fn new(record: WorkflowRecord, mut steps: HashMap<String, Step>) -> Self {
+        let ends: HashMap<String, StepEnd> = steps
+            .iter()
+            .filter_map(|(n, s)| match s.node {
+                Node::Ended(end) => Some((n.clone(), end)),
+                _ => None,
+            })
+            .collect();
+        for step in steps.values_mut() {
+            step.pending = 0;
+            step.failed = None;
+            for dep in &step.record.deps {
+                match ends.get(dep) {
+                    None => step.pending += 1,
+                    Some(StepEnd::Succeeded) => {}
+                    Some(end) => {
+                        step.failed.get_or_insert((dep.clone(), *end));
+                    }
+                }
+            }
+        }
+        Self {
             record,
+            ended: ends.len(),
             steps,
-            ended,
-        })
+        }
     }
 
     /// The run id of step `step` of workflow `id`.
@@ -155,12 +192,16 @@ impl Flow {
     /// committed elsewhere did: the last of them completes the workflow.
     pub fn plan(&self, step: &str, end: StepEnd, busy: &HashSet<String>, ending: usize) -> Planned {
         let mut ends: HashMap<&str, StepEnd> = HashMap::from([(step, end)]);
+        // Per step reached: how many of the steps it needs end here, and
+        // the first of them that did not succeed.
+        let mut closing: HashMap<&str, (usize, Option<(&str, StepEnd)>)> = HashMap::new();
         let mut todo = vec![step];
         let mut decided = Vec::new();
         while let Some(at) = todo.pop() {
             let Some(here) = self.steps.get(at) else {
                 continue;
             };
+            let at_end = ends[at];
             for next in &here.record.dependents {
                 let Some(dependent) = self.steps.get(next) else {
                     continue;
@@ -171,46 +212,41 @@ impl Flow {
                 if busy.contains(next) {
                     return Planned::Wait;
                 }
-                let (mut failed, mut pending, mut in_flight) = (None, false, false);
-                for dep in &dependent.record.deps {
-                    let state = ends
-                        .get(dep.as_str())
-                        .copied()
-                        .or(match self.steps.get(dep) {
-                            Some(Step {
-                                node: Node::Ended(end),
-                                ..
-                            }) => Some(*end),
-                            _ => None,
-                        });
-                    match state {
-                        Some(StepEnd::Succeeded) => {}
-                        Some(_) => {
-                            failed.get_or_insert(dep.as_str());
-                        }
-                        None if busy.contains(dep) => in_flight = true,
-                        None => pending = true,
-                    }
+                let close = closing.entry(next.as_str()).or_insert((0, None));
+                close.0 += 1;
+                if at_end != StepEnd::Succeeded {
+                    close.1.get_or_insert((at, at_end));
                 }
+                let failed = dependent
+                    .failed
+                    .as_ref()
+                    .map(|(d, e)| (d.as_str(), *e))
+                    .or(close.1);
+                // Steps it needs that end neither before nor here, and of
+                // those, the ones being committed elsewhere.
+                let left = dependent.pending.saturating_sub(close.0);
+                let in_flight = busy
+                    .iter()
+                    .filter(|b| !ends.contains_key(b.as_str()))
+                    .filter(|b| {
+                        self.steps
+                            .get(b.as_str())
+                            .is_some_and(|s| s.record.dependents.contains(next))
+                    })
+                    .count();
                 let decision = match failed {
                     _ if self.record.cancelled => {
                         Decision::Cancel("the workflow was cancelled".into())
                     }
-                    Some(dep) if !dependent.record.regardless => {
-                        let how = match ends.get(dep).copied().or(match self.steps.get(dep) {
-                            Some(Step {
-                                node: Node::Ended(end),
-                                ..
-                            }) => Some(*end),
-                            _ => None,
-                        }) {
-                            Some(StepEnd::Cancelled) => "was cancelled",
+                    Some((dep, how)) if !dependent.record.regardless => {
+                        let how = match how {
+                            StepEnd::Cancelled => "was cancelled",
                             _ => "failed",
                         };
                         Decision::Cancel(format!("step `{dep}` it needs {how}"))
                     }
-                    _ if pending => continue,
-                    _ if in_flight => return Planned::Wait,
+                    _ if left > in_flight => continue,
+                    _ if left > 0 => return Planned::Wait,
                     _ => Decision::Release,
                 };
                 if let Decision::Cancel(_) = decision {
@@ -240,25 +276,39 @@ impl Flow {
     /// Record that `step` ended with `end` and `decided` were decided with
     /// it (the commit is durable).
     pub fn apply(&mut self, step: &str, end: StepEnd, decided: &[(String, Decision)]) {
-        let mut set = |name: &str, node: Node| {
-            if let Some(s) = self.steps.get_mut(name) {
-                let was = matches!(s.node, Node::Ended(_));
-                let is = matches!(node, Node::Ended(_));
-                s.node = node;
-                match (was, is) {
-                    (false, true) => self.ended += 1,
-                    (true, false) => self.ended -= 1,
-                    _ => {}
-                }
-            }
-        };
-        set(step, Node::Ended(end));
+        self.set(step, Node::Ended(end));
         for (name, decision) in decided {
             let node = match decision {
                 Decision::Release => Node::Released,
                 Decision::Cancel(_) => Node::Ended(StepEnd::Cancelled),
             };
-            set(name, node);
+            self.set(name, node);
+        }
+    }
+
+    /// Step `name` is now `node`: when it ends, the steps that need it
+    /// count it.
+    fn set(&mut self, name: &str, node: Node) {
+        let Some(s) = self.steps.get_mut(name) else {
+            return;
+        };
+        let was_ended = matches!(s.node, Node::Ended(_));
+        s.node = node;
+        let Node::Ended(end) = node else {
+            return;
+        };
+        if was_ended {
+            return;
+        }
+        self.ended += 1;
+        let dependents = s.record.dependents.clone();
+        for next in dependents {
+            if let Some(d) = self.steps.get_mut(&next) {
+                d.pending = d.pending.saturating_sub(1);
+                if end != StepEnd::Succeeded {
+                    d.failed.get_or_insert((name.to_string(), end));
+                }
+            }
         }
     }
 
@@ -277,21 +327,23 @@ mod tests {
 
     /// `a` and `b` feed `join`; `clean` needs `join` and runs regardless.
     fn flow() -> Flow {
-        let step = |deps: &[&str], dependents: &[&str], regardless| Step {
-            record: StepRecord {
-                job_type: "t".into(),
-                deps: deps.iter().map(|s| s.to_string()).collect(),
-                dependents: dependents.iter().map(|s| s.to_string()).collect(),
-                regardless,
-            },
-            node: if deps.is_empty() {
-                Node::Released
-            } else {
-                Node::Held
-            },
+        let step = |deps: &[&str], dependents: &[&str], regardless| {
+            Step::new(
+                StepRecord {
+                    job_type: "t".into(),
+                    deps: deps.iter().map(|s| s.to_string()).collect(),
+                    dependents: dependents.iter().map(|s| s.to_string()).collect(),
+                    regardless,
+                },
+                if deps.is_empty() {
+                    Node::Released
+                } else {
+                    Node::Held
+                },
+            )
         };
-        Flow {
-            record: WorkflowRecord {
+        Flow::new(
+            WorkflowRecord {
                 name: "w".into(),
                 created_at_ms: 0,
                 steps: 4,
@@ -299,14 +351,13 @@ mod tests {
                 cancelled: false,
                 ended_at_ms: None,
             },
-            steps: HashMap::from([
+            HashMap::from([
                 ("a".into(), step(&[], &["join"], false)),
                 ("b".into(), step(&[], &["join"], false)),
                 ("join".into(), step(&["a", "b"], &["clean"], false)),
                 ("clean".into(), step(&["join"], &[], true)),
             ]),
-            ended: 0,
-        }
+        )
     }
 
     fn none() -> HashSet<String> {
@@ -414,6 +465,7 @@ mod tests {
         g.apply("b", StepEnd::Succeeded, &[]);
         g.steps.get_mut("join").unwrap().node = Node::Released;
         g.steps.get_mut("clean").unwrap().node = Node::Released;
+        let g = Flow::new(g.record.clone(), g.steps.clone());
         let busy = HashSet::from(["join".to_string()]);
         assert_eq!(g.plan("clean", StepEnd::Succeeded, &busy, 1), Planned::Wait);
         assert_eq!(
