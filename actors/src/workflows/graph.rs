@@ -68,6 +68,10 @@ pub enum Decision {
     Cancel(String),
 }
 
+/// Of a step reached by a plan: how many of the steps it needs end in the
+/// plan, and the first of them that did not succeed.
+type Closing<'a> = (usize, Option<(&'a str, StepEnd)>);
+
 /// The answer of [`Flow::plan`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Planned {
@@ -194,7 +198,7 @@ impl Flow {
         let mut ends: HashMap<&str, StepEnd> = HashMap::from([(step, end)]);
         // Per step reached: how many of the steps it needs end here, and
         // the first of them that did not succeed.
-        let mut closing: HashMap<&str, (usize, Option<(&str, StepEnd)>)> = HashMap::new();
+        let mut closing: HashMap<&str, Closing<'_>> = HashMap::new();
         let mut todo = vec![step];
         let mut decided = Vec::new();
         while let Some(at) = todo.pop() {
