@@ -17,6 +17,7 @@ use gaffer::{Engine, Job, JobContext};
 use serde::{Deserialize, Serialize};
 
 #[path = "common/rss.rs"]
+#[allow(dead_code)]
 mod rss;
 
 /// The fan-out's root: answers a seed.
@@ -85,7 +86,7 @@ async fn child(mode: &str, n: u64) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let engine = engine(dir.path()).await;
     let started = Instant::now();
-    let mut submit_s = 0.0;
+    let submit_s;
     match mode {
         "workflow" => {
             let mut flow = Workflow::new("scale").step("split", Split);
