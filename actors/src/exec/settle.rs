@@ -335,7 +335,7 @@ async fn end_run(
     let (fx, plan) = match (owner.run.as_ref().and_then(|r| r.step.as_ref()), &told) {
         (Some(step), Told::Job(record)) => {
             match with_step_plan(services, fx, step, &record.outcome).await {
-                Ok((fx, plan)) => (fx, Some(plan)),
+                Ok((fx, plan)) => (fx, plan),
                 Err(e) => {
                     warn!(%run_id, error = %e, "planning the workflow step's end failed; the job stays claimed until its lease expires, then retries");
                     return false;
@@ -396,17 +396,28 @@ async fn end_run(
 }
 
 /// `fx` plus what the end of workflow step `step` with `outcome` decides,
-/// and the plan to report once the transaction ends.
+/// and the plan to report once the transaction ends. A step whose
+/// workflow's records are gone (removed by hand) ends as a plain job.
 pub(crate) async fn with_step_plan(
     services: &Services,
     fx: taquba::SettlementEffects,
     step: &crate::layout::records::StepOf,
     outcome: &Outcome,
-) -> crate::Result<(taquba::SettlementEffects, crate::workflows::gates::Plan)> {
+) -> crate::Result<(
+    taquba::SettlementEffects,
+    Option<crate::workflows::gates::Plan>,
+)> {
     use crate::workflows::layout::StepEnd;
     use crate::workflows::settle::{begin, with_plan};
     let end = StepEnd::of(outcome);
-    let plan = begin(services, step, end).await?;
+    let plan = match begin(services, step, end).await {
+        Ok(plan) => plan,
+        Err(crate::EngineError::WorkflowNotFound(id)) => {
+            warn!(workflow = %id, step = %step.step, "the step's workflow has no record: the step ends as a plain job");
+            return Ok((fx, None));
+        }
+        Err(e) => return Err(e),
+    };
     let fx = with_plan(services, fx, step, end, &plan).await?;
-    Ok((fx, plan))
+    Ok((fx, Some(plan)))
 }

@@ -404,14 +404,8 @@ impl Services {
             // A workflow step's cancel decides the steps that need it.
             let (effects, plan) = match &run.step {
                 Some(step) => {
-                    let (fx, plan) = crate::exec::settle::with_step_plan(
-                        self,
-                        effects,
-                        step,
-                        &Outcome::Cancelled,
-                    )
-                    .await?;
-                    (fx, Some(plan))
+                    crate::exec::settle::with_step_plan(self, effects, step, &Outcome::Cancelled)
+                        .await?
                 }
                 None => (effects, None),
             };

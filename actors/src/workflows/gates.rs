@@ -21,7 +21,7 @@
 //! task. The wait is not bounded by a timer on purpose: a reply lost to a
 //! timeout would leave its plan in flight forever.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use ractor::{DerivedActorRef, RpcReplyPort};
@@ -153,7 +153,9 @@ struct Gate {
     /// Read again once nothing is in flight.
     stale: bool,
     in_flight: HashMap<u64, Option<InFlight>>,
-    busy: HashSet<String>,
+    /// Steps a plan in flight ends or decides, with how many plans do
+    /// (two deliveries of one step may both plan).
+    busy: HashMap<String, usize>,
     asks: VecDeque<Ask>,
 }
 
@@ -202,9 +204,9 @@ impl Gates {
                 };
                 match done {
                     Some(plan) => {
-                        gate.busy.remove(&plan.step);
+                        unbusy(&mut gate.busy, &plan.step);
                         for (name, _) in &plan.decided {
-                            gate.busy.remove(name);
+                            unbusy(&mut gate.busy, name);
                         }
                         match (&mut gate.flow, committed) {
                             (Some(flow), true) => flow.apply(&plan.step, plan.end, &plan.decided),
@@ -254,7 +256,12 @@ impl Gates {
         let Some(gate) = self.gates.get_mut(workflow) else {
             return;
         };
-        if gate.stale && gate.in_flight.is_empty() {
+        if gate.stale {
+            // What is known may be wrong: nothing is planned until the
+            // store is read again, once nothing is in flight.
+            if !gate.in_flight.is_empty() {
+                return;
+            }
             gate.stale = false;
             gate.flow = None;
         }
@@ -323,9 +330,9 @@ impl Gates {
                             (decided, completes.then(|| flow.record.clone()))
                         }
                     };
-                    gate.busy.insert(step.clone());
+                    *gate.busy.entry(step.clone()).or_default() += 1;
                     for (name, _) in &decided {
-                        gate.busy.insert(name.clone());
+                        *gate.busy.entry(name.clone()).or_default() += 1;
                     }
                     let plan = Plan {
                         decided: decided.clone(),
@@ -356,6 +363,15 @@ impl Gates {
 /// Workflows whose state is kept between their steps' ends; idle ones
 /// beyond it are forgotten (and read again when a step of one ends).
 const MAX_KEPT: usize = 1024;
+
+fn unbusy(busy: &mut HashMap<String, usize>, name: &str) {
+    if let Some(n) = busy.get_mut(name) {
+        *n -= 1;
+        if *n == 0 {
+            busy.remove(name);
+        }
+    }
+}
 
 /// A guard that reports nothing (a plan not given).
 fn guard_off(mut guard: PlanGuard) -> PlanGuard {

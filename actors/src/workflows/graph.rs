@@ -194,7 +194,13 @@ impl Flow {
     /// deciding now could release a step twice or never. So it is when
     /// every step left would have ended once the `ending` steps being
     /// committed elsewhere did: the last of them completes the workflow.
-    pub fn plan(&self, step: &str, end: StepEnd, busy: &HashSet<String>, ending: usize) -> Planned {
+    pub fn plan(
+        &self,
+        step: &str,
+        end: StepEnd,
+        busy: &HashMap<String, usize>,
+        ending: usize,
+    ) -> Planned {
         let mut ends: HashMap<&str, StepEnd> = HashMap::from([(step, end)]);
         // Per step reached: how many of the steps it needs end here, and
         // the first of them that did not succeed.
@@ -213,7 +219,7 @@ impl Flow {
                 if ends.contains_key(next.as_str()) || dependent.node != Node::Held {
                     continue;
                 }
-                if busy.contains(next) {
+                if busy.contains_key(next) {
                     return Planned::Wait;
                 }
                 let close = closing.entry(next.as_str()).or_insert((0, None));
@@ -230,7 +236,7 @@ impl Flow {
                 // those, the ones being committed elsewhere.
                 let left = dependent.pending.saturating_sub(close.0);
                 let in_flight = busy
-                    .iter()
+                    .keys()
                     .filter(|b| !ends.contains_key(b.as_str()))
                     .filter(|b| {
                         self.steps
@@ -364,8 +370,8 @@ mod tests {
         )
     }
 
-    fn none() -> HashSet<String> {
-        HashSet::new()
+    fn none() -> HashMap<String, usize> {
+        HashMap::new()
     }
 
     #[test]
@@ -391,7 +397,7 @@ mod tests {
     #[test]
     fn a_decision_that_hangs_on_a_commit_in_flight_waits_for_it() {
         let f = flow();
-        let busy = HashSet::from(["a".to_string()]);
+        let busy = HashMap::from([("a".to_string(), 1)]);
         assert_eq!(f.plan("b", StepEnd::Succeeded, &busy, 1), Planned::Wait);
         // A failure cancels at once: whatever `a` does cannot save `join`.
         assert!(matches!(
@@ -399,7 +405,7 @@ mod tests {
             Planned::Decided { decided: d, .. } if d[0] == ("join".into(), Decision::Cancel("step `b` it needs failed".into()))
         ));
         // A step being decided by another commit is waited for.
-        let busy = HashSet::from(["join".to_string()]);
+        let busy = HashMap::from([("join".to_string(), 1)]);
         assert_eq!(f.plan("a", StepEnd::Failed, &busy, 0), Planned::Wait);
     }
 
@@ -470,7 +476,7 @@ mod tests {
         g.steps.get_mut("join").unwrap().node = Node::Released;
         g.steps.get_mut("clean").unwrap().node = Node::Released;
         let g = Flow::new(g.record.clone(), g.steps.clone());
-        let busy = HashSet::from(["join".to_string()]);
+        let busy = HashMap::from([("join".to_string(), 1)]);
         assert_eq!(g.plan("clean", StepEnd::Succeeded, &busy, 1), Planned::Wait);
         assert_eq!(
             g.plan("join", StepEnd::Succeeded, &none(), 0),
