@@ -325,6 +325,52 @@ async fn an_ended_workflows_records_are_removed_after_the_retention_and_a_runnin
     engine.shutdown().await.unwrap();
 }
 
+/// A settlement that dies between its plan and its commit leaves no step
+/// busy: the workflow is read again, the step settles on its next delivery
+/// and releases the next one, once.
+#[tokio::test]
+async fn a_settlement_that_dies_after_its_plan_releases_nothing_and_its_retry_does_once() {
+    use gaffer::testing::panics::{self, PanicPoint};
+    let clock = common::mock_clock();
+    let seen = Arc::new(Seen::default());
+    let engine = common::memory_builder(clock.clone())
+        .queue_name("wf-planned")
+        .register::<Leaf>()
+        .register::<Sum>()
+        .register::<Report>()
+        .state(seen.clone())
+        .start()
+        .await
+        .unwrap();
+    let queue = format!("wf-planned.{}", Leaf::NAME);
+    panics::panic_next(PanicPoint::StepPlanned, &queue);
+    let flow = Workflow::new("two")
+        .step("leaf-0", Leaf { n: 1 })
+        .step_after("sum", Sum { leaves: 1 }, ["leaf-0"]);
+    let handle = engine.submit_workflow(flow).await.unwrap();
+    common::eventually("the planned settlement died", LIMIT, async || {
+        !panics::is_armed(PanicPoint::StepPlanned, &queue)
+    })
+    .await;
+    let status = handle.status().await.unwrap();
+    assert_eq!(status.steps[1].state, None, "nothing released");
+    // The leaf's claim was never settled: it runs again once its lease
+    // expires, and its settlement plans again from the store.
+    clock.advance(Duration::from_secs(31));
+    let raw = gaffer::testing::raw_queue(&engine).unwrap();
+    raw.reap_now().await.unwrap();
+    drop(raw);
+    let outputs = within(handle.join()).await.unwrap().unwrap();
+    assert_eq!(outputs.get::<Sum>("sum").await.unwrap(), 10);
+    assert_eq!(seen.sums.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        seen.runs.load(Ordering::SeqCst),
+        3,
+        "the leaf twice, the sum once"
+    );
+    engine.shutdown().await.unwrap();
+}
+
 /// Waits for a signal: a step that stays running until the test says.
 #[derive(Serialize, Deserialize)]
 struct Hold;

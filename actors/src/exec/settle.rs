@@ -344,6 +344,13 @@ async fn end_run(
         }
         _ => (fx, None),
     };
+    #[cfg(feature = "testing")]
+    if plan.is_some() {
+        crate::testing::panics::check(
+            crate::testing::panics::PanicPoint::StepPlanned,
+            &claim.queue,
+        );
+    }
     // Announce the commit before it starts: until it is durable, a record
     // read from the store must not answer for this run (see the waiters).
     if is_job {

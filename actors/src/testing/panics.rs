@@ -23,6 +23,9 @@ pub enum PanicPoint {
     Claim,
     /// A settlement task, before its commit (scope: the job's queue).
     Settlement,
+    /// A workflow step's settlement, once its plan is given and before its
+    /// commit (scope: the job's queue).
+    StepPlanned,
     /// A retention pass of the sweeper (scope: the engine's queue name).
     SweepPass,
     /// A check of the periodic jobs (scope: the engine's queue name).
