@@ -19,12 +19,13 @@ pub struct Cli {
     /// A shard set instead of one store: a URL template whose `{shard}`
     /// is each shard's index, two digits at least (as
     /// `gaffer::ShardSet::from_template`); needs `--shard-count`. `stats`
-    /// `health`, `jobs` (a first page), `dead`, `batches` and `periodic`
-    /// read every shard (one part each; `stats` adds them up too, `jobs`
-    /// and `dead` print one listing merged over the set with a SHARD
-    /// column, at most `--limit` rows); `job`, `batch`, `cancel` and
-    /// `retry ID` the shard of the id; other commands, and any with
-    /// `--shard`, the one shard it names.
+    /// `health`, `jobs` (a first page), `dead`, `batches`, `workflows` (a
+    /// first page) and `periodic` read every shard (one part each; `stats`
+    /// adds them up too, `jobs` and `dead` print one listing merged over
+    /// the set with a SHARD column, at most `--limit` rows); `job`,
+    /// `batch`, `cancel` and `retry ID` the shard of the id; other
+    /// commands (`workflow ID` too), and any with `--shard`, the one shard
+    /// it names.
     #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
     pub shards: Option<String>,
     /// How many shards the set has (fixed at deploy).
@@ -132,6 +133,22 @@ pub enum Command {
         /// With `--watch`: read the batch this often, in milliseconds.
         #[arg(long, default_value_t = 500)]
         every_ms: u64,
+    },
+    /// Workflows in id order: name, created, steps counted by state, and
+    /// the workflow's state.
+    Workflows {
+        /// At most this many workflows (1 to 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Start after this workflow id: the `next` a previous page printed.
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
+    },
+    /// One workflow: its steps, each after the steps it needs, with its
+    /// state, job type, job id and the steps it needs.
+    Workflow {
+        /// The workflow's id (as `WorkflowHandle::id`).
+        id: String,
     },
     /// Periodic jobs: name, job type, schedule, missed-tick policy, last
     /// tick fired, next tick due.

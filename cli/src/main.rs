@@ -14,7 +14,8 @@
 //! `gaffer health` finds no live writer.
 //!
 //! The commands and their options are in [`args`]; a command on a shard
-//! set, fanned out and merged, in [`shards`].
+//! set, fanned out and merged, in [`shards`]; workflows as text in
+//! [`workflows`].
 
 mod act;
 mod args;
@@ -25,6 +26,7 @@ mod shards;
 mod table;
 mod watch;
 mod web;
+mod workflows;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -139,6 +141,10 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         }
         Command::Batches { limit } => report::print(json, &store.batches(*limit).await?)?,
         Command::Periodic => report::print(json, &store.periodic().await?)?,
+        Command::Workflows { limit, after } => {
+            report::print(json, &store.workflows(after.as_deref(), *limit).await?)?
+        }
+        Command::Workflow { id } => report::print(json, &store.workflow(id).await?)?,
         Command::Batch {
             id, watch: false, ..
         } => report::print(json, &store.batch(id).await?)?,

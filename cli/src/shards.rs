@@ -49,6 +49,7 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
                 | Command::Jobs { after: None, .. }
                 | Command::Dead { .. }
                 | Command::Batches { .. }
+                | Command::Workflows { after: None, .. }
                 | Command::Periodic
         );
     if !every {
@@ -221,6 +222,9 @@ async fn shard_part(
         }
         Command::Batches { limit } => {
             report::ShardPart::new(shard, url, json, &store.batches(*limit).await?)
+        }
+        Command::Workflows { limit, .. } => {
+            report::ShardPart::new(shard, url, json, &store.workflows(None, *limit).await?)
         }
         Command::Periodic => report::ShardPart::new(shard, url, json, &store.periodic().await?),
         _ => {

@@ -17,6 +17,9 @@ pub enum OpsError {
     /// No batch with this id.
     #[error("no batch `{0}`")]
     BatchNotFound(String),
+    /// No workflow with this id.
+    #[error("no workflow `{0}` (never submitted, or its records were removed)")]
+    WorkflowNotFound(String),
     /// An input is not usable.
     #[error("{0}")]
     BadInput(String),

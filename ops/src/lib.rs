@@ -10,6 +10,7 @@
 //! - [`queries`]: stats, a job, dead letters, batches, periodic jobs, the
 //!   writer's health, paused types;
 //! - [`listing`]: the listing of jobs with its cursor;
+//! - [`workflows`]: the listing of workflows and one workflow's graph;
 //! - [`act`]: requests through the store's inbox and their fate;
 //! - [`report`]: what each read answers (the command's `--json` documents);
 //! - `unflushed` (private): the WAL past the last memtable flush, read raw
@@ -24,6 +25,7 @@ pub mod queries;
 pub mod report;
 pub mod store;
 mod unflushed;
+pub mod workflows;
 
 pub use error::OpsError;
 pub use listing::StateFilter;

@@ -1,5 +1,5 @@
-//! gaffer's web dashboard: every job, batch and periodic job of a live
-//! store, and the operator's actions on them, in a browser.
+//! gaffer's web dashboard: every job, batch, workflow and periodic job of
+//! a live store, and the operator's actions on them, in a browser.
 //!
 //! [`router`] gives an [`axum::Router`] that a service nests under a prefix
 //! of its choice (`Router::new().nest("/admin/jobs", gaffer_web::router(config))`,
@@ -263,6 +263,8 @@ pub fn router(config: WebConfig) -> Router {
         .route("/failed/retry-all", post(pages::retry_all))
         .route("/batches", get(pages::batches))
         .route("/batches/{id}", get(pages::batch))
+        .route("/workflows", get(pages::workflows))
+        .route("/workflows/{id}", get(pages::workflow))
         .route("/periodic", get(pages::periodic))
         .route("/queues", get(pages::queues))
         .route("/queues/pause", post(pages::pause_named))

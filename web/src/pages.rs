@@ -21,8 +21,10 @@ use crate::{App, Shard, chart};
 
 mod actions;
 mod batches;
+mod workflows;
 pub use actions::*;
 pub use batches::*;
+pub use workflows::*;
 
 /// Rows a listing shows per page.
 const PAGE: usize = 50;
@@ -70,10 +72,13 @@ impl<T> OrFail<T> for Result<T, OpsError> {
     fn or_fail(self, app: &App) -> Result<T, Fail> {
         self.map_err(|e| {
             let status = match &e {
-                OpsError::JobNotFound(_) | OpsError::BatchNotFound(_) => StatusCode::NOT_FOUND,
+                OpsError::JobNotFound(_)
+                | OpsError::BatchNotFound(_)
+                | OpsError::WorkflowNotFound(_) => StatusCode::NOT_FOUND,
                 OpsError::Engine(
                     EngineError::JobNotFound(_)
                     | EngineError::BatchNotFound(_)
+                    | EngineError::WorkflowNotFound(_)
                     | EngineError::InvalidJobId(_)
                     | EngineError::InvalidBatchId(_),
                 ) => StatusCode::NOT_FOUND,

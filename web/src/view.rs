@@ -28,11 +28,12 @@ pub async fn style() -> Response {
 }
 
 /// The tabs of the navigation: (path, title).
-const NAV: [(&str, &str); 7] = [
+const NAV: [(&str, &str); 8] = [
     ("/", "Overview"),
     ("/jobs", "Jobs"),
     ("/failed", "Failed & dead"),
     ("/batches", "Batches"),
+    ("/workflows", "Workflows"),
     ("/periodic", "Periodic"),
     ("/queues", "Queues"),
     ("/submit", "Submit"),
