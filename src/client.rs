@@ -321,6 +321,22 @@ impl Client {
             .await
     }
 
+    /// Cancel the workflow `id` (as `WorkflowHandle::cancel`), through the
+    /// store.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::CancelWorkflow { id: id.to_string() })
+            .await
+    }
+
+    /// Run the workflow `id`'s failed and cancelled steps again (as
+    /// `WorkflowHandle::retry`), through the store.
+    pub async fn retry_workflow(&self, id: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::RetryWorkflow { id: id.to_string() })
+            .await
+    }
+
     /// Run a failed or cancelled job again under its id (as
     /// `Engine::retry`); a handle's `join` then waits for the new outcome.
     pub async fn retry(&self, id: &str) -> Result<Request> {

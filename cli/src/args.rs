@@ -175,9 +175,13 @@ pub enum Command {
     /// Run a failed or cancelled job again under its id, or every failed
     /// job of a type.
     Retry {
-        /// The job's id.
+        /// The job's id (with `--workflow`: the workflow's).
         #[arg(required_unless_present = "failed", conflicts_with = "failed")]
         id: Option<String>,
+        /// ID is a workflow: run its failed and cancelled steps again, and
+        /// the graph on from them.
+        #[arg(long, conflicts_with = "failed")]
+        workflow: bool,
         /// Every failed job of `--type`.
         #[arg(long, requires = "job_type")]
         failed: bool,
@@ -204,10 +208,13 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitArgs,
     },
-    /// Cancel a job.
+    /// Cancel a job, or with `--workflow` a workflow (every step not ended).
     Cancel {
-        /// The job's id.
+        /// The job's id (with `--workflow`: the workflow's).
         id: String,
+        /// ID is a workflow.
+        #[arg(long)]
+        workflow: bool,
         #[command(flatten)]
         wait: WaitArgs,
     },

@@ -164,12 +164,14 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         }
         Command::Retry {
             id,
+            workflow,
             failed,
             job_type,
             since_secs,
             wait,
         } => {
             let op = match (id, failed, job_type) {
+                (Some(id), false, _) if *workflow => IntakeOp::RetryWorkflow { id: id.clone() },
                 (Some(id), false, _) => IntakeOp::Retry { run_id: id.clone() },
                 (None, true, Some(t)) => IntakeOp::RetryFailed {
                     job_type: t.clone(),
@@ -195,8 +197,12 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             let op = act::signal_op(id, name, payload)?;
             return act_on(store, op, ulid(), Some(id.clone()), wait, json).await;
         }
-        Command::Cancel { id, wait } => {
-            let op = IntakeOp::Cancel { run_id: id.clone() };
+        Command::Cancel { id, workflow, wait } => {
+            let op = if *workflow {
+                IntakeOp::CancelWorkflow { id: id.clone() }
+            } else {
+                IntakeOp::Cancel { run_id: id.clone() }
+            };
             return act_on(store, op, ulid(), None, wait, json).await;
         }
         Command::Pause { job_type, wait } => {

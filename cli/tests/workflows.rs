@@ -272,8 +272,14 @@ async fn workflows_and_workflow_show_each_graph_with_its_steps_states() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a workflow id"));
 
-    // Cancelled: the waiting step is cancelled, and the blocked one with it.
-    held.cancel().await.unwrap();
+    // Cancelled from the shell (through the store's inbox): the waiting
+    // step is cancelled, and the blocked one with it.
+    let out = gaffer(dir, &["cancel", "--workflow", held.id()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cancelled"),
+        "{out:?}"
+    );
     let doc = until(
         dir,
         &["workflow", held.id()],
@@ -284,5 +290,17 @@ async fn workflows_and_workflow_show_each_graph_with_its_steps_states() {
     assert_eq!(doc["workflow"]["cancelled"], true, "{doc}");
     assert_eq!(step(&doc, "hold")["state"], "cancelled", "{doc}");
     assert_eq!(step(&doc, "next")["state"], "cancelled", "{doc}");
+    // Retried from the shell: the first step waits again, the next is
+    // blocked behind it.
+    let out = gaffer(dir, &["retry", "--workflow", held.id()]);
+    assert!(out.status.success(), "{out:?}");
+    let doc = until(
+        dir,
+        &["workflow", held.id()],
+        "the workflow runs again",
+        |d| d["workflow"]["state"] == "running",
+    )
+    .await;
+    assert_eq!(step(&doc, "next")["state"], "blocked", "{doc}");
     engine.shutdown().await.unwrap();
 }

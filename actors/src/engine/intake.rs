@@ -81,6 +81,16 @@ pub enum IntakeOp {
         /// Its encoded payload.
         payload: Vec<u8>,
     },
+    /// Cancel a workflow (every step not ended).
+    CancelWorkflow {
+        /// The workflow's id.
+        id: String,
+    },
+    /// Run a workflow's failed and cancelled steps again.
+    RetryWorkflow {
+        /// The workflow's id.
+        id: String,
+    },
 }
 
 impl IntakeOp {
@@ -341,6 +351,15 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
             .signal(&run_id, &name, payload)
             .await
             .map(|s| Some(crate::jobs::signals::describe(s, &run_id, &name))),
+        IntakeOp::CancelWorkflow { id } => services.cancel_workflow(&id).await.map(|n| {
+            Some(format!(
+                "workflow `{id}` cancelled ({n} steps cancelled or asked to stop)"
+            ))
+        }),
+        IntakeOp::RetryWorkflow { id } => services
+            .retry_workflow(&id)
+            .await
+            .map(|n| Some(format!("workflow `{id}` retried ({n} steps set back)"))),
     };
     let settled = match applied {
         Ok(None) => queue.ack(&claim).await,
