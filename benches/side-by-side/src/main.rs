@@ -52,8 +52,8 @@ mod peers;
 mod plan;
 mod supervise;
 
-use clap::{Parser, Subcommand};
 use args::ChildArgs;
+use clap::{Parser, Subcommand};
 use kinds::{Engine, FlushKind, Group, StoreKind, Workload};
 
 // ---------------------------------------------------------------- CLI

@@ -243,6 +243,10 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
             continue;
         }
         for &peer in &p.peers {
+            // effectum has no jobs_keyed (no idempotency key).
+            if peer == Engine::Effectum && w != Workload::JobsPlain {
+                continue;
+            }
             if peer != Engine::Apalis || w != Workload::JobsPlain {
                 targets.push((w, 10_000, peer, 1.0));
             }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use apalis::prelude::{
-    BackendExt, ParallelizeExt, Status, Strategy, TaskBuilder, TaskId, TaskSink,
-    WaitForCompletion, WorkerBuilder, WorkerBuilderExt,
+    BackendExt, ParallelizeExt, Status, Strategy, TaskBuilder, TaskId, TaskSink, WaitForCompletion,
+    WorkerBuilder, WorkerBuilderExt,
 };
 
 use crate::ChildArgs;
@@ -120,14 +120,28 @@ where
     let mut s = storage.clone();
     let mut results = std::pin::pin!(s.wait_for(ids));
     let mut seen = 0usize;
-    let mut correct = true;
+    let mut wrong = 0usize;
+    let mut first_wrong = String::new();
     while let Some(r) = results.next().await {
         let r = r?;
         seen += 1;
         COUNT.fetch_add(1, Ordering::Relaxed);
         let x = want.get(r.task_id.to_string().as_str()).copied();
-        correct &= r.status == Status::Done && x.is_some_and(|x| r.result == Ok(x + 1));
+        if !(r.status == Status::Done && x.is_some_and(|x| r.result == Ok(x + 1))) {
+            wrong += 1;
+            if first_wrong.is_empty() {
+                first_wrong = format!(
+                    "task {} (x {x:?}): status {:?}, attempt {}, result {:?}",
+                    r.task_id, r.status, r.attempt, r.result
+                );
+            }
+        }
     }
+    if wrong > 0 {
+        eprintln!("apalis: {wrong} of {seen} results wrong; first: {first_wrong}");
+        println!("WRONG {wrong} of {seen}; first: {first_wrong}");
+    }
+    let correct = wrong == 0;
     if seen != pushed.len() {
         return Err(format!(
             "wait_for ended after {seen} of {} results (apalis's stream ends silently when a poll fails)",
@@ -265,12 +279,16 @@ async fn sqlite(a: &ChildArgs) -> Result<(), BoxErr> {
         Group::JobsPlain => {
             let storage = SqliteStorage::<Plain>::new(&pool);
             let backend = storage.clone().poll_with_strategy(strategy);
-            with_worker!(a, "bench-plain", backend, storage, durability, Plain, |x| Plain { x })
+            with_worker!(a, "bench-plain", backend, storage, durability, Plain, |x| {
+                Plain { x }
+            })
         }
         _ => {
             let storage = SqliteStorage::<Keyed>::new(&pool);
             let backend = storage.clone().poll_with_strategy(strategy);
-            with_worker!(a, "bench-keyed", backend, storage, durability, Keyed, |x| Keyed { x })
+            with_worker!(a, "bench-keyed", backend, storage, durability, Keyed, |x| {
+                Keyed { x }
+            })
         }
     };
     pool.close().await;
@@ -295,12 +313,16 @@ async fn postgres(a: &ChildArgs) -> Result<(), BoxErr> {
         Group::JobsPlain => {
             let storage = PostgresStorage::<Plain>::new(&pool);
             let backend = storage.clone().with_pubsub();
-            with_worker!(a, "bench-plain", backend, storage, durability, Plain, |x| Plain { x })
+            with_worker!(a, "bench-plain", backend, storage, durability, Plain, |x| {
+                Plain { x }
+            })
         }
         _ => {
             let storage = PostgresStorage::<Keyed>::new(&pool);
             let backend = storage.clone().with_pubsub();
-            with_worker!(a, "bench-keyed", backend, storage, durability, Keyed, |x| Keyed { x })
+            with_worker!(a, "bench-keyed", backend, storage, durability, Keyed, |x| {
+                Keyed { x }
+            })
         }
     };
     pool.close().await;
@@ -331,7 +353,9 @@ async fn redis(a: &ChildArgs) -> Result<(), BoxErr> {
                 Config::default().queue("bench-plain"),
             )?;
             let storage = (*backend).clone();
-            with_worker!(a, "bench-plain", backend, storage, durability, Plain, |x| Plain { x })
+            with_worker!(a, "bench-plain", backend, storage, durability, Plain, |x| {
+                Plain { x }
+            })
         }
         _ => {
             let backend = BackendFactory::<Keyed>::create_with_config(
@@ -339,7 +363,9 @@ async fn redis(a: &ChildArgs) -> Result<(), BoxErr> {
                 Config::default().queue("bench-keyed"),
             )?;
             let storage = (*backend).clone();
-            with_worker!(a, "bench-keyed", backend, storage, durability, Keyed, |x| Keyed { x })
+            with_worker!(a, "bench-keyed", backend, storage, durability, Keyed, |x| {
+                Keyed { x }
+            })
         }
     }
 }

@@ -128,7 +128,8 @@ pub async fn run(a: &ChildArgs) -> Result<(), BoxErr> {
                     utils.add_job(GPlain { x }, JobSpec::default()).await
                 };
                 COUNT.fetch_add(1, Ordering::Relaxed);
-                r.map(|_| ()).map_err(|e| format!("add_job of {x} failed: {e}"))
+                r.map(|_| ())
+                    .map_err(|e| format!("add_job of {x} failed: {e}"))
             }
         })
         .buffer_unordered(IN_FLIGHT)

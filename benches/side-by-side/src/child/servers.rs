@@ -52,8 +52,8 @@ impl PgDb {
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name
         )))
-            .execute(&mut c)
-            .await?;
+        .execute(&mut c)
+        .await?;
         c.close().await?;
         Ok(())
     }
@@ -63,9 +63,10 @@ impl PgDb {
 pub async fn pg_durability(pool: &sqlx::PgPool) -> String {
     let mut parts = Vec::new();
     for setting in ["synchronous_commit", "fsync", "wal_sync_method"] {
-        let v: Result<(String,), _> = sqlx::query_as(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
-            .fetch_one(pool)
-            .await;
+        let v: Result<(String,), _> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
+                .fetch_one(pool)
+                .await;
         parts.push(format!(
             "{setting}={}",
             v.map(|v| v.0).unwrap_or_else(|e| format!("?{e}"))
@@ -92,9 +93,7 @@ pub fn redis_url() -> Result<String, BoxErr> {
 pub async fn redis_fresh() -> Result<String, BoxErr> {
     let client = redis::Client::open(redis_url()?)?;
     let mut c = client.get_multiplexed_async_connection().await?;
-    redis::cmd("FLUSHALL")
-        .query_async::<()>(&mut c)
-        .await?;
+    redis::cmd("FLUSHALL").query_async::<()>(&mut c).await?;
     let mut parts = Vec::new();
     for setting in ["appendonly", "appendfsync", "save"] {
         let v: Result<std::collections::HashMap<String, String>, _> = redis::cmd("CONFIG")
@@ -103,7 +102,10 @@ pub async fn redis_fresh() -> Result<String, BoxErr> {
             .query_async(&mut c)
             .await;
         parts.push(match v {
-            Ok(v) => format!("{setting}={:?}", v.get(setting).cloned().unwrap_or_default()),
+            Ok(v) => format!(
+                "{setting}={:?}",
+                v.get(setting).cloned().unwrap_or_default()
+            ),
             Err(e) => format!("{setting}=?{e}"),
         });
     }
