@@ -1,12 +1,16 @@
 //! A child process: one workload group of one engine (`side-by-side child
 //! ...`), its phases measured and printed as `RESULT` lines. One module per
 //! engine: `gaffer`, `reference` (taquba-workflow 0.11.0), `raw` (taquba
-//! 0.16 alone), `apalis` (apalis 1.0 on SQLite).
+//! 0.16 alone), `apalis` (apalis 1.0 on SQLite, Postgres and Redis),
+//! `graphile` (graphile_worker, Postgres); `servers` the servers'
+//! connections. effectum's child is its own binary (`effectum-child/`).
 
 mod apalis;
 mod gaffer;
+mod graphile;
 mod raw;
 mod reference;
+mod servers;
 
 use std::io::Write;
 
@@ -30,7 +34,13 @@ pub fn main(a: ChildArgs) -> i32 {
             Engine::Gaffer => gaffer::run(&a).await,
             Engine::Reference => reference::run(&a).await,
             Engine::Raw => raw::run(&a).await,
-            Engine::Apalis => apalis::run(&a).await,
+            Engine::Apalis | Engine::ApalisPostgres | Engine::ApalisRedis => {
+                apalis::run(&a).await
+            }
+            Engine::Graphile | Engine::GraphileLocalQueue => graphile::run(&a).await,
+            Engine::Effectum => {
+                Err("effectum's child is its own binary (effectum-child/): its SQLite cannot link beside sqlx's".into())
+            }
         }
     });
     set_phase("exit");

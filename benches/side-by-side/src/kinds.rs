@@ -65,6 +65,21 @@ pub enum Engine {
     Raw,
     /// apalis 1.0 on apalis-sqlite 1.0.
     Apalis,
+    /// apalis 1.0 on apalis-postgres 1.0 (a Postgres server, `SBS_PG_URL`).
+    #[value(name = "apalis-postgres")]
+    ApalisPostgres,
+    /// apalis 1.0 on apalis-redis 1.0 (a Redis server, `SBS_REDIS_URL`).
+    #[value(name = "apalis-redis")]
+    ApalisRedis,
+    /// graphile_worker 0.14 (Rust, a Postgres server, `SBS_PG_URL`).
+    Graphile,
+    /// graphile_worker 0.14 with its `LocalQueue` (`LocalQueueConfig`'s
+    /// defaults): batch fetches, its throughput setting.
+    #[value(name = "graphile-local-queue")]
+    GraphileLocalQueue,
+    /// effectum 0.7 (embedded SQLite); its child is its own binary
+    /// (`effectum-child/`).
+    Effectum,
 }
 
 impl Engine {
@@ -74,7 +89,26 @@ impl Engine {
             Engine::Reference => "reference",
             Engine::Raw => "raw",
             Engine::Apalis => "apalis",
+            Engine::ApalisPostgres => "apalis-postgres",
+            Engine::ApalisRedis => "apalis-redis",
+            Engine::Graphile => "graphile",
+            Engine::GraphileLocalQueue => "graphile-local-queue",
+            Engine::Effectum => "effectum",
         }
+    }
+    /// A peer of `side-by-side peers` (not gaffer's own engines).
+    pub fn is_peer(self) -> bool {
+        !matches!(self, Engine::Gaffer | Engine::Reference | Engine::Raw)
+    }
+    /// A peer that runs against a server the harness's `servers.sh` starts.
+    pub fn needs_server(self) -> bool {
+        matches!(
+            self,
+            Engine::ApalisPostgres
+                | Engine::ApalisRedis
+                | Engine::Graphile
+                | Engine::GraphileLocalQueue
+        )
     }
 }
 

@@ -18,10 +18,14 @@
 //! - `bulk` (per concurrency): bulk_items, then bulk_rerun (same batch).
 //! - `raw` (per concurrency): raw_queue = enqueue N, then claim + ack them.
 //!
-//! `side-by-side peers` runs gaffer (at each `--gaffer-flush`) and apalis
-//! (`apalis` 1.0 + `apalis-sqlite` 1.0, a SQLite file in the child's temp
-//! dir) back to back on jobs_plain (and jobs_keyed), for each N, local disk
-//! only; see `child::apalis` for what the apalis side does and lacks.
+//! `side-by-side peers` runs gaffer (at each `--gaffer-flush`) and its
+//! peers (`--peers`: apalis 1.0 on `apalis-sqlite`, a SQLite file in the
+//! child's temp dir; on `apalis-postgres` and `apalis-redis`, and
+//! graphile_worker, on the servers `servers.sh` starts on loopback;
+//! effectum, embedded SQLite, its own binary in `effectum-child/`) back to
+//! back on jobs_plain (and jobs_keyed), for each N, gaffer on local disk;
+//! see `child::apalis`, `child::graphile` and `effectum-child` for what
+//! each peer does and lacks.
 //!
 //! Run `side-by-side --help` (and `side-by-side peers --help`) for the flags.
 //! Child options by environment (benches/README.md): `SBS_FIRST_PHASE_ONLY`,
@@ -39,6 +43,7 @@
 //! the reference children); `meter.rs` what a phase measures (CPU, peak RSS,
 //! progress); `kinds.rs` the names of stores, flushes, engines, workloads.
 
+mod args;
 mod child;
 mod kinds;
 mod matrix;
@@ -47,9 +52,8 @@ mod peers;
 mod plan;
 mod supervise;
 
+use args::ChildArgs;
 use clap::{Parser, Subcommand};
-use serde::{Deserialize, Serialize};
-
 use kinds::{Engine, FlushKind, Group, StoreKind, Workload};
 
 // ---------------------------------------------------------------- CLI
@@ -113,8 +117,9 @@ enum ChildCmd {
     /// (internal) run one workload group of one engine and print RESULT lines.
     #[command(hide = true)]
     Child(ChildArgs),
-    /// gaffer vs apalis 1.0 (SQLite) on the jobs workloads, local disk, back
-    /// to back, for each N; medians of the repetitions.
+    /// gaffer vs its peers (apalis 1.0 on SQLite, Postgres, Redis;
+    /// graphile_worker; effectum) on the jobs workloads, gaffer on local
+    /// disk, back to back, for each N; medians of the repetitions.
     Peers(PeersArgs),
 }
 
@@ -123,9 +128,15 @@ struct PeersArgs {
     /// Job counts.
     #[arg(long, value_delimiter = ',', default_values = ["2000", "10000", "100000"])]
     n: Vec<usize>,
-    /// apalis runs only at N up to this.
-    #[arg(long, default_value_t = 10_000)]
-    apalis_max_n: usize,
+    /// The peers: `apalis` (apalis-sqlite), `apalis-postgres`,
+    /// `apalis-redis`, `graphile` (the three on the servers `servers.sh`
+    /// starts: `SBS_PG_URL`, `SBS_REDIS_URL`), `effectum` (its own binary,
+    /// `effectum-child/`).
+    #[arg(long, value_delimiter = ',', default_values = ["apalis"])]
+    peers: Vec<Engine>,
+    /// The peers run only at N up to this.
+    #[arg(long, alias = "apalis-max-n", default_value_t = 10_000)]
+    peer_max_n: usize,
     /// gaffer's flush settings (`default`: its default for a local dir).
     #[arg(long, value_delimiter = ',', default_values = ["default", "1ms"])]
     gaffer_flush: Vec<FlushKind>,
@@ -139,7 +150,7 @@ struct PeersArgs {
     /// Repetitions (medians are reported).
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// Worker count of both engines.
+    /// Worker count of every engine.
     #[arg(long, default_value_t = 16)]
     job_workers: usize,
     /// Parent of the children's temp directories (default: $TMPDIR or /tmp).
@@ -148,32 +159,6 @@ struct PeersArgs {
     /// A child whose progress has not moved for this long is killed (HUNG).
     #[arg(long, default_value_t = 120)]
     hang_secs: u64,
-}
-
-#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
-struct ChildArgs {
-    #[arg(long)]
-    engine: Engine,
-    #[arg(long)]
-    group: Group,
-    #[arg(long)]
-    store: StoreKind,
-    #[arg(long)]
-    flush: FlushKind,
-    #[arg(long)]
-    n: usize,
-    #[arg(long)]
-    conc: usize,
-    #[arg(long)]
-    job_workers: usize,
-    #[arg(long)]
-    tmp_dir: Option<std::path::PathBuf>,
-    /// gaffer only, built with `--features telemetry`: a fmt subscriber at
-    /// `info` (to stderr) and a Prometheus recorder, installed before the
-    /// engine starts.
-    #[arg(long)]
-    #[serde(default)]
-    telemetry: bool,
 }
 
 fn main() {

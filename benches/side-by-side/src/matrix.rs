@@ -119,7 +119,7 @@ pub fn main(cli: Cli) {
 /// The child runs, in matrix order: per repetition, flush, store, workload
 /// group and concurrency, one child per engine (the raw queue for `raw`),
 /// the engines' order reversed every other repetition; and the engines of
-/// the matrix (apalis runs in `side-by-side peers`).
+/// the matrix (the peers run in `side-by-side peers`).
 fn children(cli: &Cli) -> (Vec<(usize, ChildArgs)>, Vec<Engine>) {
     let mut groups: Vec<Group> = cli.workload.iter().map(|w| w.group()).collect();
     groups.sort();
@@ -130,9 +130,12 @@ fn children(cli: &Cli) -> (Vec<(usize, ChildArgs)>, Vec<Engine>) {
         .copied()
         .filter(|e| *e != Engine::Raw)
         .filter(|e| {
-            let peer = *e == Engine::Apalis;
+            let peer = e.is_peer();
             if peer {
-                println!("(apalis runs in `side-by-side peers`, not in this matrix)");
+                println!(
+                    "({} runs in `side-by-side peers`, not in this matrix)",
+                    e.label()
+                );
             }
             !peer
         })

@@ -35,6 +35,11 @@ pub struct PhaseResult {
     /// raw_queue only: the enqueue and claim+ack halves.
     pub enqueue_s: Option<f64>,
     pub drain_s: Option<f64>,
+    /// The peers only: what an acknowledged job survives, as read from the
+    /// peer's store (`SHOW synchronous_commit`, `CONFIG GET appendfsync`,
+    /// `PRAGMA synchronous`) when the child ran.
+    #[serde(default)]
+    pub durability: Option<String>,
 }
 
 /// CPU seconds of the whole process so far (user + sys, all threads).
@@ -151,6 +156,7 @@ impl Meter {
             note: note.trim().to_string(),
             enqueue_s: None,
             drain_s: None,
+            durability: None,
         }
     }
 }

@@ -1,12 +1,13 @@
-//! `side-by-side peers`: gaffer (at each `--gaffer-flush`) and apalis 1.0
-//! on SQLite back to back on the jobs workloads, for each N, local disk
-//! only; their medians, paired ratios and the targets of issue #13 §3.
+//! `side-by-side peers`: gaffer (at each `--gaffer-flush`) and its peers
+//! (`--peers`) back to back on the jobs workloads, for each N, gaffer on
+//! local disk; their medians, paired ratios, durability and the targets of
+//! issues #13 §3 and #30 §2.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Instant;
 
-use crate::kinds::{Engine, FlushKind, StoreKind, Workload};
+use crate::kinds::{Engine, FlushKind, Group, StoreKind, Workload};
 use crate::matrix::tables::{fmt_f, per_rep, status_of};
 use crate::matrix::{Cell, med, paired_ratio};
 use crate::supervise::{ChildFate, loadavg, run_child, truncate};
@@ -25,8 +26,23 @@ fn peer_configs(p: &PeersArgs) -> Vec<(Engine, StoreKind, FlushKind)> {
     if p.gaffer_fsync {
         c.push((Engine::Gaffer, StoreKind::LocalFsync, FlushKind::Default));
     }
-    c.push((Engine::Apalis, StoreKind::Local, FlushKind::Default));
+    for &peer in &p.peers {
+        if peer.is_peer() && !c.iter().any(|&(e, _, _)| e == peer) {
+            c.push((peer, StoreKind::Local, FlushKind::Default));
+        }
+    }
     c
+}
+
+/// What an acknowledged job survives, for gaffer's rows (the peers' own
+/// are read from their stores by their children).
+fn gaffer_durability(store: StoreKind) -> &'static str {
+    match store {
+        StoreKind::LocalFsync => "local dir, each object fsynced",
+        StoreKind::Local => "local dir, not fsynced (page cache)",
+        StoreKind::Memory => "memory",
+        StoreKind::S3 => "S3 PUT",
+    }
 }
 
 pub fn main(p: PeersArgs) {
@@ -38,7 +54,9 @@ pub fn main(p: PeersArgs) {
             for &group in &p.group {
                 let mut runs: Vec<(Engine, StoreKind, FlushKind)> = peer_configs(&p)
                     .into_iter()
-                    .filter(|&(e, _, _)| e != Engine::Apalis || n <= p.apalis_max_n)
+                    .filter(|&(e, _, _)| !e.is_peer() || n <= p.peer_max_n)
+                    // effectum has no idempotency key: no jobs_keyed.
+                    .filter(|&(e, _, _)| e != Engine::Effectum || group == Group::JobsPlain)
                     .collect();
                 if rep % 2 == 1 {
                     runs.reverse();
@@ -64,12 +82,21 @@ pub fn main(p: PeersArgs) {
     }
     println!("# side-by-side peers raw output");
     println!();
+    for var in ["SBS_PG_URL", "SBS_REDIS_URL"] {
+        match std::env::var(var) {
+            Ok(v) => println!("{var}={v}"),
+            Err(_) if p.peers.iter().any(|e| e.needs_server()) => println!(
+                "{var} not set: the server peers' children will fail (run under servers.sh)"
+            ),
+            Err(_) => {}
+        }
+    }
     println!(
-        "children: {}, reps {}, N {:?} (apalis up to {}), configs {:?}, groups {:?}, job workers {}",
+        "children: {}, reps {}, N {:?} (peers up to {}), configs {:?}, groups {:?}, job workers {}",
         plan.len(),
         p.reps,
         p.n,
-        p.apalis_max_n,
+        p.peer_max_n,
         peer_configs(&p),
         p.group,
         p.job_workers
@@ -128,51 +155,63 @@ pub fn main(p: PeersArgs) {
 
 fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
     let gaffer_default = FlushKind::Default;
-    println!("## Medians (local disk; medians over the repetitions that reported)");
+    let gaffer_key = |w, n| (w, n, Engine::Gaffer, StoreKind::Local, gaffer_default);
+    let peer_key = |w, n, e| (w, n, e, StoreKind::Local, FlushKind::Default);
+    println!("## Medians (gaffer on local disk; medians over the repetitions that reported)");
     println!();
     println!(
-        "`÷ apalis` divides items/s medians; `paired` is the median over repetitions of the ratio within one repetition (the engines ran back to back). `ok/reps`: repetitions that reported and passed their checks, of those run."
+        "`gaffer ÷` divides gaffer's (at its defaults: local dir, default flush) items/s median by this row's; `paired` is the median over repetitions of that ratio within one repetition (the engines ran back to back). `CPU s/1k` and `peak RSS` are the child process's: a server peer's server (Postgres, Redis) is not counted. `ok/reps`: repetitions that reported and passed their checks, of those run. `durability`: what an acknowledged job survives, as each store reported it."
     );
     println!();
     println!(
-        "| workload | N | engine | store | flush | items/s | per rep | ÷ apalis | paired | CPU s/1k | peak RSS MiB | ok/reps | status |"
+        "| workload | N | engine | store | flush | items/s | per rep | gaffer ÷ | paired | CPU s/1k | peak RSS MiB | ok/reps | durability | status |"
     );
-    println!("|---|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---|---|");
     let mut workloads: Vec<Workload> = p.group.iter().flat_map(|g| g.phases().to_vec()).collect();
     workloads.sort();
     workloads.dedup();
     let engines = peer_configs(p);
-    let apalis_key = |w, n| (w, n, Engine::Apalis, StoreKind::Local, FlushKind::Default);
     for &w in &workloads {
         for &n in &p.n {
-            let apalis = cells.get(&apalis_key(w, n));
+            let gaffer = cells.get(&gaffer_key(w, n));
             for &(e, st, f) in &engines {
                 let Some(cell) = cells.get(&(w, n, e, st, f)) else {
                     continue;
                 };
                 let m = med(Some(cell));
-                let a = med(apalis);
+                let g = med(gaffer);
                 let ok = cell.runs.iter().filter(|r| r.ok).count();
                 let tried = cell.runs.len() + cell.problems.len();
-                let ratio = match (&m, &a, e) {
-                    (Some(m), Some(a), Engine::Gaffer) => fmt_f(Some(m.items_s / a.items_s), 2),
-                    _ => "–".into(),
+                let (ratio, paired) = if e.is_peer() {
+                    (
+                        match (&g, &m) {
+                            (Some(g), Some(m)) => fmt_f(Some(g.items_s / m.items_s), 2),
+                            _ => "–".into(),
+                        },
+                        fmt_f(paired_ratio(gaffer, Some(cell)), 2),
+                    )
+                } else {
+                    ("–".into(), "–".into())
                 };
-                let paired = match e {
-                    Engine::Gaffer => fmt_f(paired_ratio(Some(cell), apalis), 2),
-                    _ => "–".into(),
+                let durability = if e.is_peer() {
+                    let mut d: Vec<&str> = cell
+                        .runs
+                        .iter()
+                        .filter_map(|r| r.durability.as_deref())
+                        .collect();
+                    d.sort();
+                    d.dedup();
+                    d.join("; ")
+                } else {
+                    gaffer_durability(st).to_string()
                 };
                 println!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} | {} |",
                     w.label(),
                     n,
                     e.label(),
-                    st.label(),
-                    if e == Engine::Apalis {
-                        "–"
-                    } else {
-                        f.label()
-                    },
+                    if e.is_peer() { "–" } else { st.label() },
+                    if e.is_peer() { "–" } else { f.label() },
                     fmt_f(m.as_ref().map(|m| m.items_s), 0),
                     per_rep(Some(cell)),
                     ratio,
@@ -181,47 +220,82 @@ fn print_peer_tables(p: &PeersArgs, cells: &BTreeMap<PeerKey, Cell>) {
                     fmt_f(m.as_ref().map(|m| m.rss_mib), 1),
                     ok,
                     tried,
+                    durability,
                     truncate(&status_of(Some(cell)), 400),
                 );
             }
         }
     }
     println!();
-    println!("## Targets (issue #13 §3)");
+    println!("## Targets (issues #13 §3 and #30 §2)");
     println!();
     println!("| target | measured | holds |");
     println!("|---|---|---|");
-    let w = Workload::JobsPlain;
-    for (n, min) in [(2_000usize, 3.0), (10_000, 20.0)] {
-        let g_cell = cells.get(&(w, n, Engine::Gaffer, StoreKind::Local, gaffer_default));
-        let a_cell = cells.get(&apalis_key(w, n));
+    // #13 §3: gaffer's lead over apalis-sqlite on plain jobs.
+    let mut targets: Vec<(Workload, usize, Engine, f64)> = Vec::new();
+    if p.peers.contains(&Engine::Apalis) {
+        targets.push((Workload::JobsPlain, 2_000, Engine::Apalis, 3.0));
+        targets.push((Workload::JobsPlain, 10_000, Engine::Apalis, 20.0));
+    }
+    // #30 §2: gaffer at its defaults ahead of every peer at 10,000 jobs.
+    for &w in &workloads {
+        if w == Workload::JobsResubmit {
+            continue;
+        }
+        for &peer in &p.peers {
+            // effectum has no jobs_keyed (no idempotency key).
+            if peer == Engine::Effectum && w != Workload::JobsPlain {
+                continue;
+            }
+            if peer != Engine::Apalis || w != Workload::JobsPlain {
+                targets.push((w, 10_000, peer, 1.0));
+            }
+        }
+    }
+    for (w, n, peer, min) in targets {
+        if !p.n.contains(&n) {
+            continue;
+        }
+        let g_cell = cells.get(&gaffer_key(w, n));
+        let a_cell = cells.get(&peer_key(w, n, peer));
         let (gm, am) = (med(g_cell), med(a_cell));
         let a_clean = a_cell.is_some_and(|c| c.problems.is_empty() && c.runs.iter().all(|r| r.ok));
         let measured = match (&gm, &am) {
             (Some(g), Some(a)) => format!(
-                "{:.2}× (paired {}), apalis over {} of {} reps",
+                "{:.2}× (paired {}), {} over {} of {} reps",
                 g.items_s / a.items_s,
                 fmt_f(paired_ratio(g_cell, a_cell), 2),
+                peer.label(),
                 a.reps,
                 a.reps + a_cell.map_or(0, |c| c.problems.len())
             ),
-            (Some(_), None) => "apalis never finished".into(),
+            (Some(_), None) => format!("{} never finished", peer.label()),
             _ => "–".into(),
         };
         let holds = match (&gm, &am) {
             (Some(g), Some(a)) if g.items_s / a.items_s >= min => {
                 if a_clean {
-                    "yes"
+                    "yes".to_string()
                 } else {
-                    "yes (apalis not clean in every rep)"
+                    format!("yes ({} not clean in every rep)", peer.label())
                 }
             }
-            (Some(_), Some(_)) => "NO",
-            (Some(_), None) => "n/a (no apalis figure)",
-            _ => "n/a",
+            (Some(_), Some(_)) => "NO".into(),
+            (Some(_), None) => format!("n/a (no {} figure)", peer.label()),
+            _ => "n/a".into(),
         };
-        println!("| jobs_plain gaffer default ≥ {min}× apalis at N = {n} | {measured} | {holds} |");
+        let what = if min > 1.0 {
+            format!("≥ {min}×")
+        } else {
+            "ahead of".into()
+        };
+        println!(
+            "| {} gaffer default {what} {} at N = {n} | {measured} | {holds} |",
+            w.label(),
+            peer.label()
+        );
     }
+    let w = Workload::JobsPlain;
     let small = p.n.iter().min().copied();
     let large = p.n.iter().max().copied();
     if let (Some(small), Some(large)) = (small, large)

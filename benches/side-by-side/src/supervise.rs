@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::ChildArgs;
+use crate::kinds::Engine;
 use crate::meter::PhaseResult;
 
 /// What happened to one child.
@@ -19,8 +20,35 @@ pub enum ChildFate {
     Hung(String),
 }
 
+/// The effectum child's binary: `SBS_EFFECTUM_BIN`, or where
+/// `cargo build --release --manifest-path effectum-child/Cargo.toml` puts
+/// it.
+fn effectum_exe() -> std::path::PathBuf {
+    match std::env::var_os("SBS_EFFECTUM_BIN") {
+        Some(p) => p.into(),
+        None => concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/effectum-child/target/release/sbs-effectum"
+        )
+        .into(),
+    }
+}
+
 pub fn run_child(hang_secs: u64, ca: &ChildArgs) -> (Vec<PhaseResult>, ChildFate) {
-    let exe = std::env::current_exe().expect("current_exe");
+    let exe = match ca.engine {
+        Engine::Effectum => {
+            let exe = effectum_exe();
+            if !exe.exists() {
+                let why = format!(
+                    "no effectum child at {} (build it: cargo build --release --manifest-path effectum-child/Cargo.toml)",
+                    exe.display()
+                );
+                return (vec![], ChildFate::Failed(why));
+            }
+            exe
+        }
+        _ => std::env::current_exe().expect("current_exe"),
+    };
     let mut cmd = Command::new(exe);
     cmd.arg("child")
         .args(["--engine", ca.engine.label()])
