@@ -228,7 +228,7 @@ impl Pacer {
         self.waits += 1;
         // Wait for a few items' worth (fewer, smaller transactions than one
         // at a time), never longer than `MAX_WAIT`.
-        let want = cap.min(16.0).max(1.0);
+        let want = cap.min(16.0); // cap is at least 1
         let secs = (want - self.tokens) / rate;
         Room::Wait(Duration::from_secs_f64(secs).clamp(Duration::from_millis(1), MAX_WAIT))
     }
