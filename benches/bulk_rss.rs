@@ -10,6 +10,11 @@
 //! flushes every 1 ms; `--default-flush` keeps the builder's default for a
 //! local directory (2 ms since issue #13; taquba's 100 ms before).
 //! `--rate R` paces the batch (`Batch::max_rate`, items per second).
+//! `--budget off` turns the engine's memory budget off
+//! (`EngineBuilder::memory_budget(None)`, as before issue #30), `--budget M`
+//! sets it to M MiB; without it the engine's default applies. The header
+//! line prints the machine's load average (`/proc/loadavg`) at the start,
+//! the result line at the end.
 //!
 //! One batch per process: peak RSS is VmHWM from /proc/self/status, which is
 //! per process. Inputs are the range `0..N`, consumed lazily by the engine.
@@ -75,10 +80,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rate: Option<u32> = rate_at
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.replace('_', "").parse().ok());
+    // `--budget off|MIB`: the engine's memory budget (default: the engine's).
+    let budget_at = args.iter().position(|a| a == "--budget");
+    let budget: Option<Option<u64>> = budget_at.and_then(|i| args.get(i + 1)).map(|v| {
+        if v == "off" {
+            None
+        } else {
+            Some(v.parse::<u64>().expect("--budget off|MIB") << 20)
+        }
+    });
     let n: u64 = match args
         .iter()
         .enumerate()
         .filter(|&(i, _)| rate_at.is_none_or(|r| i != r + 1))
+        .filter(|&(i, _)| budget_at.is_none_or(|b| i != b + 1))
         .find_map(|(_, a)| a.replace('_', "").parse().ok())
     {
         Some(n) => n,
@@ -99,7 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tempdir()?;
     let (rss0, _) = rss_kib();
     println!(
-        "bulk_rss: N={n} pipeline={} store={} flush={} max_rate={}",
+        "bulk_rss: N={n} pipeline={} store={} flush={} max_rate={} budget={} load={}",
         match (memo, memo_immediate) {
             (false, _) => "no memo",
             (true, false) => "3 memoized phases (written on failure)",
@@ -108,12 +123,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         dir.path().display(),
         if default_flush { "default" } else { "1ms" },
         rate.map_or("none".to_string(), |r| format!("{r}/s")),
+        match budget {
+            None => "default".to_string(),
+            Some(None) => "off".to_string(),
+            Some(Some(b)) => format!("{}MiB", b >> 20),
+        },
+        loadavg(),
     );
 
     let runs = Arc::new(AtomicU64::new(0));
     let mut builder = Engine::builder().store(gaffer::Store::local_dir(dir.path()));
     if !default_flush {
         builder = builder.flush_interval(Duration::from_millis(1));
+    }
+    if let Some(budget) = budget {
+        builder = builder.memory_budget(budget);
     }
     if memo_immediate {
         builder = builder.memo_writes(gaffer::job::MemoWrites::Immediate);
@@ -175,7 +199,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "result: N={n} memo={memo} wall={:.2}s items/s={rate:.0} peak_rss(VmHWM)={:.1}MiB \
          rss_before_engine={:.1}MiB rss_after_start={:.1}MiB rss_end={:.1}MiB \
-         runs={} store={:.1}MiB/{files} files",
+         runs={} store={:.1}MiB/{files} files load={}",
         elapsed.as_secs_f64(),
         mib(hwm),
         mib(rss0),
@@ -183,6 +207,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         mib(rss_end),
         runs.load(Ordering::Relaxed),
         bytes as f64 / (1024.0 * 1024.0),
+        loadavg(),
     );
     println!("{}", store_metrics::summary(metrics, n));
     if let (Some(live), Some(settled)) = (live, settled) {
@@ -196,6 +221,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 const BATCH_ID: &str = "bulk-rss";
+
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` says them.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join("/"))
+        .unwrap_or_else(|_| "?".into())
+}
 
 /// The stored sizes of one item in flight, read from the store mid-run.
 struct LiveItem {

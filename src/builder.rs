@@ -502,6 +502,7 @@ impl EngineBuilder {
         interruption_memory: set Duration,
         memo_writes: set gaffer_actors::MemoWrites,
         shutdown_grace: some Duration,
+        memory_budget: set Option<u64>,
     }
 
     /// Open the store and start the engine. Fails with a typed error on a

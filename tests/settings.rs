@@ -48,6 +48,7 @@ fn every_setting_changed() -> Settings {
         client_intake: false,
         intake_poll: Duration::from_millis(300),
         request_retention: Duration::from_secs(15),
+        memory_budget: Some(3 << 30),
     }
 }
 
@@ -110,6 +111,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
             "request_retention",
             want.request_retention == default.request_retention,
         ),
+        ("memory_budget", want.memory_budget == default.memory_budget),
     ] {
         assert!(!same, "the test value of `{field}` is its default");
     }
@@ -137,6 +139,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .client_intake(want.client_intake)
         .intake_poll(want.intake_poll)
         .request_retention(want.request_retention)
+        .memory_budget(want.memory_budget)
         .register::<Add>()
         .start()
         .await

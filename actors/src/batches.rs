@@ -2,9 +2,11 @@
 //! keeps one run of a batch id at a time ([`claims`]), the run from start to
 //! end in its caller's task ([`driver`]), the registry of running batches
 //! and a coordinator per run (window, counters, report), the thread that
-//! writes a run's records to its sink, the manifest, and what a batch's
-//! records say ([`status`], `lookups`).
+//! writes a run's records to its sink, the manifest, what a batch's
+//! records say ([`status`], `lookups`), and the memory budget a run's
+//! feeding is paced by (`budget`).
 
+pub(crate) mod budget;
 pub mod claims;
 pub mod coordinator;
 pub mod data;

@@ -8,6 +8,9 @@ use crate::error::{EngineError, Result};
 /// ([`Settings::blob_prefix`]).
 pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
 
+/// Default [`Settings::memory_budget`]: 1 GiB of resident memory.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
+
 /// Settings of one engine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -106,6 +109,22 @@ pub struct Settings {
     /// a client's submission waits up to this long before the engine sees
     /// it. Default 2 s.
     pub intake_poll: Duration,
+    /// The memory budget, in bytes of the process's resident memory (its
+    /// RSS, read from `/proc/self/status` at most every 50 ms while a batch
+    /// feeds). From three quarters of it a batch's items are enqueued at a
+    /// rate adjusted every second by what the RSS did: cut while it grows
+    /// toward the budget (halved while it grows over it), raised again
+    /// while it holds still (the allocator reusing what the store freed
+    /// after its memtable flushes), between a tenth of the rate the run fed
+    /// at unpaced and that rate. SlateDB, inside taquba, holds every write
+    /// in memory until its memtable is flushed, so feeding more slowly lets
+    /// the flushes catch up. A run never stops: over the budget it still
+    /// feeds at that tenth at least. The RSS is the whole process's: an
+    /// application that holds much memory of its own raises this. Jobs
+    /// submitted one at a time, claims and settlements are not paced.
+    /// Without `/proc` (not Linux) nothing is paced. At least 1 MiB; `None`
+    /// turns pacing off (as before #30). Default 1 GiB.
+    pub memory_budget: Option<u64>,
 }
 
 /// When a memo entry is written to the object store.
@@ -155,6 +174,7 @@ impl Default for Settings {
             client_intake: true,
             intake_poll: Duration::from_secs(2),
             request_retention: Duration::from_secs(7 * 24 * 3600),
+            memory_budget: Some(DEFAULT_MEMORY_BUDGET),
         }
     }
 }
@@ -218,6 +238,13 @@ impl Settings {
         }
         if self.batch_window == 0 {
             return bad("batch_window must be at least 1".into());
+        }
+        if let Some(budget) = self.memory_budget
+            && budget < 1 << 20
+        {
+            return bad(format!(
+                "memory_budget must be at least 1 MiB (got {budget} bytes); None turns it off"
+            ));
         }
         if self.blob_prefix.is_empty() || self.blob_prefix.contains("//") {
             return bad(format!(

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
+use crate::batches::budget::Pacer;
 use crate::batches::claims::Attach;
 use crate::batches::registry::RegistryMessage;
 use crate::batches::sink_writer::{SinkReport, SinkWriter};
@@ -98,6 +99,8 @@ pub struct CoordinatorState {
     /// Items this run enqueued (paced by `spec.max_rate`) since `paced_since`.
     enqueued: u64,
     paced_since: Instant,
+    /// The run's pace under the memory budget (`Settings::memory_budget`).
+    pacer: Pacer,
     /// The run's `gaffer.batch` span: its events tell the run's progress.
     span: tracing::Span,
     /// Items counted when progress was last told (an event per tenth).
@@ -132,7 +135,9 @@ impl Actor for Coordinator {
             generation = tracing::field::Empty,
             total = tracing::field::Empty,
         );
+        let pacer = Pacer::new(args.services.settings().memory_budget);
         Ok(CoordinatorState {
+            pacer,
             span,
             told: 0,
             spec: args.spec,

@@ -56,6 +56,9 @@ impl CoordinatorState {
         let mut outcome = std::mem::take(&mut self.outcome);
         outcome.total = head.total;
         outcome.elapsed = self.started.elapsed();
+        if self.pacer.waits() > 0 {
+            tracing::debug!(parent: &self.span, budget_waits = self.pacer.waits(), "the memory budget paced the run's feeding");
+        }
         let mut flushed = Ok(());
         if let Some(report) = sink {
             outcome.sink_errors += report.errors;

@@ -4,8 +4,10 @@
 
 use ractor::ActorRef;
 use taquba::{EnqueueOptions, EnqueueRequest, SettlementEffects};
+use tokio::time::Instant;
 
 use super::{CoordinatorMessage, CoordinatorState};
+use crate::batches::budget::{Room, resident_bytes};
 use crate::batches::lookups::{Found, look_up_all};
 use crate::batches::manifest::read_chunk;
 use crate::error::Result;
@@ -36,6 +38,11 @@ impl CoordinatorState {
             Some(paced) => room.min(paced),
             None => return Ok(()),
         };
+        let room = match self.budget_room(myself) {
+            Some(budget) => room.min(budget),
+            None => return Ok(()),
+        };
+        let enqueued_before = self.enqueued;
         if self.current.is_empty() {
             if self.next_chunk >= head.chunks {
                 return Ok(());
@@ -61,6 +68,7 @@ impl CoordinatorState {
         } else {
             self.enqueue_items(&head, items).await?;
         }
+        self.pacer.took(self.enqueued - enqueued_before);
         if self.has_more(&head) && self.outstanding.len() < self.spec.window {
             self.feeding = true;
             let _ = myself.cast(CoordinatorMessage::FeedNext);
@@ -90,6 +98,29 @@ impl CoordinatorState {
             CoordinatorMessage::FeedNext
         });
         None
+    }
+
+    /// How many items the memory budget lets the run enqueue now (all,
+    /// without a budget or under three quarters of it); `None` when that is
+    /// nothing: the next feed is then scheduled (at most `MAX_WAIT` away).
+    /// The signal is read here, at most every `SAMPLE_EVERY`.
+    fn budget_room(&mut self, myself: &ActorRef<CoordinatorMessage>) -> Option<usize> {
+        if !self.pacer.enabled() {
+            return Some(usize::MAX);
+        }
+        let now = Instant::now();
+        if self.pacer.due(now) {
+            self.pacer.observe(now, resident_bytes());
+        }
+        match self.pacer.room(now, self.enqueued) {
+            Room::Any => Some(usize::MAX),
+            Room::Items(n) => Some(n),
+            Room::Wait(wait) => {
+                self.feeding = true;
+                myself.send_after(wait, || CoordinatorMessage::FeedNext);
+                None
+            }
+        }
     }
 
     pub(super) async fn enqueue_items(
