@@ -930,7 +930,20 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
         .submit_with(Greet { name: "b".into() }, opts)
         .await
         .unwrap();
-    let stats = json(dir, &["stats"]);
+    // `stats` reads the engine's snapshot of its counters, written every
+    // few seconds: wait (bounded) for one that has the tenant's queue.
+    let has_tenant = |stats: &Value| {
+        stats["queues"].as_array().is_some_and(|qs| {
+            qs.iter()
+                .any(|q| q["name"] == "greet" && q["queue"] != "jobs.greet")
+        })
+    };
+    let t0 = std::time::Instant::now();
+    let mut stats = json(dir, &["stats"]);
+    while !has_tenant(&stats) && t0.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stats = json(dir, &["stats"]);
+    }
     let rows: Vec<&Value> = stats["queues"]
         .as_array()
         .unwrap()
