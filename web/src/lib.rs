@@ -265,6 +265,8 @@ pub fn router(config: WebConfig) -> Router {
         .route("/batches/{id}", get(pages::batch))
         .route("/workflows", get(pages::workflows))
         .route("/workflows/{id}", get(pages::workflow))
+        .route("/workflows/{id}/cancel", post(pages::cancel_workflow))
+        .route("/workflows/{id}/retry", post(pages::retry_workflow))
         .route("/periodic", get(pages::periodic))
         .route("/queues", get(pages::queues))
         .route("/queues/pause", post(pages::pause_named))

@@ -1,7 +1,8 @@
 //! The dashboard's workflow pages on a live engine: the list (state
 //! counts, links, a page at a time) and a workflow's page (its steps in
 //! dependency order with their states, each linked to its job), user data
-//! escaped, bad ids and cursors as 4xx pages.
+//! escaped, bad ids and cursors as 4xx pages; a workflow's Retry and Cancel
+//! buttons, each a request the engine carries out.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::{Request, StatusCode, header};
 use common::{EVIL, Fix, Flaky, Ping};
 use gaffer::workflow::{Workflow, step_id};
 use gaffer_web::WebConfig;
@@ -27,6 +28,35 @@ async fn get(app: &Router, path: &str) -> (StatusCode, String) {
         .await
         .expect("a body");
     (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A POST as the dashboard's own form sends it; the status and where it
+/// redirects to.
+async fn post(app: &Router, path: &str) -> (StatusCode, String) {
+    let req = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.expect("the router answers");
+    let to = res
+        .headers()
+        .get(header::LOCATION)
+        .map(|l| l.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (res.status(), to)
+}
+
+/// Wait until the page of workflow `id` shows it in `state`.
+async fn until_state(app: &Router, id: &str, state: &str) -> String {
+    let want = format!("id=\"workflow-state\"><span class=\"state {state}\">");
+    let mut page = String::new();
+    common::eventually(&format!("workflow {id} is {state}"), async || {
+        page = get(app, &format!("/ops/workflows/{id}")).await.1;
+        page.contains(&want)
+    })
+    .await;
+    page
 }
 
 /// Where `needle` is in `hay` (it must be).
@@ -148,5 +178,90 @@ async fn the_workflow_pages_show_each_step_in_order_linked_to_its_job() {
         assert!(body.contains("<main>"), "{path}: an error page");
         assert!(!body.contains("<script>"), "{path}");
     }
+
+    // Ended with a failed step: Retry, no Cancel. Retried once the bug is
+    // fixed, the failed step runs again and the workflow succeeds.
+    assert!(page.contains("id=\"retry-workflow\"") && !page.contains("id=\"cancel-workflow\""));
+    for path in ["/ops/workflows/nosuch/retry", "/ops/workflows/a.b/cancel"] {
+        assert_eq!(post(&app, path).await.0, StatusCode::NOT_FOUND, "{path}");
+    }
+    fix.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, to) = post(&app, "/ops/workflows/wf-evil/retry").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(to.starts_with("/ops/requests?r="), "{to}");
+    let page = until_state(&app, "wf-evil", "succeeded").await;
+    assert!(
+        !page.contains("id=\"retry-workflow\""),
+        "nothing left to retry"
+    );
+    let (_, fate) = get(&app, &to).await;
+    assert!(
+        fate.contains("workflow `wf-evil` retried (1 steps set back)"),
+        "{fate}"
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_running_workflow_is_cancelled_from_its_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    // Its first step's type is paused: the step stays queued, the next one
+    // blocked behind it.
+    engine.pause("ping").await.unwrap();
+    let flow = Workflow::new("held")
+        .id("wf-held")
+        .step("ping", Ping { n: 1 })
+        .step_after("after", Ping { n: 2 }, ["ping"]);
+    let flow = engine.submit_workflow(flow).await.unwrap();
+    let app = Router::new().nest(
+        "/ops",
+        gaffer_web::router(
+            WebConfig::open(&gaffer::Store::local_dir(dir.path()))
+                .await
+                .unwrap()
+                .base_path("/ops"),
+        ),
+    );
+    let page = until_state(&app, "wf-held", "running").await;
+    assert!(page.contains("id=\"cancel-workflow\"") && !page.contains("id=\"retry-workflow\""));
+
+    let (status, to) = post(&app, "/ops/workflows/wf-held/cancel").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let page = until_state(&app, "wf-held", "cancelled").await;
+    assert!(
+        !page.contains("id=\"cancel-workflow\""),
+        "cancelled already"
+    );
+    assert!(
+        page.contains("id=\"retry-workflow\""),
+        "its steps can be retried"
+    );
+    let (_, fate) = get(&app, &to).await;
+    assert!(
+        fate.contains("workflow `wf-held` cancelled (2 steps"),
+        "{fate}"
+    );
+    let err = flow.join().await.unwrap().unwrap_err();
+    assert!(err.error.is_cancelled(), "{err:?}");
+
+    // A read-only dashboard shows neither button and refuses the request.
+    let ro = Router::new().nest(
+        "/ops",
+        gaffer_web::router(
+            WebConfig::open(&gaffer::Store::local_dir(dir.path()))
+                .await
+                .unwrap()
+                .base_path("/ops")
+                .read_only(true),
+        ),
+    );
+    let (_, page) = get(&ro, "/ops/workflows/wf-held").await;
+    assert!(!page.contains("retry-workflow") && !page.contains("cancel-workflow"));
+    assert_eq!(
+        post(&ro, "/ops/workflows/wf-held/retry").await.0,
+        StatusCode::FORBIDDEN
+    );
     engine.shutdown().await.unwrap();
 }

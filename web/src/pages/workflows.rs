@@ -1,8 +1,8 @@
 //! The workflows: the list with each workflow's steps counted by state,
 //! and a workflow's page with its steps in dependency order, each linked
-//! to its job's page. Read-only: the cancel and retry of a workflow are
-//! engine calls (`WorkflowHandle::cancel|retry`), not requests the
-//! store's inbox takes.
+//! to its job's page, with its Cancel and Retry (one request each through
+//! the inbox of the store that holds it, as `gaffer cancel|retry
+//! --workflow` sends).
 
 use gaffer_ops::report::{StepRow, WorkflowDetail, WorkflowRow};
 
@@ -78,7 +78,7 @@ pub async fn workflows(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respo
         }
     };
     let head = html! {
-        p.note { "A workflow's steps: blocked (waiting for the steps they need), active (their job is scheduled, waiting, queued or running), or ended. Cancel and retry a workflow from the application (" code { "WorkflowHandle::cancel" } ", " code { "retry" } ")." }
+        p.note { "A workflow's steps: blocked (waiting for the steps they need), active (their job is scheduled, waiting, queued or running), or ended. Cancel or retry a workflow from its page." }
     };
     Ok(respond(&app, &q, "Workflows", "/workflows", head, inner))
 }
@@ -95,8 +95,15 @@ fn needs(step: &StepRow) -> Markup {
     }
 }
 
-/// The workflow of `id`, from the store that has it.
+/// The workflow of `id`, from the store that has it (404 for an id that
+/// cannot be one).
 async fn find(app: &App, id: &str) -> Result<(usize, WorkflowDetail), Fail> {
+    if !keys::is_valid_id(id) {
+        return Err(missing(
+            app,
+            format!("No workflow `{id}`: not a workflow id."),
+        ));
+    }
     for sh in &app.shards {
         match sh.store.workflow(id).await {
             Ok(d) => return Ok((sh.index, d)),
@@ -114,15 +121,10 @@ pub async fn workflow(
     Path(id): Path<String>,
     Query(q): Q,
 ) -> Result<Response, Fail> {
-    if !keys::is_valid_id(&id) {
-        return Err(missing(
-            &app,
-            format!("No workflow `{id}`: not a workflow id."),
-        ));
-    }
     let (shard, d) = find(&app, &id).await?;
     let w = &d.workflow;
     let c = &w.counts;
+    let (cancellable, retryable) = actions_of(w);
     let inner = html! {
         dl.fields #workflow {
             dt { "Id" } dd #workflow-id { (w.id) }
@@ -136,6 +138,17 @@ pub async fn workflow(
             dt { "Steps" } dd #counts {
                 (w.steps) ": " (c.succeeded) " succeeded, " (c.failed) " failed, " (c.cancelled) " cancelled, "
                 (c.active()) " active, " (c.blocked) " blocked"
+            }
+        }
+        @if !app.read_only && (cancellable || retryable) {
+            p {
+                @if retryable {
+                    form.inline method="post" action=(app.href(&format!("/workflows/{}/retry", seg(&w.id)))) { button #retry-workflow type="submit" { "Retry failed and cancelled steps" } }
+                    " "
+                }
+                @if cancellable {
+                    form.inline method="post" action=(app.href(&format!("/workflows/{}/cancel", seg(&w.id)))) { button.danger #cancel-workflow type="submit" { "Cancel workflow" } }
+                }
             }
         }
         h2 { "Steps" }
@@ -164,4 +177,39 @@ pub async fn workflow(
         html! {},
         inner,
     ))
+}
+
+/// Which actions a workflow's page offers: Cancel while a step has not
+/// ended and it is not cancelled already; Retry once a step failed or was
+/// cancelled (its steps set back, the graph resumed from them).
+fn actions_of(w: &WorkflowRow) -> (bool, bool) {
+    let c = &w.counts;
+    (!w.ended && !w.cancelled, c.failed + c.cancelled > 0)
+}
+
+/// `POST /workflows/{id}/cancel`: one request to the store that holds it.
+pub async fn cancel_workflow(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, Fail> {
+    act_on_workflow(&app, &id, IntakeOp::CancelWorkflow { id: id.clone() }).await
+}
+
+/// `POST /workflows/{id}/retry`: one request to the store that holds it.
+pub async fn retry_workflow(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response, Fail> {
+    act_on_workflow(&app, &id, IntakeOp::RetryWorkflow { id: id.clone() }).await
+}
+
+async fn act_on_workflow(app: &App, id: &str, op: IntakeOp) -> Result<Response, Fail> {
+    let (shard, _) = find(app, id).await?;
+    let sh = app
+        .shards
+        .iter()
+        .find(|s| s.index == shard)
+        .ok_or_else(|| missing(app, format!("No workflow `{id}`.")))?;
+    let r = send(app, sh, op, None).await?;
+    Ok(to_requests(app, &[r]))
 }
