@@ -15,7 +15,7 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use gaffer_actors::engine::intake::{
     IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send_as,
@@ -35,6 +35,11 @@ use crate::handle::decode_outcome_with;
 use crate::jobs::Job;
 use crate::submit::{SubmitOptions, submit_request};
 use gaffer_actors::layout::store::Store;
+
+mod requests;
+mod workflows;
+pub use requests::Request;
+pub use workflows::ClientWorkflow;
 
 /// Where a client's submission stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,90 +297,6 @@ impl Client {
         }
     }
 
-    /// Send the signal `name` with `payload` to the job `id` (as
-    /// `Engine::signal`), through the store: the engine applies it at its
-    /// next look, and the request's result says what it came to.
-    pub async fn signal<S: serde::Serialize>(
-        &self,
-        id: &str,
-        name: &str,
-        payload: &S,
-    ) -> Result<Request> {
-        let payload = rmp_serde::to_vec_named(payload)
-            .map_err(|e| Error::encode(format!("signal `{name}`"), e))?;
-        self.inner
-            .operate(IntakeOp::Signal {
-                run_id: id.to_string(),
-                name: name.to_string(),
-                payload,
-            })
-            .await
-    }
-
-    /// Cancel the job `id` (as `Engine::cancel`), through the store.
-    pub async fn cancel(&self, id: &str) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::Cancel {
-                run_id: id.to_string(),
-            })
-            .await
-    }
-
-    /// Cancel the workflow `id` (as `WorkflowHandle::cancel`), through the
-    /// store.
-    pub async fn cancel_workflow(&self, id: &str) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::CancelWorkflow { id: id.to_string() })
-            .await
-    }
-
-    /// Run the workflow `id`'s failed and cancelled steps again (as
-    /// `WorkflowHandle::retry`), through the store.
-    pub async fn retry_workflow(&self, id: &str) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::RetryWorkflow { id: id.to_string() })
-            .await
-    }
-
-    /// Run a failed or cancelled job again under its id (as
-    /// `Engine::retry`); a handle's `join` then waits for the new outcome.
-    pub async fn retry(&self, id: &str) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::Retry {
-                run_id: id.to_string(),
-            })
-            .await
-    }
-
-    /// Retry every job of `job_type` that failed at or after `since`
-    /// (`None`: all of them).
-    pub async fn retry_failed(&self, job_type: &str, since: Option<SystemTime>) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::RetryFailed {
-                job_type: job_type.to_string(),
-                since_ms: since.map(epoch_ms).unwrap_or(0),
-            })
-            .await
-    }
-
-    /// Pause a job type durably (as `Engine::pause`).
-    pub async fn pause(&self, job_type: &str) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::Pause {
-                job_type: job_type.to_string(),
-            })
-            .await
-    }
-
-    /// Resume a paused job type (as `Engine::resume`).
-    pub async fn resume(&self, job_type: &str) -> Result<Request> {
-        self.inner
-            .operate(IntakeOp::Resume {
-                job_type: job_type.to_string(),
-            })
-            .await
-    }
-
     /// Check the store's shard marker against `place` (a store no sharded
     /// engine has started on passes).
     pub(crate) async fn check_shard(&self, place: &gaffer_actors::ShardPlace) -> Result<()> {
@@ -448,15 +369,6 @@ impl Inner {
         send_as(&self.sender, &self.queue_name, request_id, op).await?;
         Ok(())
     }
-
-    async fn operate(self: &Arc<Self>, op: IntakeOp) -> Result<Request> {
-        let id = ulid::Ulid::new().to_string();
-        self.send(&id, &op).await?;
-        Ok(Request {
-            id,
-            inner: self.clone(),
-        })
-    }
 }
 
 /// The size of the inbox object [`send_as`] writes for `op` as request
@@ -472,63 +384,6 @@ fn entry_size(request_id: &str, op: &IntakeOp) -> Result<usize> {
     rmp_serde::to_vec_named(&entry)
         .map(|body| body.len())
         .map_err(|e| Error::encode("the client's inbox entry", e))
-}
-
-/// An operator request a [`Client`] sent (cancel, retry, pause, resume).
-#[derive(Clone)]
-pub struct Request {
-    id: String,
-    inner: Arc<Inner>,
-}
-
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request").field("id", &self.id).finish()
-    }
-}
-
-impl Request {
-    /// The request's id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Whether the engine applied it yet: `None` while not, else what it
-    /// came to (`Err(Error::Refused)` when refused).
-    pub async fn result(&self) -> Result<Option<String>> {
-        match request_progress(self.inner.reader.view(), &self.inner.queue_name, &self.id).await? {
-            RequestProgress::Sent => Ok(None),
-            RequestProgress::Refused(reason) => Err(Error::Refused {
-                request: self.id.clone(),
-                reason,
-            }),
-            RequestProgress::Applied(result) => Ok(Some(result.unwrap_or_default())),
-        }
-    }
-
-    /// Wait until the engine applied it (reading the store every poll
-    /// interval); what it came to, or `Error::Refused`.
-    pub async fn wait(&self) -> Result<String> {
-        loop {
-            match self.result().await {
-                Ok(Some(result)) => return Ok(result),
-                Ok(None) => {}
-                Err(e @ Error::Refused { .. }) => return Err(e),
-                Err(e) if !e.is_permanent() => {}
-                Err(e) => return Err(e),
-            }
-            tokio::time::sleep(self.inner.poll).await;
-        }
-    }
-
-    /// [`wait`](Self::wait) for at most `timeout`; `Ok(None)` if the
-    /// engine has not applied it by then (no engine took it yet, say).
-    pub async fn wait_timeout(&self, timeout: Duration) -> Result<Option<String>> {
-        match tokio::time::timeout(timeout, self.wait()).await {
-            Ok(r) => r.map(Some),
-            Err(_) => Ok(None),
-        }
-    }
 }
 
 /// A job submitted by a [`Client`].

@@ -128,7 +128,9 @@ pub mod workflow;
 /// [`ShardedClient`](remote::ShardedClient); with feature `cluster`, the
 /// engines of a `ractor_cluster`).
 pub mod remote {
-    pub use crate::client::{Client, ClientBuilder, ClientHandle, Request, RequestState};
+    pub use crate::client::{
+        Client, ClientBuilder, ClientHandle, ClientWorkflow, Request, RequestState,
+    };
     #[cfg(feature = "cluster")]
     pub use crate::cluster::{BatchCounts, ClusterRouter, Gateway, GatewayMessage, shard_group};
     pub use crate::shards::{

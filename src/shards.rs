@@ -28,6 +28,7 @@
 //! docs/shards.md).
 
 mod keeper;
+mod workflows;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

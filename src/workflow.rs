@@ -146,6 +146,25 @@ impl Workflow {
         self
     }
 
+    /// Settle its id now (the one given, the one derived from its key, or
+    /// a fresh ULID) and fix it in the workflow, for a submitter that must
+    /// know it before the engine sees the workflow (a client, a shard
+    /// set's router). `InvalidWorkflow` for a given id that cannot be one.
+    pub(crate) fn pin_id(mut self) -> Result<(String, Self)> {
+        let id = match (&self.spec.id, &self.spec.key) {
+            (Some(id), _) if gaffer_actors::layout::keys::is_valid_id(id) => id.clone(),
+            (Some(id), _) => {
+                return Err(EngineError::InvalidWorkflow(format!(
+                    "id `{id}` is not 1-128 characters of [A-Za-z0-9_-]"
+                )));
+            }
+            (None, Some(key)) => workflow_id(key),
+            (None, None) => ulid::Ulid::new().to_string(),
+        };
+        self.spec.id = Some(id.clone());
+        Ok((id, self))
+    }
+
     pub(crate) fn into_spec(self) -> Result<WorkflowSpec> {
         match self.error {
             Some(e) => Err(e),
@@ -186,6 +205,34 @@ pub struct StepFailed {
     /// Why gaffer ended it so, when it says more (a cancelled step names
     /// the step it needed that failed).
     pub reason: Option<String>,
+}
+
+/// The first step of `steps` (in dependency order) that failed, else the
+/// first that was cancelled, from its outcome record in `records` (a step
+/// without one there is passed over).
+pub(crate) fn step_failed(
+    steps: &[StepStatus],
+    records: &HashMap<String, OutcomeRecord>,
+) -> Option<StepFailed> {
+    let first = |failed: bool| {
+        steps.iter().find_map(|s| {
+            let r = records.get(&s.name)?;
+            match &r.outcome {
+                gaffer_actors::Outcome::Failed { kind, message } if failed => Some(StepFailed {
+                    step: s.name.clone(),
+                    error: JobError::failed(*kind, message.clone()),
+                    reason: r.reason.clone(),
+                }),
+                gaffer_actors::Outcome::Cancelled if !failed => Some(StepFailed {
+                    step: s.name.clone(),
+                    error: JobError::cancelled(),
+                    reason: r.reason.clone(),
+                }),
+                _ => None,
+            }
+        })
+    };
+    first(true).or_else(|| first(false))
 }
 
 /// The outputs of a workflow whose steps all succeeded.
@@ -257,27 +304,7 @@ impl WorkflowHandle {
             let record = self.await_step(&step.run_id).await?;
             records.insert(step.name.clone(), record);
         }
-        let first = |failed: bool| {
-            status.steps.iter().find_map(|s| {
-                let r = &records[&s.name];
-                match &r.outcome {
-                    gaffer_actors::Outcome::Failed { kind, message } if failed => {
-                        Some(StepFailed {
-                            step: s.name.clone(),
-                            error: JobError::failed(*kind, message.clone()),
-                            reason: r.reason.clone(),
-                        })
-                    }
-                    gaffer_actors::Outcome::Cancelled if !failed => Some(StepFailed {
-                        step: s.name.clone(),
-                        error: JobError::cancelled(),
-                        reason: r.reason.clone(),
-                    }),
-                    _ => None,
-                }
-            })
-        };
-        if let Some(failed) = first(true).or_else(|| first(false)) {
+        if let Some(failed) = step_failed(&status.steps, &records) {
             return Ok(Err(failed));
         }
         Ok(Ok(WorkflowOutputs {

@@ -6,6 +6,7 @@
 //! - `gates`: which transaction decides a waiting step (the supervisor's).
 //! - `submit`: the submission, status, cancel and retry of a workflow.
 //! - `settle`: a plan turned into the effects of a step's transaction.
+//! - `wire`: a workflow as a client in another process sends it.
 //!
 //! See ARCHITECTURE.md, *Workflows*.
 
@@ -14,6 +15,7 @@ pub mod graph;
 pub mod layout;
 pub mod settle;
 pub mod submit;
+pub mod wire;
 
 pub use gates::{GateMessage, Gates};
 pub use graph::{Decision, Flow, Node};

@@ -91,6 +91,8 @@ pub enum IntakeOp {
         /// The workflow's id.
         id: String,
     },
+    /// Submit a workflow (every step or none, in one transaction).
+    SubmitWorkflow(crate::workflows::wire::IntakeWorkflow),
 }
 
 impl IntakeOp {
@@ -360,6 +362,15 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
             .retry_workflow(&id)
             .await
             .map(|n| Some(format!("workflow `{id}` retried ({n} steps set back)"))),
+        IntakeOp::SubmitWorkflow(flow) => {
+            services.submit_workflow(flow.into_spec()).await.map(|s| {
+                Some(if s.newly_submitted {
+                    format!("workflow `{}` submitted", s.id)
+                } else {
+                    format!("workflow `{}` submitted before (the same steps)", s.id)
+                })
+            })
+        }
     };
     let settled = match applied {
         Ok(None) => queue.ack(&claim).await,

@@ -88,15 +88,22 @@ pub enum Planned {
     Wait,
 }
 
+/// Workflow `id`'s record alone (one read), if the store holds it.
+pub async fn read_record(view: &QueueView, id: &str) -> Result<Option<WorkflowRecord>> {
+    let key = workflow_key(id);
+    match view.kv_get(&key).await? {
+        Some(bytes) => Ok(Some(records::decode(&key, &bytes)?)),
+        None => Ok(None),
+    }
+}
+
 impl Flow {
     /// Read workflow `id` from the store; `WorkflowNotFound` without its
     /// record.
     pub async fn load(view: &QueueView, id: &str) -> Result<Self> {
-        let key = workflow_key(id);
-        let Some(bytes) = view.kv_get(&key).await? else {
+        let Some(record) = read_record(view, id).await? else {
             return Err(EngineError::WorkflowNotFound(id.to_string()));
         };
-        let record: WorkflowRecord = records::decode(&key, &bytes)?;
         let dir = workflow_dir(id);
         let mut graph = HashMap::new();
         let mut released = HashSet::new();
