@@ -16,19 +16,25 @@
 //! From there the run is fed at a rate the pacer adjusts every
 //! [`DECIDE_EVERY`] by what the resident set did since its last decision,
 //! additive increase and multiplicative decrease as in TCP's congestion
-//! control: under the budget, growth fast enough to reach it within
-//! [`HORIZON`] cuts the rate by a quarter, otherwise it rises by a
-//! twentieth of the reference; over the budget, growth of more than
-//! [`SLACK`] halves it, and none lets it rise again. The resident set
-//! seldom falls (the allocator keeps what SlateDB frees after a memtable
-//! flush, and reuses it), so a budget on its level alone would hold a run
-//! at its slowest for good once over; on its growth the run feeds as fast
-//! as the freed memory is reused. The rate never falls under [`FLOOR`] of
-//! the reference (nor under [`MIN_RATE`]) and never rises above the
-//! reference: a run over its budget whose store never frees memory still
-//! feeds, slowly, so every wait ends (each at most [`MAX_WAIT`]). Without a
-//! budget, or where the signal cannot be read (not Linux), the pacer says
-//! [`Room::Any`] and reads nothing.
+//! control, around a mark under the budget ([`MARK`] of it): the resident
+//! set grows in steps (a memtable, a run of cached blocks) that land after
+//! the feed that caused them, so the law holds the mark and leaves the rest
+//! of the budget to those steps. Under the mark, growth fast enough to
+//! reach it within [`HORIZON`] cuts the rate by a quarter, otherwise it
+//! rises by a twentieth of the reference; at or over the mark, growth of
+//! more than [`SLACK`] halves it, and only a level that held still for
+//! [`HOLD`] decisions in a row lets it rise again (a rate that rose on the
+//! first flat second ratcheted the resident set up one step at a time,
+//! benches/README.md). The resident set seldom falls (the allocator keeps
+//! what SlateDB frees after a memtable flush, and reuses it), so a budget
+//! on its level alone would hold a run at its slowest for good once over;
+//! on its growth the run feeds as fast as the freed memory is reused. The
+//! rate never falls under [`FLOOR`] of the reference (nor under
+//! [`MIN_RATE`]) and never rises above the reference: a run over its budget
+//! whose store never frees memory still feeds, slowly, so every wait ends
+//! (each at most [`MAX_WAIT`]). Without a budget, or where the signal
+//! cannot be read (not Linux), the pacer says [`Room::Any`] and reads
+//! nothing.
 //!
 //! [`Settings::memory_budget`]: crate::settings::Settings::memory_budget
 
@@ -49,6 +55,12 @@ pub const DECIDE_EVERY: Duration = Duration::from_secs(1);
 pub const HORIZON: Duration = Duration::from_secs(30);
 /// Growth over the budget up to this much (per decision) counts as none.
 pub const SLACK: u64 = 1 << 20;
+/// The share of the budget the law holds the resident set at; the rest is
+/// room for the steps it grows by after a feed.
+pub const MARK: f64 = 0.875;
+/// Decisions in a row with the level still that let a rate at or over the
+/// mark rise.
+pub const HOLD: u32 = 2;
 /// The share of the reference the rate rises by per decision.
 const STEP: f64 = 0.05;
 /// The lowest paced rate, items per second.
@@ -90,6 +102,8 @@ pub struct Pacer {
     /// last decision.
     paced: Option<f64>,
     decided: Option<(Instant, u64)>,
+    /// Decisions in a row, at or over the mark, with the level still.
+    still: u32,
     /// The current window of that measurement: its start and the count then.
     measuring: Option<(Instant, u64)>,
     /// Tokens (items) and when they were last added, while paced.
@@ -110,6 +124,7 @@ impl Pacer {
             reference: None,
             paced: None,
             decided: None,
+            still: 0,
             measuring: None,
             tokens: 0.0,
             refilled: None,
@@ -144,11 +159,13 @@ impl Pacer {
         let (Some(limit), Some(level)) = (self.limit, level) else {
             self.paced = None;
             self.decided = None;
+            self.still = 0;
             return;
         };
         if (level as f64) < limit as f64 * EASE {
             self.paced = None;
             self.decided = None;
+            self.still = 0;
             return;
         }
         let reference = self.reference();
@@ -167,11 +184,19 @@ impl Pacer {
         let floor = (reference * FLOOR).max(MIN_RATE);
         let slower = |share: f64| (rate * share).max(floor);
         let faster = (rate + reference * STEP).min(reference);
-        self.paced = Some(if level >= limit {
-            if grew > SLACK { slower(0.5) } else { faster }
+        let mark = (limit as f64 * MARK) as u64;
+        self.paced = Some(if level >= mark {
+            if grew > SLACK {
+                self.still = 0;
+                slower(0.5)
+            } else {
+                self.still += 1;
+                if self.still >= HOLD { faster } else { rate }
+            }
         } else {
+            self.still = 0;
             let per_sec = grew as f64 / dt.as_secs_f64();
-            if per_sec * HORIZON.as_secs_f64() > (limit - level) as f64 {
+            if per_sec * HORIZON.as_secs_f64() > (mark - level) as f64 {
                 slower(0.75)
             } else {
                 faster
@@ -371,9 +396,10 @@ mod tests {
         let mut fed = 0;
         // 10 000 items/s measured while free.
         feed_for(&mut pacer, start, 3, 100 * MIB, &mut fed);
-        // Past EASE and growing 10 MiB/s with 200 MiB left: 20 s from the
-        // budget, under the 30 s horizon: the rate is cut every second, to
-        // the floor (a tenth) within 10 s.
+        // Past EASE and growing 10 MiB/s with 75 MiB left to the mark
+        // (875 MiB): 7.5 s from it, under the 30 s horizon: the rate is cut
+        // by a quarter every second, then halved once over the mark, to the
+        // floor (a tenth) within 10 s.
         let t = start + Duration::from_secs(3);
         let slowed = feed_with(
             &mut pacer,
@@ -382,13 +408,13 @@ mod tests {
             |d| 800 * MIB + d.as_secs() * 10 * MIB,
             &mut fed,
         );
-        // Free, 10 s would have taken 100 000; cut by a quarter a second,
-        // about 38 000.
-        assert!((30_000..50_000).contains(&slowed), "{slowed}");
-        let rate = pacer.rate().expect("paced");
-        assert!((1_000.0..1_500.0).contains(&rate), "{rate}");
-        // Flat, still over EASE: it rises a twentieth of the reference a
-        // second, back to the reference within 20 s and no higher.
+        // Free, 10 s would have taken 100 000; cut every second, about
+        // 30 000.
+        assert!((20_000..45_000).contains(&slowed), "{slowed}");
+        assert_eq!(pacer.rate(), Some(1_000.0), "at the floor");
+        // Flat, over the mark: after two still decisions it rises a
+        // twentieth of the reference a second, back to the reference within
+        // 21 s and no higher.
         let t = t + Duration::from_secs(10);
         let got = feed_for(&mut pacer, t, 30, 900 * MIB, &mut fed);
         assert_eq!(pacer.rate(), Some(10_000.0));
@@ -421,6 +447,31 @@ mod tests {
         let t = t + Duration::from_secs(10);
         feed_for(&mut pacer, t, 30, 1130 * MIB, &mut fed);
         assert_eq!(pacer.rate(), Some(10_000.0));
+    }
+
+    #[test]
+    fn over_the_mark_one_still_second_does_not_raise_the_rate() {
+        let mut pacer = Pacer::new(Some(1000 * MIB));
+        let start = Instant::now();
+        let mut fed = 0;
+        feed_for(&mut pacer, start, 3, 100 * MIB, &mut fed);
+        // Over the mark (875 MiB) and growing in steps: 8 MiB, then a
+        // second still, then 8 MiB again, as memtables land.
+        let t = start + Duration::from_secs(3);
+        pacer.observe(t, Some(900 * MIB));
+        let entered = pacer.rate().expect("paced");
+        pacer.observe(t + Duration::from_secs(1), Some(908 * MIB));
+        let halved = pacer.rate().expect("paced");
+        assert_eq!(halved, entered / 2.0);
+        pacer.observe(t + Duration::from_secs(2), Some(908 * MIB));
+        assert_eq!(pacer.rate(), Some(halved), "one still second holds it");
+        pacer.observe(t + Duration::from_secs(3), Some(908 * MIB));
+        let risen = pacer.rate().expect("paced");
+        assert!(risen > halved, "two still seconds raise it");
+        pacer.observe(t + Duration::from_secs(4), Some(916 * MIB));
+        assert_eq!(pacer.rate(), Some(risen / 2.0), "a step halves it again");
+        pacer.observe(t + Duration::from_secs(5), Some(916 * MIB));
+        assert_eq!(pacer.rate(), Some(risen / 2.0), "and the count starts over");
     }
 
     #[test]
