@@ -84,6 +84,15 @@ async fn engine(dir: &Path) -> Engine {
         .expect("engine starts")
 }
 
+async fn client(dir: &Path) -> Client {
+    Client::builder()
+        .store(gaffer::Store::local_dir(dir))
+        .poll_interval(Duration::from_millis(20))
+        .open()
+        .await
+        .expect("client opens")
+}
+
 fn sum(key: &str, fail: bool) -> Workflow {
     Workflow::new("sum of squares")
         .key(key)
@@ -103,12 +112,7 @@ fn sum(key: &str, fail: bool) -> Workflow {
 async fn a_client_submits_a_workflow_and_reads_its_end_and_outputs() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;
-    let client = Client::builder()
-        .store(gaffer::Store::local_dir(tmp.path()))
-        .poll_interval(Duration::from_millis(20))
-        .open()
-        .await
-        .unwrap();
+    let client = client(tmp.path()).await;
 
     let flow = client.submit_workflow(sum("k1", false)).await.unwrap();
     assert_eq!(flow.id(), workflow_id("k1"), "the id is known at once");
@@ -189,14 +193,16 @@ async fn a_workflow_sent_with_no_engine_running_runs_when_one_starts() {
     let tmp = tempfile::tempdir().unwrap();
     // The store exists (an engine opened it once).
     engine(tmp.path()).await.shutdown().await.unwrap();
-    let client = Client::builder()
-        .store(gaffer::Store::local_dir(tmp.path()))
-        .poll_interval(Duration::from_millis(20))
-        .open()
-        .await
-        .unwrap();
+    let client = client(tmp.path()).await;
     let flow = client.submit_workflow(sum("later", false)).await.unwrap();
     assert_eq!(flow.status().await.unwrap(), None, "not taken yet");
+    assert!(
+        flow.join_timeout(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none(),
+        "no engine: the bounded join gives up"
+    );
     let engine = engine(tmp.path()).await;
     let status = within(flow.join()).await.unwrap().expect("it succeeded");
     assert_eq!(status.id, flow.id());

@@ -111,6 +111,18 @@ impl ClientWorkflow {
         }
     }
 
+    /// [`join`](Self::join), giving up after `timeout`: `Ok(None)` when the
+    /// workflow had not ended by then (it runs on; join again later).
+    pub async fn join_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Result<WorkflowStatus, StepFailed>>> {
+        match tokio::time::timeout(timeout, self.join()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// The result of step `name`, a job of type `J`, once it ended (as
     /// [`Client::outcome`] of its job, [`step_id`]).
     pub async fn output<J: Job>(&self, name: &str) -> Result<Option<Result<J::Output, JobError>>> {
