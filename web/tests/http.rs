@@ -71,11 +71,14 @@ async fn fate(app: &Router, location: &str, fate: &str, job_state: Option<&str>)
     assert!(location.contains("/requests?r="), "{location}");
     let mut last = String::new();
     let want = format!("class=\"state {fate}\"");
+    // Every request the page follows (one `r=` each), not just the first
+    // to land: the engine applies them one at a time.
+    let requests = location.matches("r=").count();
     common::eventually(&format!("the request is {fate}"), async || {
         let a = get(app, location).await;
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         last = a.body;
-        last.contains(&want)
+        last.matches(&want).count() >= requests
             && job_state.is_none_or(|s| {
                 last.contains(&format!(
                     "<td class=\"job-state\"><span class=\"state {s}\">"
