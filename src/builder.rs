@@ -83,6 +83,18 @@ pub struct JobOptions {
     /// job header apart (per tenant), each value's jobs waiting in a queue
     /// of their own.
     pub rate: Option<RateLimit>,
+    /// How long one attempt may run: past it the attempt's cancel token
+    /// fires, its future is dropped, and the attempt counts as a failed one
+    /// (transient: retried like any failure while attempts remain), its
+    /// error saying the timeout. `None` (the default): no limit. A job's own
+    /// [`SubmitOptions::timeout`](crate::SubmitOptions::timeout) beats it.
+    ///
+    /// The lease does not bound a job: while its process lives the engine
+    /// keeps the lease of every job it runs, however long it runs. There is
+    /// no default timeout because no duration fits every job (a report may
+    /// rightly take hours); set one for a type whose jobs can hang (a call
+    /// with no deadline of its own) so a runaway attempt ends and retries.
+    pub timeout: Option<std::time::Duration>,
 }
 
 type MakeHandler = Box<dyn FnOnce(Arc<StateMap>) -> Arc<dyn ErasedHandler> + Send>;
@@ -93,6 +105,7 @@ struct PendingRegistration {
     concurrency: Option<usize>,
     kind: Kind,
     rate: Option<RateLimit>,
+    timeout: Option<Duration>,
 }
 
 /// The flush interval that fits `store`, when neither the builder nor the
@@ -151,6 +164,26 @@ fn dead_letters_follow_retention(
             .or_insert_with(|| config.clone());
     }
     options
+}
+
+/// The shortest scheduler pass (a flush of 1 or 2 ms does not need one as
+/// often).
+const MIN_SCHEDULER_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Jobs due later (a `run_at`, a retry's backoff, a wait for a signal's
+/// deadline) are moved to pending by taquba's scheduler, every second by
+/// default: a 400 ms `wait_signal` timeout was answered up to a second
+/// late. A pass reads nothing while no job is due (taquba keeps the
+/// earliest due time in memory), so unless the open options set an
+/// interval of their own the scheduler runs at the flush interval (at least
+/// 10 ms, at most taquba's second): a due job is promoted within one flush
+/// of its time.
+fn scheduler_follows_flush(options: OpenOptions, flush: Duration) -> OpenOptions {
+    let taquba_default = OpenOptions::default().scheduler_interval;
+    if options.scheduler_interval != taquba_default {
+        return options;
+    }
+    options.scheduler_interval(flush.clamp(MIN_SCHEDULER_INTERVAL, taquba_default))
 }
 
 /// What a builder says without a store.
@@ -346,6 +379,7 @@ impl EngineBuilder {
     ///     .register_with::<Email>(JobOptions {
     ///         concurrency: Some(4),
     ///         rate: Some(RateLimit::per_second(2)?),
+    ///         ..Default::default()
     ///     })
     ///     .start()
     ///     .await?;
@@ -363,6 +397,7 @@ impl EngineBuilder {
             concurrency: options.concurrency,
             kind: Kind::Job,
             rate: options.rate,
+            timeout: options.timeout,
         });
         self
     }
@@ -392,6 +427,7 @@ impl EngineBuilder {
             ),
             kind: Kind::Pipeline,
             rate: options.rate,
+            timeout: options.timeout,
         });
         self
     }
@@ -539,6 +575,7 @@ impl EngineBuilder {
                 concurrency: r.concurrency,
                 kind: r.kind,
                 rate: r.rate,
+                timeout: r.timeout,
             })
             .collect();
         // A store only this process can see needs no liveness beat.
@@ -573,6 +610,7 @@ impl EngineBuilder {
                     .or(options.flush_interval)
                     .unwrap_or(default_flush);
                 options = options.flush_interval(flush);
+                options = scheduler_follows_flush(options, flush);
                 if let Some(clock) = self.clock {
                     options = options.clock(clock);
                 }

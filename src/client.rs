@@ -58,7 +58,7 @@ pub enum RequestState {
 
 /// How long a handle's `join` goes on reading a taken request whose job
 /// reads as absent before it answers `JobNotFound`.
-const MISSING_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const MISSING_GRACE: Duration = Duration::from_secs(10);
 
 /// Configures and opens a [`Client`].
 pub struct ClientBuilder {
@@ -83,6 +83,10 @@ pub struct ClientBuilder {
 /// let outcome = handle.join().await?; // waits for the engine to run it
 /// # Ok(()) }
 /// ```
+///
+/// A `Client` is a cheap handle: its clones share one reader and one inbox
+/// sender, so hand a clone to each task.
+#[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
 }
@@ -253,6 +257,7 @@ impl Client {
             max_attempts: req.max_attempts,
             run_at_ms: req.run_at.map(epoch_ms),
             traceparent: gaffer_actors::telemetry::current_traceparent(),
+            timeout_ms: req.timeout.map(gaffer_actors::workflows::wire::millis),
         };
         self.inner
             .send(&request_id, &IntakeOp::Submit(intake))
@@ -304,7 +309,7 @@ impl Client {
         Ok(())
     }
 
-    /// Close the client's reader.
+    /// Close the client's reader (every clone's: they share it).
     pub async fn close(self) {
         let _ = self.inner.reader.close().await;
     }

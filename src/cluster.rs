@@ -82,6 +82,8 @@ struct WireSubmit {
     headers: HashMap<String, String>,
     priority: Option<u32>,
     max_attempts: Option<u32>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -228,6 +230,7 @@ async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
         max_attempts: w.max_attempts,
         run_at: None,
         traceparent: None,
+        timeout: w.timeout_ms.map(std::time::Duration::from_millis),
     };
     Ok(engine.jobs.submit(req).await?.run_id)
 }
@@ -399,6 +402,7 @@ impl ClusterRouter {
             headers: req.headers,
             priority: req.priority,
             max_attempts: req.max_attempts,
+            timeout_ms: req.timeout.map(gaffer_actors::workflows::wire::millis),
         });
         let shard = self.set.shard_of(&id);
         let answer = self

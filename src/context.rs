@@ -83,15 +83,23 @@ impl JobContext {
         &self.delivery.headers
     }
 
-    /// Fires when the job is cancelled (or the engine's store closes). Stop
-    /// early when it does: whatever the job then returns is recorded as
-    /// cancelled.
+    /// Fires when the job is cancelled (or the engine's store closes), and
+    /// when the attempt runs past its timeout ([`JobOptions::timeout`],
+    /// [`SubmitOptions::timeout`]). Stop early when it does: whatever a
+    /// cancelled job then returns is recorded as cancelled; an attempt past
+    /// its timeout is dropped at once (the token is for the tasks it
+    /// spawned) and counts as a failed attempt.
+    ///
+    /// [`JobOptions::timeout`]: crate::JobOptions::timeout
+    /// [`SubmitOptions::timeout`]: crate::SubmitOptions::timeout
     pub fn cancel_token(&self) -> &CancellationToken {
         &self.delivery.cancel
     }
 
-    /// The lease of this delivery: `lease().ensure_at_least(d)` keeps the job
-    /// from being redelivered while long work runs.
+    /// The lease of this delivery. The engine keeps it alive while the job
+    /// runs (every third of the queue's lease), so a long job needs nothing
+    /// here; `lease().ensure_at_least(d)` asks for more than a lease ahead
+    /// (say, before a call that may block the runtime), never less.
     pub fn lease(&self) -> &LeaseHandle {
         &self.delivery.lease
     }

@@ -25,6 +25,13 @@ pub struct SubmitOptions {
     /// Headers stored with the job and readable by it; the `gaffer.` prefix is
     /// reserved.
     pub headers: HashMap<String, String>,
+    /// Each attempt's timeout: past it the attempt's cancel token fires, its
+    /// future is dropped and the attempt counts as a failed one (transient,
+    /// retried as any failure). Beats its type's [`JobOptions::timeout`];
+    /// `None` = its type's.
+    ///
+    /// [`JobOptions::timeout`]: crate::JobOptions::timeout
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// The bytes-level request for a typed job.
@@ -41,6 +48,7 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
         run_at: opts.run_at,
         // Taken from the current span at `submit`, in the submitting task.
         traceparent: None,
+        timeout: opts.timeout,
     })
 }
 

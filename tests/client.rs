@@ -482,6 +482,7 @@ async fn a_request_submitted_twice_is_one_job() {
         max_attempts: None,
         run_at_ms: None,
         traceparent: None,
+        timeout_ms: None,
     };
     let services = gaffer::testing::services(&engine);
     let first = services

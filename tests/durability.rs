@@ -354,7 +354,9 @@ async fn nothing_is_left_claimed_after_a_clean_shutdown() {
     shut_down_cleanly(&reopened).await;
 }
 
-/// In-memory store, paused time: the lease is the queue's (mock) clock.
+/// In-memory store, paused time: the lease is the queue's (mock) clock,
+/// which jumps past it while no tokio time passes (the engine renews a
+/// running job's lease on a tokio timer: this is a stalled process).
 #[tokio::test(start_paused = true)]
 async fn a_job_whose_last_attempt_lost_its_lease_gets_a_failure_record() {
     let clock = common::mock_clock();

@@ -4,7 +4,11 @@
 //! nothing), a job scheduled for later, and retention of outcome records.
 //!
 //! Every test runs under paused tokio time on the in-memory store; leases,
-//! schedules and retention follow a `MockClock` the test moves.
+//! schedules and retention follow a `MockClock` the test moves. A lease
+//! expires here because the queue's clock jumps past it while no tokio time
+//! passes: to the engine, which renews the leases of the jobs it runs on a
+//! tokio timer (`tests/long_jobs.rs`), that is a process stalled past its
+//! lease.
 
 mod common;
 

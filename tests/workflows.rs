@@ -221,12 +221,17 @@ async fn a_failed_step_cancels_the_steps_that_need_it_and_a_cleanup_step_still_r
     );
     // Retry: the failed leaf runs again and the graph resumes from it.
     seen.fail.store(false, Ordering::SeqCst);
-    // The failed leaf and the cancelled sum; the report succeeded and
-    // stays as it was.
-    assert_eq!(handle.retry().await.unwrap(), 2);
+    // The failed leaf, the cancelled sum, and the report that ran after
+    // them: a cleanup step runs again, so it reports the final outcome.
+    assert_eq!(handle.retry().await.unwrap(), 3);
     let outputs = within(handle.join()).await.unwrap().unwrap();
     assert_eq!(outputs.get::<Sum>("sum").await.unwrap(), 30);
     assert_eq!(seen.sums.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        outputs.get::<Report>("report").await.unwrap(),
+        "sum 30",
+        "the report after the retry sees the sum"
+    );
     // A single step of a workflow is retried with its workflow.
     let leaf = &status.steps[0].run_id;
     assert!(matches!(

@@ -39,8 +39,12 @@ pub struct Delivery {
     pub payload: Arc<[u8]>,
     /// Lease of the delivery: extend it for long work.
     pub lease: LeaseHandle,
-    /// Fires when the job is cancelled (or the store closes).
+    /// Fires when the job is cancelled (or the store closes), and when the
+    /// attempt runs past its timeout.
     pub cancel: CancellationToken,
+    /// The attempt's timeout (the job's, else its type's): past it the
+    /// attempt is cancelled and counted as a failed attempt.
+    pub timeout: Option<std::time::Duration>,
     /// The run's memo.
     pub memo: Memo,
     /// Effects applied with the successful settlement.
@@ -214,6 +218,9 @@ pub struct Registration {
     pub kind: Kind,
     /// At most this many attempts start per period (`None`: no limit).
     pub rate: Option<crate::exec::rate::RateLimit>,
+    /// Each attempt is cancelled past this and counted as failed (`None`:
+    /// no limit); a job's own timeout beats it.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Default workers of a pipeline (the reference's `max_concurrent`).

@@ -39,6 +39,7 @@ pub fn submit_op_at(
         max_attempts: None,
         run_at_ms,
         traceparent: None,
+        timeout_ms: None,
     });
     Ok((op, request_id, run_id))
 }

@@ -127,24 +127,47 @@ impl Request {
 
     /// Whether the engine applied it yet: `None` while not, else what it
     /// came to (`Err(Error::Refused)` when refused).
+    ///
+    /// Every operator request's result is written in the transaction that
+    /// takes it, so a request read as taken without its result is read as
+    /// not applied yet: a reader catching up on the store saw the request
+    /// leave the intake before the result that left with it (seen with
+    /// racing signals). Past `request_retention` the result is gone for
+    /// good: [`wait`](Self::wait) answers then.
     pub async fn result(&self) -> Result<Option<String>> {
+        Ok(self.progress().await?.flatten())
+    }
+
+    /// `None` while not applied; `Some(None)` taken, its result not read.
+    async fn progress(&self) -> Result<Option<Option<String>>> {
         match request_progress(self.inner.reader.view(), &self.inner.queue_name, &self.id).await? {
             RequestProgress::Sent => Ok(None),
             RequestProgress::Refused(reason) => Err(Error::Refused {
                 request: self.id.clone(),
                 reason,
             }),
-            RequestProgress::Applied(result) => Ok(Some(result.unwrap_or_default())),
+            RequestProgress::Applied(result) => Ok(Some(result)),
         }
     }
 
     /// Wait until the engine applied it (reading the store every poll
     /// interval); what it came to, or `Error::Refused`.
     pub async fn wait(&self) -> Result<String> {
+        // Taken without a result: the reader catching up (read again), or a
+        // result past `request_retention` (answered after a grace).
+        let mut unread_since: Option<tokio::time::Instant> = None;
         loop {
-            match self.result().await {
-                Ok(Some(result)) => return Ok(result),
-                Ok(None) => {}
+            match self.progress().await {
+                Ok(Some(Some(result))) => return Ok(result),
+                Ok(Some(None))
+                    if unread_since
+                        .get_or_insert_with(tokio::time::Instant::now)
+                        .elapsed()
+                        >= super::MISSING_GRACE =>
+                {
+                    return Ok("applied (its result is no longer kept)".into());
+                }
+                Ok(_) => {}
                 Err(e @ Error::Refused { .. }) => return Err(e),
                 Err(e) if !e.is_permanent() => {}
                 Err(e) => return Err(e),

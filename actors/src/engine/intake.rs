@@ -139,6 +139,9 @@ pub struct IntakeRequest {
     /// The W3C `traceparent` of the client's span (feature `otel`).
     #[serde(default)]
     pub traceparent: Option<String>,
+    /// Each attempt's timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 impl IntakeRequest {
@@ -156,6 +159,7 @@ impl IntakeRequest {
                 .run_at_ms
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
             traceparent: self.traceparent,
+            timeout: self.timeout_ms.map(Duration::from_millis),
         }
     }
 }
@@ -349,8 +353,10 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
             run_id,
             name,
             payload,
-        } => engine
-            .signal(&run_id, &name, payload)
+        } => services
+            // Named by the request: applied twice (a crash before its
+            // ack), it finds its own signal.
+            .signal_from(&run_id, &name, payload, Some(&claim.id))
             .await
             .map(|s| Some(crate::jobs::signals::describe(s, &run_id, &name))),
         IntakeOp::CancelWorkflow { id } => services.cancel_workflow(&id).await.map(|n| {

@@ -12,8 +12,9 @@
 //! wait made from a task the job spawned is outside the scope and does not
 //! park.
 //!
-//! While parked, the job's lease is kept alive (a parent may wait longer than
-//! its lease for its children). When the engine shuts down, a parked wait
+//! While parked, the job's lease is kept alive by its pool, as for every job
+//! it holds (`exec::pool::leases`): a parent may wait longer than its lease
+//! for its children. When the engine shuts down, a parked wait
 //! ends with `ShutDown` and the pool gives the job back to the queue without
 //! spending an attempt, whatever the job then returns (it runs again after
 //! the next start).
@@ -21,10 +22,8 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use ractor::DerivedActorRef;
-use taquba::LeaseHandle;
 use tokio_util::sync::CancellationToken;
 
 /// A worker slot of a pool.
@@ -53,10 +52,6 @@ pub(crate) struct Parking {
     /// The delivery's cancel token: a job cancelled while it waits for
     /// another stops waiting (and the other is cancelled with it).
     pub(crate) cancelled: CancellationToken,
-    /// The delivery's lease, kept alive while parked.
-    pub(crate) lease: LeaseHandle,
-    /// How long a lease is granted for (renewed at a third of it).
-    pub(crate) lease_duration: Duration,
     /// Shared by the delivery's waits (attempt-local, like its effects).
     pub(crate) state: Arc<ParkState>,
 }
@@ -106,7 +101,7 @@ pub(crate) enum Waited<T> {
 }
 
 /// Await `wait` (a wait for a job's end). Inside a delivery its slot is
-/// parked for the wait, its lease kept alive, and the wait ends when the
+/// parked for the wait, and the wait ends when the
 /// pool starts draining or the waiting job is cancelled; outside one it is
 /// awaited as it is.
 pub(crate) async fn wait<F: Future>(wait: F) -> Waited<F::Output> {
@@ -124,14 +119,6 @@ pub(crate) async fn wait<F: Future>(wait: F) -> Waited<F::Output> {
         let _ = parking.pool.send_message(SlotWait::Park(parking.slot));
     }
     let _end = EndWait(parking.clone());
-    let renew_every = (parking.lease_duration / 3).max(Duration::from_millis(10));
-    let renew = async {
-        loop {
-            // A lost lease (the claim ended) or a cancel is the job's to see.
-            let _ = parking.lease.ensure_at_least(parking.lease_duration);
-            tokio::time::sleep(renew_every).await;
-        }
-    };
     tokio::select! {
         out = wait => Waited::Done(out),
         _ = parking.draining.cancelled() => {
@@ -139,6 +126,5 @@ pub(crate) async fn wait<F: Future>(wait: F) -> Waited<F::Output> {
             Waited::Drained
         }
         _ = parking.cancelled.cancelled() => Waited::Cancelled,
-        _ = renew => Waited::Drained,
     }
 }

@@ -23,8 +23,13 @@
 //! flight). A job waiting for another job from inside its run parks its slot
 //! (see `parking`): the pool runs an extra worker meanwhile.
 //!
+//! The pool keeps the lease of every job it holds (see `leases`): a job
+//! runs as long as it needs while its process lives, and is redelivered
+//! only when the process died or stalled past its lease.
+//!
 //! Files: `claiming` (the claim in flight, the claimer, partition queues),
-//! `slots` (workers and the jobs they run, settlements), `lifecycle`
+//! `slots` (workers and the jobs they run, settlements), `leases` (the
+//! leases of the jobs it holds, renewed on one timer), `lifecycle`
 //! (crashes, pause and resume, releases, drain).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -47,6 +52,7 @@ use crate::layout::records::Cost;
 use crate::services::Services;
 
 mod claiming;
+mod leases;
 mod lifecycle;
 mod slots;
 
@@ -77,8 +83,11 @@ pub enum PoolMessage {
         cost: Cost,
     },
     /// A settlement task finished (or ended without finishing: a panic,
-    /// told by its reporter).
-    Settled,
+    /// told by its reporter): its number.
+    Settled(u64),
+    /// Renew the leases of every job it holds (running, parked, waiting in
+    /// the backlog or settling); sent to itself every third of the lease.
+    KeepLeases,
     /// Start a claimer in place of one that died, and ask it.
     RestartClaimer,
     /// The task that follows the type's partition queues ended; `Some`:
@@ -223,6 +232,9 @@ pub struct PoolArguments {
     pub paused: bool,
     /// At most this many starts per period (`register_with_rate`).
     pub rate: Option<crate::exec::rate::RateLimit>,
+    /// The type's timeout per attempt (`JobOptions::timeout`); a job's own
+    /// (its `gaffer.timeout` header) beats it.
+    pub timeout: Option<Duration>,
     /// Where it says that the store closed: its supervisor.
     pub closed: DerivedActorRef<StoreClosed>,
 }
@@ -273,7 +285,10 @@ pub struct PoolState {
     /// stopped or was killed): stops the claim task and ends parked waits.
     draining_token: CancellationToken,
     _cancel_on_drop: tokio_util::sync::DropGuard,
-    settling: usize,
+    /// Settlements in flight, by number: the lease of each job they end,
+    /// kept alive until the settlement reports.
+    settling: HashMap<u64, (taquba::LeaseHandle, Duration)>,
+    next_settlement: u64,
     restarts: Restarts,
     crashes: u64,
     drains: Vec<RpcReplyPort<usize>>,
@@ -316,7 +331,7 @@ impl PoolState {
         if self.paused
             || self.draining
             || self.closed
-            || self.settling >= self.settings().settlement_window
+            || self.settling.len() >= self.settings().settlement_window
         {
             return 0;
         }
@@ -331,7 +346,7 @@ impl PoolState {
             running: self.running(),
             parked: self.parked,
             backlog: self.backlog.len(),
-            settling: self.settling,
+            settling: self.settling.len(),
             crashes: self.crashes,
             paused: self.paused,
         }
@@ -371,7 +386,8 @@ impl Actor for HandlerPool {
             closed: false,
             _cancel_on_drop: draining_token.clone().drop_guard(),
             draining_token,
-            settling: 0,
+            settling: HashMap::new(),
+            next_settlement: 0,
             restarts,
             crashes: 0,
             drains: Vec::new(),
@@ -397,6 +413,7 @@ impl Actor for HandlerPool {
             state.watch_partitions(&myself, follow);
         }
         state.maybe_claim(&myself);
+        myself.send_after(state.renew_every(), || PoolMessage::KeepLeases);
         Ok(state)
     }
 
@@ -417,7 +434,11 @@ impl Actor for HandlerPool {
                 effects,
                 cost,
             } => state.finish(&myself, slot, verdict, effects, cost),
-            PoolMessage::Settled => state.settled(&myself),
+            PoolMessage::Settled(n) => state.settled(&myself, n),
+            PoolMessage::KeepLeases => {
+                state.keep_leases();
+                myself.send_after(state.renew_every(), || PoolMessage::KeepLeases);
+            }
             PoolMessage::RestartClaimer => state.restart_claimer(&myself).await,
             PoolMessage::RestartWorker(slot) => state.restart_worker(&myself, slot).await,
             PoolMessage::Wait(SlotWait::Park(slot)) => state.park(&myself, slot).await,

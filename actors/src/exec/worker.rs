@@ -74,6 +74,7 @@ impl Actor for HandlerWorker {
         let running = self.metrics.running(&delivery.job_type);
         let span = delivery.span.clone();
         let suspend = delivery.suspend.clone();
+        let (timeout, cancel) = (delivery.timeout, delivery.cancel.clone());
         // One instrumented future: the span is entered on each of its polls
         // (its first one logs the start), not also around the set-up above.
         // A wait for a signal that has not come suspends the attempt: the
@@ -85,6 +86,13 @@ impl Actor for HandlerWorker {
                     biased;
                     verdict = self.handler.run(*delivery) => verdict,
                     wait = suspend.suspended() => Verdict::Wait(wait),
+                    () = past(timeout) => {
+                        // Its token tells what the job spawned; its own
+                        // future is dropped here, so the attempt ends now.
+                        cancel.cancel();
+                        tracing::warn!(?timeout, "the attempt ran past its timeout; cancelled");
+                        Verdict::transient(timed_out(timeout))
+                    }
                 }
             },
             span,
@@ -100,4 +108,18 @@ impl Actor for HandlerWorker {
         });
         Ok(())
     }
+}
+
+/// Ends after `timeout`; never without one.
+async fn past(timeout: Option<std::time::Duration>) {
+    match timeout {
+        Some(timeout) => tokio::time::sleep(timeout).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The failure of an attempt cancelled at its timeout.
+pub(crate) fn timed_out(timeout: Option<std::time::Duration>) -> String {
+    let limit = timeout.map_or_else(String::new, |t| format!(" of {t:?}"));
+    format!("timed out: the attempt ran past its timeout{limit} and was cancelled")
 }

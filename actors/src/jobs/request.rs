@@ -27,6 +27,9 @@ pub struct SubmitRequest {
     pub max_attempts: Option<u32>,
     /// Earliest time to run; `None` = now.
     pub run_at: Option<SystemTime>,
+    /// Each attempt's timeout (beats its type's `JobOptions::timeout`);
+    /// `None` = its type's.
+    pub timeout: Option<std::time::Duration>,
     /// The W3C `traceparent` of the submitter's span, which each attempt's
     /// span becomes a child of (feature `otel`). `None` = the span current
     /// at [`Services::submit`](crate::services::Services::submit), if it has an OpenTelemetry context. Set by a

@@ -27,8 +27,13 @@ use taquba::{KvOrder, SignalOutcome};
 
 use crate::error::{EngineError, Result};
 use crate::jobs::submit::check_id;
+use crate::layout::records::{self, RunRecord};
 use crate::layout::{inspect, keys};
 use crate::services::Services;
+
+/// Writes of one signal tried before it is refused as contended (each
+/// lost only to a change of the run's record: a wait, a retry).
+const SIGNAL_TRIES: u32 = 16;
 
 /// What a signal came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +60,18 @@ pub fn describe(signalled: Signalled, run_id: &str, name: &str) -> String {
     }
 }
 
+/// What a sender is told: `AlreadySent` unless its write of the signal won
+/// (the first of its name for the run); the winner `Delivered` if its nudge
+/// moved the waiting job, else `Held` (the job is queued, running, or was
+/// moved by another sender's nudge: its wait reads this payload).
+fn answer(written: bool, outcome: SignalOutcome) -> Signalled {
+    match (written, outcome) {
+        (false, _) => Signalled::AlreadySent,
+        (true, SignalOutcome::Delivered) => Signalled::Delivered,
+        (true, SignalOutcome::NotWaiting) => Signalled::Held,
+    }
+}
+
 impl Services {
     /// Send the signal `name` with `payload` to the job `run_id`.
     ///
@@ -63,6 +80,22 @@ impl Services {
     /// read) or [`EngineError::WaitingForAnotherSignal`] (it waits for a
     /// signal of another name now).
     pub async fn signal(&self, run_id: &str, name: &str, payload: Vec<u8>) -> Result<Signalled> {
+        self.signal_from(run_id, name, payload, None).await
+    }
+
+    /// [`signal`](Self::signal) from a sender that names itself (`sender`: a
+    /// client request's id): the signal and its sender are written in one
+    /// transaction, so the same sender sending again (the intake applying
+    /// its request twice, after a crash between the signal and its ack) is
+    /// answered as the one whose signal stands, and any other as
+    /// `AlreadySent`.
+    pub async fn signal_from(
+        &self,
+        run_id: &str,
+        name: &str,
+        payload: Vec<u8>,
+        sender: Option<&str>,
+    ) -> Result<Signalled> {
         check_id(run_id)?;
         if !keys::is_valid_signal_name(name) {
             return Err(EngineError::InvalidSignalName(name.to_string()));
@@ -75,15 +108,69 @@ impl Services {
         }
         let queue = self.queue()?;
         let view = queue.view();
-        let Some(run) = inspect::run_record(view, run_id).await? else {
-            return Err(match inspect::outcome_record(view, run_id).await? {
-                Some(_) => EngineError::JobEnded(run_id.to_string()),
-                None => self.unknown(run_id).await,
-            });
+        let key = keys::signal_key(run_id, name);
+        let from = keys::signal_sender_key(run_id, name);
+        let run_key = keys::run_key(run_id);
+        // The first signal of a name stands: a wait that already read it
+        // must not see another payload on its next run. It is written only
+        // while the run lives (its record unchanged since read): a signal
+        // written after the run ended would stand for nobody, and its
+        // sender would be told it stood beside the one the job read.
+        let mut tries = 0;
+        let (run, written) = loop {
+            let Some(raw) = view.kv_get(&run_key).await? else {
+                return Err(match inspect::outcome_record(view, run_id).await? {
+                    Some(_) => EngineError::JobEnded(run_id.to_string()),
+                    None => self.unknown(run_id).await,
+                });
+            };
+            let run: RunRecord = records::decode(&run_key, &raw)?;
+            self.check_waiting_for(&run, run_id, name).await?;
+            if tries > 0 && view.kv_get(&key).await?.is_some() {
+                // Another sender's signal stands, or this sender's own (its
+                // request applied twice).
+                let own = match sender {
+                    Some(sender) => view
+                        .kv_get(&from)
+                        .await?
+                        .is_some_and(|s| s.as_ref() == sender.as_bytes()),
+                    None => false,
+                };
+                break (run, own);
+            }
+            tries += 1;
+            if tries > SIGNAL_TRIES {
+                return Err(EngineError::Contended {
+                    operation: format!("the signal `{name}` to `{run_id}`"),
+                });
+            }
+            let mut fx = taquba::SettlementEffects::default().kv_put(key.clone(), payload.clone());
+            if let Some(sender) = sender {
+                fx = fx.kv_put(from.clone(), sender.as_bytes().to_vec());
+            }
+            let compares: [(&[u8], Option<&[u8]>); 2] = [(&key, None), (&run_key, Some(&raw))];
+            if queue.kv_compare_commit(&compares, fx).await?.is_some() {
+                break (run, true);
+            }
+            // A compare failed: the signal is there now, or the run changed
+            // (a wait, a retry) or ended; read both again.
         };
+        // Every sender nudges the job (a winner that died between its write
+        // and its nudge leaves the job waiting with its signal kept: a
+        // later sender's nudge delivers it), but only the sender whose write
+        // won is told its payload stands. Which sender's nudge moved the job
+        // says nothing about whose payload it will read.
+        let outcome = queue.signal(&run.job_id, Vec::new()).await?;
+        Ok(answer(written, outcome))
+    }
+
+    /// Refuse a signal of another name than the one `run` waits for now.
+    async fn check_waiting_for(&self, run: &RunRecord, run_id: &str, name: &str) -> Result<()> {
         if let Some(wait) = &run.wait
             && wait.name != name
-            && view
+            && self
+                .queue()?
+                .view()
                 .job_record(&run.job_id)
                 .await?
                 .is_some_and(|job| job.signal_wait)
@@ -94,16 +181,7 @@ impl Services {
                 sent: name.to_string(),
             });
         }
-        let key = keys::signal_key(run_id, name);
-        // The first signal of a name stands: a wait that already read it
-        // must not see another payload on its next run.
-        let written = queue.kv_compare_put(&key, None, &payload).await?;
-        let outcome = queue.signal(&run.job_id, Vec::new()).await?;
-        Ok(match (written, outcome) {
-            (_, SignalOutcome::Delivered) => Signalled::Delivered,
-            (true, SignalOutcome::NotWaiting) => Signalled::Held,
-            (false, SignalOutcome::NotWaiting) => Signalled::AlreadySent,
-        })
+        Ok(())
     }
 
     /// The keys of the signals a run holds (read when a run that waited
@@ -166,5 +244,20 @@ impl Services {
             queue.commit_effects(fx).await?;
         }
         Ok((delivered, gone))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_sender_whose_write_won_is_told_its_signal_stands() {
+        use SignalOutcome::{Delivered, NotWaiting};
+        // A losing write is `AlreadySent` even when its nudge moved the job.
+        assert_eq!(answer(false, Delivered), Signalled::AlreadySent);
+        assert_eq!(answer(false, NotWaiting), Signalled::AlreadySent);
+        assert_eq!(answer(true, Delivered), Signalled::Delivered);
+        assert_eq!(answer(true, NotWaiting), Signalled::Held);
     }
 }

@@ -311,6 +311,10 @@ impl Services {
         if let Some(limit) = req.max_attempts {
             headers.insert(keys::HEADER_ATTEMPTS.into(), limit.max(1).to_string());
         }
+        if let Some(timeout) = req.timeout.filter(|t| !t.is_zero()) {
+            let ms = crate::workflows::wire::millis(timeout).max(1);
+            headers.insert(keys::HEADER_TIMEOUT.into(), ms.to_string());
+        }
         let opts = EnqueueOptions::default()
             .headers(headers)
             .id_override(job_id.to_string())

@@ -84,6 +84,22 @@ pub const HEADER_TRACEPARENT: &str = "gaffer.traceparent";
 /// `{total},{succeeded},{failed},{cancelled},{generation},{batch_id}`
 /// (see `erased::CompletedBatch`).
 pub const HEADER_COMPLETES: &str = "gaffer.completes";
+/// Header of a job submitted with a timeout of its own
+/// (`SubmitOptions::timeout`): milliseconds, decimal. Past it an attempt is
+/// cancelled and counted as failed.
+pub const HEADER_TIMEOUT: &str = "gaffer.timeout";
+
+/// The timeout a job's [`HEADER_TIMEOUT`] names (`None`: none, or a value
+/// that is not a positive count of milliseconds).
+pub fn timeout_header(
+    headers: &std::collections::HashMap<String, String>,
+) -> Option<std::time::Duration> {
+    headers
+        .get(HEADER_TIMEOUT)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(std::time::Duration::from_millis)
+}
 /// Longest item key accepted, in bytes.
 pub const MAX_ITEM_KEY_LEN: usize = 1024;
 
@@ -134,6 +150,15 @@ pub fn run_key(run_id: &str) -> Vec<u8> {
 /// it came before the wait, during it, or after (see `jobs::signals`).
 pub fn signal_key(run_id: &str, name: &str) -> Vec<u8> {
     format!("gaffer/v1/signals/{run_id}/{name}").into_bytes()
+}
+
+/// `gaffer/v1/signals/{run_id}/{name}/from`: who sent the signal that
+/// stands, when its sender named itself (a client request's id): written in
+/// the transaction that wrote the signal, so a request the intake applies
+/// twice finds its own signal and is answered as the one that stands.
+/// Under the job's signals prefix: removed with them.
+pub fn signal_sender_key(run_id: &str, name: &str) -> Vec<u8> {
+    format!("gaffer/v1/signals/{run_id}/{name}/from").into_bytes()
 }
 
 /// Prefix of a job's signals ([`signal_key`]).

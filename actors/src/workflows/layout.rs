@@ -152,6 +152,9 @@ pub struct HeldJob {
     /// Its attempt limit.
     #[serde(default)]
     pub max_attempts: Option<u32>,
+    /// Each attempt's timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// How a step ended, as its marker keeps it.

@@ -102,6 +102,7 @@ pub(crate) fn request(wf: &str, name: &str, record: StepRecord, job: HeldJob) ->
         max_attempts: job.max_attempts,
         run_at: None,
         traceparent: None,
+        timeout: job.timeout_ms.map(std::time::Duration::from_millis),
     }
 }
 

@@ -218,6 +218,7 @@ fn records_of(
             headers: step.job.headers.clone(),
             priority: step.job.priority,
             max_attempts: step.job.max_attempts,
+            timeout_ms: step.job.timeout.map(crate::workflows::wire::millis),
         };
         jobs.insert(step.name.clone(), job);
     }
@@ -379,13 +380,7 @@ impl Services {
         let mut fx = SettlementEffects::default();
         let mut reset = 0;
         let names: Vec<String> = flow.steps.keys().cloned().collect();
-        for name in &names {
-            let Node::Ended(end) = flow.steps[name].node else {
-                continue;
-            };
-            if end == StepEnd::Succeeded {
-                continue;
-            }
+        for name in &rerun(&flow) {
             let run_id = step_run_id(id, name);
             let okey = keys::outcome_key(&run_id);
             if let Some(bytes) = queue.view().kv_get(&okey).await? {
@@ -460,6 +455,35 @@ impl Services {
             })
             .map_err(|_| EngineError::ShutDown)?;
         rx.await.map_err(|_| EngineError::ShutDown)?
+    }
+}
+
+/// The steps a retry sets back: every step that failed or was cancelled,
+/// and every ended step that needs one of those, however indirectly (a
+/// cleanup step that ran after a failure runs again once the retried steps
+/// end, and so sees the final outcome; so does whatever needs it).
+fn rerun(flow: &crate::workflows::graph::Flow) -> Vec<String> {
+    let mut set: std::collections::BTreeSet<&String> = flow
+        .steps
+        .iter()
+        .filter(|(_, s)| matches!(s.node, Node::Ended(end) if end != StepEnd::Succeeded))
+        .map(|(name, _)| name)
+        .collect();
+    loop {
+        let more: Vec<&String> = flow
+            .steps
+            .iter()
+            .filter(|(name, s)| {
+                !set.contains(name)
+                    && matches!(s.node, Node::Ended(_))
+                    && s.record.deps.iter().any(|d| set.contains(d))
+            })
+            .map(|(name, _)| name)
+            .collect();
+        if more.is_empty() {
+            return set.into_iter().cloned().collect();
+        }
+        set.extend(more);
     }
 }
 

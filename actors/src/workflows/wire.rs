@@ -42,6 +42,9 @@ pub struct IntakeStep {
     /// Attempt limit.
     #[serde(default)]
     pub max_attempts: Option<u32>,
+    /// Each attempt's timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
     /// The steps it needs.
     #[serde(default)]
     pub deps: Vec<String>,
@@ -63,6 +66,7 @@ impl IntakeWorkflow {
                 headers: s.job.headers,
                 priority: s.job.priority,
                 max_attempts: s.job.max_attempts,
+                timeout_ms: s.job.timeout.map(millis),
                 deps: s.deps,
                 regardless: s.regardless,
             })
@@ -87,6 +91,7 @@ impl IntakeWorkflow {
                     headers: s.headers,
                     priority: s.priority,
                     max_attempts: s.max_attempts,
+                    timeout: s.timeout_ms.map(std::time::Duration::from_millis),
                     ..Default::default()
                 },
                 deps: s.deps,
@@ -100,6 +105,11 @@ impl IntakeWorkflow {
             steps,
         }
     }
+}
+
+/// A duration in whole milliseconds (saturating).
+pub fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -98,6 +98,7 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
             gaffer::JobOptions {
                 concurrency: Some(2),
                 rate: None,
+                ..Default::default()
             },
         )
         .periodic(

@@ -74,6 +74,7 @@ impl SupervisorState {
         handler: Arc<dyn crate::ErasedHandler>,
         concurrency: usize,
         rate: Option<crate::exec::rate::RateLimit>,
+        timeout: Option<std::time::Duration>,
     ) -> PoolArguments {
         PoolArguments {
             job_type: name.to_string(),
@@ -85,6 +86,7 @@ impl SupervisorState {
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
             rate,
+            timeout,
             closed: self.me.get_derived(),
         }
     }
@@ -157,13 +159,15 @@ impl SupervisorState {
                     reg.handler.clone(),
                     concurrency,
                     reg.rate,
+                    reg.timeout,
                 );
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(name.clone(), PoolRef(a.clone()));
                 a.get_id()
             }
             Child::Stray(queue) => {
-                let args = self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1, None);
+                let args =
+                    self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1, None, None);
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(queue.clone(), PoolRef(a.clone()));
                 a.get_id()

@@ -106,7 +106,7 @@ impl PoolState {
         if self.drains.is_empty()
             || self.running() > 0
             || !self.backlog.is_empty()
-            || self.settling > 0
+            || !self.settling.is_empty()
             || self.claiming.is_some()
         {
             return;

@@ -197,13 +197,12 @@ impl PoolState {
                 Some(ItemInfo { batch_id, key }),
             ),
         };
-        let (lease, lease_duration) = match services.queue() {
-            Ok(queue) => (
-                queue.lease_handle(claim),
-                queue.queue_config(&claim.queue).lease_duration,
-            ),
-            Err(_) => (taquba::LeaseHandle::detached(), Duration::from_secs(30)),
+        let lease = match services.queue() {
+            Ok(queue) => queue.lease_handle(claim),
+            Err(_) => taquba::LeaseHandle::detached(),
         };
+        // The job's own timeout (its submission's) beats its type's.
+        let timeout = keys::timeout_header(&claim.headers).or(self.args.timeout);
         let completes = claim
             .headers
             .get(keys::HEADER_COMPLETES)
@@ -223,8 +222,12 @@ impl PoolState {
             max_attempts: held.attempts.limit,
             headers: Arc::new(headers),
             payload: claim.payload.clone().into(),
-            cancel: claim.cancel_token().clone(),
-            lease: lease.clone(),
+            // A child of the claim's token: a timeout cancels the attempt
+            // without marking the job cancelled (its settlement reads the
+            // claim's own token).
+            cancel: claim.cancel_token().child_token(),
+            timeout,
+            lease,
             effects: Effects::default(),
             engine: self.args.jobs.clone(),
             parking: Parking {
@@ -232,8 +235,6 @@ impl PoolState {
                 slot,
                 draining: self.draining_token.clone(),
                 cancelled: claim.cancel_token().clone(),
-                lease,
-                lease_duration,
                 state: Arc::default(),
             },
             suspend: Default::default(),
@@ -295,7 +296,10 @@ impl PoolState {
         cost: Cost,
         memo: Option<UnwrittenEntries>,
     ) {
-        self.settling += 1;
+        let number = self.next_settlement;
+        self.next_settlement += 1;
+        let lease = self.settling_lease(&held.claim);
+        self.settling.insert(number, lease);
         let services = self.args.services.clone();
         let notify = self.args.notify.clone();
         let myself = myself.clone();
@@ -356,13 +360,13 @@ impl PoolState {
                 if let Err(e) = ended {
                     tracing::error!(%job_type, error = %e, "a settlement ended without committing; its job runs again when its lease expires");
                 }
-                let _ = myself.cast(PoolMessage::Settled);
+                let _ = myself.cast(PoolMessage::Settled(number));
             },
         );
     }
 
-    pub(super) fn settled(&mut self, myself: &ActorRef<PoolMessage>) {
-        self.settling = self.settling.saturating_sub(1);
+    pub(super) fn settled(&mut self, myself: &ActorRef<PoolMessage>, number: u64) {
+        self.settling.remove(&number);
         self.maybe_claim(myself);
         self.check_drained();
     }
