@@ -9,10 +9,47 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use common::{Fix, Flaky, Ping};
-use gaffer::Engine;
+use common::{Fix, Flaky};
 use gaffer::remote::{Placement, ShardSet, ShardedEngine};
+use gaffer::{Engine, Job, JobContext};
+use serde::{Deserialize, Serialize};
 use tower::ServiceExt;
+
+/// A keyed job: its id follows from its key, so the test picks keys that
+/// land on each shard (an unkeyed job's fresh id lands on either).
+#[derive(Serialize, Deserialize)]
+struct Tagged {
+    n: u32,
+    key: String,
+}
+
+impl Job for Tagged {
+    const NAME: &'static str = "tagged";
+    type Output = u32;
+    type Error = gaffer::Error;
+    async fn run(&self, _: JobContext) -> Result<u32, gaffer::Error> {
+        Ok(self.n)
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(self.key.clone())
+    }
+}
+
+/// `per_shard` keys of each of `shards` shards, found by trying `k0`, `k1`, …
+fn keys_on_every_shard(shards: usize, per_shard: usize) -> Vec<String> {
+    let mut found: Vec<Vec<String>> = vec![Vec::new(); shards];
+    for k in 0.. {
+        let key = format!("k{k}");
+        let shard = gaffer_actors::layout::keys::shard_of(&gaffer::job::keyed_job_id(&key), shards);
+        if found[shard].len() < per_shard {
+            found[shard].push(key);
+        }
+        if found.iter().all(|f| f.len() == per_shard) {
+            break;
+        }
+    }
+    found.into_iter().flatten().collect()
+}
 
 async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
     let res = app
@@ -43,15 +80,15 @@ async fn a_shard_set_is_one_dashboard() {
             .flush_interval(Duration::from_millis(1))
             .poll_interval(Duration::from_millis(20))
             .intake_poll(Duration::from_millis(20))
-            .register::<Ping>()
+            .register::<Tagged>()
             .register::<Flaky>()
             .state(state.clone())
     })
     .await
     .unwrap();
     let mut ids = Vec::new();
-    for n in 0..8 {
-        let h = sharded.submit(Ping { n }).await.unwrap();
+    for (n, key) in (0..).zip(keys_on_every_shard(2, 4)) {
+        let h = sharded.submit(Tagged { n, key }).await.unwrap();
         assert_eq!(h.join().await.unwrap().unwrap(), n);
         ids.push(h.id().to_string());
     }
@@ -74,7 +111,7 @@ async fn a_shard_set_is_one_dashboard() {
     })
     .await;
     common::eventually("the merged listing has every job", async || {
-        let (_, b) = get(&app, "/jobs?type=ping").await;
+        let (_, b) = get(&app, "/jobs?type=tagged").await;
         b.contains("<th>Shard</th>") && ids.iter().all(|id| b.contains(id.as_str()))
     })
     .await;
@@ -92,7 +129,7 @@ async fn a_shard_set_is_one_dashboard() {
     assert!(get(&app, "/failed").await.1.contains(failed.id()));
 
     // A pause goes to every shard.
-    let req = Request::post("/queues/ping/pause")
+    let req = Request::post("/queues/tagged/pause")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .header("sec-fetch-site", "same-origin")
         .body(Body::empty())
