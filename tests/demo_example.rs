@@ -1,5 +1,5 @@
 //! `examples/demo.rs` run as a real process (told to stop by itself after
-//! a minute, `GAFFER_DEMO_SECONDS`, so no run of the suite can leave it
+//! five minutes, `GAFFER_DEMO_SECONDS`, so no run of the suite can leave it
 //! behind): it prints its dashboard's URL, and the dashboard there shows
 //! its engine's work live: the job types, the batch, both workflows, the
 //! waiting order and the periodic job.
@@ -48,7 +48,7 @@ async fn the_demo_serves_its_live_engine_on_the_dashboard() {
     let mut child = tokio::process::Command::new(example_binary("demo"))
         .arg(dir.path())
         .env("ADDR", "127.0.0.1:0")
-        .env("GAFFER_DEMO_SECONDS", "60")
+        .env("GAFFER_DEMO_SECONDS", "300")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
