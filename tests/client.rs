@@ -562,3 +562,111 @@ async fn three_producer_processes_share_keys_and_each_key_runs_once() {
     assert_eq!(runs.load(Ordering::SeqCst), n as usize);
     engine.shutdown().await.unwrap();
 }
+
+/// A refused request is answered, not dead-lettered: the record its
+/// refusal commits with the intake's ack is what the client reads, and
+/// the intake queue (the engine's own) keeps nothing of it that `gaffer
+/// dead` or the dashboard could show as user work. An operator's request
+/// the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_answered_and_not_dead_lettered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = engine(tmp.path(), runs.clone()).await;
+    let client = client(tmp.path()).await;
+    let h = client.submit(Nobody).await.unwrap();
+    match within(h.join()).await {
+        Err(Error::Refused { reason, .. }) => assert!(reason.contains("nobody"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let cancel = client.cancel("01NOSUCHJOB0000000000000000").await.unwrap();
+    match within(cancel.wait()).await {
+        Err(Error::Refused { reason, .. }) => assert!(reason.contains("no job"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let stats = queue.view().stats("jobs-intake").await.unwrap();
+    assert_eq!(
+        (stats.dead, stats.pending, stats.claimed),
+        (0, 0, 0),
+        "nothing of the refusals on the intake queue"
+    );
+    for id in [h.request_id(), cancel.id()] {
+        assert!(queue.view().job_record(id).await.unwrap().is_none(), "{id}");
+        let key = gaffer::testing::intake::request_result_key(id);
+        let record = queue
+            .view()
+            .kv_get(&key)
+            .await
+            .unwrap()
+            .expect("its record");
+        assert!(matches!(
+            gaffer::testing::intake::RequestFate::decode(&record),
+            gaffer::testing::intake::RequestFate::Refused(_)
+        ));
+    }
+    drop(queue);
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
+/// A store an older engine wrote keeps its refused requests as dead
+/// letters of the intake queue, with the reason: they still read as
+/// refused, with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_an_older_engine_dead_lettered_still_reads_as_refused() {
+    use gaffer::testing::intake::{IntakeOp, RequestProgress, request_progress};
+    let tmp = tempfile::tempdir().unwrap();
+    // No intake: the request is settled by hand, as an older engine did.
+    let engine = Engine::builder()
+        .store(gaffer::Store::local_dir(tmp.path()))
+        .flush_interval(Duration::from_millis(1))
+        .client_intake(false)
+        .register::<Square>()
+        .start()
+        .await
+        .unwrap();
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let id = "01OLDREQUEST00000000000000";
+    let op = IntakeOp::Cancel {
+        run_id: "01NOSUCHJOB0000000000000000".into(),
+    };
+    queue
+        .enqueue_with(
+            "jobs-intake",
+            op.encode().unwrap(),
+            gaffer::taquba::EnqueueOptions::default().id_override(id.to_string()),
+        )
+        .await
+        .unwrap();
+    let claims = queue
+        .claim_batch("jobs-intake", 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 1);
+    queue
+        .dead_letter(&claims[0], "no job `01NOSUCHJOB0000000000000000`")
+        .await
+        .unwrap();
+    assert_eq!(
+        request_progress(queue.view(), "jobs", id).await.unwrap(),
+        RequestProgress::Refused("no job `01NOSUCHJOB0000000000000000`".into())
+    );
+    drop(queue);
+    engine.shutdown().await.unwrap();
+    // Read through a reader of the store, as a client reads it.
+    let reader = gaffer::taquba::QueueReader::open(
+        std::sync::Arc::new(
+            gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(tmp.path())
+                .unwrap(),
+        ),
+        "queue",
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        request_progress(reader.view(), "jobs", id).await.unwrap(),
+        RequestProgress::Refused(reason) if reason.contains("no job")
+    ));
+    reader.close().await.unwrap();
+}

@@ -21,15 +21,7 @@ pub use gaffer_ops::act::submit_op;
 
 /// The request of `gaffer signal ID NAME JSON`.
 pub fn signal_op(run_id: &str, name: &str, json: &str) -> Result<IntakeOp, CliError> {
-    let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| CliError::BadInput(format!("the payload: {e}")))?;
-    let payload = rmp_serde::to_vec_named(&value)
-        .map_err(|e| CliError::BadInput(format!("the payload does not encode: {e}")))?;
-    Ok(IntakeOp::Signal {
-        run_id: run_id.to_string(),
-        name: name.to_string(),
-        payload,
-    })
+    Ok(act::signal_op(run_id, name, json)?)
 }
 
 /// Send `op` (as `request_id`, a fresh ULID) and report what became of it.

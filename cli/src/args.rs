@@ -23,7 +23,9 @@ pub struct Cli {
     /// first page) and `periodic` read every shard (one part each; `stats`
     /// adds them up too, `jobs` and `dead` print one listing merged over
     /// the set with a SHARD column, at most `--limit` rows); `job`,
-    /// `batch`, `cancel` and `retry ID` the shard of the id; other
+    /// `batch`, `cancel` and `retry ID` the shard of the id (`job` of a
+    /// batch item's delivery, not found there, the other shards), `item`
+    /// the shard of its batch; other
     /// commands (`workflow ID` too), and any with `--shard`, the one shard
     /// it names.
     #[arg(long, global = true, conflicts_with_all = ["dir", "url"], requires = "shard_count", value_name = "TEMPLATE")]
@@ -98,10 +100,20 @@ pub enum Command {
         #[arg(long, value_name = "CURSOR")]
         after: Option<String>,
     },
-    /// One job: its run or outcome record, attempts, output or error.
+    /// One job: its run or outcome record, attempts, output or error; a
+    /// waiting job's signal and timeout; whether it can be retried.
     Job {
-        /// The job's id (its run id, as `JobHandle::id`), or a queue job id.
+        /// The job's id (its run id, as `JobHandle::id`), or a queue job id
+        /// (a batch item's, as `jobs` and `dead` list it).
         id: String,
+    },
+    /// One item of a batch: its delivery while the queue keeps it (as
+    /// `job` shows a job), else how it ended (its status, error, output).
+    Item {
+        /// The batch id.
+        batch: String,
+        /// The item's key.
+        key: String,
     },
     /// Dead letters with their failure records. A job retried since its
     /// dead letter is listed by its latest dead letter only (or not at all
@@ -246,6 +258,14 @@ pub enum Command {
         /// No actions: no button, every POST answers 403.
         #[arg(long)]
         read_only: bool,
+        /// Also answer requests for this host name (`jobs.example.com`,
+        /// any port; or `NAME:PORT`): a name the dashboard is reached by.
+        /// Repeat for several. It answers to the address it listens on
+        /// (any IP address on `0.0.0.0` or `::`) and `localhost` (on a
+        /// loopback or every address) without it; any other `Host` is
+        /// refused with 421 (DNS rebinding).
+        #[arg(long, value_name = "HOST")]
+        allowed_host: Vec<String>,
     },
 }
 

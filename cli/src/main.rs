@@ -71,7 +71,7 @@ async fn act_on(
 }
 
 fn fail(e: &CliError) -> ExitCode {
-    eprintln!("gaffer: {e}");
+    report::err(&format!("gaffer: {e}"));
     ExitCode::from(1)
 }
 
@@ -80,9 +80,10 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         listen,
         base_path,
         read_only,
+        allowed_host,
     } = &cli.command
     {
-        return web::serve(&cli, listen, base_path, *read_only).await;
+        return web::serve(&cli, listen, base_path, *read_only, allowed_host).await;
     }
     if let Some(template) = &cli.shards {
         return shards::run_on_shards(template, &cli).await;
@@ -136,6 +137,7 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
                 .await?,
         )?,
         Command::Job { id } => report::print(json, &store.job(id).await?)?,
+        Command::Item { batch, key } => report::print(json, &store.item(batch, key).await?)?,
         Command::Dead { job_type, limit } => {
             report::print(json, &store.dead(job_type.as_deref(), *limit).await?)?
         }

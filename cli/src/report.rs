@@ -3,8 +3,6 @@
 //!
 //! Times are epoch milliseconds (`*_ms`) in JSON, UTC in tables.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -21,8 +19,28 @@ pub fn print<T: Serialize + Render>(json: bool, value: &T) -> Result<(), CliErro
     } else {
         value.render()
     };
-    println!("{text}");
-    Ok(())
+    out(&text)
+}
+
+/// Write `text` and a newline to stdout. A reader that closed the pipe
+/// (`gaffer jobs | head`) has all it wants: the rest is dropped quietly
+/// and the command ends as it would have.
+pub fn out(text: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::Output(e.to_string()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Write a line to stderr, ignoring a closed stderr (nothing is left to
+/// tell it to).
+pub fn err(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// A command's report on each shard of a set (`--shards`):
@@ -229,13 +247,33 @@ impl Render for JobDetail {
         kv("job id", self.job_id.clone().unwrap_or_default());
         kv("type", self.job_type.clone());
         kv("state", self.state.into());
+        kv(
+            "waiting for",
+            self.waiting_for
+                .as_ref()
+                .map(|s| format!("the signal `{s}` (gaffer signal ID {s} JSON)"))
+                .unwrap_or_default(),
+        );
         kv("attempts", self.attempts.to_string());
         kv("batch", self.batch.clone().unwrap_or_default());
         kv("key", self.key.clone().unwrap_or_default());
+        kv(
+            "workflow",
+            match (&self.workflow, &self.step) {
+                (Some(w), Some(s)) => format!("{w} (step `{s}`)"),
+                (Some(w), None) => w.clone(),
+                _ => String::new(),
+            },
+        );
         kv("submitted", opt(self.submitted_at_ms));
         kv("enqueued", opt(self.enqueued_at_ms));
         kv("claimed", opt(self.claimed_at_ms));
-        kv("run at", opt(self.run_at_ms));
+        let due = if self.waiting_for.is_some() {
+            "times out"
+        } else {
+            "due at"
+        };
+        kv(due, opt(self.run_at_ms));
         kv("finished", opt(self.finished_at_ms));
         kv(
             "output",
@@ -248,6 +286,18 @@ impl Render for JobDetail {
         kv("failure", self.failure_kind.clone().unwrap_or_default());
         kv("error", self.error.clone().unwrap_or_default());
         kv("follow-ups", self.followups.join(" "));
+        if matches!(self.state, "failed" | "cancelled" | "dead") {
+            let retry = if self.retryable {
+                "gaffer retry ID".to_string()
+            } else if let Some(w) = &self.workflow {
+                format!("with its workflow: gaffer retry --workflow {w}")
+            } else if let Some(b) = &self.batch {
+                format!("with its batch (`{b}`): run it again")
+            } else {
+                "no: the queue no longer keeps its payload".to_string()
+            };
+            kv("retry", retry);
+        }
         let mut s = t.render();
         if !self.history.is_empty() {
             let mut h = Table::new(["ATTEMPT", "OUTCOME", "CLAIMED", "SETTLED", "ERROR"]);
@@ -297,12 +347,7 @@ impl Render for Dead {
     }
 }
 
-fn cost_text(cost: &BTreeMap<String, f64>) -> String {
-    cost.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+use gaffer_ops::report::cost_text;
 
 impl Render for Batches {
     fn render(&self) -> String {
@@ -360,7 +405,7 @@ impl Render for BatchRow {
         t.row(["active".into(), self.active.to_string()]);
         t.row(["outstanding".into(), self.outstanding.to_string()]);
         for (k, v) in &self.cost {
-            t.row([format!("cost {k}"), v.to_string()]);
+            t.row([format!("cost {k}"), gaffer_ops::report::number(*v)]);
         }
         if let Some(keys) = self.failed_keys.as_ref().filter(|k| !k.is_empty()) {
             t.row(["failed keys".into(), keys.join(", ")]);

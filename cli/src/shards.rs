@@ -33,6 +33,7 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
     let url = |shard: usize| gaffer_actors::layout::keys::shard_url(template, shard, count);
     let by_id = match &cli.command {
         Command::Job { id }
+        | Command::Item { batch: id, .. }
         | Command::Batch { id, .. }
         | Command::Cancel { id, .. }
         | Command::Signal { id, .. }
@@ -65,6 +66,24 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
         let store = open_shard(cli, shard, count, &url(shard)).await?;
         let result = command(&store, cli).await;
         store.close().await;
+        // A batch item's delivery is named by a queue job id, which says
+        // nothing of its shard (its batch's does): look on the others.
+        if let (Command::Job { .. }, Err(CliError::Ops(gaffer_ops::OpsError::JobNotFound(_)))) =
+            (&cli.command, &result)
+            && cli.shard.is_none()
+        {
+            for other in (0..count).filter(|s| *s != shard) {
+                let store = open_shard(cli, other, count, &url(other)).await?;
+                let found = command(&store, cli).await;
+                store.close().await;
+                if !matches!(
+                    found,
+                    Err(CliError::Ops(gaffer_ops::OpsError::JobNotFound(_)))
+                ) {
+                    return found;
+                }
+            }
+        }
         return result;
     }
     let mut parts = Vec::new();
@@ -268,6 +287,7 @@ mod tests {
             error: None,
             batch: None,
             key: None,
+            workflow: None,
             shard: Some(0),
         }
     }

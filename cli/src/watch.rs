@@ -56,11 +56,11 @@ pub async fn batch(
         };
         if gone {
             bar.abandon();
-            eprintln!(
+            report::err(&format!(
                 "gaffer: the engine's writer is {} with {} items of batch `{id}` outstanding; \
                  the batch resumes when an engine runs it again",
                 health.status, row.outstanding
-            );
+            ));
             return Ok(ExitCode::from(3));
         }
         tokio::time::sleep(every).await;

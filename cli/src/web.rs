@@ -12,12 +12,14 @@ use crate::error::CliError;
 
 /// Serve the dashboard on `listen` under `base_path`; credentials from
 /// the environment (`GAFFER_WEB_TOKEN`, or `GAFFER_WEB_USER` and
-/// `GAFFER_WEB_PASSWORD`) when set.
+/// `GAFFER_WEB_PASSWORD`) when set. It answers to the address it listens
+/// on, `localhost` on a loopback (or every) address, and `allowed_hosts`.
 pub async fn serve(
     cli: &Cli,
     listen: &str,
     base_path: &str,
     read_only: bool,
+    allowed_hosts: &[String],
 ) -> Result<ExitCode, CliError> {
     let config = match &cli.shards {
         Some(template) => {
@@ -43,7 +45,17 @@ pub async fn serve(
     if !base.is_empty() && !base.starts_with('/') {
         return Err(CliError::BadInput("--base-path starts with `/`".into()));
     }
-    let mut config = config.base_path(base).read_only(read_only);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CliError::BadInput(format!("--listen {listen}: {e}")))?;
+    let addr = listener.local_addr().map_err(CliError::Serve)?;
+    let mut config = config
+        .base_path(base)
+        .read_only(read_only)
+        .listening_on(addr);
+    for host in allowed_hosts {
+        config = config.allowed_host(host);
+    }
     let auth = Auth::from_env();
     if let Some(auth) = auth.clone() {
         config = config.auth(auth);
@@ -52,23 +64,25 @@ pub async fn serve(
     let app = if base.is_empty() {
         dashboard
     } else {
+        // The dashboard is at `{base}`; `/` and `{base}/` lead there.
         axum::Router::new()
             .route("/", axum::routing::get(axum::response::Redirect::to(base)))
+            .route(
+                &format!("{base}/"),
+                axum::routing::get(axum::response::Redirect::permanent(base)),
+            )
             .nest(base, dashboard)
     };
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| CliError::BadInput(format!("--listen {listen}: {e}")))?;
-    let addr = listener.local_addr().map_err(CliError::Serve)?;
-    println!(
-        "gaffer web: http://{addr}{base}/ ({}{})",
+    crate::report::out(&format!(
+        "gaffer web: http://{addr}{} ({}{})",
+        if base.is_empty() { "/" } else { base },
         if read_only { "read-only" } else { "actions on" },
         if auth.is_some() {
             ", credentials asked"
         } else {
             ""
         }
-    );
+    ))?;
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -220,6 +220,42 @@ async fn every_command_reads_a_live_engine_without_disturbing_it() {
     assert_eq!(item_dead["batch"], "nightly");
     assert_eq!(item_dead["key"], "item-3");
     assert_eq!(item_dead["error"], "three is unlucky");
+    // Every id a listing prints is one `gaffer job` reads: a batch item's
+    // too (its delivery's).
+    for listing in [
+        json(dir, &["jobs", "--state", "dead"]),
+        json(dir, &["dead"]),
+    ] {
+        let rows = listing["jobs"]
+            .as_array()
+            .or_else(|| listing["dead"].as_array())
+            .unwrap();
+        assert_eq!(rows.len(), 2, "{listing}");
+        for row in rows {
+            let id = row["id"].as_str().unwrap();
+            let job = json(dir, &["job", id]);
+            assert_eq!(job["job_type"], row["job_type"], "{job}");
+        }
+    }
+    let item = json(dir, &["job", item_dead["id"].as_str().unwrap()]);
+    assert_eq!(
+        (&item["batch"], &item["key"]),
+        (&Value::from("nightly"), &Value::from("item-3"))
+    );
+    assert_eq!(item["error"], "three is unlucky");
+    assert_eq!(
+        item["retryable"], false,
+        "an item runs again with its batch"
+    );
+    // And an item by its batch and key, whatever became of its delivery.
+    let by_key = json(dir, &["item", "nightly", "item-3"]);
+    assert_eq!(by_key["error"], "three is unlucky");
+    let settled = json(dir, &["item", "nightly", "item-1"]);
+    assert_eq!(settled["state"], "succeeded", "{settled}");
+    assert_eq!(settled["output"], 2);
+    let missing = gaffer(dir, &["item", "nightly", "item-9"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no item `item-9`"));
     let only = json(dir, &["dead", "--type", "explode"]);
     assert_eq!(only["dead"].as_array().unwrap().len(), 1);
     let text = ok(dir, &["dead"]);
@@ -498,18 +534,11 @@ async fn submit_pause_resume_cancel_and_retry_go_through_the_inbox() {
         body["reason"].as_str().unwrap().contains("nobody"),
         "{body}"
     );
-    // Operators see it too: a dead letter on the intake queue, with why.
+    // Answered, not dead-lettered: nothing of it is listed as user work.
     let dead = json(dir, &["dead"]);
-    let refusal = dead["dead"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["job_id"] == body["request"])
-        .unwrap_or_else(|| panic!("the refused request is not in {dead}"));
-    assert!(
-        refusal["error"].as_str().unwrap().contains("nobody"),
-        "{refusal}"
-    );
+    assert_eq!(dead["dead"], serde_json::json!([]), "{dead}");
+    let listed = json(dir, &["jobs", "--state", "dead"]);
+    assert_eq!(listed["jobs"], serde_json::json!([]), "{listed}");
     // Not JSON: an error before anything is sent.
     let bad = gaffer(dir, &["submit", "greet", "{nope"]);
     assert_eq!(bad.status.code(), Some(1));
@@ -991,10 +1020,43 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
                 .store(gaffer::Store::url(url))
                 .flush_interval(Duration::from_millis(1))
                 .register::<Greet>()
+                .pipeline(Double)
         },
     )
     .await
     .unwrap();
+    // A batch whose item 3 fails: its dead delivery's queue job id says
+    // nothing of its shard (the batch's does); `job` finds it on the
+    // others when the id's own shard has no such job, `item` on the
+    // batch's shard.
+    let report = engines
+        .batch::<Double>("sharded-items")
+        .unwrap()
+        .run(0..5u64)
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 1);
+    let out = on_shards(&template, &["dead", "--json"]);
+    let dead: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = dead["all"]["dead"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{dead}");
+    let out = on_shards(
+        &template,
+        &["job", items[0]["id"].as_str().unwrap(), "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let item: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(item["key"], "item-3", "{item}");
+    let out = on_shards(&template, &["item", "sharded-items", "item-3", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut ids = Vec::new();
     for name in ["ada", "bob", "cy", "dee", "eve", "fay"] {
         let h = engines.submit(Greet { name: name.into() }).await.unwrap();
@@ -1335,6 +1397,23 @@ async fn signal_runs_a_waiting_job_on_and_job_shows_it_waiting() {
     }
     let waiting = json(dir, &["jobs", "--state", "waiting"]);
     assert_eq!(waiting["jobs"][0]["id"], job.id(), "{waiting}");
+    // What it waits for, and until when.
+    let shown = json(dir, &["job", job.id()]);
+    assert_eq!(shown["waiting_for"], "approval", "{shown}");
+    let until = shown["run_at_ms"].as_u64().expect("its timeout");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        until > now + 3000 * 1000 && until <= now + 3600 * 1000,
+        "{shown}"
+    );
+    let text = ok(dir, &["job", job.id()]);
+    assert!(
+        text.contains("waiting for") && text.contains("approval") && text.contains("times out"),
+        "{text}"
+    );
     // Scheduled lists every job held for later, those waiting among them.
     let scheduled = json(dir, &["jobs", "--state", "scheduled"]);
     assert_eq!(scheduled["jobs"][0]["state"], "waiting", "{scheduled}");
@@ -1363,4 +1442,55 @@ async fn signal_runs_a_waiting_job_on_and_job_shows_it_waiting() {
     let refused: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(refused["status"], "refused", "{refused}");
     engine.shutdown().await.unwrap();
+}
+
+/// `gaffer … | head`: a reader that closed its end before the command
+/// printed (here, before the command started: the pipe has no reader at
+/// all, so every write fails) ends the command quietly, with the exit
+/// status it would have had: no panic, no backtrace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_closed_the_pipe_ends_the_command_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = start(dir).await;
+    let h = engine
+        .submit(Greet {
+            name: "pipe".into(),
+        })
+        .await
+        .unwrap();
+    h.join().await.unwrap().unwrap();
+    for args in [
+        vec!["jobs"],
+        vec!["jobs", "--json"],
+        vec!["stats"],
+        vec!["job", h.id()],
+        vec!["health"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+            .arg("--dir")
+            .arg(dir)
+            .args(&args)
+            .stdout(writer)
+            .output()
+            .expect("the gaffer binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+    engine.shutdown().await.unwrap();
+    // The exit status stays the command's: no writer alive is 3.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
+        .arg("--dir")
+        .arg(dir)
+        .arg("health")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
 }

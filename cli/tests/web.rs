@@ -29,9 +29,20 @@ impl Job for Greet {
 
 /// One HTTP/1.1 request (the connection closes after it): status and body.
 async fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    http_to(addr, addr, method, path, headers).await
+}
+
+/// [`http`] naming `host` as its `Host`.
+async fn http_to(
+    addr: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.expect("connects");
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n"
     );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -69,6 +80,12 @@ async fn gaffer_web_serves_the_dashboard_of_a_live_store() {
         .args(["web", "--dir"])
         .arg(dir.path())
         .args(["--listen", "127.0.0.1:0", "--base-path", "/ops"])
+        .args([
+            "--allowed-host",
+            "jobs.example.com",
+            "--allowed-host",
+            "ops.example:9",
+        ])
         .env("GAFFER_WEB_TOKEN", "let-me-in")
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -80,16 +97,49 @@ async fn gaffer_web_serves_the_dashboard_of_a_live_store() {
         .expect("it says where it listens")
         .unwrap()
         .expect("a line");
-    // "gaffer web: http://127.0.0.1:PORT/ops/ (actions on, credentials asked)"
-    let addr = first
+    // "gaffer web: http://127.0.0.1:PORT/ops (actions on, credentials asked)"
+    let url = first
         .split("http://")
         .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("an address")
+        .and_then(|r| r.split(' ').next())
+        .expect("a URL")
         .to_string();
+    let (addr, path) = url.split_at(url.find('/').expect("a path"));
+    let addr = addr.to_string();
     assert!(first.contains("credentials asked"), "{first}");
 
     let token = [("Authorization", "Bearer let-me-in")];
+    // The URL it prints is the dashboard, and so is the prefix with a
+    // slash (a redirect to it).
+    let (status, page) = http(&addr, "GET", path, &token).await;
+    assert_eq!(status, 200, "{path}: {page}");
+    assert!(page.contains("<h1>Overview</h1>"), "{page}");
+    let (status, page) = http(&addr, "GET", "/ops/", &token).await;
+    assert_eq!(status, 308, "{page}");
+    assert!(page.contains("location: /ops\r\n"), "{page}");
+    // DNS rebinding: a name it was not told of is refused; the loopback
+    // names and the allowed ones are served.
+    let port = addr.rsplit(':').next().unwrap();
+    for (host, want) in [
+        ("evil.example".to_string(), 421),
+        (format!("evil.example:{port}"), 421),
+        (format!("localhost:{port}"), 200),
+        (format!("jobs.example.com:{port}"), 200),
+        ("ops.example:9".to_string(), 200),
+        (format!("ops.example:{port}"), 421),
+    ] {
+        let (status, page) = http_to(&addr, &host, "GET", "/ops", &token).await;
+        assert_eq!(status, want, "{host}: {page}");
+    }
+    let (status, _) = http_to(
+        &addr,
+        &format!("evil.example:{port}"),
+        "POST",
+        "/ops/queues/greet/pause",
+        &[token[0], ("Origin", &format!("http://evil.example:{port}"))],
+    )
+    .await;
+    assert_eq!(status, 421, "a rebound page cannot act");
     assert_eq!(http(&addr, "GET", "/ops", &[]).await.0, 401);
     let (status, page) = http(&addr, "GET", "/ops", &token).await;
     assert_eq!(status, 200, "{page}");

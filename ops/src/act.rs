@@ -1,5 +1,5 @@
 //! Operator requests through the store's inbox: what `gaffer submit | retry
-//! | cancel | pause | resume` and the dashboard's buttons send. Each writes
+//! | signal | cancel | pause | resume` and the dashboard's buttons send. Each writes
 //! one request to the inbox (never as the store's writer); the engine takes
 //! it at its next look and records its fate, read back by [`progress`].
 
@@ -51,6 +51,24 @@ pub fn submit_op(
     key: Option<&str>,
 ) -> Result<(IntakeOp, String, String), OpsError> {
     submit_op_at(job_type, json, key, None)
+}
+
+/// The request that sends the signal `name` to the job `run_id` with a
+/// payload given as JSON (encoded as MessagePack, as the job decodes it):
+/// what `gaffer signal ID NAME JSON` and the dashboard's form send.
+pub fn signal_op(run_id: &str, name: &str, json: &str) -> Result<IntakeOp, OpsError> {
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| OpsError::BadInput(format!("the signal's payload is not JSON: {e}")))?;
+    let payload = rmp_serde::to_vec_named(&value)
+        .map_err(|e| OpsError::BadInput(format!("the signal's payload does not encode: {e}")))?;
+    if name.is_empty() {
+        return Err(OpsError::BadInput("name the signal".into()));
+    }
+    Ok(IntakeOp::Signal {
+        run_id: run_id.to_string(),
+        name: name.to_string(),
+        payload,
+    })
 }
 
 /// Write `op` to the store's inbox as `request_id` (a fresh ULID).

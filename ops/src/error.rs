@@ -17,6 +17,16 @@ pub enum OpsError {
     /// No batch with this id.
     #[error("no batch `{0}`")]
     BatchNotFound(String),
+    /// No item with this key in the batch (not settled, not queued).
+    #[error(
+        "batch `{batch}` has no item `{key}` queued, running or settled (not fed yet, or not one of its keys)"
+    )]
+    ItemNotFound {
+        /// The batch.
+        batch: String,
+        /// The item's key.
+        key: String,
+    },
     /// No workflow with this id.
     #[error("no workflow `{0}` (never submitted, or its records were removed)")]
     WorkflowNotFound(String),

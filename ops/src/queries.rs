@@ -12,12 +12,14 @@ use gaffer_actors::layout::records::{ItemMarker, Outcome, OutcomeRecord, OutputR
 use taquba::{JobRecord, JobStatus};
 
 use crate::error::OpsError;
+use crate::listing::StateFilter;
 use crate::report::{
     AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Periodic, PeriodicRow,
-    QueueRow, Stats,
+    QueueRow, RetryPreview, Stats,
 };
 use crate::store::Store;
 use crate::unflushed::{Counter, Newest};
+use gaffer_actors::workflows::layout::{HEADER_STEP, HEADER_WORKFLOW};
 
 /// A step of a forward scan of the finished-jobs index (see
 /// [`Store::scan_ended`]).
@@ -142,11 +144,38 @@ impl Store {
         if let Some(rec) = inspect::outcome_record(view, id).await? {
             let mut d = outcome_detail(id, &rec);
             d.history = self.history(&rec.job_id, Some(&rec)).await?;
-            if let Some(job) = view.job_record(&rec.job_id).await? {
-                d.enqueued_at_ms = Some(job.enqueued_at);
-                d.claimed_at_ms = job.claimed_at;
+            let kept = match view.job_record(&rec.job_id).await? {
+                Some(job) => {
+                    d.enqueued_at_ms = Some(job.enqueued_at);
+                    d.claimed_at_ms = job.claimed_at;
+                    Some(job)
+                }
+                // Acknowledged (succeeded): the queue deleted the delivery.
+                // A run an operator retried keeps the dead letter of its
+                // earlier series, with the same payload.
+                None if d
+                    .history
+                    .iter()
+                    .any(|a| a.outcome == "dead-lettered" || a.outcome == "cancelled") =>
+                {
+                    let found = self.earlier_delivery(id, &rec.job_type).await?;
+                    if let Some(job) = &found {
+                        d.payload_source = Some(job.id.clone());
+                    }
+                    found
+                }
+                None => None,
+            };
+            if let Some(job) = kept {
+                d.workflow = job.headers.get(HEADER_WORKFLOW).cloned();
+                d.step = job.headers.get(HEADER_STEP).cloned();
                 d.payload_ref = job.payload_ref.clone();
                 d.payload = job.payload_ref.is_none().then_some(job.payload);
+                // The queue keeps this run's own delivery: a retry can
+                // start from it.
+                d.retryable = d.payload_source.is_none()
+                    && !matches!(rec.outcome, Outcome::Succeeded(_))
+                    && d.workflow.is_none();
             }
             return Ok(d);
         }
@@ -179,9 +208,22 @@ impl Store {
             key: row.key.clone(),
             history: self.history(&job.id, None).await?,
             followups: Vec::new(),
+            workflow: job.headers.get(HEADER_WORKFLOW).cloned(),
+            step: job.headers.get(HEADER_STEP).cloned(),
+            waiting_for: None,
+            retryable: false,
             payload: job.payload_ref.is_none().then(|| job.payload.clone()),
             payload_ref: job.payload_ref.clone(),
+            payload_source: None,
         };
+        // A job waiting for a signal: its run record names it, and when
+        // the wait times out (the queue job's due time).
+        if d.state == "waiting"
+            && let Some(wait) = run.as_ref().and_then(|r| r.wait.as_ref())
+        {
+            d.waiting_for = Some(wait.name.clone());
+            d.run_at_ms = Some(wait.until_ms);
+        }
         // A job put back on its queue (a retry, a release) is a new queue
         // job under the same id: its run record keeps the claims before,
         // and its last error until it fails again.
@@ -201,25 +243,124 @@ impl Store {
                 d.attempts = rec.attempts;
                 d.error = outcome_error(&rec.outcome);
                 d.failure_kind = failure_kind(&rec.outcome);
+                // This dead letter is the run's latest delivery (not one a
+                // retry superseded): a retry can start from it.
+                d.retryable = rec.job_id == job.id
+                    && !matches!(rec.outcome, Outcome::Succeeded(_))
+                    && d.workflow.is_none();
             } else if let (Some(b), Some(k)) = (&row.batch, &row.key)
                 && let Some(m) = self.marker(b, k).await?
             {
+                // An item's end is its marker's (the dead letter is its
+                // delivery's).
+                d.state = item_state(m.status);
                 d.error = m.error.or(d.error);
             }
         } else if let (Some(b), Some(k)) = (&row.batch, &row.key)
             && let Some(m) = self.marker(b, k).await?
         {
-            d.state = match m.status {
-                records::ItemStatus::Succeeded => "succeeded",
-                records::ItemStatus::Failed => "failed",
-                records::ItemStatus::Cancelled => "cancelled",
-            };
+            d.state = item_state(m.status);
             d.error = m.error;
             if let Some(out) = &m.output {
                 (d.output, d.output_blob) = output(out);
             }
         }
         Ok(d)
+    }
+
+    /// The dead letter a retried run `run_id` of `job_type` left of an
+    /// earlier attempt series (the payload is the same): from the type's
+    /// dead letters, [`EARLIER_SCAN`] at most.
+    async fn earlier_delivery(
+        &self,
+        run_id: &str,
+        job_type: &str,
+    ) -> Result<Option<JobRecord>, OpsError> {
+        let mut scanned = 0;
+        for (queue, _, _) in self.queues(Some(job_type)).await? {
+            let mut after: Option<String> = None;
+            while scanned < EARLIER_SCAN {
+                let page = self.view().dead_jobs(&queue, after.as_deref(), 500).await?;
+                scanned += page.len();
+                let last = page.last().map(|j| j.id.clone());
+                if let Some(found) = page
+                    .into_iter()
+                    .find(|j| j.headers.get(keys::HEADER_RUN).is_some_and(|r| r == run_id))
+                {
+                    // Its payload, when an object holds it.
+                    return Ok(self.view().get_job(&found.id).await?);
+                }
+                match last {
+                    Some(l) => after = Some(l),
+                    None => break,
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// `gaffer item BATCH KEY`: a batch item, whatever became of its
+    /// delivery: its live or dead queue job when the queue keeps it, else
+    /// its marker (how it ended: status, error, output).
+    pub async fn item(&self, batch: &str, key: &str) -> Result<JobDetail, OpsError> {
+        let view = self.view();
+        if !keys::is_valid_id(batch) {
+            return Err(OpsError::BatchNotFound(batch.to_string()));
+        }
+        let Some(head) = inspect::batch_head(view, batch).await? else {
+            return Err(OpsError::BatchNotFound(batch.to_string()));
+        };
+        let marker = self.marker(batch, key).await?;
+        let active = view
+            .kv_get(&keys::item_active_key(batch, key))
+            .await?
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        let delivery = active
+            .clone()
+            .or_else(|| marker.as_ref().map(|m| m.job_id.clone()));
+        if let Some(job_id) = &delivery
+            && keys::is_valid_id(job_id)
+            && view.job_record(job_id).await?.is_some()
+        {
+            let mut d = self.job(job_id).await?;
+            d.batch = Some(batch.to_string());
+            d.key = Some(key.to_string());
+            return Ok(d);
+        }
+        let Some(m) = marker else {
+            return Err(OpsError::ItemNotFound {
+                batch: batch.to_string(),
+                key: key.to_string(),
+            });
+        };
+        let (output, output_blob) = m.output.as_ref().map(output).unwrap_or_default();
+        Ok(JobDetail {
+            id: m.job_id.clone(),
+            job_id: Some(m.job_id.clone()),
+            job_type: head.pipeline,
+            state: item_state(m.status),
+            attempts: 0,
+            submitted_at_ms: None,
+            enqueued_at_ms: None,
+            claimed_at_ms: None,
+            run_at_ms: None,
+            finished_at_ms: None,
+            output,
+            output_blob,
+            error: m.error,
+            failure_kind: None,
+            batch: Some(batch.to_string()),
+            key: Some(key.to_string()),
+            history: Vec::new(),
+            followups: Vec::new(),
+            workflow: None,
+            step: None,
+            waiting_for: None,
+            retryable: false,
+            payload: None,
+            payload_ref: None,
+            payload_source: None,
+        })
     }
 
     async fn marker(&self, batch: &str, key: &str) -> Result<Option<ItemMarker>, OpsError> {
@@ -263,6 +404,7 @@ impl Store {
                     error: job.last_error.clone(),
                     batch: row.batch,
                     key: row.key,
+                    workflow: job.headers.get(HEADER_WORKFLOW).cloned(),
                     shard: None,
                 };
                 if let (Some(b), Some(k)) = (&d.batch, &d.key) {
@@ -424,6 +566,105 @@ impl Store {
         })
     }
 
+    /// How many finished jobs of `job_type` (of every type with `None`)
+    /// ended in `state`, as the listing of that state shows them (through
+    /// the finished-jobs index, keys only), counted up to `cap`: the count
+    /// and whether more are there.
+    pub async fn count_ended(
+        &self,
+        job_type: Option<&str>,
+        state: StateFilter,
+        cap: usize,
+    ) -> Result<(u64, bool), OpsError> {
+        use std::ops::Bound;
+        let letter = match state {
+            StateFilter::Succeeded => keys::ENDED_SUCCEEDED,
+            StateFilter::Failed => keys::ENDED_FAILED,
+            StateFilter::Cancelled => keys::ENDED_CANCELLED,
+            other => {
+                return Err(OpsError::BadInput(format!(
+                    "{other:?} is not an ended state"
+                )));
+            }
+        };
+        let segments = match job_type {
+            Some(t) => vec![keys::type_segment(t)],
+            None => self.ended_types().await?,
+        };
+        let mut n = 0u64;
+        for seg in segments {
+            let prefix = keys::ended_prefix(&seg, letter);
+            let mut start: Bound<Vec<u8>> = Bound::Unbounded;
+            loop {
+                let room = cap.saturating_sub(n as usize);
+                if room == 0 {
+                    return Ok((n, true));
+                }
+                let page = self
+                    .view()
+                    .kv_scan(
+                        &prefix,
+                        (start, Bound::Unbounded),
+                        taquba::KvOrder::Ascending,
+                        room.min(1000),
+                    )
+                    .await?;
+                n += page.entries.len() as u64;
+                match (page.more, page.entries.last()) {
+                    (true, Some((last, _))) => start = Bound::Excluded(last.clone()),
+                    _ => break,
+                }
+            }
+        }
+        Ok((n, false))
+    }
+
+    /// What `gaffer retry --failed --type T` (the dashboard's Retry all)
+    /// would do now to the jobs of `job_type` that failed at or after
+    /// `since_ms`: of the newest `cap` of them, how many it retries and how
+    /// many it skips, and why.
+    pub async fn retry_preview(
+        &self,
+        job_type: &str,
+        since_ms: u64,
+        cap: usize,
+    ) -> Result<RetryPreview, OpsError> {
+        let mut p = RetryPreview {
+            job_type: job_type.to_string(),
+            ..RetryPreview::default()
+        };
+        let mut before: Option<String> = None;
+        'pages: loop {
+            let page = inspect::ended_page(
+                self.view(),
+                Some(&[job_type]),
+                &[inspect::EndedState::Failed],
+                before.as_deref(),
+                200,
+            )
+            .await?;
+            for (_, rec) in page.jobs {
+                if rec.finished_at_ms < since_ms {
+                    break 'pages;
+                }
+                if p.retried + p.steps + p.payload_gone >= cap as u64 {
+                    p.more = true;
+                    break 'pages;
+                }
+                match self.view().job_record(&rec.job_id).await? {
+                    None => p.payload_gone += 1,
+                    Some(job) if job.headers.contains_key(HEADER_WORKFLOW) => p.steps += 1,
+                    Some(_) => p.retried += 1,
+                }
+            }
+            match page.next {
+                Some(next) => before = Some(next),
+                None => break,
+            }
+        }
+        Ok(p)
+    }
+
     /// The job types an operator paused (`gaffer pause`), by name.
     pub async fn paused(&self) -> Result<Vec<String>, OpsError> {
         let page = self
@@ -496,6 +737,19 @@ impl Store {
     }
 }
 
+/// Most dead letters [`Store::job`] reads to find the payload of a
+/// retried run's earlier series.
+const EARLIER_SCAN: usize = 2000;
+
+/// How a settled item ended, in words.
+fn item_state(status: records::ItemStatus) -> &'static str {
+    match status {
+        records::ItemStatus::Succeeded => "succeeded",
+        records::ItemStatus::Failed => "failed",
+        records::ItemStatus::Cancelled => "cancelled",
+    }
+}
+
 /// A job's claims as the command shows them.
 fn rows(past: Vec<PastAttempt>) -> Vec<AttemptRow> {
     past.into_iter()
@@ -530,16 +784,10 @@ pub(crate) fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
         JobStatus::Dead => ("dead", Some(job.enqueued_at)),
     };
     JobRow {
-        // A bulk item's run id follows from its batch and key (items carry
-        // no `gaffer.run`).
-        id: h(keys::HEADER_RUN)
-            .or_else(|| {
-                Some(keys::item_run_id(
-                    &h(keys::HEADER_BATCH)?,
-                    &h(keys::HEADER_KEY)?,
-                ))
-            })
-            .unwrap_or_else(|| job.id.clone()),
+        // A job's run id; a bulk item (it carries no `gaffer.run`: it has
+        // no run records) by the queue job id of its delivery, what
+        // `gaffer job` reads while the queue keeps it.
+        id: h(keys::HEADER_RUN).unwrap_or_else(|| job.id.clone()),
         job_type: h(keys::HEADER_TYPE).unwrap_or_else(|| job.queue.to_string()),
         state,
         attempts: attempts_of(job),
@@ -612,7 +860,12 @@ fn outcome_detail(id: &str, rec: &OutcomeRecord) -> JobDetail {
         key: None,
         history: Vec::new(),
         followups: rec.followups.clone(),
+        workflow: None,
+        step: None,
+        waiting_for: None,
+        retryable: false,
         payload: None,
         payload_ref: None,
+        payload_source: None,
     }
 }

@@ -80,7 +80,10 @@ pub struct Jobs {
 /// One job of a listing.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobRow {
-    /// The job's id (its run id).
+    /// The job's id (its run id); a bulk item's, which has no run
+    /// records, is the queue job id of its delivery (what `gaffer job`
+    /// reads; `gaffer item BATCH KEY` reads the item whatever became of
+    /// it).
     pub id: String,
     /// The job type (or pipeline).
     pub job_type: String,
@@ -165,6 +168,22 @@ pub struct JobDetail {
     /// The ids of the follow-up jobs its success created (`ctx.then`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub followups: Vec<String>,
+    /// The workflow whose step it is (`gaffer retry --workflow` retries
+    /// it; the step alone cannot be), while the queue keeps its delivery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Its step's name in [`Self::workflow`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// A waiting job: the signal it waits for (`gaffer signal ID NAME`);
+    /// its wait times out at `run_at_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// Whether `gaffer retry ID` can run it again: it failed or was
+    /// cancelled, the queue keeps its payload (its dead letter), and it is
+    /// neither a workflow step (retry the workflow) nor a batch item (run
+    /// the batch again).
+    pub retryable: bool,
     /// Its payload as the queue keeps it (MessagePack for jobs submitted
     /// through the API), while the queue keeps its delivery; not in the
     /// command's JSON.
@@ -173,6 +192,10 @@ pub struct JobDetail {
     /// The object path of a payload too large for its record.
     #[serde(skip)]
     pub payload_ref: Option<String>,
+    /// When the payload shown is that of an earlier delivery (the dead
+    /// letter of an attempt series an operator retried): its queue job id.
+    #[serde(skip)]
+    pub payload_source: Option<String>,
 }
 
 /// One settled attempt.
@@ -204,7 +227,8 @@ pub struct Dead {
 /// One dead letter with its failure record.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeadRow {
-    /// The job's id (its run id).
+    /// The job's id (its run id; a bulk item's, the queue job id of its
+    /// delivery, as in [`JobRow::id`]).
     pub id: String,
     /// The queue job id of the dead delivery.
     pub job_id: String,
@@ -224,6 +248,9 @@ pub struct DeadRow {
     pub batch: Option<String>,
     /// The item key of a bulk item.
     pub key: Option<String>,
+    /// The workflow whose step it is (retry the workflow, not the step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
     /// Its shard, in a listing merged over a shard set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<usize>,
@@ -431,4 +458,67 @@ pub struct StepRow {
     pub deps: Vec<String>,
     /// A cleanup step: it runs once the steps it needs ended, whichever way.
     pub regardless: bool,
+}
+
+/// What a retry of every failed job of a type would touch now (the
+/// dashboard asks before it sends one; see `Store::retry_preview`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RetryPreview {
+    /// The job type.
+    pub job_type: String,
+    /// Failed jobs it runs again.
+    pub retried: u64,
+    /// Failed workflow steps it skips (a step is retried with its
+    /// workflow).
+    pub steps: u64,
+    /// Failed jobs it skips because the queue no longer keeps their
+    /// payload (a dead letter past its retention).
+    pub payload_gone: u64,
+    /// Whether more failed jobs are there than were counted.
+    pub more: bool,
+}
+
+/// A number as people read it: `0.8` for `0.8000000000000006`, at most
+/// nine decimals (a sum of floats carries the error of each addition),
+/// and an exponent only for what that would show as zero.
+pub fn number(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    if v != 0.0 && v.abs() < 1e-9 {
+        return format!("{v:e}");
+    }
+    let s = format!("{v:.9}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
+}
+
+/// A cost rollup as `metric=value …`, values as [`number`] writes them.
+pub fn cost_text(cost: &BTreeMap<String, f64>) -> String {
+    cost.iter()
+        .map(|(k, v)| format!("{k}={}", number(*v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_people_write_them() {
+        assert_eq!(number(0.8000000000000006), "0.8");
+        assert_eq!(number(0.1 + 0.2), "0.3");
+        assert_eq!(number(50.0), "50");
+        assert_eq!(number(-2.5), "-2.5");
+        assert_eq!(number(1234567.125), "1234567.125");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(-1e-12), "-1e-12");
+        assert_eq!(number(0.000001), "0.000001");
+        let cost = BTreeMap::from([
+            ("usd".to_string(), 0.8000000000000006),
+            ("calls".into(), 3.0),
+        ]);
+        assert_eq!(cost_text(&cost), "calls=3 usd=0.8");
+    }
 }

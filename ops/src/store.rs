@@ -189,12 +189,16 @@ impl Store {
         self.reader.view()
     }
 
-    /// The engine's queues, `(queue, kind, name)`, in name order.
+    /// The queues of the user's work, `(queue, kind, name)`, in name order:
+    /// each job type's and pipeline's (of `only`, when given), never the
+    /// engine's own intake queue.
     pub(crate) async fn queues(
         &self,
         only: Option<&str>,
     ) -> Result<Vec<(String, &'static str, String)>, OpsError> {
-        self.queues_and(only, Vec::new()).await
+        let mut all = self.queues_and(only, Vec::new()).await?;
+        all.retain(|(_, kind, _)| *kind != "intake");
+        Ok(all)
     }
 
     /// [`Self::queues`], with the queues `more` names beside the view's
@@ -237,9 +241,10 @@ impl Store {
     }
 
     /// What a queue of the store is: `(kind, name)`, a job type's (a
-    /// partition queue under its type), a pipeline's, or the intake's (its
-    /// dead jobs are refused client requests, with the reason); `None` for
-    /// a queue that is not the engine's.
+    /// partition queue under its type), a pipeline's, or the intake's (the
+    /// engine's own: requests from other processes; its dead jobs are
+    /// requests an older engine refused, with the reason); `None` for a
+    /// queue that is not the engine's.
     pub(crate) fn classify(&self, q: &str) -> Option<(&'static str, String)> {
         let base = keys::partition_base(q).unwrap_or(q);
         if q == gaffer_actors::engine::intake::intake_queue(&self.jobs_prefix) {

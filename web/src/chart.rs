@@ -161,7 +161,7 @@ pub fn draw(title: &str, series: &Series, w: u32, h: u32) -> Markup {
                 }
             }
             text x="2" y=(h - 2) { "−60 min" }
-            text x=(w - 30) y=(h - 2) { "now" }
+            text x=(w - 2) y=(h - 2) text-anchor="end" { "now" }
         }
     }
 }

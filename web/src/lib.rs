@@ -20,6 +20,21 @@
 //!   every POST answers 403. POSTs from another site are refused (the
 //!   `Sec-Fetch-Site` and `Origin` headers). [`WebConfig::auth`] asks every
 //!   request for a bearer token or basic-auth credentials.
+//! - No page can be framed by another (clickjacking): every response says
+//!   `Content-Security-Policy: frame-ancestors 'none'` (in a policy that
+//!   allows the dashboard's own script, style sheet and icon and nothing
+//!   else) and `X-Frame-Options: DENY`, with `X-Content-Type-Options:
+//!   nosniff` and `Referrer-Policy: same-origin`.
+//! - A request whose `Host` is not a name the dashboard answers to is
+//!   refused with 421 (DNS rebinding: a page of another site whose name
+//!   was pointed at this server's address sends its own name). Served by
+//!   `gaffer web`, it answers to the address it listens on (any IP address
+//!   when that is `0.0.0.0` or `::`), `localhost` when it listens on a
+//!   loopback or every address, and each `--allowed-host`. Nested in a
+//!   service ([`router`] without [`WebConfig::listening_on`]), it answers
+//!   to any IP address, to `localhost` and `*.localhost`, and to each
+//!   [`WebConfig::allowed_host`]; a service reached by name adds its names,
+//!   or one that checks `Host` itself calls [`WebConfig::any_host`].
 
 #![warn(missing_docs, missing_debug_implementations)]
 
@@ -67,6 +82,7 @@ pub struct WebConfig {
     base_path: String,
     read_only: bool,
     auth: Option<Auth>,
+    hosts: Hosts,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -76,6 +92,7 @@ impl std::fmt::Debug for WebConfig {
             .field("base_path", &self.base_path)
             .field("read_only", &self.read_only)
             .field("auth", &self.auth.is_some())
+            .field("hosts", &self.hosts)
             .finish()
     }
 }
@@ -166,6 +183,7 @@ impl WebConfig {
             base_path: String::new(),
             read_only: false,
             auth: None,
+            hosts: Hosts::default(),
         }
     }
 
@@ -189,6 +207,99 @@ impl WebConfig {
         self.auth = Some(auth);
         self
     }
+
+    /// Also answer requests sent to this name (`jobs.example.com`, any
+    /// port) or name and port (`jobs.example.com:8443`): a name the
+    /// dashboard is reached by (a DNS name, a reverse proxy's). Repeat for
+    /// several. Any other name is refused with 421 (see the crate's docs).
+    pub fn allowed_host(mut self, host: &str) -> Self {
+        self.hosts.allowed.push(host.trim().to_ascii_lowercase());
+        self
+    }
+
+    /// The address the server listens on (`gaffer web` sets it): the
+    /// dashboard then answers to that address (any IP address when it is
+    /// unspecified, `0.0.0.0` or `::`), to `localhost` when it is a
+    /// loopback or unspecified one, and to the [`Self::allowed_host`]
+    /// names. Without it (a router nested in a service): to any IP
+    /// address, `localhost` and `*.localhost`, and the allowed names.
+    pub fn listening_on(mut self, addr: std::net::SocketAddr) -> Self {
+        self.hosts.listen = Some(addr);
+        self
+    }
+
+    /// Answer whatever `Host` a request names: for a service that checks
+    /// it itself (or a proxy in front that does). Leaves the dashboard
+    /// open to DNS rebinding otherwise.
+    pub fn any_host(mut self) -> Self {
+        self.hosts.any = true;
+        self
+    }
+}
+
+/// The `Host` names the dashboard answers to (see [`WebConfig::allowed_host`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Hosts {
+    /// Where the server listens, when it says.
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    /// Names (lowercase), each with or without a port.
+    pub(crate) allowed: Vec<String>,
+    /// Any name.
+    pub(crate) any: bool,
+}
+
+impl Hosts {
+    /// Whether a request that names `host` (its `Host` header or its URI's
+    /// authority: a name or an IP address, and maybe a port) is for this
+    /// dashboard.
+    pub(crate) fn admits(&self, host: &str) -> bool {
+        if self.any {
+            return true;
+        }
+        let host = host.trim().to_ascii_lowercase();
+        let (name, port) = split_host(&host);
+        if name.is_empty() {
+            return false;
+        }
+        let listed = self.allowed.iter().any(|a| {
+            let (an, ap) = split_host(a);
+            an == name && (ap.is_none() || ap == port)
+        });
+        if listed {
+            return true;
+        }
+        let localhost = name == "localhost" || name.ends_with(".localhost");
+        let ip = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .ok();
+        match self.listen {
+            // Nested in a service: any address (a page can reach an
+            // address only by naming it), and the loopback names.
+            None => ip.is_some() || localhost,
+            Some(addr) if addr.ip().is_unspecified() => ip.is_some() || localhost,
+            Some(addr) => ip == Some(addr.ip()) || (localhost && addr.ip().is_loopback()),
+        }
+    }
+}
+
+/// `name[:port]` (`[v6]:port` too) into the name and the port.
+fn split_host(host: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = host.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((v6, tail)) => (
+                &host[..v6.len() + 2],
+                tail.strip_prefix(':').filter(|p| !p.is_empty()),
+            ),
+            None => (host, None),
+        };
+    }
+    match host.rsplit_once(':') {
+        // A bare IPv6 address has several colons: no port.
+        Some((name, port)) if !name.contains(':') => (name, Some(port)),
+        _ => (host, None),
+    }
 }
 
 /// A batch's first sighting by this server, for its rate and time left.
@@ -205,6 +316,7 @@ pub(crate) struct App {
     base: String,
     read_only: bool,
     auth: Option<Auth>,
+    hosts: Hosts,
     samples: Mutex<HashMap<(usize, String), Sample>>,
 }
 
@@ -250,6 +362,7 @@ pub fn router(config: WebConfig) -> Router {
         base: config.base_path,
         read_only: config.read_only,
         auth: config.auth,
+        hosts: config.hosts,
         samples: Mutex::new(HashMap::new()),
     });
     Router::new()
@@ -258,11 +371,16 @@ pub fn router(config: WebConfig) -> Router {
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/retry", post(pages::retry))
         .route("/jobs/{id}/cancel", post(pages::cancel))
+        .route("/jobs/{id}/signal", post(pages::signal))
         .route("/failed", get(pages::failed))
         .route("/failed/retry", post(pages::retry_selected))
-        .route("/failed/retry-all", post(pages::retry_all))
+        .route(
+            "/failed/retry-all",
+            get(pages::retry_all_confirm).post(pages::retry_all),
+        )
         .route("/batches", get(pages::batches))
         .route("/batches/{id}", get(pages::batch))
+        .route("/batches/{id}/item", get(pages::item))
         .route("/workflows", get(pages::workflows))
         .route("/workflows/{id}", get(pages::workflow))
         .route("/workflows/{id}/cancel", post(pages::cancel_workflow))
@@ -276,11 +394,14 @@ pub fn router(config: WebConfig) -> Router {
         .route("/requests", get(pages::requests))
         .route("/assets/app.js", get(view::script))
         .route("/assets/app.css", get(view::style))
+        .route("/assets/icon.svg", get(view::icon))
+        .route("/favicon.ico", get(view::icon))
         .fallback(pages::not_found)
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             security::guard,
         ))
+        .layer(axum::middleware::from_fn(security::headers))
         .with_state(app)
 }
 

@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use gaffer_actors::EngineError;
 use gaffer_actors::engine::intake::{IntakeOp, RequestProgress};
 use gaffer_actors::layout::{inspect, keys, records};
-use gaffer_ops::report::{DeadRow, JobRow, Stats};
+use gaffer_ops::report::{DeadRow, JobDetail, JobRow, Stats};
 use gaffer_ops::{OpsError, StateFilter, act};
 use maud::{Markup, html};
 
@@ -28,6 +28,10 @@ pub use workflows::*;
 
 /// Rows a listing shows per page.
 const PAGE: usize = 50;
+/// Most finished jobs a state's count counts per type (then `N+`).
+const COUNT_CAP: usize = 1000;
+/// Most failed jobs per type the confirmation of Retry all reads.
+const PREVIEW_CAP: usize = 1000;
 /// How often the live part of a page refreshes.
 const REFRESH_MS: u32 = 1500;
 /// How long a submit waits for the engine's answer before it shows the
@@ -74,6 +78,7 @@ impl<T> OrFail<T> for Result<T, OpsError> {
             let status = match &e {
                 OpsError::JobNotFound(_)
                 | OpsError::BatchNotFound(_)
+                | OpsError::ItemNotFound { .. }
                 | OpsError::WorkflowNotFound(_) => StatusCode::NOT_FOUND,
                 OpsError::Engine(
                     EngineError::JobNotFound(_)
@@ -200,7 +205,7 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     let inner = html! {
         h2 { "Writer" }
         table {
-            tr { @if sharded { th { "Shard" } } th { "Store" } th { "Status" } th { "Heartbeat age" } th { "Writer epoch" } th { "Durable seq" } }
+            tr { @if sharded { th { "Shard" } } th { "Store" } th { "Status" } th.n { "Heartbeat age" } th.n { "Writer epoch" } th.n { "Durable seq" } }
             @for (i, url, h) in &health {
                 tr {
                     @if sharded { td { (i) } }
@@ -214,6 +219,7 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
         }
         h2 { "Queues" }
         (queue_table(&app, &stats, &paused, false))
+        (internal_queues(&stats))
         h2 { "Finished per minute, last hour" }
         (chart::draw("all types", &total, 720, 140))
         @if capped { p.note #catching-up { "Still counting the hour's finished jobs (" (CHART_BUDGET) " per type and result per refresh): the chart fills in over the next refreshes." } }
@@ -226,16 +232,32 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     Ok(respond(&app, &q, "Overview", "/", html! {}, inner))
 }
 
+/// The engine's own queues, apart from the user's: the intake of
+/// requests from other processes (its dead letters are requests an older
+/// engine refused; this one answers a refusal instead).
+fn internal_queues(stats: &Stats) -> Markup {
+    html! {
+        @for row in stats.queues.iter().filter(|r| r.kind == "intake") {
+            p.note.internal #internal-queues {
+                "The engine's own: requests from other processes (" code { (row.queue) } "): "
+                (row.pending + row.scheduled) " waiting, " (row.running) " being applied"
+                @if row.dead > 0 { ", " (row.dead) " refused by an older engine (kept as dead letters)" }
+                ". Not user work: not counted above, not listed as jobs."
+            }
+        }
+    }
+}
+
 fn queue_table(app: &App, stats: &Stats, paused: &BTreeSet<String>, actions: bool) -> Markup {
     html! {
-        @if stats.queues.is_empty() { p.note { "No queues yet." } } @else {
+        @if stats.queues.iter().all(|r| r.kind == "intake") { p.note { "No queues yet." } } @else {
             table #queues {
                 tr {
                     th { "Queue" } th { "Kind" } th.n { "Pending" } th.n { "Scheduled" } th.n { "Running" }
                     th.n { "Done" } th.n { "Dead" } th { "Paused" }
                     @if actions && !app.read_only { th {} }
                 }
-                @for row in &stats.queues {
+                @for row in stats.queues.iter().filter(|r| r.kind != "intake") {
                     @let is_paused = row.kind == "job" && paused.contains(&row.name);
                     tr data-queue=(row.name) {
                         td { a href=(link(app, "/jobs", &[("type", &row.name)])) { (row.name) } }
@@ -353,15 +375,36 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
             .map(f)
             .sum()
     };
-    let counts: BTreeMap<&str, i64> = [
+    // Each count counts what its list shows: live states from the
+    // queues' counters (the lists read the same queues), finished ones
+    // from the finished-jobs index the lists page through (capped).
+    let mut counts: BTreeMap<&str, String> = [
         ("running", count(&|r| r.running)),
         ("queued", count(&|r| r.pending)),
         ("scheduled", count(&|r| r.scheduled)),
         ("dead", count(&|r| r.dead)),
-        ("succeeded", count(&|r| r.done)),
     ]
     .into_iter()
+    .map(|(k, n)| (k, n.max(0).to_string()))
     .collect();
+    for (name, f) in [
+        ("succeeded", StateFilter::Succeeded),
+        ("failed", StateFilter::Failed),
+        ("cancelled", StateFilter::Cancelled),
+    ] {
+        let (mut n, mut more) = (0, false);
+        for sh in &app.shards {
+            match sh.store.count_ended(ty, f, COUNT_CAP).await {
+                Ok((c, m)) => {
+                    n += c;
+                    more |= m;
+                }
+                Err(OpsError::IndexNotReady) => {}
+                Err(e) => return Err(Err::<(), _>(e).or_fail(&app).unwrap_err()),
+            }
+        }
+        counts.insert(name, if more { format!("{n}+") } else { n.to_string() });
+    }
     type Listed = (Vec<(Option<usize>, JobRow)>, Option<(usize, String)>);
     let (rows, next): Listed = match (shard, app.shards.len()) {
         (Some(_), _) | (None, 1) => {
@@ -403,7 +446,7 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
             div { label for="q" { "Job id or idempotency key" } input #q name="q" size="50"; }
             button.secondary type="submit" { "Find" }
         }
-        p.note { "Counts: the queues' counters (succeeded: done since the queue was created). Live jobs first, then finished ones newest first." }
+        p.note { "Live jobs first (running, queued, scheduled: the queues' counters count them), then finished ones newest first (counted up to " (COUNT_CAP) " per type). Batch items are listed while queued, running or dead; a batch's page lists its settled items." }
     };
     let sharded = app.shards.len() > 1;
     let inner = html! {
@@ -438,6 +481,24 @@ fn merge_jobs(jobs: &mut [(Option<usize>, JobRow)]) {
     });
 }
 
+/// Where a listed job's page is: a batch item's (it has no run records)
+/// by its batch and key, any other job's by its id.
+fn job_href(app: &App, id: &str, batch: Option<&str>, key: Option<&str>) -> String {
+    match (batch, key) {
+        (Some(b), Some(k)) => item_href(app, b, k),
+        _ => app.href(&format!("/jobs/{}", seg(id))),
+    }
+}
+
+/// The page of the item `key` of batch `batch`.
+fn item_href(app: &App, batch: &str, key: &str) -> String {
+    link(
+        app,
+        &format!("/batches/{}/item", seg(batch)),
+        &[("key", key)],
+    )
+}
+
 fn job_rows(app: &App, rows: &[(Option<usize>, JobRow)], sharded: bool) -> Markup {
     html! {
         @if rows.is_empty() { p.note { "No jobs." } } @else {
@@ -446,7 +507,7 @@ fn job_rows(app: &App, rows: &[(Option<usize>, JobRow)], sharded: bool) -> Marku
                 @for (shard, j) in rows {
                     tr {
                         @if sharded { td { (shard.map(|s| s.to_string()).unwrap_or_default()) } }
-                        td { a href=(app.href(&format!("/jobs/{}", seg(&j.id)))) { (j.id) } }
+                        td.id { a href=(job_href(app, &j.id, j.batch.as_deref(), j.key.as_deref())) { (j.id) } }
                         td {
                             (j.job_type)
                             @if let (Some(b), Some(k)) = (&j.batch, &j.key) {
@@ -455,7 +516,7 @@ fn job_rows(app: &App, rows: &[(Option<usize>, JobRow)], sharded: bool) -> Marku
                         }
                         td { (state(j.state)) }
                         td.n { (j.attempts) }
-                        td { (j.at_ms.map(time).unwrap_or_default()) }
+                        td.at { (j.at_ms.map(time).unwrap_or_default()) }
                         td.err { (j.error.as_deref().unwrap_or("")) }
                     }
                 }
@@ -466,31 +527,96 @@ fn job_rows(app: &App, rows: &[(Option<usize>, JobRow)], sharded: bool) -> Marku
 
 // --------------------------------------------------------------------- job
 
-/// `GET /jobs/{id}`: one job, with Retry and Cancel where they apply.
+/// The job `id` and the shard that holds it: the shard of its id first;
+/// a batch item's delivery (its queue job id says nothing of its shard,
+/// its batch's does) is looked for on the others after.
+async fn find_job<'a>(app: &'a App, id: &str) -> Result<(&'a Shard, JobDetail), Fail> {
+    if !keys::is_valid_id(id) {
+        return Err(missing(app, format!("No job `{id}`: not a job id.")));
+    }
+    let first = app.shard_of(id);
+    let others = app.shards.iter().filter(|s| s.index != first.index);
+    let mut last = None;
+    for sh in std::iter::once(first).chain(others) {
+        match sh.store.job(id).await {
+            Ok(d) => return Ok((sh, d)),
+            Err(OpsError::JobNotFound(_)) => last = Some(OpsError::JobNotFound(id.to_string())),
+            Err(e) => return Err(Err::<(), _>(e).or_fail(app).unwrap_err()),
+        }
+    }
+    Err(
+        Err::<(), _>(last.unwrap_or_else(|| OpsError::JobNotFound(id.to_string())))
+            .or_fail(app)
+            .unwrap_err(),
+    )
+}
+
+/// `GET /jobs/{id}`: one job, with the actions that apply to it.
 pub async fn job(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
     Query(q): Q,
 ) -> Result<Response, Fail> {
-    if !keys::is_valid_id(&id) {
-        return Err(missing(&app, format!("No job `{id}`: not a job id.")));
+    let (sh, d) = find_job(&app, &id).await?;
+    Ok(job_page(&app, sh, &d, &q, &format!("Job {}", d.id)))
+}
+
+/// `GET /batches/{id}/item?key=K`: one item of a batch, whatever became of
+/// its delivery (its queue job while the queue keeps it, else its marker).
+pub async fn item(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Result<Response, Fail> {
+    if keys::check_batch_id(&id).is_err() {
+        return Err(missing(&app, format!("No batch `{id}`: not a batch id.")));
     }
+    let Some(key) = q.iter().find(|(k, _)| k == "key").map(|(_, v)| v.clone()) else {
+        return Err(bad(&app, "name the item: ?key=…"));
+    };
     let sh = app.shard_of(&id);
-    let d = sh.store.job(&id).await.or_fail(&app)?;
-    let retryable = matches!(d.state, "failed" | "cancelled" | "dead");
+    let d = sh.store.item(&id, &key).await.or_fail(&app)?;
+    Ok(job_page(
+        &app,
+        sh,
+        &d,
+        &q,
+        &format!("Item {key} of batch {id}"),
+    ))
+}
+
+/// A job's (or an item's) page: its fields, the actions that apply, its
+/// error or output, payload and attempts.
+fn job_page(app: &App, sh: &Shard, d: &JobDetail, q: &[(String, String)], title: &str) -> Response {
+    let item = d.batch.is_some() && d.key.is_some();
+    // Retry only where the engine can apply it: a failed or cancelled job
+    // whose payload the queue keeps, not a workflow step (retried with its
+    // workflow) nor a batch item (run the batch again).
+    let retryable = d.retryable && !item;
     let cancellable = matches!(d.state, "queued" | "scheduled" | "waiting" | "running");
+    let ended = matches!(d.state, "failed" | "cancelled" | "dead");
     let opt = |v: Option<u64>| v.map(time);
+    let due_label = if d.waiting_for.is_some() {
+        "Times out at"
+    } else {
+        "Due at"
+    };
     let inner = html! {
         dl.fields #job {
             dt { "Id" } dd #job-id { (d.id) }
-            @if let Some(j) = &d.job_id { dt { "Queue job" } dd { (j) } }
-            dt { "Type" } dd { a href=(link(&app, "/jobs", &[("type", &d.job_type)])) { (d.job_type) } }
+            @if let Some(j) = d.job_id.as_ref().filter(|j| **j != d.id) { dt { "Queue job" } dd { (j) } }
+            dt { "Type" } dd { a href=(link(app, "/jobs", &[("type", &d.job_type)])) { (d.job_type) } }
             dt { "State" } dd #job-state { (state(d.state)) }
+            @if let Some(signal) = &d.waiting_for { dt { "Waits for" } dd #waits-for { "the signal " code { (signal) } } }
             dt { "Attempts" } dd { (d.attempts) }
             @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
             @if let Some(b) = &d.batch { dt { "Batch" } dd { a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } } }
-            @if let Some(k) = &d.key { dt { "Item key" } dd { (k) } }
-            @for (name, v) in [("Submitted", opt(d.submitted_at_ms)), ("Enqueued", opt(d.enqueued_at_ms)), ("Claimed", opt(d.claimed_at_ms)), ("Run at", opt(d.run_at_ms)), ("Finished", opt(d.finished_at_ms))] {
+            @if let (Some(b), Some(k)) = (&d.batch, &d.key) { dt { "Item key" } dd { a href=(item_href(app, b, k)) { (k) } } }
+            @if let Some(w) = &d.workflow {
+                dt { "Workflow" }
+                dd { a href=(app.href(&format!("/workflows/{}", seg(w)))) { (w) } @if let Some(st) = &d.step { " (step " code { (st) } ")" } }
+            }
+            @for (name, v) in [("Submitted", opt(d.submitted_at_ms)), ("Enqueued", opt(d.enqueued_at_ms)), ("Claimed", opt(d.claimed_at_ms)), (due_label, opt(d.run_at_ms)), ("Finished", opt(d.finished_at_ms))] {
                 @if let Some(v) = v { dt { (name) } dd { (v) " UTC" } }
             }
             @if let Some(k) = &d.failure_kind { dt { "Failure" } dd { (k) } }
@@ -499,14 +625,32 @@ pub async fn job(
                 dd { @for f in &d.followups { a href=(app.href(&format!("/jobs/{}", seg(f)))) { (f) } " " } }
             }
         }
-        @if !app.read_only && (retryable || cancellable) {
-            p {
+        @if !app.read_only {
+            p #actions {
                 @if retryable {
                     form.inline method="post" action=(app.href(&format!("/jobs/{}/retry", seg(&d.id)))) { button #retry type="submit" { "Retry" } }
                     " "
                 }
-                @if cancellable {
+                @if let (Some(w), true) = (&d.workflow, ended) {
+                    form.inline method="post" action=(app.href(&format!("/workflows/{}/retry", seg(w)))) { button #retry-workflow type="submit" { "Retry the workflow" } }
+                    " "
+                }
+                @if cancellable && !item {
                     form.inline method="post" action=(app.href(&format!("/jobs/{}/cancel", seg(&d.id)))) { button.danger #cancel type="submit" { "Cancel" } }
+                }
+            }
+            @if item && ended {
+                p.note #item-retry { "A batch item is not retried alone: run the batch again (" a href=(app.href(&format!("/batches/{}", seg(d.batch.as_deref().unwrap_or(""))))) { "its page" } "): its failed items run, its succeeded ones answer from their records." }
+            } @else if ended && !retryable && d.workflow.is_none() {
+                p.note #no-retry { "Not retryable: the queue no longer keeps its payload (cancelled while it was queued or waiting, or a dead letter past the queue's retention)." }
+            }
+            @if let Some(signal) = &d.waiting_for {
+                form.signal method="post" action=(app.href(&format!("/jobs/{}/signal", seg(&d.id)))) #signal {
+                    h2 { "Send the signal" }
+                    p { label for="signal-name" { "Signal" } input #signal-name name="name" value=(signal) required; }
+                    p { label for="signal-payload" { "Payload (JSON, as the job decodes it)" } textarea #signal-payload name="payload" { "null" } }
+                    button type="submit" { "Send" }
+                    span.note { " As " code { "gaffer signal" } " sends it: the first signal of a name stands." }
                 }
             }
         }
@@ -514,10 +658,11 @@ pub async fn job(
         @if let Some(o) = &d.output { h2 { "Output" } pre #output { (serde_json::to_string_pretty(o).unwrap_or_default()) } }
         @if let Some(b) = &d.output_blob { h2 { "Output" } p { "In the object " code { (b) } } }
         h2 { "Payload" }
+        @if let Some(from) = &d.payload_source { p.note #payload-source { "From the dead letter of its earlier attempts (" code { (from) } "): a retry runs the same payload." } }
         @match (&d.payload, &d.payload_ref) {
             (Some(p), _) => pre #payload { (payload(p)) },
             (None, Some(r)) => p { "In the object " code { (r) } },
-            (None, None) => p.note { "The queue no longer keeps it." },
+            (None, None) => p.note #no-payload { (no_payload(d)) },
         }
         @if !d.history.is_empty() {
             h2 { "Attempts" }
@@ -526,28 +671,39 @@ pub async fn job(
                 @for a in &d.history {
                     tr {
                         td.n { (a.attempt) } td { (a.outcome) }
-                        td { (a.claimed_at_ms.map(time).unwrap_or_default()) }
-                        td { (time(a.recorded_at_ms)) }
+                        td.at { (a.claimed_at_ms.map(time).unwrap_or_default()) }
+                        td.at { (time(a.recorded_at_ms)) }
                         td.err { (a.error.as_deref().unwrap_or("")) }
                     }
                 }
             }
         }
     };
-    Ok(respond(
-        &app,
-        &q,
-        &format!("Job {}", d.id),
-        "/jobs",
-        html! {},
-        inner,
-    ))
+    respond(app, q, title, "/jobs", html! {}, inner)
+}
+
+/// Why a job's page shows no payload.
+fn no_payload(d: &JobDetail) -> &'static str {
+    match d.state {
+        "succeeded" if d.batch.is_some() => {
+            "Not kept: the queue deletes an item's delivery, and its payload, when it succeeds."
+        }
+        "succeeded" => {
+            "Not kept: the queue deletes a job's delivery, and its payload, when it succeeds."
+        }
+        "cancelled" => {
+            "Not kept: a job cancelled while it was queued or waiting leaves the queue with its payload."
+        }
+        _ => "Not kept: the queue no longer keeps its delivery (past its retention).",
+    }
 }
 
 // ----------------------------------------------------------------- actions
 
-/// `GET /failed`: dead letters with their failure, to retry one, the
-/// selected, or all that match the filter.
+/// `GET /failed`: dead letters with their failure, each with the action
+/// that applies to it: retry a job (one, the selected, or all that match
+/// the filter, once confirmed); a workflow step's workflow; a batch
+/// item's batch to run again. The engine's own intake queue is not listed.
 pub async fn failed(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
     let ty = arg(&q, "type");
     let since = since_minutes(&app, &q)?;
@@ -574,28 +730,44 @@ pub async fn failed(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response
     let since_s = since.map(|m| m.to_string()).unwrap_or_default();
     let sharded = app.shards.len() > 1;
     let actions = !app.read_only;
+    let any_job = rows
+        .iter()
+        .any(|d| d.batch.is_none() && d.workflow.is_none());
     let table = html! {
-                table #dead {
-                    tr {
-                        @if actions { th { input #select-all type="checkbox" title="select all"; } }
-                        @if sharded { th { "Shard" } }
-                        th { "Id" } th { "Type" } th.n { "Attempts" } th { "Failed (UTC)" } th { "Kind" } th { "Error" }
-                        @if actions { th {} }
-                    }
-                    @for d in &rows {
-                        tr {
-                            @if actions { td { input type="checkbox" name="id" value=(d.id); } }
-                            @if sharded { td { (d.shard.map(|s| s.to_string()).unwrap_or_default()) } }
-                            td { a href=(app.href(&format!("/jobs/{}", seg(&d.id)))) { (d.id) } }
-                            td { (d.job_type) @if let (Some(b), Some(k)) = (&d.batch, &d.key) { " (" (b) " / " (k) ")" } }
-                            td.n { (d.attempts) }
-                            td { (d.failed_at_ms.map(time).unwrap_or_default()) }
-                            td { (d.failure_kind.as_deref().unwrap_or("")) }
-                            td.err { (d.error.as_deref().unwrap_or("")) }
-                            @if actions { td { button.secondary type="submit" name="one" value=(d.id) { "Retry" } } }
+        div.wide {
+            table #dead {
+                tr {
+                    @if actions { th { @if any_job { input #select-all type="checkbox" title="select all"; } } }
+                    @if sharded { th { "Shard" } }
+                    th { "Id" } th { "Type" } th.n { "Attempts" } th { "Failed (UTC)" } th { "Kind" } th { "Error" }
+                    @if actions { th {} }
+                }
+                @for d in &rows {
+                    @let item = d.batch.as_deref().zip(d.key.as_deref());
+                    tr data-id=(d.id) {
+                        @if actions { td { @if item.is_none() && d.workflow.is_none() { input type="checkbox" name="id" value=(d.id); } } }
+                        @if sharded { td { (d.shard.map(|s| s.to_string()).unwrap_or_default()) } }
+                        td.id { a href=(job_href(&app, &d.id, d.batch.as_deref(), d.key.as_deref())) { (d.id) } }
+                        td { (d.job_type) @if let Some((b, k)) = item { " (" a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } " / " (k) ")" } }
+                        td.n { (d.attempts) }
+                        td.at { (d.failed_at_ms.map(time).unwrap_or_default()) }
+                        td { (d.failure_kind.as_deref().unwrap_or("")) }
+                        td.err { (d.error.as_deref().unwrap_or("")) }
+                        @if actions {
+                            td.action {
+                                @if let Some((b, _)) = item {
+                                    a.batch-link href=(app.href(&format!("/batches/{}", seg(b)))) title="A batch item is retried by running its batch again" { "Batch →" }
+                                } @else if let Some(w) = &d.workflow {
+                                    button.secondary.retry-workflow type="submit" formaction=(app.href(&format!("/workflows/{}/retry", seg(w)))) title="A step is retried with its workflow" { "Retry workflow" }
+                                } @else {
+                                    button.secondary type="submit" name="one" value=(d.id) { "Retry" }
+                                }
+                            }
                         }
                     }
                 }
+            }
+        }
     };
     let body = html! {
         form.filters method="get" action=(app.href("/failed")) {
@@ -604,19 +776,21 @@ pub async fn failed(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response
             button type="submit" { "Filter" }
         }
         @if actions {
-            form.filters method="post" action=(app.href("/failed/retry-all")) {
+            form.filters method="get" action=(app.href("/failed/retry-all")) {
                 input type="hidden" name="type" value=(ty.unwrap_or(""));
                 input type="hidden" name="since" value=(since_s);
                 button.danger #retry-all type="submit" {
-                    "Retry all failed jobs of " (ty.unwrap_or("every type"))
+                    "Retry all failed jobs of " (ty.unwrap_or("every job type"))
                     @if let Some(m) = since { " from the last " (m) " minutes" }
+                    "…"
                 }
+                span.note { "Shows what it will retry and asks first." }
             }
         }
         @if rows.is_empty() { p.note { "No dead letters." } } @else if actions {
             form method="post" action=(app.href("/failed/retry")) {
                 (table)
-                button #retry-selected type="submit" { "Retry selected" }
+                @if any_job { button #retry-selected type="submit" { "Retry selected" } }
             }
         } @else {
             (table)
@@ -677,6 +851,7 @@ pub async fn queues(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response
     let listed: BTreeSet<&str> = stats.queues.iter().map(|r| r.name.as_str()).collect();
     let inner = html! {
         (queue_table(&app, &stats, &paused, true))
+        (internal_queues(&stats))
         @let others: Vec<&String> = paused.iter().filter(|p| !listed.contains(p.as_str())).collect();
         @if !others.is_empty() {
             p #paused-others { "No queue yet: " @for p in others { code { (p) } " " (state("paused")) " " } }

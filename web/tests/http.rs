@@ -294,7 +294,13 @@ async fn failed_jobs_are_retried_selected_or_all_that_match_and_queues_pause() {
         .unwrap();
     assert!(h.join().await.unwrap().is_err());
     fix.0.store(true, Ordering::SeqCst);
-    let a = post(&app, "/failed/retry-all", "type=flaky&since=60").await;
+    common::eventually("the dashboard sees the new failure", async || {
+        let a = post(&app, "/failed/retry-all", "type=flaky&since=60").await;
+        assert_eq!(a.status, StatusCode::OK, "it asks first");
+        a.body.contains("<strong id=\"will-retry\">1</strong>")
+    })
+    .await;
+    let a = post(&app, "/failed/retry-all", "type=flaky&since=60&confirm=yes").await;
     assert_eq!(a.location.matches("r=").count(), 1, "one request");
     let page = fate(&app, &a.location, "applied", None).await;
     assert!(
@@ -534,5 +540,558 @@ async fn a_batch_shows_its_progress_items_and_failed_keys_under_a_prefix() {
     let overview = get(&app, "/admin/jobs").await;
     assert_eq!(overview.status, StatusCode::OK);
     assert!(overview.body.contains("src=\"/admin/jobs/assets/app.js\""));
+    engine.shutdown().await.unwrap();
+}
+
+/// A GET that names the host it was sent to (as every browser does).
+async fn get_on(app: &Router, host: &str, path: &str) -> Answer {
+    let req = Request::get(path)
+        .header(header::HOST, host)
+        .body(Body::empty())
+        .unwrap();
+    send(app, req).await
+}
+
+/// The number in `(N)` after the tab `name` of the jobs page.
+fn tab_count(page: &str, name: &str) -> String {
+    let at = page
+        .find(&format!(">{name} ("))
+        .unwrap_or_else(|| panic!("no tab {name} in {page}"));
+    let rest = &page[at + name.len() + 3..];
+    rest[..rest.find(')').unwrap()].to_string()
+}
+
+/// The rows of the table `#id` (its header row not counted).
+fn rows_of(page: &str, id: &str) -> usize {
+    match page.find(&format!("<table id=\"{id}\"")) {
+        None => 0,
+        Some(at) => {
+            let table = &page[at..at + page[at..].find("</table>").unwrap()];
+            table.matches("<tr").count() - 1
+        }
+    }
+}
+
+/// Every `href` of the page that starts with `prefix`.
+fn hrefs(page: &str, prefix: &str) -> Vec<String> {
+    page.split("href=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .filter(|h| h.starts_with(prefix))
+        .map(|h| h.replace("&amp;", "&"))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_response_forbids_framing_sniffing_and_any_script_or_style_but_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    let batch = engine.batch::<common::Double>("framed").unwrap();
+    batch.run(0..5u64).await.unwrap();
+    let refused = Request::post("/queues/ping/pause")
+        .header("sec-fetch-site", "cross-site")
+        .body(Body::empty())
+        .unwrap();
+    let mut answers = Vec::new();
+    for path in [
+        "/",
+        "/jobs",
+        "/batches",
+        "/batches/framed",
+        "/queues",
+        "/assets/app.js",
+        "/no/such/page",
+    ] {
+        answers.push((path.to_string(), get(&app, path).await));
+    }
+    answers.push(("a refused POST".into(), send(&app, refused).await));
+    for (what, a) in &answers {
+        let h = |name: &str| {
+            a.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_else(|| panic!("{what}: no {name}"))
+                .to_string()
+        };
+        let csp = h("content-security-policy");
+        for directive in [
+            "frame-ancestors 'none'",
+            "default-src 'none'",
+            "script-src 'self'",
+            "style-src 'self'",
+        ] {
+            assert!(csp.contains(directive), "{what}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline"), "{what}: {csp}");
+        assert_eq!(h("x-frame-options"), "DENY", "{what}");
+        assert_eq!(h("x-content-type-options"), "nosniff", "{what}");
+        assert_eq!(h("referrer-policy"), "same-origin", "{what}");
+        // Nothing inline the policy would block: no style attribute, no
+        // script without a source, no event handler attribute.
+        assert!(!a.body.contains(" style="), "{what}: an inline style");
+        assert!(!a.body.contains("<style"), "{what}: a style element");
+        assert!(!a.body.contains("<script>"), "{what}: an inline script");
+        assert!(!a.body.contains(" onclick="), "{what}: a handler");
+    }
+    // An icon, so that no page asks for one in vain.
+    let page = get(&app, "/").await.body;
+    let icon = hrefs(&page, "/assets/icon");
+    assert_eq!(icon.len(), 1, "one icon link: {page}");
+    for path in [icon[0].as_str(), "/favicon.ico"] {
+        let a = get(&app, path).await;
+        assert_eq!(a.status, StatusCode::OK, "{path}");
+        assert_eq!(a.headers[header::CONTENT_TYPE], "image/svg+xml", "{path}");
+        assert!(a.body.starts_with("<svg"), "{path}");
+    }
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_for_a_host_the_dashboard_is_not_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    engine
+        .submit(Ping { n: 1 })
+        .await
+        .unwrap()
+        .join()
+        .await
+        .unwrap()
+        .unwrap();
+    let app = router(dir.path()).await;
+    for host in ["127.0.0.1:8080", "localhost:8080", "[::1]:8080", "10.0.0.7"] {
+        assert_eq!(
+            get_on(&app, host, "/").await.status,
+            StatusCode::OK,
+            "{host}"
+        );
+    }
+    // A DNS-rebinding page: its own name, now pointing at this server.
+    for host in [
+        "evil.example",
+        "evil.example:8080",
+        "localhost.evil.example",
+    ] {
+        let a = get_on(&app, host, "/queues").await;
+        assert_eq!(a.status, StatusCode::MISDIRECTED_REQUEST, "{host}");
+        assert!(a.body.contains("--allowed-host"), "{}", a.body);
+        assert!(!a.body.contains("data-queue"), "no data for {host}");
+    }
+    // Its POST: same-origin to the browser, Origin and Host the rebound
+    // name. Refused, and nothing is paused.
+    let req = Request::post("/queues/ping/pause")
+        .header(header::HOST, "evil.example:8080")
+        .header("origin", "http://evil.example:8080")
+        .header("sec-fetch-site", "same-origin")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        send(&app, req).await.status,
+        StatusCode::MISDIRECTED_REQUEST
+    );
+    let a = post(&app, "/queues/ping/pause", "").await;
+    fate(&app, &a.location, "applied", None).await;
+    let paused = "<td class=\"paused\"><span class=\"state paused\">";
+    common::eventually("ping shows paused", async || {
+        get(&app, "/queues").await.body.contains(paused)
+    })
+    .await;
+    let page = get(&app, "/queues").await.body;
+    assert_eq!(
+        page.matches(paused).count(),
+        1,
+        "only the request from the dashboard: {page}"
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_request_is_answered_and_never_shown_as_user_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    for _ in 0..3 {
+        let a = post(&app, "/submit", "type=nosuchtype&payload=%7B%7D").await;
+        assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
+    }
+    let a = post(&app, "/jobs/01NOSUCHJOB0000000000000000/cancel", "").await;
+    fate(&app, &a.location, "refused", None).await;
+    let failed = get(&app, "/failed").await.body;
+    assert!(failed.contains("No dead letters."), "{failed}");
+    let dead = get(&app, "/jobs?state=dead").await.body;
+    assert_eq!(rows_of(&dead, "jobs"), 0, "{dead}");
+    assert_eq!(tab_count(&dead, "dead"), "0", "{dead}");
+    for path in ["/", "/queues"] {
+        let page = get(&app, path).await.body;
+        assert!(
+            !page.contains("data-queue=\"client requests\""),
+            "{path}: {page}"
+        );
+        assert!(
+            !page.contains("refused by an older engine"),
+            "{path}: {page}"
+        );
+    }
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_link_to_a_batch_item_leads_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    let batch = engine.batch::<common::Double>("linked").unwrap();
+    let report = batch.run(0..20u64).await.unwrap();
+    assert_eq!((report.succeeded, report.failed), (19, 1));
+    common::eventually("the batch is settled on its page", async || {
+        get(&app, "/batches/linked").await.body.contains("20 / 20")
+    })
+    .await;
+    let page = get(&app, "/batches/linked").await.body;
+    let items: Vec<String> = hrefs(&page, "/batches/linked/item");
+    assert_eq!(items.len(), 20, "a link per settled item: {page}");
+    for href in &items {
+        let a = get(&app, href).await;
+        assert_eq!(a.status, StatusCode::OK, "{href}: {}", a.body);
+        assert!(a.body.contains("id=\"job-state\""), "{href}");
+    }
+    let failed_item = get(&app, "/batches/linked/item?key=item-13").await.body;
+    assert!(failed_item.contains("state failed"), "{failed_item}");
+    assert!(
+        failed_item.contains("unlucky &lt;b&gt;13&lt;/b&gt;"),
+        "{failed_item}"
+    );
+    let ok_item = get(&app, "/batches/linked/item?key=item-2").await.body;
+    assert!(ok_item.contains("state succeeded"), "{ok_item}");
+    assert!(ok_item.contains("<pre id=\"output\">4</pre>"), "{ok_item}");
+    // The dead item on Jobs → dead and on Failed: its link leads to it.
+    for list in ["/jobs?state=dead", "/failed"] {
+        let page = get(&app, list).await.body;
+        let links: Vec<String> = hrefs(&page, "/")
+            .into_iter()
+            .filter(|h| h.starts_with("/jobs/") || h.contains("/item?"))
+            .collect();
+        assert_eq!(links.len(), 1, "{list}: the dead item: {page}");
+        let a = get(&app, &links[0]).await;
+        assert_eq!(
+            a.status,
+            StatusCode::OK,
+            "{list} → {}: {}",
+            links[0],
+            a.body
+        );
+        assert!(a.body.contains("item-13"), "{}", a.body);
+    }
+    assert_eq!(
+        get(&app, "/batches/linked/item?key=no-such-key")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&app, "/batches/nosuch/item?key=a").await.status,
+        StatusCode::NOT_FOUND
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_retry_button_drawn_is_one_the_engine_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    // A failed job, a failed batch item, a workflow whose first step
+    // failed, a refused client request, and a waiting job cancelled.
+    let job = engine
+        .submit(common::Flaky { text: "job".into() })
+        .await
+        .unwrap();
+    assert!(job.join().await.unwrap().is_err());
+    let batch = engine.batch::<common::Double>("buttons").unwrap();
+    batch.run(10..15u64).await.unwrap();
+    let flow = gaffer::workflow::Workflow::new("buttons")
+        .step(
+            "first",
+            common::Flaky {
+                text: "step".into(),
+            },
+        )
+        .step_after("second", Ping { n: 2 }, ["first"]);
+    let wf = engine.submit_workflow(flow).await.unwrap();
+    assert!(wf.join().await.unwrap().is_err());
+    let a = post(&app, "/submit", "type=nosuchtype&payload=%7B%7D").await;
+    assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let waiting = engine.submit(common::Approve { order: 1 }).await.unwrap();
+    common::eventually("the job waits", async || {
+        engine.status(waiting.id()).await.unwrap() == gaffer::job::JobState::Waiting
+    })
+    .await;
+    engine.cancel(waiting.id()).await.unwrap();
+    common::eventually(
+        "the dashboard lists the job, the item and the step",
+        async || {
+            let b = get(&app, "/failed").await.body;
+            b.contains(job.id())
+                && b.contains(">buttons</a> / item-3")
+                && b.contains("Retry workflow")
+        },
+    )
+    .await;
+    fix.0.store(true, Ordering::SeqCst);
+
+    let page = get(&app, "/failed").await.body;
+    // The item: a link to its batch, nothing to retry it alone.
+    let item_row = page
+        .split("<tr")
+        .find(|r| r.contains(">buttons</a> / item-3"))
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap();
+    assert!(!item_row.contains("<button"), "{item_row}");
+    assert!(!item_row.contains("type=\"checkbox\""), "{item_row}");
+    assert!(item_row.contains("href=\"/batches/buttons\""), "{item_row}");
+    // Every Retry drawn is applied when clicked.
+    let ones: Vec<String> = page
+        .split("name=\"one\" value=\"")
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap().to_string())
+        .collect();
+    assert!(ones.contains(&job.id().to_string()), "{page}");
+    for id in &ones {
+        let a = post(&app, "/failed/retry", &format!("one={id}")).await;
+        fate(&app, &a.location, "applied", None).await;
+    }
+    // The workflow's: the workflow is retried.
+    let actions: Vec<String> = page
+        .split("formaction=\"")
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap().to_string())
+        .collect();
+    assert_eq!(actions, [format!("/workflows/{}/retry", wf.id())], "{page}");
+    let a = post(&app, &actions[0], "").await;
+    fate(&app, &a.location, "applied", None).await;
+    assert!(
+        within_limit(wf.join()).await.unwrap().is_ok(),
+        "the workflow ran on"
+    );
+    // A job's page draws the same.
+    let step = gaffer::workflow::step_id(wf.id(), "first");
+    let page = get(&app, &format!("/jobs/{step}")).await.body;
+    assert!(!page.contains("id=\"retry\""), "{page}");
+    let page = get(&app, &format!("/jobs/{}", waiting.id())).await.body;
+    assert!(page.contains("state cancelled"), "{page}");
+    if page.contains("id=\"retry\"") {
+        let a = post(&app, &format!("/jobs/{}/retry", waiting.id()), "").await;
+        fate(&app, &a.location, "applied", None).await;
+    }
+    engine.shutdown().await.unwrap();
+}
+
+async fn within_limit<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(common::LIMIT, f)
+        .await
+        .expect("within the limit")
+}
+
+#[tokio::test]
+async fn retry_all_says_what_it_will_retry_and_asks_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    for i in 0..2 {
+        let h = engine
+            .submit(common::Flaky {
+                text: format!("r{i}"),
+            })
+            .await
+            .unwrap();
+        assert!(h.join().await.unwrap().is_err());
+    }
+    let flow = gaffer::workflow::Workflow::new("all").step(
+        "only",
+        common::Flaky {
+            text: "step".into(),
+        },
+    );
+    let wf = engine.submit_workflow(flow).await.unwrap();
+    assert!(wf.join().await.unwrap().is_err());
+    common::eventually("the dashboard sees the three failures", async || {
+        get(&app, "/failed")
+            .await
+            .body
+            .matches("<tr data-id=")
+            .count()
+            == 3
+    })
+    .await;
+    let failed = get(&app, "/failed").await.body;
+    assert!(!failed.contains("action=\"/failed/retry-all\" method=\"post\""));
+    for page in [
+        get(&app, "/failed/retry-all?type=flaky").await,
+        post(&app, "/failed/retry-all", "type=flaky").await,
+    ] {
+        assert_eq!(page.status, StatusCode::OK, "asks first: {}", page.location);
+        assert!(
+            page.body.contains("<strong id=\"will-retry\">2</strong>"),
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains("workflow steps"), "{}", page.body);
+        assert!(page.body.contains("Batch items"), "{}", page.body);
+        assert!(page.body.contains("name=\"confirm\" value=\"yes\""));
+    }
+    // Every type: the same two, pipelines not among the types.
+    let every = get(&app, "/failed/retry-all").await.body;
+    assert!(
+        every.contains("<strong id=\"will-retry\">2</strong>"),
+        "{every}"
+    );
+    assert!(!every.contains("data-type=\"double\""), "{every}");
+    fix.0.store(true, Ordering::SeqCst);
+    let a = post(&app, "/failed/retry-all", "type=flaky&confirm=yes").await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER);
+    let page = fate(&app, &a.location, "applied", None).await;
+    assert!(page.contains("retried 2 failed"), "{page}");
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn each_count_counts_what_its_list_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    // Batch items only: none of them is a job of the succeeded list.
+    let batch = engine.batch::<common::Double>("counted").unwrap();
+    batch.run(0..30u64).await.unwrap();
+    // A job that failed once (transiently) before it succeeded.
+    let twice = engine.submit(common::Twice).await.unwrap();
+    assert_eq!(twice.join().await.unwrap().unwrap(), 2);
+    let h = engine
+        .submit(common::Flaky { text: "f".into() })
+        .await
+        .unwrap();
+    assert!(h.join().await.unwrap().is_err());
+    common::eventually("the dashboard sees every job end", async || {
+        let page = get(&app, "/jobs?state=failed").await.body;
+        rows_of(&page, "jobs") == 1
+            && rows_of(&get(&app, "/jobs?state=succeeded").await.body, "jobs") == 1
+            && get(&app, "/").await.body.contains("data-queue=\"double\"")
+    })
+    .await;
+    for state in [
+        "succeeded",
+        "failed",
+        "cancelled",
+        "dead",
+        "queued",
+        "running",
+    ] {
+        let page = get(&app, &format!("/jobs?state={state}")).await.body;
+        let listed = rows_of(&page, "jobs");
+        assert_eq!(
+            tab_count(&page, state),
+            listed.to_string(),
+            "{state}: the count and the list: {page}"
+        );
+    }
+    let page = get(&app, "/jobs?state=succeeded&type=twice").await.body;
+    assert_eq!(tab_count(&page, "succeeded"), "1", "{page}");
+    // Costs read as written: thirty tenths are 3.
+    let list = get(&app, "/batches").await.body;
+    assert!(list.contains("usd=3"), "{list}");
+    assert!(!list.contains("000000"), "{list}");
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_retried_job_keeps_its_earlier_failure_and_its_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    let h = engine
+        .submit(common::Flaky {
+            text: "remember me".into(),
+        })
+        .await
+        .unwrap();
+    assert!(h.join().await.unwrap().is_err());
+    fix.0.store(true, Ordering::SeqCst);
+    let a = post(&app, &format!("/jobs/{}/retry", h.id()), "").await;
+    fate(&app, &a.location, "applied", Some("succeeded")).await;
+    let page = get(&app, &format!("/jobs/{}", h.id())).await.body;
+    assert!(page.contains("state succeeded"), "{page}");
+    let attempts = &page[page.find("id=\"attempts\"").expect("its attempts")..];
+    assert!(
+        attempts.contains("broke on remember me"),
+        "the earlier failure: {page}"
+    );
+    assert!(page.contains("id=\"payload\""), "its payload: {page}");
+    assert!(page.contains("remember me"), "{page}");
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_job_names_its_signal_and_its_timeout_and_takes_the_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    let h = engine.submit(common::Approve { order: 7 }).await.unwrap();
+    common::eventually("the page shows it waiting", async || {
+        get(&app, &format!("/jobs/{}", h.id()))
+            .await
+            .body
+            .contains("state waiting")
+    })
+    .await;
+    let page = get(&app, &format!("/jobs/{}", h.id())).await.body;
+    assert!(
+        page.contains("<dd id=\"waits-for\">the signal <code>approval</code></dd>"),
+        "{page}"
+    );
+    assert!(page.contains("Times out at"), "{page}");
+    assert!(!page.contains("Run at"), "{page}");
+    assert!(page.contains("id=\"signal\""), "a form: {page}");
+    assert!(page.contains("id=\"cancel\""), "{page}");
+    let ro = gaffer_web::router(
+        WebConfig::open(&gaffer::Store::local_dir(dir.path()))
+            .await
+            .unwrap()
+            .read_only(true),
+    );
+    assert!(
+        !get(&ro, &format!("/jobs/{}", h.id()))
+            .await
+            .body
+            .contains("id=\"signal\"")
+    );
+    let path = format!("/jobs/{}/signal", h.id());
+    assert_eq!(
+        post(&ro, &path, "name=approval&payload=null").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        post(&app, &path, "name=approval&payload=%7Bnope")
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    let a = post(
+        &app,
+        &path,
+        &format!("name=approval&payload={}", enc(r#"{"by":"ana"}"#)),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    fate(&app, &a.location, "applied", Some("succeeded")).await;
+    assert_eq!(h.join().await.unwrap().unwrap(), "order 7 approved by ana");
     engine.shutdown().await.unwrap();
 }

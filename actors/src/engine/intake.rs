@@ -17,9 +17,15 @@
 //! meets its own run and is answered as a duplicate, never run twice.
 //!
 //! A request the engine cannot take (undecodable, unknown job type, reserved
-//! header, `InputMismatch` …) is dead-lettered on the intake queue with the
-//! reason: the client reads it as its request's status, operators in
-//! `gaffer dead`. A store error nacks the request: it is tried again.
+//! header, `InputMismatch` …) is answered, not dead-lettered: the intake's
+//! ack commits, in the same transaction, the request's record
+//! (`gaffer/v1/requests/{id}`, see [`RequestFate`]) with the reason, which
+//! the client reads as its request's status. The intake queue is the
+//! engine's own: nothing of a refusal shows as user work (dead letters,
+//! counts). Stores written by an older engine keep their refused requests
+//! as dead letters of the intake queue, and [`request_progress`] reads
+//! those as refused too. A store error nacks the request: it is tried
+//! again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -102,12 +108,54 @@ impl IntakeOp {
     }
 }
 
-/// `gaffer/v1/requests/{request_id}`: what an applied operator request
-/// (not a submission: its job's records say that) came to, written with
-/// the intake's ack and removed by the retention pass once
-/// `request_retention` has passed.
+/// `gaffer/v1/requests/{request_id}`: what a request came to, written
+/// with the intake's ack: an applied operator request's result (not an
+/// applied submission's: its job's records say that), or any refused
+/// request's reason (see [`RequestFate`]). Removed by the retention pass
+/// once `request_retention` has passed.
 pub fn request_result_key(request_id: &str) -> Vec<u8> {
     format!("gaffer/v1/requests/{request_id}").into_bytes()
+}
+
+/// The first byte of a refused request's record: 0xFF never occurs in
+/// UTF-8, so no applied request's result (its text, as every engine has
+/// written it) starts with it.
+const REFUSED_MARK: u8 = 0xFF;
+
+/// A request's record at [`request_result_key`], as stored: an applied
+/// operator request's result as its UTF-8 text (how every engine wrote
+/// it), or a refusal as the byte 0xFF then the reason in UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestFate {
+    /// Applied, with this result.
+    Applied(String),
+    /// Refused, for this reason.
+    Refused(String),
+}
+
+impl RequestFate {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Self::Applied(result) => result.clone().into_bytes(),
+            Self::Refused(reason) => {
+                let mut v = Vec::with_capacity(reason.len() + 1);
+                v.push(REFUSED_MARK);
+                v.extend_from_slice(reason.as_bytes());
+                v
+            }
+        }
+    }
+
+    /// A record read back (any bytes: what is not UTF-8 is shown lossily).
+    pub fn decode(bytes: &[u8]) -> Self {
+        match bytes.split_first() {
+            Some((&REFUSED_MARK, reason)) => {
+                Self::Refused(String::from_utf8_lossy(reason).into_owned())
+            }
+            _ => Self::Applied(String::from_utf8_lossy(bytes).into_owned()),
+        }
+    }
 }
 
 /// A submission from another process (inside [`IntakeOp::Submit`]).
@@ -319,8 +367,9 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
         Ok(op) => op,
         Err(e) => {
             let reason = format!("the request does not decode as a gaffer request: {e}");
-            if let Err(e) = queue.dead_letter(&claim, &reason).await {
-                warn!(request = %claim.id, error = %e, "refusing a client request failed");
+            warn!(request = %claim.id, %reason, "client request refused");
+            if let Err(e) = answer(services, &queue, &claim, RequestFate::Refused(reason)).await {
+                warn!(request = %claim.id, error = %e, "refusing a client request failed; it is taken again after its lease");
             }
             return;
         }
@@ -380,21 +429,11 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     };
     let settled = match applied {
         Ok(None) => queue.ack(&claim).await,
-        Ok(Some(result)) => {
-            // Kept for its sender to read, until `request_retention` passes.
-            let fx = taquba::SettlementEffects::default()
-                .kv_put(request_result_key(&claim.id), result.into_bytes())
-                .expiry_entry(
-                    services.request_expiry(),
-                    services.clock().now_ms(),
-                    claim.id.as_bytes(),
-                );
-            queue.ack_with(&claim, fx).await.map(|_| ())
-        }
+        Ok(Some(result)) => answer(services, &queue, &claim, RequestFate::Applied(result)).await,
         Err(e) => match refusal(&e) {
             Some(reason) => {
                 warn!(request = %claim.id, %reason, "client request refused");
-                queue.dead_letter(&claim, &reason).await
+                answer(services, &queue, &claim, RequestFate::Refused(reason)).await
             }
             None => {
                 warn!(request = %claim.id, error = %e, "applying a client request failed; it is tried again");
@@ -405,6 +444,25 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     if let Err(e) = settled {
         warn!(request = %claim.id, error = %e, "settling a client request failed; it is taken again after its lease");
     }
+}
+
+/// Acknowledge `claim` and record what it came to in the same
+/// transaction, kept for its sender to read until `request_retention`
+/// passes.
+async fn answer(
+    services: &Services,
+    queue: &taquba::Queue,
+    claim: &Claim,
+    fate: RequestFate,
+) -> std::result::Result<(), taquba::Error> {
+    let fx = taquba::SettlementEffects::default()
+        .kv_put(request_result_key(&claim.id), fate.encode())
+        .expiry_entry(
+            services.request_expiry(),
+            services.clock().now_ms(),
+            claim.id.as_bytes(),
+        );
+    queue.ack_with(claim, fx).await.map(|_| ())
 }
 
 /// Submit a client's job through the engine's own submit.
@@ -499,6 +557,8 @@ pub async fn request_progress(
         .await?
         .filter(|job| job.queue.as_str() == intake);
     match job.map(|j| (j.status, j.last_error)) {
+        // Refused by an older engine, which dead-lettered refusals on the
+        // intake queue with the reason.
         Some((JobStatus::Dead, error)) => {
             return Ok(RequestProgress::Refused(
                 error.unwrap_or_else(|| "refused by the engine".into()),
@@ -518,9 +578,44 @@ pub async fn request_progress(
             Some(_) => {}
         },
     }
-    let result = view
-        .kv_get(&request_result_key(request_id))
-        .await?
-        .map(|b| String::from_utf8_lossy(&b).into_owned());
-    Ok(RequestProgress::Applied(result))
+    // The record commits with the ack: taken means it is there (until
+    // its retention passed).
+    Ok(
+        match view
+            .kv_get(&request_result_key(request_id))
+            .await?
+            .map(|b| RequestFate::decode(&b))
+        {
+            Some(RequestFate::Refused(reason)) => RequestProgress::Refused(reason),
+            Some(RequestFate::Applied(result)) => RequestProgress::Applied(Some(result)),
+            None => RequestProgress::Applied(None),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_record_reads_back_as_written_and_old_results_read_as_applied() {
+        for fate in [
+            RequestFate::Applied("`a` paused".into()),
+            RequestFate::Applied(String::new()),
+            RequestFate::Refused("no job type `x` is registered".into()),
+            RequestFate::Refused(String::new()),
+        ] {
+            assert_eq!(RequestFate::decode(&fate.encode()), fate);
+        }
+        // What every engine wrote for an applied request: its text.
+        assert_eq!(
+            RequestFate::decode(b"retried 3 failed `a` jobs"),
+            RequestFate::Applied("retried 3 failed `a` jobs".into())
+        );
+        // Any bytes decode to something.
+        assert_eq!(
+            RequestFate::decode(&[0xFF, 0xC0]),
+            RequestFate::Refused("\u{FFFD}".into())
+        );
+    }
 }

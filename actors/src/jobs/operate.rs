@@ -11,6 +11,43 @@ use crate::layout::keys;
 use crate::layout::records::{self, Outcome};
 use crate::services::Services;
 
+/// Earlier claims a run record keeps at most (as a requeue keeps them).
+const PAST_KEPT: usize = 64;
+
+/// The claims of a run's attempt series that ended as `record` says (its
+/// last claim, claimed at `last_claimed_at`, after the ones the record
+/// keeps), the newest [`PAST_KEPT`]: what a retry's run record carries on.
+fn ended_series(
+    record: &records::OutcomeRecord,
+    last_claimed_at: Option<u64>,
+) -> Vec<records::PastAttempt> {
+    let mut past = record.history.clone();
+    let (how, error) = match &record.outcome {
+        Outcome::Failed { message, .. } => ("dead-lettered", Some(message.clone())),
+        Outcome::Cancelled => ("cancelled", None),
+        Outcome::Succeeded(_) => ("completed", None),
+    };
+    past.push(records::PastAttempt {
+        claim: past.last().map_or(0, |a| a.claim).saturating_add(1),
+        claimed_at_ms: last_claimed_at,
+        ended_at_ms: record.finished_at_ms,
+        how: how.to_string(),
+        error: error.map(|mut e| {
+            if e.len() > 2048 {
+                let mut cut = 2048;
+                while !e.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                e.truncate(cut);
+                e.push('…');
+            }
+            e
+        }),
+    });
+    let skip = past.len().saturating_sub(PAST_KEPT);
+    past.split_off(skip)
+}
+
 impl Services {
     /// Run a failed or cancelled job again: a new attempt series under the
     /// same id, from its original payload and headers, in one transaction
@@ -54,6 +91,9 @@ impl Services {
                  and cancelled steps again and resumes the graph from them"
             )));
         }
+        // The claims of the series that ended stay the run's history: the
+        // new series' outcome record starts with them (as a requeue's do).
+        let past = ended_series(&record, job.claimed_at);
         let job_id = queue.next_job_id();
         let mut headers = job.headers.clone();
         headers.insert(keys::HEADER_RUN.into(), run_id.to_string());
@@ -67,7 +107,7 @@ impl Services {
             job_type: record.job_type.clone(),
             input_hash: record.input_hash,
             submitted_at_ms: self.clock().now_ms(),
-            past: Vec::new(),
+            past,
             wait: None,
             step: None,
         })?;

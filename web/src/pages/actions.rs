@@ -110,30 +110,119 @@ pub(super) fn since_minutes(app: &App, q: &[(String, String)]) -> Result<Option<
     }
 }
 
-/// `POST /failed/retry-all`: every failed job of the filter's type (each
-/// job type without one) that failed in the last `since` minutes (all
-/// without), one request per type and store: the engine retries them.
+/// The job types a Retry all covers: the filter's, else every job type
+/// the stores have (pipelines are not: a batch item runs again with its
+/// batch).
+async fn retry_types(app: &App, form: &[(String, String)]) -> Result<Vec<String>, Fail> {
+    let types = match arg(form, "type") {
+        Some(t) => {
+            type_name(app, t)?;
+            vec![t.to_string()]
+        }
+        None => job_types(app).await?,
+    };
+    if types.is_empty() {
+        return Err(bad(app, "No job type to retry."));
+    }
+    Ok(types)
+}
+
+/// `GET /failed/retry-all?type=&since=` (and a `POST` without
+/// `confirm`): what a Retry all would touch, counted per type, and the
+/// form that confirms it.
+pub async fn retry_all_confirm(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    confirm_page(&app, &q).await
+}
+
+async fn confirm_page(app: &App, form: &[(String, String)]) -> Result<Response, Fail> {
+    let since = since_minutes(app, form)?;
+    let since_ms = since.map_or(0, |m| now_ms().saturating_sub(m * 60_000));
+    let types = retry_types(app, form).await?;
+    let mut rows = Vec::new();
+    for t in &types {
+        let mut total = gaffer_ops::report::RetryPreview {
+            job_type: t.clone(),
+            ..Default::default()
+        };
+        for sh in &app.shards {
+            let p = sh
+                .store
+                .retry_preview(t, since_ms, PREVIEW_CAP)
+                .await
+                .or_fail(app)?;
+            total.retried += p.retried;
+            total.steps += p.steps;
+            total.payload_gone += p.payload_gone;
+            total.more |= p.more;
+        }
+        rows.push(total);
+    }
+    rows.retain(|r| r.retried + r.steps + r.payload_gone > 0 || types.len() == 1);
+    let retried: u64 = rows.iter().map(|r| r.retried).sum();
+    let more = rows.iter().any(|r| r.more);
+    let since_s = since.map(|m| m.to_string()).unwrap_or_default();
+    let plus = |n: u64, more: bool| if more { format!("{n}+") } else { n.to_string() };
+    let jobs = |n: u64, more: bool| {
+        format!(
+            "{} {}",
+            plus(n, more),
+            if n == 1 && !more { "job" } else { "jobs" }
+        )
+    };
+    let body = html! {
+        div.confirm #confirm {
+            p {
+                "Retry all failed jobs of " (arg(form, "type").unwrap_or("every job type"))
+                @if let Some(m) = since { " that failed in the last " (m) " minutes" }
+                ": " strong #will-retry { (plus(retried, more)) } (if retried == 1 && !more { " job runs" } else { " jobs run" }) " again, one request per job type and store."
+            }
+            @if rows.is_empty() { p.note { "No failed job matches." } } @else {
+                table #preview {
+                    tr { th { "Job type" } th.n { "Retried" } th.n { "Skipped: workflow steps" } th.n { "Skipped: payload gone" } }
+                    @for r in &rows {
+                        tr data-type=(r.job_type) {
+                            td { (r.job_type) } td.n.retried { (plus(r.retried, r.more)) } td.n { (r.steps) } td.n { (r.payload_gone) }
+                        }
+                    }
+                }
+            }
+            p.note {
+                "Skipped: workflow steps (retry their workflow from its page: its failed and cancelled steps run again) and jobs whose payload the queue no longer keeps. "
+                "Batch items are not jobs of a type: run their batch again. "
+                @if more { "Counted up to " (PREVIEW_CAP) " failed jobs per type and store; the engine retries them all. " }
+                "The counts are of now: the engine retries what has failed when it applies the request."
+            }
+            @if retried > 0 || more {
+                form method="post" action=(app.href("/failed/retry-all")) {
+                    input type="hidden" name="type" value=(arg(form, "type").unwrap_or(""));
+                    input type="hidden" name="since" value=(since_s);
+                    input type="hidden" name="confirm" value="yes";
+                    button.danger #confirm-retry-all type="submit" { "Retry " (jobs(retried, more)) }
+                    " "
+                    a href=(link(app, "/failed", &[("type", arg(form, "type").unwrap_or("")), ("since", &since_s)])) { "Cancel" }
+                }
+            } @else {
+                p { a href=(app.href("/failed")) { "Back" } }
+            }
+        }
+    };
+    Ok(Html(page(app, "Retry all failed jobs?", "/failed", body).into_string()).into_response())
+}
+
+/// `POST /failed/retry-all` with `confirm=yes`: every failed job of the
+/// filter's type (each job type without one) that failed in the last
+/// `since` minutes (all without), one request per type and store: the
+/// engine retries them. Without `confirm`: the confirmation page.
 pub async fn retry_all(
     State(app): State<Arc<App>>,
     axum::Form(form): axum::Form<Vec<(String, String)>>,
 ) -> Result<Response, Fail> {
+    if arg(&form, "confirm") != Some("yes") {
+        return confirm_page(&app, &form).await;
+    }
     let since = since_minutes(&app, &form)?;
     let since_ms = since.map_or(0, |m| now_ms().saturating_sub(m * 60_000));
-    let types: Vec<String> = match arg(&form, "type") {
-        Some(t) => vec![t.to_string()],
-        None => all_stats(&app)
-            .await?
-            .queues
-            .into_iter()
-            .filter(|r| r.kind == "job")
-            .map(|r| r.name)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect(),
-    };
-    if types.is_empty() {
-        return Err(bad(&app, "No job type to retry."));
-    }
+    let types = retry_types(&app, &form).await?;
     let mut refs = Vec::new();
     for sh in &app.shards {
         for t in &types {
@@ -152,6 +241,24 @@ pub async fn retry_all(
         }
     }
     Ok(to_requests(&app, &refs))
+}
+
+/// `POST /jobs/{id}/signal` (`name`, `payload` as JSON): the signal, as
+/// `gaffer signal` sends it.
+pub async fn signal(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, Fail> {
+    job_id(&app, &id)?;
+    let name = arg(&form, "name").unwrap_or("");
+    if name.len() > 200 {
+        return Err(bad(&app, "a signal's name is at most 200 bytes"));
+    }
+    let op = act::signal_op(&id, name, arg(&form, "payload").unwrap_or("null"))
+        .map_err(|e| bad(&app, e.to_string()))?;
+    let r = send(&app, app.shard_of(&id), op, Some(&id)).await?;
+    Ok(to_requests(&app, &[r]))
 }
 
 pub(super) fn type_name(app: &App, name: &str) -> Result<(), Fail> {

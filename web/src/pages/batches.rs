@@ -12,10 +12,7 @@ pub(super) fn eta(rate: Option<f64>, outstanding: u64) -> String {
 }
 
 pub(super) fn cost(c: &BTreeMap<String, f64>) -> String {
-    c.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    gaffer_ops::report::cost_text(c)
 }
 
 /// `GET /batches`: each batch with its progress, rate, time left and cost.
@@ -100,7 +97,7 @@ pub async fn batch(
                 tr { th { "Key" } th { "Status" } th { "Error" } th { "Output" } }
                 @for (key, m) in &items.items {
                     tr {
-                        td { a href=(app.href(&format!("/jobs/{}", keys::item_run_id(&id, key)))) { (key) } }
+                        td { a href=(item_href(&app, &id, key)) { (key) } }
                         td { (state(match m.status { records::ItemStatus::Succeeded => "succeeded", records::ItemStatus::Failed => "failed", records::ItemStatus::Cancelled => "cancelled" })) }
                         td.err { (m.error.as_deref().unwrap_or("")) }
                         td { @if let Some(o) = &m.output {

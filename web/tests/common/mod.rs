@@ -62,6 +62,77 @@ impl Job for Ping {
     }
 }
 
+/// Waits for the signal `approval` (an hour at most), then answers who
+/// approved.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Approve {
+    pub order: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Approval {
+    pub by: String,
+}
+
+impl Job for Approve {
+    const NAME: &'static str = "approve";
+    type Output = String;
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
+        let a: Approval = ctx
+            .wait_signal("approval", Duration::from_secs(3600))
+            .await?;
+        Ok(format!("order {} approved by {}", self.order, a.by))
+    }
+}
+
+/// Keyed by its name (its id is 64 hex digits), fails for good with a
+/// long error.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Keyed {
+    pub name: String,
+}
+
+impl Job for Keyed {
+    const NAME: &'static str = "keyed-job-with-a-rather-long-type-name";
+    type Output = ();
+    type Error = Bug;
+
+    async fn run(&self, _ctx: JobContext) -> Result<(), Bug> {
+        Err(Bug(format!(
+            "{} failed: {}",
+            self.name,
+            "a long explanation of what went wrong, ".repeat(8)
+        )))
+    }
+
+    fn classify(&self, _: &Bug) -> FailureKind {
+        FailureKind::Permanent
+    }
+
+    fn idempotency_key(&self) -> Option<String> {
+        Some(self.name.clone())
+    }
+}
+
+/// Fails its first attempt (transiently), succeeds on the next.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Twice;
+
+impl Job for Twice {
+    const NAME: &'static str = "twice";
+    type Output = u32;
+    type Error = Bug;
+
+    async fn run(&self, ctx: JobContext) -> Result<u32, Bug> {
+        if ctx.attempt() == 1 {
+            return Err(Bug("not yet".into()));
+        }
+        Ok(ctx.attempt())
+    }
+}
+
 /// Doubles its input; 13 fails; each item takes `pace`.
 pub struct Double {
     pub pace: Duration,
@@ -76,6 +147,8 @@ impl Pipeline for Double {
     async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
         tokio::time::sleep(self.pace).await;
         ctx.record_cost("calls", 1.0);
+        // A sum of tenths is not a tenth times n in floating point.
+        ctx.record_cost("usd", 0.1);
         if ctx.input == 13 {
             return Err(ItemError::permanent("unlucky <b>13</b>"));
         }
@@ -93,6 +166,9 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
         .intake_poll(Duration::from_millis(20))
         .register::<Flaky>()
         .register::<Ping>()
+        .register::<Approve>()
+        .register::<Twice>()
+        .register::<Keyed>()
         .pipeline_with(
             Double { pace },
             gaffer::JobOptions {
