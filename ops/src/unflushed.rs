@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use gaffer_actors::layout::records;
 use serde::Deserialize;
 use slatedb::{RowEntry, ValueDeletable, WalReader};
 use taquba::WriterHeartbeat;
@@ -132,7 +133,7 @@ impl Unflushed {
             if let Some(row) = beat {
                 let beat = match &row.value {
                     ValueDeletable::Value(bytes) => {
-                        let r: BeatRecord = rmp_serde::from_slice(bytes)
+                        let r: BeatRecord = records::from_msgpack(bytes)
                             .map_err(|e| OpsError::BadRecord(format!("the heartbeat: {e}")))?;
                         Some(WriterHeartbeat {
                             counter: r.counter,
