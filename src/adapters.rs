@@ -6,6 +6,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use gaffer_actors::layout::records::from_msgpack;
 use gaffer_actors::{BoxFuture, Delivery, ErasedHandler, Verdict};
 
 use crate::context::JobContext;
@@ -22,7 +23,7 @@ impl<J: Job> ErasedHandler for TypedHandler<J> {
     fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
         let state = self.state.clone();
         Box::pin(async move {
-            let job: J = match rmp_serde::from_slice(&delivery.payload) {
+            let job: J = match from_msgpack(&delivery.payload) {
                 Ok(job) => job,
                 Err(e) => {
                     return Verdict::permanent(format!("invalid input for `{}`: {e}", J::NAME));
@@ -55,7 +56,7 @@ impl<P: Pipeline> ErasedHandler for TypedPipeline<P> {
     fn run(&self, delivery: Delivery) -> BoxFuture<Verdict> {
         let pipeline = self.pipeline.clone();
         Box::pin(async move {
-            let input: P::Input = match rmp_serde::from_slice(&delivery.payload) {
+            let input: P::Input = match from_msgpack(&delivery.payload) {
                 Ok(i) => i,
                 Err(e) => {
                     return Verdict::permanent(format!(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use gaffer_actors::layout::records::from_msgpack;
 use gaffer_actors::{
     BatchFinished, BatchOutcome, BatchSpec, EngineMessage, EngineRef, ItemRecord, ItemStatus,
     RecordSink, SinkAttached, SinkError,
@@ -300,7 +301,7 @@ impl<P: Pipeline> Batch<P> {
             let outcome = match marker.status {
                 ItemStatus::Succeeded => match &marker.output {
                     Some(output) => match services.output_bytes(output).await {
-                        Ok(bytes) => match rmp_serde::from_slice::<P::Output>(&bytes) {
+                        Ok(bytes) => match from_msgpack::<P::Output>(&bytes) {
                             Ok(value) => ItemOutcome::Succeeded(value),
                             Err(e) => ItemOutcome::OutputUnavailable(format!(
                                 "recorded output no longer decodes as `{}`'s output: {e}",
@@ -404,7 +405,7 @@ impl<P: Pipeline> RecordSink for SinkAdapter<P> {
         // A succeeded item is written as succeeded only with its output; an
         // output that cannot be read or converted is an error record.
         let (status, output, error) = match record {
-            ItemRecord::Succeeded { output } => match rmp_serde::from_slice::<P::Output>(output) {
+            ItemRecord::Succeeded { output } => match from_msgpack::<P::Output>(output) {
                 Ok(value) => match serde_json::to_value(&value) {
                     Ok(json) => (STATUS_SUCCEEDED, Some(json), None),
                     Err(e) => (

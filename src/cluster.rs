@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use gaffer_actors::layout::records::{Outcome, OutcomeRecord, OutputRef};
+use gaffer_actors::layout::records::{Outcome, OutcomeRecord, OutputRef, from_msgpack};
 use gaffer_actors::{EngineEvent, SubmitRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster::RactorClusterMessage;
@@ -219,7 +219,7 @@ fn answer<T: Serialize>(
 
 async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
     let w: WireSubmit =
-        rmp_serde::from_slice(bytes).map_err(|e| Error::decode("a cluster submission", e))?;
+        from_msgpack(bytes).map_err(|e| Error::decode("a cluster submission", e))?;
     let req = SubmitRequest {
         job_type: w.job_type,
         payload: w.payload,
@@ -236,8 +236,7 @@ async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
 }
 
 async fn run_batch(engine: &Engine, bytes: &[u8]) -> Result<BatchCounts> {
-    let w: WireBatch =
-        rmp_serde::from_slice(bytes).map_err(|e| Error::decode("a cluster batch", e))?;
+    let w: WireBatch = from_msgpack(bytes).map_err(|e| Error::decode("a cluster batch", e))?;
     gaffer_actors::layout::keys::check_batch_id(&w.batch_id)?;
     let spec = gaffer_actors::BatchSpec {
         batch_id: w.batch_id,
@@ -368,8 +367,7 @@ impl ClusterRouter {
                 && let Ok(ractor::rpc::CallResult::Success(bytes)) =
                     gw.call(&make, Some(call_timeout)).await
             {
-                return rmp_serde::from_slice(&bytes)
-                    .map_err(|e| Error::decode("a gateway's answer", e));
+                return from_msgpack(&bytes).map_err(|e| Error::decode("a gateway's answer", e));
             }
             if started.elapsed() >= self.deadline {
                 return Err(gaffer_actors::EngineError::ActorUnavailable {

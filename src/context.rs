@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use gaffer_actors::Delivery;
 use gaffer_actors::erased::CompletedBatch;
 use gaffer_actors::exec::effects::Effects;
+use gaffer_actors::layout::records::from_msgpack;
 
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
@@ -155,7 +156,7 @@ impl JobContext {
         }
         let key = gaffer_actors::layout::keys::signal_key(&self.delivery.run_id, name);
         if let Some(bytes) = self.delivery.engine.kv_get(key).await? {
-            return rmp_serde::from_slice(&bytes)
+            return from_msgpack(&bytes)
                 .map_err(|e| crate::Error::decode(format!("signal `{name}`"), e));
         }
         let now = self.delivery.engine.now_ms();
@@ -320,7 +321,7 @@ impl Memo {
         Fut: Future<Output = Result<T, E>>,
     {
         if let Some(bytes) = self.get(key).await?
-            && let Ok(value) = rmp_serde::from_slice::<T>(&bytes)
+            && let Ok(value) = from_msgpack::<T>(&bytes)
         {
             return Ok(value);
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gaffer_actors::erased::JobEngine;
+use gaffer_actors::layout::records::from_msgpack;
 use gaffer_actors::{
     CancelResult, EngineError, JobState, Outcome, OutcomeRecord, OutputRef, Submitted,
 };
@@ -82,7 +83,7 @@ pub(crate) async fn decode_outcome_with<J: Job>(
     match &record.outcome {
         Outcome::Succeeded(output) => {
             let decode = |bytes: &[u8]| {
-                rmp_serde::from_slice(bytes)
+                from_msgpack(bytes)
                     .map_err(|e| Error::decode(format!("output of `{}`", J::NAME), e))
             };
             // An inline output decodes in place; a blob is fetched first.

@@ -266,4 +266,31 @@ mod tests {
             assert!(Cursor::parse(bad).is_err(), "{bad}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(
+                std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(36),
+            ),
+            ..Default::default()
+        })]
+
+        /// `--after` as typed (or a dashboard's `after`): a cursor that
+        /// prints as itself read back, or `BadCursor` naming it.
+        #[test]
+        fn any_cursor_text_reads_back_or_is_refused(
+            text in proptest::prop_oneof![
+                proptest::prelude::any::<String>(),
+                "live:[0-9]{0,22}:[a-z.:]{0,8}:[0-9a-fA-F\\u{e9}]{0,9}",
+                "ended:.{0,24}",
+            ],
+        ) {
+            match Cursor::parse(&text) {
+                Ok(cursor) => proptest::prop_assert_eq!(Cursor::parse(&cursor.render()).ok(), Some(cursor)),
+                Err(OpsError::BadCursor(named)) => proptest::prop_assert_eq!(named, text),
+                Err(other) => proptest::prop_assert!(false, "not BadCursor: {other:?}"),
+            }
+        }
+    }
 }

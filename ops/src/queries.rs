@@ -823,11 +823,19 @@ fn failure_kind(o: &Outcome) -> Option<String> {
     }
 }
 
+/// Bytes a job's submitter or handler wrote (a payload, an output) as
+/// JSON, when they are MessagePack: decoded with nesting bounded
+/// (`records::from_msgpack`), so a value nested thousands of levels deep
+/// is refused instead of overflowing the reader's stack.
+pub fn json_of(bytes: &[u8]) -> Option<serde_json::Value> {
+    records::from_msgpack::<serde_json::Value>(bytes).ok()
+}
+
 /// An output as JSON (decoded from MessagePack), or its blob path.
 pub fn output(out: &OutputRef) -> (Option<serde_json::Value>, Option<String>) {
     match out {
         OutputRef::Inline(bytes) => {
-            let v = rmp_serde::from_slice::<serde_json::Value>(bytes).unwrap_or_else(|_| {
+            let v = json_of(bytes).unwrap_or_else(|| {
                 serde_json::Value::String(format!("<{} bytes, not MessagePack>", bytes.len()))
             });
             (Some(v), None)

@@ -174,9 +174,9 @@ pub fn now_ms() -> u64 {
 /// Bytes as pretty JSON when they are MessagePack, else a hex dump of the
 /// first 512 and their length.
 pub fn payload(bytes: &[u8]) -> String {
-    match rmp_serde::from_slice::<serde_json::Value>(bytes) {
-        Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-        Err(_) => {
+    match gaffer_ops::queries::json_of(bytes) {
+        Some(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+        None => {
             let shown: String = bytes
                 .iter()
                 .take(512)

@@ -363,7 +363,7 @@ fn refusal(e: &EngineError) -> Option<String> {
 /// Apply one request and settle it on the intake queue.
 async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     let Ok(queue) = services.queue() else { return };
-    let op: IntakeOp = match rmp_serde::from_slice(&claim.payload) {
+    let op: IntakeOp = match crate::layout::records::from_msgpack(&claim.payload) {
         Ok(op) => op,
         Err(e) => {
             let reason = format!("the request does not decode as a gaffer request: {e}");

@@ -299,9 +299,29 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     })
 }
 
+/// How deep a decode of stored bytes follows nested arrays and maps
+/// (MessagePack's containers, counted by rmp-serde; the limit of
+/// serde_json's own parser): a value nested deeper is refused. rmp-serde's
+/// own limit (1024 levels) is deeper than a thread's stack: 1 KiB of
+/// nested arrays in an unknown field of a record overflowed a 2 MiB
+/// stack (a tokio worker's) in a debug build, which aborts the process.
+pub const MAX_NESTING: usize = 128;
+
+/// Decode MessagePack bytes someone else may have written (a record, a
+/// client's request, a job's payload or output, a signal, a memo entry)
+/// as a `T`: `rmp_serde::from_slice` with nesting bounded by
+/// [`MAX_NESTING`]. Every decode of stored bytes goes through it.
+pub fn from_msgpack<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+) -> std::result::Result<T, rmp_serde::decode::Error> {
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(MAX_NESTING);
+    T::deserialize(&mut de)
+}
+
 /// Decode a record read at `key`.
 pub fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], bytes: &[u8]) -> Result<T> {
-    rmp_serde::from_slice(bytes).map_err(|e| EngineError::CorruptRecord {
+    from_msgpack(bytes).map_err(|e| EngineError::CorruptRecord {
         key: String::from_utf8_lossy(key).into_owned(),
         reason: e.to_string(),
     })
@@ -397,6 +417,45 @@ mod tests {
         .unwrap();
         assert!(bytes.len() < full.len());
         assert_eq!(decode::<ItemMarker>(b"k", &full).unwrap(), marker);
+    }
+
+    /// Found writing `tests/hostile_bytes.rs` (its nesting mutations
+    /// reach it): a record holding a field this build does not know,
+    /// nested 1000 arrays deep (1 KiB), overflowed a 2 MiB thread stack in
+    /// a debug build (rmp-serde follows 1024 levels), aborting the process
+    /// that read it.
+    #[test]
+    fn nesting_past_the_limit_is_refused_not_followed_down_the_stack() {
+        let record = |depth: usize| {
+            // {"x": [[[…nil…]]], "job_type": "t"}: a step record with an
+            // unknown field.
+            let mut b = vec![0x82, 0xa1, b'x'];
+            b.extend(std::iter::repeat_n(0x91, depth));
+            b.push(0xc0);
+            b.push(0xa8);
+            b.extend_from_slice(b"job_type");
+            b.extend_from_slice(&[0xa1, b't']);
+            b
+        };
+        let decode = move |depth: usize| {
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || {
+                    decode::<crate::workflows::layout::StepRecord>(b"k", &record(depth))
+                        .map(|r| r.job_type)
+                })
+                .unwrap()
+                .join()
+                .unwrap()
+        };
+        assert_eq!(decode(MAX_NESTING - 2).unwrap(), "t");
+        for depth in [MAX_NESTING, 1000, 1023, 5000] {
+            let err = decode(depth).unwrap_err();
+            assert!(
+                matches!(&err, EngineError::CorruptRecord { reason, .. } if reason.contains("depth")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

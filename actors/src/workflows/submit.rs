@@ -116,7 +116,9 @@ fn workflow_id(spec: &WorkflowSpec, fresh: impl FnOnce() -> String) -> Result<St
 }
 
 /// The names of `steps` with every step after the steps it needs
-/// (`InvalidWorkflow` on a cycle).
+/// (`InvalidWorkflow` on a cycle). The records may come from a store in
+/// any form: a dependent a step does not count among its needs (named
+/// twice, or by a step it does not need) is not counted below zero.
 pub fn topological(steps: &HashMap<String, StepRecord>) -> Result<Vec<String>> {
     let mut needs: HashMap<&str, usize> = steps
         .iter()
@@ -133,7 +135,9 @@ pub fn topological(steps: &HashMap<String, StepRecord>) -> Result<Vec<String>> {
     while let Some(name) = ready.pop_front() {
         order.push(name.to_string());
         for next in &steps[name].dependents {
-            if let Some(n) = needs.get_mut(next.as_str()) {
+            if let Some(n) = needs.get_mut(next.as_str())
+                && *n > 0
+            {
                 *n -= 1;
                 if *n == 0 {
                     ready.push_back(next);
@@ -554,4 +558,42 @@ pub async fn list(
         out.push((id, records::decode(&key, &value)?));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(deps: &[&str], dependents: &[&str]) -> StepRecord {
+        StepRecord {
+            job_type: "t".into(),
+            deps: deps.iter().map(|s| s.to_string()).collect(),
+            dependents: dependents.iter().map(|s| s.to_string()).collect(),
+            regardless: false,
+        }
+    }
+
+    /// Found by `tests/hostile_bytes.rs`: step records whose dependents
+    /// do not match the needs of the steps they name (as a store written
+    /// by other hands may hold them) counted a need below zero: in a debug
+    /// build, a panic in a workflow's status (`WorkflowHandle::status`,
+    /// `ClientWorkflow`, `gaffer workflow`, the dashboard's page).
+    #[test]
+    fn dependents_a_step_does_not_need_are_not_counted_below_zero() {
+        let alone = HashMap::from([("c".to_string(), step(&[], &["c"]))]);
+        assert_eq!(topological(&alone).unwrap(), vec!["c".to_string()]);
+        let twice = HashMap::from([
+            ("a".to_string(), step(&[], &["b", "b"])),
+            ("b".to_string(), step(&["a"], &[])),
+        ]);
+        assert_eq!(topological(&twice).unwrap(), vec!["a", "b"]);
+        let cycle = HashMap::from([
+            ("a".to_string(), step(&["b"], &["b"])),
+            ("b".to_string(), step(&["a"], &["a"])),
+        ]);
+        assert!(matches!(
+            topological(&cycle),
+            Err(EngineError::InvalidWorkflow(_))
+        ));
+    }
 }
