@@ -43,6 +43,10 @@ pub async fn serve(
     if !base.is_empty() && !base.starts_with('/') {
         return Err(CliError::BadInput("--base-path starts with `/`".into()));
     }
+    let config = match crate::keyring(cli)? {
+        Some(keyring) => config.encryption(keyring).await?,
+        None => config,
+    };
     let mut config = config.base_path(base).read_only(read_only);
     let auth = Auth::from_env();
     if let Some(auth) = auth.clone() {

@@ -104,6 +104,12 @@ impl PoolState {
                 self.release(myself, held, why, None);
                 return;
             }
+            Standing::Sealed(reason) => {
+                warn!(job_type = %self.args.job_type, job_id = %held.claim.id, "{reason}");
+                let why = reason.clone();
+                self.release(myself, held, why, None);
+                return;
+            }
         }
         match held.attempts.fate(self.settings()) {
             Fate::Run => {}
@@ -222,7 +228,7 @@ impl PoolState {
             attempt: held.attempts.number,
             max_attempts: held.attempts.limit,
             headers: Arc::new(headers),
-            payload: claim.payload.clone().into(),
+            payload: owner.payload.clone(),
             cancel: claim.cancel_token().clone(),
             lease: lease.clone(),
             effects: Effects::default(),
