@@ -315,9 +315,9 @@ fn refusal(e: &EngineError) -> Option<String> {
 async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     let Ok(queue) = services.queue() else { return };
     // A client with a keyring seals its request: one sealed under a key
-    // this engine does not hold waits (given back, after the queue's
-    // backoff) for an engine that holds it; one that does not open with a
-    // key it holds is refused.
+    // this engine does not hold waits (put back on the intake queue, ten
+    // intake polls later) for an engine that holds it; one that does not
+    // open with a key it holds is refused.
     let payload = match services.keyring().open(&claim.payload) {
         Ok(payload) => payload,
         Err(e @ crate::layout::sealed::SealError::UnknownKey { .. }) => {
@@ -386,21 +386,24 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
             .retry_workflow(&id)
             .await
             .map(|n| Some(format!("workflow `{id}` retried ({n} steps set back)"))),
-        IntakeOp::Rekey => services.rekey().await.map(|r| {
-            Some(format!(
-                "rekeyed to `{}`: {} values looked at, {} written again, {} queued jobs still \
+        IntakeOp::Rekey => services
+            .rekey_keeping(&queue.lease_handle(&claim))
+            .await
+            .map(|r| {
+                Some(format!(
+                    "rekeyed to `{}`: {} values looked at, {} written again, {} queued jobs still \
                  under an older key{}",
-                r.key_id,
-                r.scanned,
-                r.renewed,
-                r.queued_behind,
-                if r.retired.is_empty() {
-                    String::new()
-                } else {
-                    format!("; keys {} retired", r.retired.join(", "))
-                }
-            ))
-        }),
+                    r.key_id,
+                    r.scanned,
+                    r.renewed,
+                    r.queued_behind,
+                    if r.retired.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; keys {} retired", r.retired.join(", "))
+                    }
+                ))
+            }),
         IntakeOp::SubmitWorkflow(flow) => {
             services.submit_workflow(flow.into_spec()).await.map(|s| {
                 Some(if s.newly_submitted {

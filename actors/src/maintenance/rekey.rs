@@ -34,6 +34,9 @@ use crate::workflows::layout::HeldJob;
 /// Rewrites per transaction.
 const PAGE: usize = 256;
 
+/// How long a request's lease is kept ahead of a pass, at every page.
+const LEASE_AHEAD: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a rekey pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RekeyReport {
@@ -69,6 +72,13 @@ impl Services {
     /// module's docs). Resumable: a pass interrupted goes on from its
     /// cursor. `InvalidConfig` without a keyring.
     pub async fn rekey(&self) -> Result<RekeyReport> {
+        self.rekey_keeping(&taquba::LeaseHandle::detached()).await
+    }
+
+    /// [`rekey`](Self::rekey) run for a claimed request whose lease is
+    /// `lease`: the lease is extended at every page, so a long pass is not
+    /// taken again by the queue while it runs.
+    pub async fn rekey_keeping(&self, lease: &taquba::LeaseHandle) -> Result<RekeyReport> {
         let keyring = self.keyring();
         let Some(newest) = keyring.newest_id().map(str::to_string) else {
             return Err(EngineError::InvalidConfig(
@@ -89,10 +99,12 @@ impl Services {
             ..Default::default()
         };
         if !cursor.kv_done {
-            self.renew_kv(keyring, &newest, &mut cursor, &mut report)
+            self.renew_kv(keyring, &newest, &mut cursor, &mut report, lease)
                 .await?;
         }
-        self.renew_objects(keyring, &newest, &mut report).await?;
+        self.renew_objects(keyring, &newest, &mut report, lease)
+            .await?;
+        lease.ensure_at_least(LEASE_AHEAD)?;
         report.queued_behind = self.queued_behind(&newest).await?;
         let queue = self.queue()?;
         let mut fx = SettlementEffects::default().kv_delete(keys::REKEY_KEY.to_vec());
@@ -128,8 +140,10 @@ impl Services {
         newest: &str,
         cursor: &mut Cursor,
         report: &mut RekeyReport,
+        lease: &taquba::LeaseHandle,
     ) -> Result<()> {
         loop {
+            lease.ensure_at_least(LEASE_AHEAD)?;
             let queue = self.queue()?;
             let start = match &cursor.after {
                 Some(after) => std::ops::Bound::Excluded(after.clone()),
@@ -188,6 +202,7 @@ impl Services {
         keyring: &Keyring,
         newest: &str,
         report: &mut RekeyReport,
+        lease: &taquba::LeaseHandle,
     ) -> Result<()> {
         let raw = self.raw_store();
         let prefix = Path::from(format!(
@@ -195,7 +210,10 @@ impl Services {
             self.settings().blob_prefix.trim_end_matches('/')
         ));
         let listed: Vec<_> = raw.list(Some(&prefix)).try_collect().await?;
-        for meta in listed {
+        for (n, meta) in listed.into_iter().enumerate() {
+            if n % PAGE == 0 {
+                lease.ensure_at_least(LEASE_AHEAD)?;
+            }
             report.scanned += 1;
             let stored = match raw.get(&meta.location).await {
                 Ok(found) => found.bytes().await?,
