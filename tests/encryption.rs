@@ -565,3 +565,155 @@ async fn an_engine_with_a_keyring_runs_on_a_store_written_without_one() {
     drop(queue);
     shut_down_cleanly(&engine).await;
 }
+
+/// Counts its runs.
+#[derive(Serialize, Deserialize)]
+struct Counted {
+    key: String,
+}
+
+static COUNTED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Job for Counted {
+    const NAME: &'static str = "counted";
+    type Output = String;
+    type Error = std::convert::Infallible;
+    async fn run(&self, _ctx: JobContext) -> Result<String, Self::Error> {
+        COUNTED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(format!("ran {}", self.key))
+    }
+    fn idempotency_key(&self) -> Option<String> {
+        Some(self.key.clone())
+    }
+}
+
+/// A builder whose queues back off a second before a job given back is
+/// claimed again (the test options retry at once), on the mock clock.
+fn counted_on(dir: &Path, clock: &Arc<MockClock>, keys: &Keyring) -> EngineBuilder {
+    let options = common::test_options(clock.clone()).default_queue_config(
+        gaffer::taquba::QueueConfig::default().retry_backoff_base(Duration::from_secs(1)),
+    );
+    common::disk_builder(dir, clock.clone())
+        .open_options(options)
+        .register::<Counted>()
+        .encryption(keys.clone())
+}
+
+fn local(dir: &Path) -> Arc<dyn gaffer::taquba::object_store::ObjectStore> {
+    Arc::new(gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_job_whose_payload_does_not_open_is_given_back_never_run() {
+    use gaffer::testing::layout::{keys, records, sealed::EncryptionRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let k1 = keyring(&[("k1", 1)]);
+    let both = keyring(&[("k1", 1), ("k2", 2)]);
+    // A job sealed under k2, waiting for its time.
+    let engine = within(counted_on(dir.path(), &clock, &both).start())
+        .await
+        .unwrap();
+    engine
+        .submit_with(
+            Counted {
+                key: "k2-job".into(),
+            },
+            a_minute_later(&clock),
+        )
+        .await
+        .unwrap();
+    shut_down_cleanly(&engine).await;
+    // The store's record made to list k1 alone (by hand: no engine writes
+    // that while a value is under k2), so an engine with k1 alone starts.
+    let queue = gaffer::taquba::Queue::open_with_options(
+        local(dir.path()),
+        "queue",
+        common::test_options(clock.clone()),
+    )
+    .await
+    .unwrap();
+    let record = EncryptionRecord::default()
+        .with_newest(&k1)
+        .unwrap()
+        .unwrap();
+    let fx = gaffer::taquba::SettlementEffects::default().kv_put(
+        keys::ENCRYPTION_KEY.to_vec(),
+        records::encode(&record).unwrap(),
+    );
+    queue.commit_effects(fx).await.unwrap();
+    queue.close().await.unwrap();
+
+    let engine = within(counted_on(dir.path(), &clock, &k1).start())
+        .await
+        .unwrap();
+    let id = gaffer::job::keyed_job_id("k2-job");
+    common::a_minute_passes(&engine, &clock).await;
+    // Claimed, not opened, given back for later: never run, never failed.
+    common::eventually("the job is given back", LIMIT, async || {
+        let view = gaffer::testing::raw_queue(&engine).unwrap();
+        let stats = view
+            .view()
+            .stats(&common::job_queue("counted"))
+            .await
+            .unwrap();
+        stats.scheduled == 1 && stats.claimed == 0 && stats.dead == 0
+    })
+    .await;
+    assert_eq!(engine.status(&id).await.unwrap(), JobState::Scheduled);
+    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+    shut_down_cleanly(&engine).await;
+
+    // An engine with k2 runs it, once.
+    let engine = within(counted_on(dir.path(), &clock, &both).start())
+        .await
+        .unwrap();
+    common::a_minute_passes(&engine, &clock).await;
+    let h = engine.keyed_handle::<Counted>("k2-job");
+    assert_eq!(within(h.join()).await.unwrap().unwrap(), "ran k2-job");
+    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    shut_down_cleanly(&engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_does_not_open_with_the_engines_key_is_refused() {
+    use gaffer::testing::intake::{IntakeOp, send_as};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let engine = within(engine_on(dir.path(), &clock, &keyring(&[("k1", 1)])).start())
+        .await
+        .unwrap();
+    // Sealed under another key that calls itself k1 (a client given it is
+    // refused at its open; this one writes the inbox by hand).
+    let sender = gaffer::taquba::InboxSender::new(
+        local(dir.path()),
+        gaffer::taquba::default_inbox_path("queue"),
+    );
+    let op = IntakeOp::Pause {
+        job_type: "echo".into(),
+    };
+    let request = "01JREQUESTSEALEDWRONG00000";
+    send_as(&sender, "jobs", request, &op, &keyring(&[("k1", 9)]))
+        .await
+        .unwrap();
+    let intake = gaffer::testing::intake::intake_queue("jobs");
+    common::eventually("the request is refused", LIMIT, async || {
+        let queue = gaffer::testing::raw_queue(&engine).unwrap();
+        queue.view().stats(&intake).await.unwrap().dead == 1
+    })
+    .await;
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let dead = queue.view().dead_jobs(&intake, None, 10).await.unwrap();
+    let reason = dead[0].last_error.clone().unwrap_or_default();
+    assert!(
+        reason.contains("does not open") && reason.contains("`k1`"),
+        "{reason}"
+    );
+    drop(queue);
+    let paused = gaffer::testing::services(&engine)
+        .kv_get(&gaffer::testing::layout::keys::paused_key("echo"))
+        .await
+        .unwrap();
+    assert_eq!(paused, None, "the request was not applied");
+    shut_down_cleanly(&engine).await;
+}
