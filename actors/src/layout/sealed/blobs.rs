@@ -26,8 +26,8 @@ type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub const SEALED_STORE_NAME: &str = "gaffer-sealed";
 
 /// An object store whose objects are sealed with a keyring (see the
-/// module's docs). With an empty keyring it writes the bytes it is given
-/// and still refuses to hand out a sealed object it cannot open.
+/// module's docs). With an empty keyring it reads and writes the bytes as
+/// they are.
 pub struct SealedStore {
     inner: Arc<dyn ObjectStore>,
     keyring: Keyring,
@@ -145,7 +145,11 @@ impl ObjectStore for SealedStore {
         Self: 'async_trait,
     {
         Box::pin(async move {
-            if options.head {
+            // Without a keyring objects are read as stored: the store holds
+            // nothing sealed (a start with no keyring refuses a store that
+            // does), and a memo entry's own bytes that only start like a
+            // sealed value read as they were written.
+            if options.head || self.keyring.is_empty() {
                 return self.inner.get_opts(location, options).await;
             }
             if options.range.is_some() {
@@ -278,10 +282,15 @@ mod tests {
         let read = sealed.get(&path).await.unwrap();
         assert_eq!(read.meta.size, 11);
         assert_eq!(read.bytes().await.unwrap().as_ref(), b"secret memo");
-        // Without the key: a typed error naming it, not the sealed bytes.
-        let keyless = SealedStore::new(raw.clone(), Keyring::new());
-        let err = keyless.get(&path).await.unwrap_err();
+        // With another key: a typed error naming the one it needs, not the
+        // sealed bytes.
+        let other = SealedStore::new(raw.clone(), Keyring::new().with_key("k2", [4; 32]).unwrap());
+        let err = other.get(&path).await.unwrap_err();
         assert_eq!(seal_error(&err).and_then(|e| e.key_id()), Some("k1"));
+        // Without a keyring: as stored.
+        let keyless = SealedStore::new(raw.clone(), Keyring::new());
+        let read = keyless.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(read, stored);
         // A plain object reads as it is, and an empty keyring writes plain.
         keyless
             .put(&Path::from("p"), PutPayload::from(b"plain".to_vec()))
