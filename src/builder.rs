@@ -539,6 +539,7 @@ impl EngineBuilder {
         memo_writes: set gaffer_actors::MemoWrites,
         shutdown_grace: some Duration,
         memory_budget: set Option<u64>,
+        encryption: set gaffer_actors::layout::sealed::Keyring,
     }
 
     /// Open the store and start the engine. Fails with a typed error on a

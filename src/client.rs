@@ -21,6 +21,7 @@ use gaffer_actors::engine::intake::{
     IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send_as,
 };
 use gaffer_actors::layout::records::OutputRef;
+use gaffer_actors::layout::sealed::Keyring;
 use gaffer_actors::layout::{inspect, keys};
 use gaffer_actors::{EngineError, JobState};
 use taquba::object_store::path::Path as ObjectPath;
@@ -67,6 +68,7 @@ pub struct ClientBuilder {
     queue_name: String,
     inbox_path: Option<String>,
     poll: Duration,
+    keyring: Keyring,
 }
 
 /// Submits jobs to an engine, and reads them, from another process.
@@ -97,6 +99,8 @@ struct Inner {
     store: Arc<dyn ObjectStore>,
     queue_name: String,
     poll: Duration,
+    /// Seals the requests sent, opens the outcomes read.
+    keyring: Keyring,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -147,6 +151,18 @@ impl ClientBuilder {
         self
     }
 
+    /// The keys the engine's store is encrypted with (the engine's
+    /// [`EngineBuilder::encryption`](crate::EngineBuilder::encryption)):
+    /// every request is sealed under the newest, and outcomes are opened
+    /// with them. Required when the store is encrypted (`open` refuses
+    /// otherwise, `EncryptionKeyMissing`). Give the engine a new key before
+    /// its clients: a request sealed under a key the engine does not hold
+    /// waits in its intake until it does (docs/encryption.md).
+    pub fn encryption(mut self, keyring: Keyring) -> Self {
+        self.keyring = keyring;
+        self
+    }
+
     /// How often the client reads the store again (the reader's poll, and
     /// the period of [`ClientHandle::join`]'s checks). Default 100 ms.
     pub fn poll_interval(mut self, every: Duration) -> Self {
@@ -172,9 +188,13 @@ impl ClientBuilder {
         let reader = QueueReader::open_with_options(store.clone(), &self.queue_path, options)
             .await
             .map_err(EngineError::from)?;
-        let layout = inspect::layout(reader.view())
+        let layout = match inspect::layout(reader.view())
             .await
-            .and_then(|found| found.readable(&self.queue_path));
+            .and_then(|found| found.readable(&self.queue_path))
+        {
+            Ok(()) => inspect::check_encryption(reader.view(), &self.keyring).await,
+            Err(e) => Err(e),
+        };
         if let Err(e) = layout {
             let _ = reader.close().await;
             return Err(e);
@@ -189,6 +209,7 @@ impl ClientBuilder {
                 store,
                 queue_name: self.queue_name,
                 poll: self.poll,
+                keyring: self.keyring,
             }),
         })
     }
@@ -203,6 +224,7 @@ impl Client {
             queue_path: "queue".into(),
             queue_name: "jobs".into(),
             inbox_path: None,
+            keyring: Keyring::new(),
             poll: Duration::from_millis(100),
         }
     }
@@ -316,6 +338,14 @@ impl Client {
 }
 
 impl Inner {
+    /// The store's objects (large outputs) through the client's keyring.
+    fn blobs(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(gaffer_actors::layout::sealed::blobs::SealedStore::new(
+            self.store.clone(),
+            self.keyring.clone(),
+        ))
+    }
+
     async fn job_state(&self, run_id: &str) -> Result<Option<JobState>> {
         if !keys::is_valid_id(run_id) {
             return Err(EngineError::InvalidJobId(run_id.to_string()));
@@ -330,7 +360,8 @@ impl Inner {
         let Some(rec) = inspect::outcome_record(self.reader.view(), run_id).await? else {
             return Ok(None);
         };
-        let store = self.store.clone();
+        let rec = rec.opened(&self.keyring)?;
+        let store = self.blobs();
         let fetch = async move |output: &OutputRef| -> Result<Vec<u8>> {
             let OutputRef::Blob(path) = output else {
                 return Ok(Vec::new());
@@ -364,14 +395,25 @@ impl Inner {
     /// Send `op` as request `request_id` (a ULID), unless its inbox entry
     /// would be over the inbox's limit: then nothing is written.
     async fn send(&self, request_id: &str, op: &IntakeOp) -> Result<()> {
-        let size = entry_size(request_id, op)?;
+        let mut size = entry_size(request_id, op)?;
+        if !self.keyring.is_empty() {
+            // The sealed payload's overhead, and a longer length prefix.
+            size += gaffer_actors::layout::sealed::MAX_SEAL_OVERHEAD + 4;
+        }
         if size > MAX_INBOX_ENTRY_SIZE {
             return Err(Error::RequestTooLarge {
                 size,
                 max: MAX_INBOX_ENTRY_SIZE,
             });
         }
-        send_as(&self.sender, &self.queue_name, request_id, op).await?;
+        send_as(
+            &self.sender,
+            &self.queue_name,
+            request_id,
+            op,
+            &self.keyring,
+        )
+        .await?;
         Ok(())
     }
 }

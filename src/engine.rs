@@ -276,6 +276,18 @@ impl Engine {
         self.inner.actor()
     }
 
+    /// Write every value the store keeps under the keyring's newest key
+    /// ([`EngineBuilder::encryption`](crate::EngineBuilder::encryption)), a
+    /// plain one from before the engine had a keyring too; resumable (an
+    /// interrupted pass goes on where it stopped). Once no value is left
+    /// under an older key, queued jobs included, the store stops listing
+    /// the older keys (`RekeyReport::retired`) and they may leave the
+    /// keyring; until then a start without them is refused. Runs in the
+    /// caller's task; `gaffer rekey` asks for it from another process.
+    pub async fn rekey(&self) -> Result<crate::encryption::RekeyReport> {
+        self.inner.services().rekey().await
+    }
+
     /// Run one retention pass now (outcomes, batches, operator request
     /// records past their retention) and answer what it removed; the
     /// sweeper runs one every poll interval anyway.

@@ -52,6 +52,7 @@
 //! - [`periodic`]: schedules and periodic jobs;
 //! - [`workflow`]: graphs of jobs whose outputs flow to the jobs that
 //!   need them;
+//! - [`encryption`]: the keyring that seals values at rest;
 //! - [`remote`]: the engine from other processes (`Client`), and shards
 //!   (`ShardedEngine`, `ShardedClient`, the cluster);
 //! - [`protocol`]: the engine's actor messages, for services that talk to it
@@ -104,7 +105,7 @@ pub mod job {
     pub use crate::error::{JobError, JoinError};
     pub use crate::jobs::{Job, keyed_job_id, payload_idempotency_key};
     pub use gaffer_actors::erased::CompletedBatch;
-    pub use gaffer_actors::exec::effects::Effects;
+    pub use gaffer_actors::exec::effects::{Effects, MAX_EFFECT_VALUE};
     pub use gaffer_actors::{CancelResult, FailureKind, JobState, MemoWrites, Signalled};
 }
 
@@ -121,6 +122,17 @@ pub mod sink;
 
 pub mod periodic;
 pub mod workflow;
+
+/// Values encrypted at rest (docs/encryption.md): the [`Keyring`](encryption::Keyring)
+/// given to [`EngineBuilder::encryption`], `ClientBuilder::encryption`, the
+/// `gaffer` command (`--key-file`) and the dashboard; what it seals and
+/// what stays readable.
+pub mod encryption {
+    pub use gaffer_actors::layout::sealed::{
+        KEY_FILE_ENV, KEYS_ENV, Keyring, KeyringError, SealError,
+    };
+    pub use gaffer_actors::maintenance::rekey::RekeyReport;
+}
 
 /// The engine from other processes: a [`Client`](remote::Client) submits
 /// and reads through the store (no writer, no fencing); a shard set splits

@@ -345,7 +345,12 @@ impl Job for StagesBadEffects {
             Err(Error::ReservedKvKey(_)) => "reserved-delete".to_string(),
             other => format!("{other:?}"),
         });
-        let max = gaffer::taquba::MAX_KV_VALUE_SIZE;
+        // The KV cap, less the room a value sealed at rest takes.
+        let max = gaffer::job::MAX_EFFECT_VALUE;
+        assert!(
+            max < gaffer::taquba::MAX_KV_VALUE_SIZE
+                && max > gaffer::taquba::MAX_KV_VALUE_SIZE - 256
+        );
         let r = fx.put("big", vec![7u8; max + 1]);
         seen.push(match &r {
             Err(Error::ValueTooLarge { size, max: m }) if *size == max + 1 && *m == max => {

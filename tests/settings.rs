@@ -49,6 +49,9 @@ fn every_setting_changed() -> Settings {
         intake_poll: Duration::from_millis(300),
         request_retention: Duration::from_secs(15),
         memory_budget: Some(3 << 30),
+        encryption: gaffer::encryption::Keyring::new()
+            .with_key("settings", [5; 32])
+            .unwrap(),
     }
 }
 
@@ -112,6 +115,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
             want.request_retention == default.request_retention,
         ),
         ("memory_budget", want.memory_budget == default.memory_budget),
+        ("encryption", want.encryption == default.encryption),
     ] {
         assert!(!same, "the test value of `{field}` is its default");
     }
@@ -140,6 +144,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .intake_poll(want.intake_poll)
         .request_retention(want.request_retention)
         .memory_budget(want.memory_budget)
+        .encryption(want.encryption.clone())
         .register::<Add>()
         .start()
         .await

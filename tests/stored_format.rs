@@ -632,6 +632,62 @@ async fn the_dead_letter_retries_from_its_payload_and_finds_its_memo() {
     shut_down_cleanly(&engine).await;
 }
 
+/// An engine given a keyring (issue #36 §5) opens the unencrypted fixture:
+/// its plain values read (records, the dead letter's payload and memo, the
+/// manifest), what it writes from then on is sealed, and the store is from
+/// then on refused to an engine without the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fixture_opens_with_a_keyring_its_plain_values_read_and_new_ones_are_sealed() {
+    use gaffer::encryption::Keyring;
+    let (dir, clock) = a_copy();
+    let fx = Fx::reading();
+    let keyring = Keyring::new().with_key("k1", [7; 32]).unwrap();
+    let engine = within(
+        engine_on(dir.path(), &clock, &fx)
+            .encryption(keyring.clone())
+            .start(),
+    )
+    .await
+    .expect("an engine with a keyring opens the unencrypted fixture");
+    let got = within(engine.keyed_handle::<Echo>("pending-a").join()).await;
+    assert_eq!(got.unwrap().unwrap(), "echo:pending-a");
+    let done = within(engine.keyed_handle::<Echo>("done-1").join()).await;
+    assert_eq!(done.unwrap().unwrap(), "echo:done-1");
+    engine.retry(&id("doomed-1")).await.unwrap();
+    let revived = within(engine.keyed_handle::<Doomed>("doomed-1").join()).await;
+    assert_eq!(
+        revived.unwrap().unwrap(),
+        "revived:doomed-1:attempt 1 was here"
+    );
+    let report = within(engine.batch::<Square>(BATCH).unwrap().resume())
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.failed), (5, 1), "{report:?}");
+    // The retried job's new outcome is sealed under the engine's key.
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let stored = inspect::outcome_record(queue.view(), &id("doomed-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    let gaffer::protocol::Outcome::Succeeded(gaffer::protocol::OutputRef::Inline(bytes)) =
+        &stored.outcome
+    else {
+        panic!("{stored:?}");
+    };
+    assert_eq!(
+        gaffer::testing::layout::sealed::sealed_under(bytes),
+        Some("k1")
+    );
+    drop(queue);
+    shut_down_cleanly(&engine).await;
+    let keyless = within(engine_on(dir.path(), &clock, &fx).start()).await;
+    assert!(
+        matches!(&keyless, Err(Error::EncryptionKeyMissing { key_id }) if key_id == "k1"),
+        "{:?}",
+        keyless.as_ref().err()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_half_finished_batch_resumes_to_an_exact_report() {
     let (dir, clock) = a_copy();

@@ -111,6 +111,40 @@ pub enum EngineError {
         expected: String,
     },
 
+    /// The store is encrypted with a key the engine (client, command) was
+    /// not given: its values sealed under that key cannot be opened, so
+    /// nothing runs on it.
+    #[error(
+        "the store's values are sealed under key `{key_id}`, which this keyring does not hold; \
+         start with a keyring that holds it (`EngineBuilder::encryption`, `--key-file`, \
+         GAFFER_KEY_FILE or GAFFER_KEYS; docs/encryption.md)"
+    )]
+    EncryptionKeyMissing {
+        /// The key id missing from the keyring.
+        key_id: String,
+    },
+
+    /// The keyring holds a key under the id the store names, but not the
+    /// key that id stands for in the store: a wrong key.
+    #[error(
+        "the keyring's key `{key_id}` is not the key the store's values were sealed with under \
+         that id (its check value does not open); give the right key for `{key_id}`"
+    )]
+    EncryptionKeyWrong {
+        /// The key id whose key is wrong.
+        key_id: String,
+    },
+
+    /// A stored value that claims to be sealed is not a valid sealed value
+    /// (cut short, changed, an unknown format version).
+    #[error("a sealed value could not be opened: {0}")]
+    SealedValue(String),
+
+    /// A keyring could not be made (a key file or variable that does not
+    /// parse, an invalid or duplicate key id).
+    #[error("invalid keyring: {0}")]
+    InvalidKeyring(String),
+
     /// A header key uses the engine's reserved prefix.
     #[error("header `{0}` uses the reserved `gaffer.` prefix; choose another header name")]
     ReservedHeader(String),

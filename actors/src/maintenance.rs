@@ -1,9 +1,11 @@
 //! The engine's timers: the sweeper (retention passes, the counters'
 //! snapshot) and the periodic actor (periodic jobs' ticks), with what they
 //! run at the bytes level: [`ticks`] (a periodic job's record and check),
-//! [`schedule`] (cron and intervals, pure), `snapshot` (the counters for `gaffer stats`).
+//! [`schedule`] (cron and intervals, pure), `snapshot` (the counters for `gaffer stats`),
+//! and [`rekey`] (every sealed value written again under the newest key).
 
 pub mod periodic;
+pub mod rekey;
 pub mod schedule;
 pub(crate) mod snapshot;
 pub mod sweeper;

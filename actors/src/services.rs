@@ -94,7 +94,10 @@ pub struct Route {
 pub struct Services {
     queue: Weak<SharedQueue>,
     routes: HashMap<String, Route>,
+    /// The blob store through the keyring (see `store`).
     store: Arc<dyn ObjectStore>,
+    /// The blob store as it is (a rekey reads what is stored).
+    raw_store: Arc<dyn ObjectStore>,
     settings: Settings,
     clock: Arc<dyn Clock>,
     /// Weak: the supervisor holds the sender, and drops it when the engine
@@ -133,10 +136,18 @@ impl Services {
         routes: HashMap<String, Route>,
         events: EventSender,
     ) -> Self {
+        // Every object the engine writes or reads (memo entries, large
+        // outputs) goes through its keyring.
+        let raw_store = store.clone();
+        let store: Arc<dyn ObjectStore> = Arc::new(crate::layout::sealed::blobs::SealedStore::new(
+            store,
+            settings.encryption.clone(),
+        ));
         Self {
             queue: Arc::downgrade(queue),
             routes,
             store,
+            raw_store,
             settings,
             clock,
             events: events.downgrade(),
@@ -240,14 +251,27 @@ impl Services {
         }
     }
 
-    /// The object store of memo entries and large outputs.
+    /// The object store of memo entries and large outputs, through the
+    /// engine's keyring: what is put is sealed, what is read is opened.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// The blob store as it is, its objects as stored (sealed or not).
+    pub(crate) fn raw_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.raw_store
     }
 
     /// The engine's settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The keyring every user value is sealed with on its way to the store
+    /// and opened with on its way back ([`Settings::encryption`]; empty:
+    /// nothing is sealed).
+    pub fn keyring(&self) -> &crate::layout::sealed::Keyring {
+        &self.settings.encryption
     }
 
     /// The clock of records and retention (taquba's clock).

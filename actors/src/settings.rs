@@ -129,6 +129,14 @@ pub struct Settings {
     /// *Memory*). Without `/proc` (not Linux) nothing is paced. At least
     /// 1 MiB; `None` turns pacing off (as before #30). Default 1 GiB.
     pub memory_budget: Option<u64>,
+    /// The keys that seal every user-supplied value the engine stores
+    /// (payloads, outputs, errors, memo entries, KV writes, signals, batch
+    /// manifests and item records, workflow steps' jobs, client requests):
+    /// the newest seals, every key opens what it sealed (docs/encryption.md).
+    /// Empty (the default): nothing is sealed, and the stored bytes are the
+    /// plain ones. A store whose values were sealed refuses to start with a
+    /// keyring that lacks one of its keys (`EncryptionKeyMissing`).
+    pub encryption: crate::layout::sealed::Keyring,
 }
 
 /// When a memo entry is written to the object store.
@@ -179,6 +187,7 @@ impl Default for Settings {
             intake_poll: Duration::from_secs(2),
             request_retention: Duration::from_secs(7 * 24 * 3600),
             memory_budget: Some(DEFAULT_MEMORY_BUDGET),
+            encryption: crate::layout::sealed::Keyring::new(),
         }
     }
 }

@@ -459,13 +459,17 @@ fn held_job() -> impl Strategy<Value = HeldJob> {
         headers(),
         option::of(any::<u32>()),
         option::of(any::<u32>()),
+        option::of(any::<u64>()),
     )
-        .prop_map(|(payload, headers, priority, max_attempts)| HeldJob {
-            payload,
-            headers,
-            priority,
-            max_attempts,
-        })
+        .prop_map(
+            |(payload, headers, priority, max_attempts, timeout_ms)| HeldJob {
+                payload,
+                headers,
+                priority,
+                max_attempts,
+                timeout_ms,
+            },
+        )
 }
 
 fn intake_request() -> impl Strategy<Value = IntakeRequest> {
@@ -476,12 +480,13 @@ fn intake_request() -> impl Strategy<Value = IntakeRequest> {
             option::of(any::<u32>()),
             option::of(any::<u64>()),
             option::of(text()),
+            option::of(any::<u64>()),
         ),
     )
         .prop_map(
             |(
                 (run_id, job_type, payload, idempotency_key, headers),
-                (priority, max_attempts, run_at_ms, traceparent),
+                (priority, max_attempts, run_at_ms, traceparent, timeout_ms),
             )| {
                 IntakeRequest {
                     run_id,
@@ -493,6 +498,7 @@ fn intake_request() -> impl Strategy<Value = IntakeRequest> {
                     max_attempts,
                     run_at_ms,
                     traceparent,
+                    timeout_ms,
                 }
             },
         )
@@ -506,10 +512,14 @@ fn intake_workflow() -> impl Strategy<Value = IntakeWorkflow> {
             option::of(any::<u32>()),
             vec(step_name(), 0..3),
             any::<bool>(),
+            option::of(any::<u64>()),
         ),
     )
         .prop_map(
-            |((name, job_type, payload, headers), (priority, max_attempts, deps, regardless))| {
+            |(
+                (name, job_type, payload, headers),
+                (priority, max_attempts, deps, regardless, timeout_ms),
+            )| {
                 IntakeStep {
                     name,
                     job_type,
@@ -519,6 +529,7 @@ fn intake_workflow() -> impl Strategy<Value = IntakeWorkflow> {
                     max_attempts,
                     deps,
                     regardless,
+                    timeout_ms,
                 }
             },
         );
@@ -964,6 +975,7 @@ fn samples() -> Vec<Sample> {
                 headers: HashMap::from([("h".into(), "v".into())]),
                 priority: Some(1),
                 max_attempts: Some(2),
+                timeout_ms: Some(3),
             }),
             refused::<HeldJob>,
         ),
@@ -981,6 +993,7 @@ fn samples() -> Vec<Sample> {
                     max_attempts: Some(1),
                     deps: vec!["b".into()],
                     regardless: false,
+                    timeout_ms: Some(3),
                 }],
             })),
             |b| records::from_msgpack::<IntakeOp>(b).is_err(),

@@ -48,6 +48,13 @@ pub struct Cli {
     /// Print one JSON document instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The store's keys (one `id:base64` a line, newest last;
+    /// docs/encryption.md): values sealed under them are shown, others as
+    /// `encrypted (key ID)`, and requests are sealed under the newest.
+    /// Default: the file `GAFFER_KEY_FILE` names, or the keys in
+    /// `GAFFER_KEYS`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -237,6 +244,20 @@ pub enum Command {
         job_type: String,
         #[command(flatten)]
         wait: WaitArgs,
+    },
+    /// Ask the engine to write every value the store keeps under its
+    /// keyring's newest key (`Engine::rekey`): resumable; once nothing is
+    /// left under an older key, the store stops listing it and it may
+    /// leave the keyring (docs/encryption.md).
+    Rekey {
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Print a new random key as a key file line, `ID:base64`: append it
+    /// to the key file (newest last) to rotate to it.
+    Keygen {
+        /// The new key's id (1-64 of [A-Za-z0-9_.-]).
+        id: String,
     },
     /// Resume a paused job type.
     Resume {

@@ -76,6 +76,12 @@ fn fail(e: &CliError) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    if let Command::Keygen { id } = &cli.command {
+        let line = gaffer_actors::layout::sealed::Keyring::generate_line(id)
+            .map_err(|e| CliError::BadInput(e.to_string()))?;
+        println!("{line}");
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Command::Web {
         listen,
         base_path,
@@ -94,6 +100,19 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     result
 }
 
+/// The keyring the command was given: `--key-file`, else the environment
+/// (`GAFFER_KEY_FILE`, `GAFFER_KEYS`); `None` without one.
+pub(crate) fn keyring(
+    cli: &Cli,
+) -> Result<Option<gaffer_actors::layout::sealed::Keyring>, CliError> {
+    use gaffer_actors::layout::sealed::Keyring;
+    let found = match &cli.key_file {
+        Some(path) => Keyring::from_file(path).map(Some),
+        None => Keyring::from_env(),
+    };
+    found.map_err(|e| CliError::BadInput(e.to_string()))
+}
+
 async fn open(
     cli: &Cli,
     dir: Option<&std::path::Path>,
@@ -105,7 +124,8 @@ async fn open(
         Command::Health | Command::Stats { .. } => read::Reading::Flushed,
         _ => read::Reading::Replay,
     };
-    Ok(read::Store::open(
+    let keyring = keyring(cli)?;
+    let store = read::Store::open(
         dir,
         url,
         &cli.queue_path,
@@ -113,7 +133,11 @@ async fn open(
         &cli.bulk_queue,
         reading,
     )
-    .await?)
+    .await?;
+    Ok(match keyring {
+        Some(keyring) => store.with_keyring(keyring).await?,
+        None => store,
+    })
 }
 
 async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
@@ -213,6 +237,11 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             };
             return act_on(store, op, ulid(), None, wait, json).await;
         }
+        Command::Rekey { wait } => {
+            return act_on(store, IntakeOp::Rekey, ulid(), None, wait, json).await;
+        }
+        // Answered in `run`, before any store is opened.
+        Command::Keygen { .. } => {}
         Command::Resume { job_type, wait } => {
             let op = IntakeOp::Resume {
                 job_type: job_type.clone(),

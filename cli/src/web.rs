@@ -45,6 +45,10 @@ pub async fn serve(
     if !base.is_empty() && !base.starts_with('/') {
         return Err(CliError::BadInput("--base-path starts with `/`".into()));
     }
+    let config = match crate::keyring(cli)? {
+        Some(keyring) => config.encryption(keyring).await?,
+        None => config,
+    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| CliError::BadInput(format!("--listen {listen}: {e}")))?;

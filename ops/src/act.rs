@@ -73,7 +73,14 @@ pub fn signal_op(run_id: &str, name: &str, json: &str) -> Result<IntakeOp, OpsEr
 
 /// Write `op` to the store's inbox as `request_id` (a fresh ULID).
 pub async fn send(store: &Store, op: &IntakeOp, request_id: &str) -> Result<(), OpsError> {
-    intake::send_as(store.sender(), store.jobs_prefix(), request_id, op).await?;
+    intake::send_as(
+        store.sender(),
+        store.jobs_prefix(),
+        request_id,
+        op,
+        store.keyring(),
+    )
+    .await?;
     Ok(())
 }
 

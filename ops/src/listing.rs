@@ -174,6 +174,11 @@ impl Store {
             }
         }
         let next = next.map(|c| c.render());
+        // Errors as the keyring shows them (`encrypted (key ID)` where it
+        // cannot open them).
+        for job in &mut jobs {
+            job.error = job.error.take().map(|e| self.keyring().show_text(&e));
+        }
         Ok(Jobs {
             jobs,
             more: next.is_some(),

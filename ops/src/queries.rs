@@ -142,7 +142,7 @@ impl Store {
             return Err(OpsError::JobNotFound(id.to_string()));
         }
         if let Some(rec) = inspect::outcome_record(view, id).await? {
-            let mut d = outcome_detail(id, &rec);
+            let mut d = outcome_detail(id, &rec, self.keyring());
             d.history = self.history(&rec.job_id, Some(&rec)).await?;
             let kept = match view.job_record(&rec.job_id).await? {
                 Some(job) => {
@@ -177,7 +177,7 @@ impl Store {
                     && !matches!(rec.outcome, Outcome::Succeeded(_))
                     && d.workflow.is_none();
             }
-            return Ok(d);
+            return Ok(self.reveal(d));
         }
         let run = inspect::run_record(view, id).await?;
         let (job_id, submitted) = match &run {
@@ -262,10 +262,27 @@ impl Store {
             d.state = item_state(m.status);
             d.error = m.error;
             if let Some(out) = &m.output {
-                (d.output, d.output_blob) = output(out);
+                (d.output, d.output_blob) = output_with(out, self.keyring());
             }
         }
-        Ok(d)
+        Ok(self.reveal(d))
+    }
+
+    /// A job's values as this store's keyring shows them: opened where it
+    /// can, `encrypted (key ID)` where it cannot (the payload stays sealed,
+    /// and its display says so).
+    fn reveal(&self, mut d: JobDetail) -> JobDetail {
+        let keyring = self.keyring();
+        d.error = d.error.map(|e| keyring.show_text(&e));
+        for row in &mut d.history {
+            row.error = row.error.take().map(|e| keyring.show_text(&e));
+        }
+        if let Some(p) = &d.payload
+            && let Ok(plain) = keyring.open(p)
+        {
+            d.payload = Some(plain.into_owned());
+        }
+        d
     }
 
     /// The dead letter a retried run `run_id` of `job_type` left of an
@@ -429,6 +446,7 @@ impl Store {
                     // Retried since, and running again.
                     continue;
                 }
+                d.error = d.error.map(|e| self.keyring().show_text(&e));
                 dead.push(d);
             }
         }
@@ -833,9 +851,25 @@ pub fn json_of(bytes: &[u8]) -> Option<serde_json::Value> {
 
 /// An output as JSON (decoded from MessagePack), or its blob path.
 pub fn output(out: &OutputRef) -> (Option<serde_json::Value>, Option<String>) {
+    output_with(out, &gaffer_actors::layout::sealed::Keyring::new())
+}
+
+/// [`output`], opened with `keyring`: a sealed output it cannot open shows
+/// as the string `encrypted (key ID)`.
+pub fn output_with(
+    out: &OutputRef,
+    keyring: &gaffer_actors::layout::sealed::Keyring,
+) -> (Option<serde_json::Value>, Option<String>) {
     match out {
         OutputRef::Inline(bytes) => {
-            let v = json_of(bytes).unwrap_or_else(|| {
+            let bytes = match keyring.open(bytes) {
+                Ok(plain) => plain,
+                Err(e) => {
+                    let label = gaffer_actors::layout::sealed::encrypted_label(&e);
+                    return (Some(serde_json::Value::String(label)), None);
+                }
+            };
+            let v = json_of(&bytes).unwrap_or_else(|| {
                 serde_json::Value::String(format!("<{} bytes, not MessagePack>", bytes.len()))
             });
             (Some(v), None)
@@ -844,9 +878,13 @@ pub fn output(out: &OutputRef) -> (Option<serde_json::Value>, Option<String>) {
     }
 }
 
-fn outcome_detail(id: &str, rec: &OutcomeRecord) -> JobDetail {
+fn outcome_detail(
+    id: &str,
+    rec: &OutcomeRecord,
+    keyring: &gaffer_actors::layout::sealed::Keyring,
+) -> JobDetail {
     let (output, output_blob) = match &rec.outcome {
-        Outcome::Succeeded(out) => output(out),
+        Outcome::Succeeded(out) => output_with(out, keyring),
         _ => (None, None),
     };
     JobDetail {

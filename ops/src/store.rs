@@ -5,6 +5,7 @@ use std::path::Path;
 
 use gaffer_actors::layout::inspect;
 use gaffer_actors::layout::keys;
+use gaffer_actors::layout::sealed::{EncryptionRecord, Keyring};
 use taquba::{InboxSender, QueueReader, QueueView, ReaderMode, ReaderOptions, default_inbox_path};
 
 use crate::error::OpsError;
@@ -35,6 +36,9 @@ pub struct Store {
     pub(crate) bulk_prefix: String,
     /// Where operator requests go: the store's inbox.
     sender: InboxSender,
+    /// Opens the values shown (those it cannot open show as `encrypted`)
+    /// and seals the requests sent.
+    keyring: Keyring,
 }
 
 impl std::fmt::Debug for Store {
@@ -128,6 +132,7 @@ impl Store {
             jobs_prefix: jobs_prefix.to_string(),
             bulk_prefix: bulk_prefix.to_string(),
             sender,
+            keyring: Keyring::new(),
         };
         let refused = match opened.store_marker(keys::LAYOUT_KEY).await {
             Ok(found) => inspect::layout_of(found.as_deref())
@@ -167,6 +172,61 @@ impl Store {
         let found = self.store_marker(keys::SHARD_KEY).await?;
         inspect::shard_of(found.as_deref(), &place)?;
         Ok(())
+    }
+
+    /// This store read with `keyring`: values sealed under its keys are
+    /// shown, others as `encrypted (key ID)`, and requests are sealed under
+    /// its newest key. A key the store names whose key here is another one
+    /// is refused (`EncryptionKeyWrong`): a wrong key. A key the keyring
+    /// lacks is not: what it sealed shows as encrypted.
+    pub async fn with_keyring(mut self, keyring: Keyring) -> Result<Self, OpsError> {
+        let found = match self.store_marker(keys::ENCRYPTION_KEY).await {
+            Ok(found) => found,
+            Err(e) => {
+                self.close().await;
+                return Err(e);
+            }
+        };
+        if let Some(raw) = found {
+            let checked = gaffer_actors::layout::records::decode::<EncryptionRecord>(
+                keys::ENCRYPTION_KEY,
+                &raw,
+            )
+            .and_then(|record| {
+                let held = EncryptionRecord {
+                    keys: record
+                        .keys
+                        .into_iter()
+                        .filter(|k| keyring.holds(&k.id))
+                        .collect(),
+                };
+                Ok(held.check(&keyring)?)
+            });
+            if let Err(e) = checked {
+                self.close().await;
+                return Err(e.into());
+            }
+        }
+        self.keyring = keyring;
+        Ok(self)
+    }
+
+    /// The keyring values are opened with (empty unless given).
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    /// The key ids the store's values may be sealed under, oldest first
+    /// (empty: no engine with a keyring started on it).
+    pub async fn encryption_keys(&self) -> Result<Vec<String>, OpsError> {
+        match self.store_marker(keys::ENCRYPTION_KEY).await? {
+            Some(raw) => Ok(gaffer_actors::layout::records::decode::<EncryptionRecord>(
+                keys::ENCRYPTION_KEY,
+                &raw,
+            )?
+            .ids()),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Close the reader.

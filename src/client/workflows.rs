@@ -145,7 +145,7 @@ impl ClientWorkflow {
                     if step.state != Some(JobState::Succeeded)
                         && let Some(rec) = inspect::outcome_record(view, &step.run_id).await?
                     {
-                        records.insert(step.name.clone(), rec);
+                        records.insert(step.name.clone(), rec.opened(&self.inner.keyring)?);
                     }
                 }
                 Ok(Some(match step_failed(&status.steps, &records) {

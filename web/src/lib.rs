@@ -187,6 +187,36 @@ impl WebConfig {
         }
     }
 
+    /// Show the values sealed under `keyring`'s keys (every store of the
+    /// set); the others show as `encrypted (key ID)`, as they do without a
+    /// keyring. A key the store names whose key here is another one is
+    /// refused (`EncryptionKeyWrong`). Operator requests are sealed with it.
+    pub async fn encryption(
+        mut self,
+        keyring: gaffer_actors::layout::sealed::Keyring,
+    ) -> Result<Self, WebError> {
+        let mut shards = Vec::with_capacity(self.shards.len());
+        let mut failed = None;
+        for shard in std::mem::take(&mut self.shards) {
+            if failed.is_some() {
+                shard.store.close().await;
+                continue;
+            }
+            match shard.store.with_keyring(keyring.clone()).await {
+                Ok(store) => shards.push(Shard { store, ..shard }),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            for shard in shards {
+                shard.store.close().await;
+            }
+            return Err(e.into());
+        }
+        self.shards = shards;
+        Ok(self)
+    }
+
     /// The prefix the router is nested under (`/admin/jobs`), for the
     /// links of its pages; none by default.
     pub fn base_path(mut self, path: &str) -> Self {

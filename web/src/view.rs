@@ -171,9 +171,13 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Bytes as pretty JSON when they are MessagePack, else a hex dump of the
-/// first 512 and their length.
+/// Bytes as pretty JSON when they are MessagePack, `encrypted (key ID)`
+/// when they are sealed (the page's store could not open them), else a hex
+/// dump of the first 512 and their length.
 pub fn payload(bytes: &[u8]) -> String {
+    if let Some(key_id) = gaffer_actors::layout::sealed::sealed_under(bytes) {
+        return format!("encrypted (key {key_id})");
+    }
     match gaffer_ops::queries::json_of(bytes) {
         Some(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
         None => {
@@ -243,5 +247,9 @@ mod tests {
         let bytes = rmp_serde::to_vec_named(&v).unwrap();
         assert!(payload(&bytes).contains("\"a\": 1"));
         assert!(payload(&[0xc1]).starts_with("1 bytes, not MessagePack"));
+        let ring = gaffer_actors::layout::sealed::Keyring::new()
+            .with_key("k1", [1; 32])
+            .unwrap();
+        assert_eq!(payload(&ring.seal(&bytes).unwrap()), "encrypted (key k1)");
     }
 }

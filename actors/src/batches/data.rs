@@ -64,7 +64,10 @@ pub(crate) async fn output_of(
     output: Option<OutputRef>,
 ) -> std::result::Result<Vec<u8>, String> {
     match output {
-        Some(OutputRef::Inline(b)) => Ok(b),
+        Some(OutputRef::Inline(b)) => services
+            .keyring()
+            .open_vec(b)
+            .map_err(|e| format!("the item's output could not be opened: {e}")),
         Some(out @ OutputRef::Blob(_)) => services
             .output_bytes(&out)
             .await

@@ -41,7 +41,8 @@ pub async fn batch_head(services: &Services, batch_id: &str) -> Result<Option<Ba
     Ok(read_head(services, batch_id).await?.map(|(h, _)| h))
 }
 
-/// Read manifest chunk `index`.
+/// Read manifest chunk `index`, its inputs as stored (sealed under the
+/// engine's keyring): an item's queue job takes its input as it is.
 pub async fn read_chunk(services: &Services, batch_id: &str, index: u32) -> Result<ManifestChunk> {
     with_chunk(services, batch_id, index, |key, raw| {
         records::decode(key, raw)
@@ -136,7 +137,8 @@ impl ManifestWriter<'_> {
             items: std::mem::take(&mut self.chunk),
         };
         self.chunk_bytes = 0;
-        let bytes = records::encode(&chunk)?;
+        let keyring = self.services.keyring();
+        let bytes = records::encode(&chunk.clone().sealed(keyring)?)?;
         if bytes.len() > taquba::MAX_KV_VALUE_SIZE {
             return Err(EngineError::ValueTooLarge {
                 size: bytes.len(),
@@ -151,9 +153,10 @@ impl ManifestWriter<'_> {
             }
             // Equal bytes are an equal chunk (the encoding is deterministic);
             // other bytes are decoded and compared, in case an equal chunk was
-            // encoded differently.
+            // encoded differently (or sealed: each seal has its own nonce).
             let same = with_chunk(self.services, self.batch_id, index, |key, stored| {
-                Ok(stored == &bytes[..] || records::decode::<ManifestChunk>(key, stored)? == chunk)
+                Ok(stored == &bytes[..]
+                    || records::decode::<ManifestChunk>(key, stored)?.opened(keyring)? == chunk)
             })
             .await?;
             if !same {

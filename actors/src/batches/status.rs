@@ -12,8 +12,8 @@ pub async fn batch_state(services: &Services, batch_id: &str) -> Result<BatchSta
     crate::layout::inspect::batch_state(queue.view(), batch_id).await
 }
 
-/// The markers of a batch's settled items, in key order: see
-/// [`crate::layout::inspect::item_markers`].
+/// The markers of a batch's settled items, in key order, their errors and
+/// outputs opened: see [`crate::layout::inspect::item_markers`].
 pub async fn item_markers(
     services: &Services,
     batch_id: &str,
@@ -22,5 +22,12 @@ pub async fn item_markers(
 ) -> Result<MarkerPage> {
     crate::layout::keys::check_batch_id(batch_id)?;
     let queue = services.queue()?;
-    crate::layout::inspect::item_markers(queue.view(), batch_id, after, limit).await
+    let page = crate::layout::inspect::item_markers(queue.view(), batch_id, after, limit).await?;
+    let keyring = services.keyring();
+    let items = page
+        .items
+        .into_iter()
+        .map(|(key, marker)| Ok((key, marker.opened(keyring)?)))
+        .collect::<Result<_>>()?;
+    Ok(MarkerPage { items, ..page })
 }

@@ -99,6 +99,9 @@ pub enum IntakeOp {
     },
     /// Submit a workflow (every step or none, in one transaction).
     SubmitWorkflow(crate::workflows::wire::IntakeWorkflow),
+    /// Write every value of the store under the engine's newest key
+    /// (`Services::rekey`).
+    Rekey,
 }
 
 impl IntakeOp {
@@ -363,7 +366,29 @@ fn refusal(e: &EngineError) -> Option<String> {
 /// Apply one request and settle it on the intake queue.
 async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     let Ok(queue) = services.queue() else { return };
-    let op: IntakeOp = match crate::layout::records::from_msgpack(&claim.payload) {
+    // A client with a keyring seals its request: one sealed under a key
+    // this engine does not hold waits (put back on the intake queue, ten
+    // intake polls later) for an engine that holds it; one that does not
+    // open with a key it holds is refused.
+    let payload = match services.keyring().open(&claim.payload) {
+        Ok(payload) => payload,
+        Err(e @ crate::layout::sealed::SealError::UnknownKey { .. }) => {
+            warn!(request = %claim.id, error = %e, "a client request is sealed under a key this engine does not hold; it waits for an engine that holds it");
+            if let Err(e) = wait_for_key(services, &queue, &claim).await {
+                warn!(request = %claim.id, error = %e, "putting a client request back failed; it is taken again after its lease");
+            }
+            return;
+        }
+        Err(e) => {
+            let reason = format!("the request does not open with this engine's keyring: {e}");
+            warn!(request = %claim.id, %reason, "client request refused");
+            if let Err(e) = answer(services, &queue, &claim, RequestFate::Refused(reason)).await {
+                warn!(request = %claim.id, error = %e, "refusing a client request failed; it is taken again after its lease");
+            }
+            return;
+        }
+    };
+    let op: IntakeOp = match crate::layout::records::from_msgpack(&payload) {
         Ok(op) => op,
         Err(e) => {
             let reason = format!("the request does not decode as a gaffer request: {e}");
@@ -417,6 +442,24 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
             .retry_workflow(&id)
             .await
             .map(|n| Some(format!("workflow `{id}` retried ({n} steps set back)"))),
+        IntakeOp::Rekey => services
+            .rekey_keeping(&queue.lease_handle(&claim))
+            .await
+            .map(|r| {
+                Some(format!(
+                    "rekeyed to `{}`: {} values looked at, {} written again, {} queued jobs still \
+                 under an older key{}",
+                    r.key_id,
+                    r.scanned,
+                    r.renewed,
+                    r.queued_behind,
+                    if r.retired.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; keys {} retired", r.retired.join(", "))
+                    }
+                ))
+            }),
         IntakeOp::SubmitWorkflow(flow) => {
             services.submit_workflow(flow.into_spec()).await.map(|s| {
                 Some(if s.newly_submitted {
@@ -465,6 +508,27 @@ async fn answer(
     queue.ack_with(claim, fx).await.map(|_| ())
 }
 
+/// Put a request sealed under a key this engine does not hold back on the
+/// intake queue under its id, to be taken again after ten intake polls: a
+/// fresh queue job each time, so waiting spends none of its attempts.
+async fn wait_for_key(services: &Services, queue: &taquba::Queue, claim: &Claim) -> Result<()> {
+    let at = std::time::UNIX_EPOCH
+        + Duration::from_millis(services.clock().now_ms())
+        + services.settings().intake_poll * 10;
+    let fx = taquba::SettlementEffects::default().enqueue(taquba::EnqueueRequest {
+        queue: claim.queue.to_string(),
+        payload: claim.payload.clone(),
+        options: taquba::EnqueueOptions::default()
+            .id_override(claim.id.clone())
+            .headers(claim.headers.clone())
+            .priority(claim.priority)
+            .max_attempts(claim.max_attempts)
+            .run_at(Some(at)),
+    });
+    queue.ack_with(claim, fx).await?;
+    Ok(())
+}
+
 /// Submit a client's job through the engine's own submit.
 async fn submit(services: &Services, request_id: &str, request: IntakeRequest) -> Result<()> {
     let run_id = request.run_id.clone();
@@ -498,10 +562,16 @@ pub fn epoch_ms(t: SystemTime) -> u64 {
 
 /// Send `op` to the intake of the engine whose jobs queue prefix is
 /// `queue_name`, through `sender` (the store's inbox). Returns the request
-/// id, once the request is durable in the store.
-pub async fn send(sender: &taquba::InboxSender, queue_name: &str, op: &IntakeOp) -> Result<String> {
+/// id, once the request is durable in the store. Sealed under `keyring`'s
+/// newest key (plain with an empty keyring).
+pub async fn send(
+    sender: &taquba::InboxSender,
+    queue_name: &str,
+    op: &IntakeOp,
+    keyring: &crate::layout::sealed::Keyring,
+) -> Result<String> {
     let request_id = ulid::Ulid::new().to_string();
-    send_as(sender, queue_name, &request_id, op).await?;
+    send_as(sender, queue_name, &request_id, op, keyring).await?;
     Ok(request_id)
 }
 
@@ -511,9 +581,11 @@ pub async fn send_as(
     queue_name: &str,
     request_id: &str,
     op: &IntakeOp,
+    keyring: &crate::layout::sealed::Keyring,
 ) -> Result<()> {
     let entry = taquba::EnqueueEntry {
-        payload: op.encode()?,
+        // Sealed whole under the sender's keyring: the intake opens it.
+        payload: keyring.seal_vec(op.encode()?)?,
         options: taquba::EnqueueOptions::default().id_override(request_id.to_string()),
     };
     sender

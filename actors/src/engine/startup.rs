@@ -71,7 +71,7 @@ pub(crate) async fn open(
                     taquba::InboxOptions::new([intake]).touch_poll_interval(settings.intake_poll),
                 );
             }
-            check_layout_before_open(&store, &path).await?;
+            check_layout_before_open(&store, &path, &settings.encryption).await?;
             let queue = Queue::open_with_options(store.clone(), &path, options).await?;
             Ok((queue, store))
         }
@@ -87,7 +87,11 @@ pub(crate) async fn open(
 /// still only in its WAL (young: its memtable never flushed) shows none
 /// here; [`check_layout`] decides after the open, as it does for every
 /// store.
-async fn check_layout_before_open(store: &Arc<dyn ObjectStore>, path: &str) -> Result<()> {
+async fn check_layout_before_open(
+    store: &Arc<dyn ObjectStore>,
+    path: &str,
+    keyring: &crate::layout::sealed::Keyring,
+) -> Result<()> {
     let options = taquba::ReaderOptions::default()
         .mode(taquba::ReaderMode::FollowLatest)
         .skip_wal_replay(true)
@@ -99,6 +103,9 @@ async fn check_layout_before_open(store: &Arc<dyn ObjectStore>, path: &str) -> R
         Err(e) => return Err(e.into()),
     };
     let found = reader.view().kv_get(keys::LAYOUT_KEY).await;
+    // A keyring that cannot open the store is refused here too, before the
+    // open would fence the engine that can.
+    let keys = crate::layout::inspect::check_encryption(reader.view(), keyring).await;
     if let Err(e) = reader.close().await {
         tracing::debug!(error = %e, "closing the layout check's reader failed");
     }
@@ -106,8 +113,38 @@ async fn check_layout_before_open(store: &Arc<dyn ObjectStore>, path: &str) -> R
         Some(found) if found.as_ref() != keys::LAYOUT_VERSION.as_bytes() => Err(
             crate::layout::inspect::foreign_layout(String::from_utf8_lossy(&found).into_owned()),
         ),
-        _ => Ok(()),
+        _ => keys,
     }
+}
+
+/// Check the engine's keyring against the store's encryption record (see
+/// [`crate::layout::inspect::check_encryption`]) and, when the keyring's
+/// newest key is not listed yet, list it (compare on the record's bytes):
+/// from now on values may be sealed under it. An engine without a keyring
+/// writes nothing.
+pub(crate) async fn check_encryption(
+    queue: &Queue,
+    keyring: &crate::layout::sealed::Keyring,
+) -> Result<()> {
+    let found = crate::layout::inspect::encryption_record(queue.view()).await?;
+    let (record, raw) = match found {
+        Some((record, raw)) => (record, Some(raw)),
+        None => (Default::default(), None),
+    };
+    record.check(keyring)?;
+    if let Some(next) = record.with_newest(keyring)? {
+        let fx = SettlementEffects::default().kv_put(keys::ENCRYPTION_KEY, records::encode(&next)?);
+        let compares: [(&[u8], Option<&[u8]>); 1] = [(keys::ENCRYPTION_KEY, raw.as_deref())];
+        if queue.kv_compare_commit(&compares, fx).await?.is_none() {
+            return Err(EngineError::Contended {
+                operation: "the listing of the keyring's newest key in the store's encryption \
+                            record"
+                    .into(),
+            });
+        }
+        tracing::info!(key_id = ?keyring.newest_id(), keys = ?next.ids(), "the store's values are sealed under this key from now on");
+    }
+    Ok(())
 }
 
 /// Check the store's shard marker against the engine's place in its set,

@@ -29,7 +29,9 @@ use children::Child;
 
 use crate::batches::registry::{BatchRegistry, RegistryMessage, RegistryRef};
 use crate::engine::notify::Reports;
-use crate::engine::startup::{check_layout, check_shard, open, routes, stray_queues};
+use crate::engine::startup::{
+    check_encryption, check_layout, check_shard, open, routes, stray_queues,
+};
 use crate::erased::Registration;
 use crate::error::{EngineError, Result};
 use crate::exec::pool::PoolRef;
@@ -134,6 +136,10 @@ impl Actor for Supervisor {
         let checked = match (check_layout(&queue).await, &config.shard) {
             (Ok(()), Some(place)) => check_shard(&queue, place).await,
             (checked, _) => checked,
+        };
+        let checked = match checked {
+            Ok(()) => check_encryption(&queue, &config.settings.encryption).await,
+            Err(e) => Err(e),
         };
         let strays = match checked {
             Ok(()) => stray_queues(&queue, &config.settings, &routes).await,

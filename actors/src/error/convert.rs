@@ -68,7 +68,12 @@ impl From<taquba::Error> for EngineError {
 
 impl From<taquba::object_store::Error> for EngineError {
     fn from(e: taquba::object_store::Error) -> Self {
-        Self::Store(Arc::new(e))
+        // An object that did not open through the engine's keyring is that
+        // error, typed, not a store failure.
+        match crate::layout::sealed::blobs::seal_error(&e) {
+            Some(sealed) => sealed.clone().into(),
+            None => Self::Store(Arc::new(e)),
+        }
     }
 }
 
@@ -84,5 +89,24 @@ pub fn store_closed(e: &taquba::Error) -> Option<String> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+impl From<crate::layout::sealed::SealError> for EngineError {
+    fn from(e: crate::layout::sealed::SealError) -> Self {
+        use crate::layout::sealed::SealError;
+        match e {
+            SealError::UnknownKey { key_id } => Self::EncryptionKeyMissing { key_id },
+            SealError::WrongKey { key_id } => Self::EncryptionKeyWrong { key_id },
+            e @ (SealError::Malformed(_) | SealError::Random(_)) => {
+                Self::SealedValue(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<crate::layout::sealed::KeyringError> for EngineError {
+    fn from(e: crate::layout::sealed::KeyringError) -> Self {
+        Self::InvalidKeyring(e.to_string())
     }
 }

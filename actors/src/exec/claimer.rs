@@ -175,7 +175,7 @@ async fn claim(
             // read a settlement used to make.
             let ((attempts, own), standing) = futures_util::join!(
                 attempts::of(queue, &claim, settings),
-                settle::standing(queue, &claim)
+                settle::standing(queue, &claim, &settings.encryption)
             );
             let history = match &standing {
                 Standing::Owner(settle::Owner { run: Some(run), .. }) => run.claims_with(own),

@@ -13,6 +13,12 @@ use crate::error::{EngineError, Result};
 use crate::jobs::request::SubmitRequest;
 use crate::layout::keys::{self, RESERVED_HEADER_PREFIX, RESERVED_KV_PREFIX};
 
+/// The largest value an effect puts: the KV value cap, less what sealing
+/// it under the engine's keyring may add (so a value accepted here is
+/// accepted by the store whether or not the engine encrypts).
+pub const MAX_EFFECT_VALUE: usize =
+    taquba::MAX_KV_VALUE_SIZE - crate::layout::sealed::MAX_SEAL_OVERHEAD;
+
 /// What one attempt staged.
 #[derive(Debug, Default)]
 pub struct StagedEffects {
@@ -35,13 +41,14 @@ pub struct Effects {
 }
 
 impl Effects {
-    /// Stage a put of `value` at `key`.
+    /// Stage a put of `value` at `key`: at most [`MAX_EFFECT_VALUE`] bytes
+    /// (the KV cap, less the room a sealed value takes).
     pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<()> {
         let (key, value) = (key.into(), value.into());
-        if value.len() > taquba::MAX_KV_VALUE_SIZE {
+        if value.len() > MAX_EFFECT_VALUE {
             return Err(EngineError::ValueTooLarge {
                 size: value.len(),
-                max: taquba::MAX_KV_VALUE_SIZE,
+                max: MAX_EFFECT_VALUE,
             });
         }
         self.stage(key, Some(value))

@@ -290,6 +290,7 @@ async fn end_run(
     let StagedEffects { kv, followups } = effects;
     let delivery = Delivery {
         claim,
+        input_hash: owner.run.as_ref().map(|run| run.input_hash),
         attempts: &claimed.attempts,
         history: claimed.history.clone(),
         followups: followups.iter().map(|(id, _)| id.clone()).collect(),
@@ -356,17 +357,25 @@ async fn end_run(
     if is_job {
         ctx.notify.job(JobEnd::Settling(run_id.clone()));
     }
+    // The queue keeps a failure's message with the dead job: sealed, as
+    // the record's is.
+    let sealed = |message: &str| match services.keyring().seal_text(message) {
+        Ok(sealed) => sealed,
+        Err(e) => format!("failed (its message could not be sealed: {e})"),
+    };
     let result = match &told {
         Told::Job(record) => match &record.outcome {
             Outcome::Succeeded(_) => queue.ack_with(claim, fx).await,
-            Outcome::Failed { message, .. } => queue.dead_letter_with(claim, message, fx).await,
+            Outcome::Failed { message, .. } => {
+                queue.dead_letter_with(claim, &sealed(message), fx).await
+            }
             Outcome::Cancelled => queue.dead_letter_with(claim, "cancelled", fx).await,
         },
         Told::Item(marker) => match marker.status {
             ItemStatus::Succeeded => queue.ack_with(claim, fx).await,
             ItemStatus::Failed => {
                 let message = marker.error.as_deref().unwrap_or("failed");
-                queue.dead_letter_with(claim, message, fx).await
+                queue.dead_letter_with(claim, &sealed(message), fx).await
             }
             ItemStatus::Cancelled => queue.dead_letter_with(claim, "cancelled", fx).await,
         },

@@ -117,7 +117,8 @@ impl Services {
             .kv_put(keys::run_key(run_id), run)
             .enqueue(EnqueueRequest {
                 queue: job.queue.to_string(),
-                payload: job.payload,
+                // Written again under the engine's newest key.
+                payload: self.keyring().renewed(job.payload)?,
                 options: EnqueueOptions::default()
                     .headers(headers)
                     .id_override(job_id)

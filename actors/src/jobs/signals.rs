@@ -100,6 +100,8 @@ impl Services {
         if !keys::is_valid_signal_name(name) {
             return Err(EngineError::InvalidSignalName(name.to_string()));
         }
+        // Kept sealed under the engine's keyring (opened by the wait's read).
+        let payload = self.keyring().seal_vec(payload)?;
         if payload.len() > taquba::MAX_KV_VALUE_SIZE {
             return Err(EngineError::ValueTooLarge {
                 size: payload.len(),

@@ -99,7 +99,7 @@ impl Services {
                 keys::run_key(&job_id),
                 self.run_record(&job_id, &req.job_type, hash, None)?,
             );
-            let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id);
+            let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id)?;
             let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
             queue
                 .enqueue_with_effects(&job_queue, payload, opts, effects)
@@ -262,7 +262,7 @@ impl Services {
         let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
         let job_id = self.queue()?.next_job_id();
         let hash = keys::input_hash(&req.job_type, &req.payload);
-        let (options, payload) = self.enqueue_options(req, run_id, &job_id);
+        let (options, payload) = self.enqueue_options(req, run_id, &job_id)?;
         Ok(fx
             .kv_put(
                 keys::run_key(run_id),
@@ -293,12 +293,15 @@ impl Services {
         })
     }
 
+    /// The enqueue of `req`'s queue job: its options, and its payload as
+    /// stored (sealed under the engine's keyring; its input hash is of the
+    /// plain payload).
     fn enqueue_options(
         &self,
         req: &SubmitRequest,
         run_id: &str,
         job_id: &str,
-    ) -> (EnqueueOptions, Vec<u8>) {
+    ) -> Result<(EnqueueOptions, Vec<u8>)> {
         let mut headers = req.headers.clone();
         headers.insert(keys::HEADER_TYPE.into(), req.job_type.clone());
         headers.insert(keys::HEADER_RUN.into(), run_id.into());
@@ -321,13 +324,17 @@ impl Services {
             .priority(req.priority)
             .max_attempts(keys::QUEUE_ATTEMPTS)
             .run_at(req.run_at);
-        (opts, req.payload.clone())
+        Ok((opts, self.keyring().seal(&req.payload)?))
     }
 
-    /// The outcome record of a run, if it has ended and the record is retained.
+    /// The outcome record of a run, if it has ended and the record is
+    /// retained; its output and errors opened.
     pub async fn outcome(&self, run_id: &str) -> Result<Option<OutcomeRecord>> {
         check_id(run_id)?;
-        crate::layout::inspect::outcome_record(self.queue()?.view(), run_id).await
+        match crate::layout::inspect::outcome_record(self.queue()?.view(), run_id).await? {
+            Some(record) => Ok(Some(record.opened(self.keyring())?)),
+            None => Ok(None),
+        }
     }
 
     /// Why no record of `run_id` exists: `NotSubmittedThroughGaffer` if a
@@ -355,10 +362,11 @@ impl Services {
         crate::layout::inspect::run_record(self.queue()?.view(), run_id).await
     }
 
-    /// The bytes of a success output, fetching a blob if the output was large.
+    /// The bytes of a success output, fetching a blob if the output was
+    /// large (opened, if sealed).
     pub async fn output_bytes(&self, output: &OutputRef) -> Result<Vec<u8>> {
         match output {
-            OutputRef::Inline(bytes) => Ok(bytes.clone()),
+            OutputRef::Inline(bytes) => Ok(self.keyring().open(bytes)?.into_owned()),
             OutputRef::Blob(path) => {
                 let found = self.store().get(&Path::from(path.as_str())).await?;
                 Ok(found.bytes().await?.to_vec())
@@ -433,9 +441,18 @@ impl Services {
         })
     }
 
-    /// Read a committed value from the caller KV namespace.
+    /// Read a committed value from the caller KV namespace (opened, if
+    /// sealed: a job's KV writes and a signal's payload are). Without a
+    /// keyring the value is as stored: the store holds nothing sealed (the
+    /// start refuses a store that does), and a job's own bytes that only
+    /// start like a sealed value read as they were written.
     pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.queue()?.view().kv_get(key).await?.map(|b| b.to_vec()))
+        let keyring = self.keyring();
+        match self.queue()?.view().kv_get(key).await? {
+            Some(stored) if keyring.is_empty() => Ok(Some(stored.to_vec())),
+            Some(stored) => Ok(Some(keyring.open(&stored)?.into_owned())),
+            None => Ok(None),
+        }
     }
 
     /// The effects that end a run: delete its run record, write its outcome
@@ -448,7 +465,10 @@ impl Services {
     ) -> Result<SettlementEffects> {
         let mut effects = SettlementEffects::default()
             .kv_delete(keys::run_key(run_id))
-            .kv_put(keys::outcome_key(run_id), records::encode(record)?)
+            .kv_put(
+                keys::outcome_key(run_id),
+                records::encode(&record.sealed(self.keyring())?)?,
+            )
             .kv_put(record.ended_key(run_id), Vec::new());
         if self.settings().retention.is_some() {
             effects = effects.expiry_entry(self.expiry(), record.finished_at_ms, run_id.as_bytes());

@@ -114,6 +114,35 @@ pub fn shard_of(found: Option<&[u8]>, place: &crate::ShardPlace) -> Result<bool>
     }
 }
 
+/// The store's encryption record ([`keys::ENCRYPTION_KEY`]), decoded, and
+/// its stored bytes (`None`: no engine with a keyring started on it).
+pub async fn encryption_record(
+    view: &QueueView,
+) -> Result<Option<(crate::layout::sealed::EncryptionRecord, Vec<u8>)>> {
+    match view.kv_get(keys::ENCRYPTION_KEY).await? {
+        Some(raw) => Ok(Some((
+            records::decode(keys::ENCRYPTION_KEY, &raw)?,
+            raw.to_vec(),
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// The one check of a keyring against a store (the engine's, a client's,
+/// the command's): every key the store's values may be sealed under must
+/// be held, and be the same key ([`EngineError::EncryptionKeyMissing`],
+/// [`EngineError::EncryptionKeyWrong`] name the first that is not). A
+/// store with no encryption record passes any keyring.
+pub async fn check_encryption(
+    view: &QueueView,
+    keyring: &crate::layout::sealed::Keyring,
+) -> Result<()> {
+    if let Some((record, _)) = encryption_record(view).await? {
+        record.check(keyring)?;
+    }
+    Ok(())
+}
+
 /// The active-run record of `run_id`, if the run is live.
 pub async fn run_record(view: &QueueView, run_id: &str) -> Result<Option<RunRecord>> {
     let key = keys::run_key(run_id);

@@ -212,6 +212,18 @@ pub fn shard_of(id: &str, shards: usize) -> usize {
 /// count or order (which would route ids to the wrong stores) is refused.
 pub const SHARD_KEY: &[u8] = b"gaffer/v1/shard";
 
+/// `gaffer/v1/encryption`: the store's encryption record
+/// ([`EncryptionRecord`](crate::layout::sealed::EncryptionRecord): the keys
+/// its values may be sealed under, each with a check value). Written by an
+/// engine started with a keyring; absent on a store no such engine
+/// started on, whose values are all plain.
+pub const ENCRYPTION_KEY: &[u8] = b"gaffer/v1/encryption";
+
+/// `gaffer/v1/rekey`: where a rekey pass stands (the key it reseals
+/// under and the last key or path it finished), so an interrupted pass
+/// goes on from there.
+pub const REKEY_KEY: &[u8] = b"gaffer/v1/rekey";
+
 /// The value of [`SHARD_KEY`] for shard `index` of a set of `count`.
 pub fn shard_marker(index: usize, count: usize) -> String {
     format!("{index}/{count}")

@@ -572,3 +572,256 @@ pub struct ItemMarker {
     /// Job id of the delivery that settled it.
     pub job_id: String,
 }
+
+/// Sealing the user-supplied fields of records (see [`sealed`](crate::layout::sealed)):
+/// `sealed` gives the record as it is stored, `opened` as the engine uses
+/// it. Ids, types, states, hashes, times and gaffer's own texts stay
+/// readable. A text already sealed is kept as it is (errors read back from
+/// the queue's attempt history were sealed on their way in).
+mod sealing {
+    use super::*;
+    use crate::layout::sealed::{Keyring, SealError, text_sealed_under};
+
+    /// A text sealed under `k`'s newest key: as it is when it already is,
+    /// else sealed (a plain one) or sealed again (one under an older key:
+    /// a record rewritten is rewritten under the newest key). One this
+    /// keyring cannot open stays as it is.
+    fn seal_text(k: &Keyring, text: &str) -> Result<String, SealError> {
+        match text_sealed_under(text) {
+            Some(id) if Some(id.as_str()) == k.newest_id() => Ok(text.to_string()),
+            Some(_) => match k.renew_text(text) {
+                Ok(Some(resealed)) => Ok(resealed),
+                Ok(None) | Err(SealError::UnknownKey { .. }) => Ok(text.to_string()),
+                Err(e) => Err(e),
+            },
+            None => k.seal_text(text),
+        }
+    }
+
+    /// Whether `stored` is sealed under `newest`.
+    fn under(stored: &[u8], newest: &str) -> bool {
+        crate::layout::sealed::sealed_under(stored) == Some(newest)
+    }
+
+    /// Whether the text `stored` is sealed under `newest`.
+    fn text_under(stored: &str, newest: &str) -> bool {
+        text_sealed_under(stored).as_deref() == Some(newest)
+    }
+
+    fn output_under(output: &OutputRef, newest: &str) -> bool {
+        match output {
+            OutputRef::Inline(bytes) => under(bytes, newest),
+            // Its object is renewed on its own.
+            OutputRef::Blob(_) => true,
+        }
+    }
+
+    fn past_under(past: &[PastAttempt], newest: &str) -> bool {
+        past.iter()
+            .all(|a| a.error.as_deref().is_none_or(|e| text_under(e, newest)))
+    }
+
+    impl OutcomeRecord {
+        /// Whether every value it seals is sealed under `newest` (a rekey
+        /// rewrites it otherwise).
+        pub fn all_under(&self, newest: &str) -> bool {
+            let outcome = match &self.outcome {
+                Outcome::Succeeded(out) => output_under(out, newest),
+                Outcome::Failed { message, .. } => text_under(message, newest),
+                Outcome::Cancelled => true,
+            };
+            outcome && past_under(&self.history, newest)
+        }
+    }
+
+    impl RunRecord {
+        /// Whether every value it seals is sealed under `newest`.
+        pub fn all_under(&self, newest: &str) -> bool {
+            past_under(&self.past, newest)
+        }
+    }
+
+    impl ItemMarker {
+        /// Whether every value it seals is sealed under `newest`.
+        pub fn all_under(&self, newest: &str) -> bool {
+            self.error.as_deref().is_none_or(|e| text_under(e, newest))
+                && self.output.as_ref().is_none_or(|o| output_under(o, newest))
+        }
+    }
+
+    impl ManifestChunk {
+        /// Whether every input is sealed under `newest`.
+        pub fn all_under(&self, newest: &str) -> bool {
+            self.items.iter().all(|i| under(&i.input, newest))
+        }
+    }
+
+    fn open_text(k: &Keyring, text: String) -> Result<String, SealError> {
+        match k.open_text(&text)? {
+            std::borrow::Cow::Borrowed(_) => Ok(text),
+            std::borrow::Cow::Owned(plain) => Ok(plain),
+        }
+    }
+
+    fn seal_output(k: &Keyring, output: &OutputRef) -> Result<OutputRef, SealError> {
+        Ok(match output {
+            OutputRef::Inline(bytes) => OutputRef::Inline(k.seal(bytes)?),
+            // The object itself is sealed by the engine's blob store.
+            OutputRef::Blob(path) => OutputRef::Blob(path.clone()),
+        })
+    }
+
+    fn open_output(k: &Keyring, output: OutputRef) -> Result<OutputRef, SealError> {
+        Ok(match output {
+            OutputRef::Inline(bytes) => OutputRef::Inline(k.open_vec(bytes)?),
+            blob => blob,
+        })
+    }
+
+    fn seal_past(k: &Keyring, past: &[PastAttempt]) -> Result<Vec<PastAttempt>, SealError> {
+        past.iter()
+            .map(|a| {
+                Ok(PastAttempt {
+                    error: a.error.as_deref().map(|e| seal_text(k, e)).transpose()?,
+                    ..a.clone()
+                })
+            })
+            .collect()
+    }
+
+    fn open_past(k: &Keyring, past: Vec<PastAttempt>) -> Result<Vec<PastAttempt>, SealError> {
+        past.into_iter()
+            .map(|a| {
+                Ok(PastAttempt {
+                    error: a.error.map(|e| open_text(k, e)).transpose()?,
+                    ..a
+                })
+            })
+            .collect()
+    }
+
+    impl OutcomeRecord {
+        /// The record as stored: its output, failure message and earlier
+        /// attempts' errors sealed.
+        pub fn sealed(&self, k: &Keyring) -> Result<Self, SealError> {
+            if k.is_empty() {
+                return Ok(self.clone());
+            }
+            Ok(Self {
+                outcome: match &self.outcome {
+                    Outcome::Succeeded(out) => Outcome::Succeeded(seal_output(k, out)?),
+                    Outcome::Failed { kind, message } => Outcome::Failed {
+                        kind: *kind,
+                        message: seal_text(k, message)?,
+                    },
+                    Outcome::Cancelled => Outcome::Cancelled,
+                },
+                history: seal_past(k, &self.history)?,
+                ..self.clone()
+            })
+        }
+
+        /// The record as the engine uses it: what [`sealed`](Self::sealed)
+        /// sealed, opened (a plain record as it is).
+        pub fn opened(self, k: &Keyring) -> Result<Self, SealError> {
+            Ok(Self {
+                outcome: match self.outcome {
+                    Outcome::Succeeded(out) => Outcome::Succeeded(open_output(k, out)?),
+                    Outcome::Failed { kind, message } => Outcome::Failed {
+                        kind,
+                        message: open_text(k, message)?,
+                    },
+                    Outcome::Cancelled => Outcome::Cancelled,
+                },
+                history: open_past(k, self.history)?,
+                ..self
+            })
+        }
+    }
+
+    impl RunRecord {
+        /// The record as stored: its earlier claims' errors sealed.
+        pub fn sealed(&self, k: &Keyring) -> Result<Self, SealError> {
+            if k.is_empty() || self.past.is_empty() {
+                return Ok(self.clone());
+            }
+            Ok(Self {
+                past: seal_past(k, &self.past)?,
+                ..self.clone()
+            })
+        }
+
+        /// The record with its earlier claims' errors opened.
+        pub fn opened(self, k: &Keyring) -> Result<Self, SealError> {
+            Ok(Self {
+                past: open_past(k, self.past)?,
+                ..self
+            })
+        }
+    }
+
+    impl ItemMarker {
+        /// The marker as stored: its error and output sealed.
+        pub fn sealed(&self, k: &Keyring) -> Result<Self, SealError> {
+            if k.is_empty() {
+                return Ok(self.clone());
+            }
+            Ok(Self {
+                error: self.error.as_deref().map(|e| seal_text(k, e)).transpose()?,
+                output: self
+                    .output
+                    .as_ref()
+                    .map(|o| seal_output(k, o))
+                    .transpose()?,
+                ..self.clone()
+            })
+        }
+
+        /// The marker with its error and output opened.
+        pub fn opened(self, k: &Keyring) -> Result<Self, SealError> {
+            Ok(Self {
+                error: self.error.map(|e| open_text(k, e)).transpose()?,
+                output: self.output.map(|o| open_output(k, o)).transpose()?,
+                ..self
+            })
+        }
+    }
+
+    impl ManifestChunk {
+        /// The chunk as stored: each input sealed (so an item's queue job
+        /// takes its input as stored, sealed once); the keys readable.
+        pub fn sealed(self, k: &Keyring) -> Result<Self, SealError> {
+            if k.is_empty() {
+                return Ok(self);
+            }
+            Ok(Self {
+                items: self
+                    .items
+                    .into_iter()
+                    .map(|item| {
+                        Ok(ManifestItem {
+                            input: k.seal_vec(item.input)?,
+                            key: item.key,
+                        })
+                    })
+                    .collect::<Result<_, SealError>>()?,
+            })
+        }
+
+        /// The chunk with each input opened.
+        pub fn opened(self, k: &Keyring) -> Result<Self, SealError> {
+            Ok(Self {
+                items: self
+                    .items
+                    .into_iter()
+                    .map(|item| {
+                        Ok(ManifestItem {
+                            input: k.open_vec(item.input)?,
+                            key: item.key,
+                        })
+                    })
+                    .collect::<Result<_, SealError>>()?,
+            })
+        }
+    }
+}

@@ -157,6 +157,30 @@ pub struct HeldJob {
     pub timeout_ms: Option<u64>,
 }
 
+impl HeldJob {
+    /// The job as stored: its payload sealed under `keyring`.
+    pub fn sealed(
+        &self,
+        keyring: &crate::layout::sealed::Keyring,
+    ) -> std::result::Result<Self, crate::layout::sealed::SealError> {
+        Ok(Self {
+            payload: keyring.seal(&self.payload)?,
+            ..self.clone()
+        })
+    }
+
+    /// The job with its payload opened.
+    pub fn opened(
+        self,
+        keyring: &crate::layout::sealed::Keyring,
+    ) -> std::result::Result<Self, crate::layout::sealed::SealError> {
+        Ok(Self {
+            payload: keyring.open_vec(self.payload)?,
+            ..self
+        })
+    }
+}
+
 /// How a step ended, as its marker keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StepEnd {

@@ -84,7 +84,8 @@ pub(crate) async fn read_step(
     };
     let g = g.ok_or_else(|| missing(&gk))?;
     let h = h.ok_or_else(|| missing(&hk))?;
-    Ok((records::decode(&gk, &g)?, records::decode(&hk, &h)?))
+    let job: HeldJob = records::decode(&hk, &h)?;
+    Ok((records::decode(&gk, &g)?, job.opened(services.keyring())?))
 }
 
 /// The request that creates step `name`'s job.

@@ -277,7 +277,7 @@ impl Services {
             SettlementEffects::default().kv_put(workflow_key(&id), records::encode(&record)?);
         for step in &spec.steps {
             let (g, job) = (&graph[&step.name], &jobs[&step.name]);
-            let held = records::encode(job)?;
+            let held = records::encode(&job.sealed(self.keyring())?)?;
             let value = records::encode(g)?;
             for (what, bytes) in [("job", &held), ("record", &value)] {
                 if bytes.len() > taquba::MAX_KV_VALUE_SIZE {

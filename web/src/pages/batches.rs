@@ -99,9 +99,9 @@ pub async fn batch(
                     tr {
                         td { a href=(item_href(&app, &id, key)) { (key) } }
                         td { (state(match m.status { records::ItemStatus::Succeeded => "succeeded", records::ItemStatus::Failed => "failed", records::ItemStatus::Cancelled => "cancelled" })) }
-                        td.err { (m.error.as_deref().unwrap_or("")) }
+                        td.err { (m.error.as_deref().map(|e| sh.store.keyring().show_text(e)).unwrap_or_default()) }
                         td { @if let Some(o) = &m.output {
-                            @let (json, blob) = gaffer_ops::queries::output(o);
+                            @let (json, blob) = gaffer_ops::queries::output_with(o, sh.store.keyring());
                             @if let Some(j) = json { code { (j.to_string()) } }
                             @if let Some(b) = blob { "object " code { (b) } }
                         } }

@@ -176,7 +176,9 @@ impl CoordinatorState {
                 )
                 .enqueue(EnqueueRequest {
                     queue: item_queue.clone(),
-                    payload: item.input,
+                    // Sealed in the manifest; renewed if under an
+                    // older key (or written before the engine had one).
+                    payload: self.services.keyring().renewed(item.input)?,
                     options: EnqueueOptions::default()
                         .headers(headers)
                         .id_override(job_id.clone())

@@ -104,6 +104,12 @@ impl PoolState {
                 self.release(myself, held, why, None);
                 return;
             }
+            Standing::Sealed(reason) => {
+                warn!(job_type = %self.args.job_type, job_id = %held.claim.id, "{reason}");
+                let why = reason.clone();
+                self.release(myself, held, why, None);
+                return;
+            }
         }
         match held.attempts.fate(self.settings()) {
             Fate::Run => {}
@@ -221,7 +227,7 @@ impl PoolState {
             attempt: held.attempts.number,
             max_attempts: held.attempts.limit,
             headers: Arc::new(headers),
-            payload: claim.payload.clone().into(),
+            payload: owner.payload.clone(),
             // A child of the claim's token: a timeout cancels the attempt
             // without marking the job cancelled (its settlement reads the
             // claim's own token).

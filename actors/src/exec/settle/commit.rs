@@ -42,6 +42,9 @@ pub(crate) enum Told {
 /// claims of the job before it (read only for a job claimed before).
 pub(crate) struct Delivery<'a> {
     pub(crate) claim: &'a Claim,
+    /// The run's input hash (of its plain payload: the claim's may be
+    /// sealed), from its run record.
+    pub(crate) input_hash: Option<[u8; 32]>,
     pub(crate) attempts: &'a Attempts,
     pub(crate) history: Vec<PastAttempt>,
     /// The run ids of the follow-ups a success creates.
@@ -59,6 +62,7 @@ pub(crate) fn terminal(
 ) -> crate::Result<(SettlementEffects, Told)> {
     let Delivery {
         claim,
+        input_hash,
         attempts,
         history,
         followups,
@@ -68,7 +72,10 @@ pub(crate) fn terminal(
             let record = OutcomeRecord {
                 job_id: claim.id.clone(),
                 job_type: job_type.to_string(),
-                input_hash: keys::input_hash(job_type, &claim.payload),
+                input_hash: match input_hash {
+                    Some(hash) => hash,
+                    None => keys::input_hash(job_type, &services.keyring().open(&claim.payload)?),
+                },
                 // A job failed without running (attempts spent) used its limit.
                 attempts: attempts.number.min(attempts.limit),
                 finished_at_ms: services.clock().now_ms(),
@@ -106,7 +113,7 @@ pub(crate) fn terminal(
                 .kv_delete(keys::item_active_key(batch_id, key))
                 .kv_put(
                     keys::item_marker_key(batch_id, key),
-                    records::encode(&marker)?,
+                    records::encode(&marker.sealed(services.keyring())?)?,
                 );
             Ok((fx, Told::Item(Box::new(marker))))
         }
@@ -184,7 +191,8 @@ pub(crate) async fn requeue(
     };
     let mut fx = SettlementEffects::default().enqueue(EnqueueRequest {
         queue: claim.queue.to_string(),
-        payload: claim.payload.clone(),
+        // Written again under the engine's newest key.
+        payload: services.keyring().renewed(claim.payload.clone())?,
         options: EnqueueOptions::default()
             .id_override(claim.id.clone())
             .headers(headers)
@@ -223,7 +231,10 @@ pub(crate) async fn requeue(
             wait,
             ..(**run).clone()
         };
-        fx = fx.kv_put(keys::run_key(run_id), records::encode(&run)?);
+        fx = fx.kv_put(
+            keys::run_key(run_id),
+            records::encode(&run.sealed(services.keyring())?)?,
+        );
     }
     queue.ack_with(claim, fx).await?;
     Ok(())
@@ -276,7 +287,7 @@ pub(crate) fn with_user(
     for (key, value) in kv {
         match value {
             Some(v) => {
-                fx.kv_writes.insert(key, v);
+                fx.kv_writes.insert(key, services.keyring().seal_vec(v)?);
             }
             None => fx.kv_deletes.push(key),
         }

@@ -74,6 +74,7 @@ pub(crate) fn decide(
         Standing::Unread(error) => {
             return Decision::ReadAgain(format!("reading its run's record failed: {error}"));
         }
+        Standing::Sealed(reason) => return Decision::ReadAgain(reason.clone()),
     };
     let end = match verdict {
         _ if cancelled => End::Cancelled,
@@ -116,6 +117,7 @@ mod tests {
             target: Target::Job { run_id: "r".into() },
             job_type: "t".into(),
             run: None,
+            payload: std::sync::Arc::from(&[][..]),
         })
     }
 
@@ -222,6 +224,7 @@ mod tests {
             },
             job_type: "p".into(),
             run: None,
+            payload: std::sync::Arc::from(&[][..]),
         });
         assert!(matches!(
             decide(Ending::Verdict(Verdict::Wait(wait)), &item, false, false),

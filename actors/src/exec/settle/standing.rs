@@ -85,6 +85,12 @@ pub(crate) enum Standing {
     Stray(String),
     /// The read failed (the store): give the claim back, to be claimed again.
     Unread(String),
+    /// Its payload does not open with the engine's keyring (sealed under a
+    /// key it does not hold, or changed since): given back without
+    /// spending an attempt, the user's code never run on it, and claimed
+    /// again after the queue's backoff, until an engine that holds the key
+    /// takes it. The reason names the key.
+    Sealed(String),
 }
 
 /// The run a claimed job owns.
@@ -94,14 +100,41 @@ pub(crate) struct Owner {
     pub(crate) job_type: String,
     /// A job's run record, as read at the claim (an item has none).
     pub(crate) run: Option<Box<RunRecord>>,
+    /// The job's payload, opened (the claim's is as stored).
+    pub(crate) payload: std::sync::Arc<[u8]>,
 }
 
 /// Whether `claim` is the live job of the run it names: its run record (a
-/// job) or its active record (an item) holds the claim's id. One read.
-pub(crate) async fn standing(queue: &taquba::Queue, claim: &Claim) -> Standing {
+/// job) or its active record (an item) holds the claim's id (one read);
+/// and, for the live job, its payload opened with `keyring`.
+pub(crate) async fn standing(
+    queue: &taquba::Queue,
+    claim: &Claim,
+    keyring: &crate::layout::sealed::Keyring,
+) -> Standing {
+    match owner(queue, claim).await {
+        Ok(mut owner) => match keyring.open(&claim.payload) {
+            Ok(payload) => {
+                owner.payload = payload.as_ref().into();
+                Standing::Owner(owner)
+            }
+            Err(e) => Standing::Sealed(format!(
+                "the payload of queue job `{}` (run `{}`) does not open: {e}; not run, it waits \
+                 for an engine that holds its key",
+                claim.id,
+                owner.target.run_id()
+            )),
+        },
+        Err(standing) => standing,
+    }
+}
+
+/// The run `claim` owns (its payload not yet opened), or its standing
+/// when it owns none.
+async fn owner(queue: &taquba::Queue, claim: &Claim) -> std::result::Result<Owner, Standing> {
     let (target, job_type) = match identify(claim) {
         Ok(found) => found,
-        Err(reason) => return Standing::Stray(reason),
+        Err(reason) => return Err(Standing::Stray(reason)),
     };
     let stray = |target: &Target| {
         Standing::Stray(format!(
@@ -111,24 +144,20 @@ pub(crate) async fn standing(queue: &taquba::Queue, claim: &Claim) -> Standing {
             target.run_id()
         ))
     };
-    match &target {
+    let found = match &target {
         Target::Job { run_id } => {
             let key = keys::run_key(run_id);
             match queue.view().kv_get(&key).await {
                 Ok(Some(raw)) => match records::decode::<RunRecord>(&key, &raw) {
-                    Ok(run) if run.job_id == claim.id => Standing::Owner(Owner {
-                        target,
-                        job_type,
-                        run: Some(Box::new(run)),
-                    }),
-                    Ok(_) => stray(&target),
-                    Err(e) => Standing::Stray(format!(
+                    Ok(run) if run.job_id == claim.id => Ok(Some(Box::new(run))),
+                    Ok(_) => Err(stray(&target)),
+                    Err(e) => Err(Standing::Stray(format!(
                         "queue job `{}`: its run's record does not decode ({e}); not run",
                         claim.id
-                    )),
+                    ))),
                 },
-                Ok(None) => stray(&target),
-                Err(e) => Standing::Unread(e.to_string()),
+                Ok(None) => Err(stray(&target)),
+                Err(e) => Err(Standing::Unread(e.to_string())),
             }
         }
         Target::Item { batch_id, key, .. } => {
@@ -137,16 +166,19 @@ pub(crate) async fn standing(queue: &taquba::Queue, claim: &Claim) -> Standing {
                 .kv_get(&keys::item_active_key(batch_id, key))
                 .await
             {
-                Ok(Some(job)) if job.as_ref() == claim.id.as_bytes() => Standing::Owner(Owner {
-                    target,
-                    job_type,
-                    run: None,
-                }),
-                Ok(_) => stray(&target),
-                Err(e) => Standing::Unread(e.to_string()),
+                Ok(Some(job)) if job.as_ref() == claim.id.as_bytes() => Ok(None),
+                Ok(_) => Err(stray(&target)),
+                Err(e) => Err(Standing::Unread(e.to_string())),
             }
         }
-    }
+    };
+    let run = found?;
+    Ok(Owner {
+        target,
+        job_type,
+        run,
+        payload: std::sync::Arc::from(&[][..]),
+    })
 }
 
 /// The `gaffer.job` span of one attempt: an info span (spans print
