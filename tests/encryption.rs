@@ -696,19 +696,31 @@ async fn a_request_that_does_not_open_with_the_engines_key_is_refused() {
     send_as(&sender, "jobs", request, &op, &keyring(&[("k1", 9)]))
         .await
         .unwrap();
-    let intake = gaffer::testing::intake::intake_queue("jobs");
-    common::eventually("the request is refused", LIMIT, async || {
+    // Refused as every refusal is: acknowledged with its record, which
+    // says why; nothing of it left on the intake queue.
+    let key = gaffer::testing::intake::request_result_key(request);
+    let fate = || async {
         let queue = gaffer::testing::raw_queue(&engine).unwrap();
-        queue.view().stats(&intake).await.unwrap().dead == 1
+        queue.view().kv_get(&key).await.unwrap()
+    };
+    common::eventually("the request is refused", LIMIT, async || {
+        fate().await.is_some()
     })
     .await;
-    let queue = gaffer::testing::raw_queue(&engine).unwrap();
-    let dead = queue.view().dead_jobs(&intake, None, 10).await.unwrap();
-    let reason = dead[0].last_error.clone().unwrap_or_default();
+    let record = fate().await.unwrap();
+    let gaffer::testing::intake::RequestFate::Refused(reason) =
+        gaffer::testing::intake::RequestFate::decode(&record)
+    else {
+        panic!("refused, not applied");
+    };
     assert!(
         reason.contains("does not open") && reason.contains("`k1`"),
         "{reason}"
     );
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let intake = gaffer::testing::intake::intake_queue("jobs");
+    let stats = queue.view().stats(&intake).await.unwrap();
+    assert_eq!((stats.dead, stats.pending, stats.claimed), (0, 0, 0));
     drop(queue);
     let paused = gaffer::testing::services(&engine)
         .kv_get(&gaffer::testing::layout::keys::paused_key("echo"))

@@ -127,7 +127,10 @@ impl Carried {
             .len()
             .saturating_sub(CARRIED_EPISODES);
         Self {
-            tried: attempts.number - 1 + u32::from(spent),
+            tried: attempts
+                .number
+                .saturating_sub(1)
+                .saturating_add(u32::from(spent)),
             interrupted: attempts.interrupted,
             episodes: attempts.episode_starts[skip..].to_vec(),
         }
@@ -243,7 +246,7 @@ pub(crate) fn count(
     for entry in &history[since.unwrap_or(0)..] {
         match entry.outcome {
             AttemptOutcome::Interrupted => {
-                interrupted += 1;
+                interrupted = interrupted.saturating_add(1);
                 if starts
                     .last()
                     .is_none_or(|at| entry.recorded_at.saturating_sub(*at) >= episodes.window_ms)
@@ -256,7 +259,7 @@ pub(crate) fn count(
                     .error
                     .as_deref()
                     .is_some_and(|e| e.starts_with(keys::RELEASED_PREFIX)) => {}
-            AttemptOutcome::Retried | AttemptOutcome::LeaseExpired => real += 1,
+            AttemptOutcome::Retried | AttemptOutcome::LeaseExpired => real = real.saturating_add(1),
             // A terminal entry is not followed by a claim unless revived.
             AttemptOutcome::Completed | AttemptOutcome::DeadLettered | AttemptOutcome::Requeued => {
             }
@@ -301,7 +304,11 @@ pub(crate) async fn of(
             let limit = limit_of(claim, default_limit);
             tracing::warn!(job_id = %claim.id, error = %e, "reading the job's attempt history failed; running it as its last attempt");
             let attempts = Attempts {
-                number: (carried.tried + claim.attempts).min(limit).max(1),
+                number: carried
+                    .tried
+                    .saturating_add(claim.attempts)
+                    .min(limit)
+                    .max(1),
                 limit,
                 interrupted: carried.interrupted,
                 episodes: 0,

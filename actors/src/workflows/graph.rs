@@ -219,7 +219,13 @@ impl Flow {
                 continue;
             };
             let at_end = ends[at];
+            // A dependent named twice (only a record gaffer did not write
+            // can: a submission refuses it) is decided once.
+            let mut seen = std::collections::HashSet::new();
             for next in &here.record.dependents {
+                if !seen.insert(next.as_str()) {
+                    continue;
+                }
                 let Some(dependent) = self.steps.get(next) else {
                     continue;
                 };
@@ -392,6 +398,24 @@ mod tests {
             }
         );
         f.apply("a", StepEnd::Succeeded, &[]);
+        assert_eq!(
+            f.plan("b", StepEnd::Succeeded, &none(), 0),
+            Planned::Decided {
+                decided: vec![("join".into(), Decision::Release)],
+                completes: false
+            }
+        );
+    }
+
+    /// A record of another writer may name a dependent twice: it is
+    /// decided once, not released twice.
+    #[test]
+    fn a_dependent_named_twice_is_decided_once() {
+        let mut f = flow();
+        f.apply("a", StepEnd::Succeeded, &[]);
+        if let Some(b) = f.steps.get_mut("b") {
+            b.record.dependents = vec!["join".into(), "join".into()];
+        }
         assert_eq!(
             f.plan("b", StepEnd::Succeeded, &none(), 0),
             Planned::Decided {

@@ -208,6 +208,26 @@ async fn what_a_job_put_back_carries_is_counted_with_its_own_history() {
     queue.close().await.unwrap();
 }
 
+/// `gaffer.past` is a header: a store written by someone else may carry
+/// counts at `u32::MAX`. They saturate instead of overflowing (a panic in
+/// a debug build, a wrapped count in a release one).
+#[tokio::test]
+async fn counts_carried_at_their_maximum_saturate_instead_of_overflowing() {
+    let (queue, claim) = a_claim(Some("5")).await;
+    use AttemptOutcome::*;
+    let carried = Carried::parse(&format!("{0}:{0}:", u32::MAX)).unwrap();
+    let history = [
+        entry(Interrupted, 100_000, None),
+        entry(LeaseExpired, 110_000, None),
+        entry(Retried, 115_000, Some("failed")),
+    ];
+    let a = count(&claim, 7, &carried, &history, EPISODES, 120_000);
+    assert_eq!((a.number, a.interrupted), (u32::MAX, u32::MAX));
+    assert_eq!(Carried::after(&a, true).tried, u32::MAX);
+    assert_eq!(Carried::after(&a, false).tried, u32::MAX - 1);
+    queue.close().await.unwrap();
+}
+
 #[test]
 fn gaffers_backoff_doubles_on_its_own_count_and_stops_at_the_cap() {
     let config = taquba::QueueConfig::default()
