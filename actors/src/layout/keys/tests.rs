@@ -125,3 +125,31 @@ fn input_hash_separates_type_from_payload() {
     assert_ne!(input_hash("ab", b"c"), input_hash("a", b"bc"));
     assert_eq!(input_hash("a", b"x"), input_hash("a", b"x"));
 }
+
+#[test]
+fn a_timeout_header_is_a_positive_count_of_milliseconds_or_none() {
+    let of = |v: &str| {
+        timeout_header(&std::collections::HashMap::from([(
+            HEADER_TIMEOUT.to_string(),
+            v.to_string(),
+        )]))
+    };
+    assert_eq!(of("1500"), Some(std::time::Duration::from_millis(1500)));
+    assert_eq!(
+        of(&u64::MAX.to_string()),
+        Some(std::time::Duration::from_millis(u64::MAX))
+    );
+    for bad in [
+        "0",
+        "",
+        "-1",
+        "1.5",
+        "1e3",
+        "ten",
+        " 5",
+        &format!("{}0", u64::MAX),
+    ] {
+        assert_eq!(of(bad), None, "{bad:?}");
+    }
+    assert_eq!(timeout_header(&std::collections::HashMap::new()), None);
+}
