@@ -580,12 +580,18 @@ async fn a_set_reopened_with_another_count_or_order_is_refused() {
 // Shards that come back: a shard's keeper reopens it once it is this
 // process's to take again. The stores are a set of two (`pair-00`,
 // `pair-01`), so a process can own both; engines beat every `BEAT`, and
-// keepers look every 50 ms and count a writer gone after 20 missed beats
-// (2.1 s for a writer beating every 100 ms: a loaded machine's stall of a
-// live writer's beats stays well inside it).
+// keepers look every 50 ms and count a writer gone after `STALE_BEATS`
+// missed beats (5.1 s for a writer beating every 100 ms: a loaded
+// machine's stall of a live writer's beats stays well inside it; at 20
+// beats, 2.1 s, a stall of a live writer's flush on a machine with a
+// load of 40 on 2 cores was a bet).
 
 /// The liveness beat of the engines in these tests.
 const BEAT: Duration = Duration::from_millis(100);
+/// Beats a keeper lets a writer miss before it counts it gone.
+const STALE_BEATS: u32 = 50;
+/// How often a keeper looks at a held shard.
+const PROBE: Duration = Duration::from_millis(50);
 /// Shards in the set these tests keep.
 const PAIR: usize = 2;
 
@@ -605,7 +611,7 @@ fn pair_set(at: &Where) -> ShardSet {
 
 /// A sharded engine on the pair set with short supervision: a stopped
 /// shard is looked at after 50 ms (doubling to 1 s), a held one every
-/// 50 ms, and its writer is gone after 20 of its beats without one. Its
+/// 50 ms, and its writer is gone after `STALE_BEATS` of its beats without one. Its
 /// jobs log their runs in `runs-{name}.log`.
 async fn start_kept(
     at: &Where,
@@ -617,8 +623,8 @@ async fn start_kept(
     let log = root.join(format!("runs-{name}.log"));
     ShardedEngine::builder(pair_set(at), Placement::Listed(owned))
         .reopen_backoff(Duration::from_millis(50), Duration::from_secs(1))
-        .probe_interval(Duration::from_millis(50))
-        .stale_beats(20)
+        .probe_interval(PROBE)
+        .stale_beats(STALE_BEATS)
         .start(move |_, url| {
             Engine::builder()
                 .store(gaffer::Store::url(url))
@@ -776,9 +782,9 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
     })
     .await;
     // While f1 lives, a waits. Held for twice a's window for f1's beats
-    // (20 × 100 ms + 2 × 50 ms): nothing may happen meanwhile, so this only
+    // (STALE_BEATS × BEAT + 2 × PROBE): nothing may happen meanwhile, so this only
     // gives a wrong retake the time to happen.
-    tokio::time::sleep(Duration::from_millis(4_200)).await;
+    tokio::time::sleep(2 * (STALE_BEATS * BEAT + 2 * PROBE)).await;
     assert_eq!(
         count(&events, "back 1"),
         0,
@@ -807,7 +813,7 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
     let back = run_through(&client, 1, "back").await;
     assert!(ran_on(root, "a", &back), "shard 1 runs in a again");
 
-    // A third owner, beating only every 5 s: a would count it gone 100 s
+    // A third owner, beating only every 5 s: a would count it gone 250 s
     // after its last beat. It shuts down cleanly, and its closing beat
     // gives shard 1 back to a at once.
     children.0.insert("f2".into(), spawn("fencer:f2:1:5000"));
@@ -827,10 +833,10 @@ async fn a_shard_fenced_from_another_process_comes_back_without_a_restart() {
         count(&events, "back 1") == 2
     })
     .await;
-    // f2's beats would go stale 100 s after its last one (20 beats of
-    // 5 s), and that was at most one beat (5 s) before it stopped: back
-    // well inside 95 s is by the closing beat. 60 s leaves a loaded
-    // machine's reopen of the shard all the time it may take.
+    // f2's beats would go stale 250 s after its last one (STALE_BEATS
+    // beats of 5 s), and that was at most one beat (5 s) before it
+    // stopped: back well inside 245 s is by the closing beat. 60 s leaves
+    // a loaded machine's reopen of the shard all the time it may take.
     assert!(
         released.elapsed() < Duration::from_secs(60),
         "shard 1 came back after {:?}: by f2's stale beats, not its closing one",
