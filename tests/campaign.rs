@@ -568,7 +568,7 @@ impl Pipeline for Items {
         self.0
             .around(&ctx.run_id, attempt, async {
                 tokio::time::sleep(Duration::from_millis(self.1)).await;
-                if ctx.input % 5 == 0 && attempt == 1 {
+                if ctx.input.is_multiple_of(5) && attempt == 1 {
                     return Err(ItemError::transient("first attempt fails"));
                 }
                 Ok(ctx.input * 3)
@@ -853,7 +853,7 @@ fn expectations(plan: &Plan, unkeyed: &[(u32, String)]) -> HashMap<String, Expec
     add(keyed_job_id("await-go"), "await-go".into(), 2, true);
     for i in 0..plan.items {
         let key = format!("i{i}");
-        let attempts = if i % 5 == 0 { 2 } else { 1 };
+        let attempts = if i.is_multiple_of(5) { 2 } else { 1 };
         add(
             item_run_id(BATCH, &key),
             format!("item {key}"),
@@ -1048,11 +1048,21 @@ async fn run_final(dir: &Path, plan: &Plan, ran: &mut Ran) {
         let id = keyed_job_id(&format!("flaky-{n}"));
         let h = engine.handle::<Flaky>(&id).unwrap();
         let attempt = common::within_for(STALL, h.join()).await.unwrap().unwrap();
-        assert_eq!(
-            attempt,
-            fails + 1,
-            "flaky-{n} succeeded at attempt {attempt}: each failure counts one attempt, an interrupted one none"
+        // A settlement that an injected store error failed leaves its
+        // claim to expire, and the redelivery counts an attempt: exact
+        // only where no error was injected.
+        let injected = ran.incarnations.iter().any(|i| i.2 > 0);
+        assert!(
+            attempt == fails + 1 || (injected && attempt > fails + 1),
+            "flaky-{n} succeeded at attempt {attempt}, not {}: each failure counts one attempt, an interrupted one none",
+            fails + 1
         );
+        if attempt != fails + 1 {
+            eprintln!(
+                "campaign: flaky-{n} took {attempt} attempts, not {}, with store errors injected",
+                fails + 1
+            );
+        }
     }
     for (n, _) in numbered(plan.long.len() as u32, 0..plan.waves()) {
         let id = keyed_job_id(&format!("long-{n}"));
