@@ -23,7 +23,7 @@
 //!
 //! A final engine runs without faults until everything has ended, every
 //! wait bounded. Every job body appends `start` and `end` lines to the
-//! side file `events.log` (one `write` each, `O_APPEND`: a killed
+//! side file `events.side` (one `write` each, `O_APPEND`: a killed
 //! process's lines survive); each engine appends `settled` for the
 //! `JobSucceeded` events it emits (emitted once the settlement's commit is
 //! durable: `exec/settle/report.rs`), and the campaign marks when each
@@ -253,7 +253,7 @@ fn numbered(count: u32, waves: std::ops::Range<u32>) -> impl Iterator<Item = (u3
 
 // ---- The side file ----
 
-/// The campaign's side file, `events.log`: one line per `write` on an
+/// The campaign's side file, `events.side`: one line per `write` on an
 /// `O_APPEND` file, so lines of several processes interleave whole and a
 /// killed process's lines survive. `who` names the engine (incarnation).
 #[derive(Clone)]
@@ -267,7 +267,7 @@ impl Side {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join("events.log"))
+            .open(dir.join("events.side"))
             .unwrap();
         Self {
             file: Arc::new(Mutex::new(file)),
@@ -275,9 +275,15 @@ impl Side {
         }
     }
 
+    /// Append `line`, after the wall-clock time (ms since the epoch, for
+    /// a reader of a failed seed's file; the checks go by line order).
     fn line(&self, line: String) {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
         let mut f = self.file.lock().unwrap();
-        f.write_all(format!("{line}\n").as_bytes()).unwrap();
+        f.write_all(format!("{ms} {line}\n").as_bytes()).unwrap();
     }
 
     fn start(&self, run: &str, attempt: u32) {
@@ -1243,7 +1249,8 @@ enum Line {
 fn parse(text: &str) -> Vec<Line> {
     text.lines()
         .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
+            // Past the time.
+            let f: Vec<&str> = l.split(' ').skip(1).collect();
             match f.as_slice() {
                 ["start", run, _attempt, who] => Some(Line::Start {
                     run: run.to_string(),
@@ -1400,7 +1407,7 @@ fn run_seed(seed: u64) {
             }
         }
         rt.block_on(run_final(&dir, &plan, &mut ran));
-        let text = std::fs::read_to_string(dir.join("events.log")).unwrap();
+        let text = std::fs::read_to_string(dir.join("events.side")).unwrap();
         let expect = expectations(&plan, &ran.unkeyed);
         let (wrong, seen) = check_side_file(&text, &expect, &ran.incarnations);
         assert!(
@@ -1458,8 +1465,21 @@ fn env_u64(name: &str) -> Option<u64> {
     })
 }
 
+/// With `RUST_LOG` set, the campaign's engines log (to stderr) what it
+/// asks for: `RUST_LOG=taquba=debug,gaffer_actors=debug` to see a failed
+/// seed's claims, reaps and settlements.
+fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 #[test]
 fn a_seeded_fault_campaign_keeps_every_invariant() {
+    log_if_asked();
     let seeds: Vec<u64> = match env_u64("GAFFER_CAMPAIGN_SEED") {
         Some(seed) => vec![seed],
         None => {
@@ -1539,7 +1559,9 @@ fn the_side_file_checks_catch_what_they_look_for() {
               start r4 1 final\nstart r4 1 final\nend r4 1 final ok\n\
               start r5 1 final\nend r5 1 final ok\nstart r6 1 s0\nend r6 1 s0 ok\n\
               start r6 1 final\nend r6 1 final ok\n";
-    let (wrong, _) = check_side_file(ok, &expect, &incarnations);
+    // Each line after its time, as `Side::line` writes it.
+    let stamped = |text: &str| -> String { text.lines().map(|l| format!("0 {l}\n")).collect() };
+    let (wrong, _) = check_side_file(&stamped(ok), &expect, &incarnations);
     assert!(wrong.is_empty(), "{wrong:?}");
 
     let bad = "start r1 1 final\nend r1 1 final ok\nsettled r1 final\nstart r1 1 s0\nsettled r1 s0\n\
@@ -1547,7 +1569,7 @@ fn the_side_file_checks_catch_what_they_look_for() {
                start r3 1 final\nend r3 1 final err\nstart r3 2 final\nend r3 2 final ok\n\
                start r4 1 final\nstart r4 1 final\nend r4 1 final ok\n\
                start r5 1 final\n";
-    let (wrong, _) = check_side_file(bad, &expect, &incarnations);
+    let (wrong, _) = check_side_file(&stamped(bad), &expect, &incarnations);
     let has = |needle: &str| wrong.iter().any(|w| w.contains(needle));
     assert!(
         has("r1 (r1) started in s0 after its success was durable"),
