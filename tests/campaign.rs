@@ -34,7 +34,10 @@
 //! attempts not spent); starts per run at most its expected attempts plus
 //! the incarnations that were interrupted (killed, fenced, shut down, or
 //! had store errors injected) while it had started in them; no two
-//! overlapping starts of a run in one incarnation; no two `settled` lines
+//! overlapping starts of a run in one incarnation (unless its process
+//! stalled a third of a lease or more near them, which a watchdog task
+//! notes in the side file: a pool that stalls past a lease lets its job
+//! go); no two `settled` lines
 //! for a run and no start of it after one; the batch report exact, the
 //! final run's sink with every key's output once; the workflow complete with its dependencies' outputs after
 //! its retry; of the racing signal senders exactly one told its payload
