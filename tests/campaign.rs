@@ -21,34 +21,36 @@
 //! - `Fence`: an engine in this process, then a second one opened on the
 //!   same store, which fences the first (it must stop with `StoreClosed`).
 //!
-//! A final engine runs without faults until everything has ended, every
-//! wait bounded. Every job body appends `start` and `end` lines to the
-//! side file `events.side` (one `write` each, `O_APPEND`: a killed
-//! process's lines survive); each engine appends `settled` for the
-//! `JobSucceeded` events it emits (emitted once the settlement's commit is
-//! durable: `exec/settle/report.rs`), and the campaign marks when each
-//! engine (an "incarnation") began and how it ended.
+//! Each segment submits its own wave of keyed jobs; a final engine, without
+//! faults, submits every wave again (duplicates) and runs everything to its
+//! end, every wait bounded (a stall fails the seed, it does not hang). Every
+//! job body appends `start` and `end` lines to the side file `events.side`
+//! (one `write` each, `O_APPEND`: a killed process's lines survive); each
+//! engine appends `settled` for the `JobSucceeded` events it emits (emitted
+//! once the settlement's commit is durable: `exec/settle/report.rs`); a
+//! watchdog task in each process notes its runtime's stalls.
 //!
-//! Checked at the end: every job's outcome (joins answered, outputs
-//! right, a transient failure retried exactly its count, the interrupted
-//! attempts not spent); starts per run at most its expected attempts plus
-//! the incarnations that were interrupted (killed, fenced, shut down, or
-//! had store errors injected) while it had started in them; no two
-//! overlapping starts of a run in one incarnation (unless its process
-//! stalled a third of a lease or more near them, which a watchdog task
-//! notes in the side file: a pool that stalls past a lease lets its job
-//! go); no two `settled` lines
-//! for a run and no start of it after one; the batch report exact, the
-//! final run's sink with every key's output once; the workflow complete with its dependencies' outputs after
-//! its retry; of the racing signal senders exactly one told its payload
-//! stands, and the job's output is that payload; at the end no job queued,
-//! claimed or settling, and the shutdown ends within a bound.
+//! Checked at the end: every job's outcome through its handle (a transient
+//! failure retried exactly its count, an interrupted attempt not spent);
+//! the workflow complete after its retry, with its dependencies' outputs;
+//! the batch report exact, the final run's sink with every key's output
+//! once; of the racing signal senders (in the engine, and a `Client`)
+//! exactly one told its payload stands, and the job's output is that
+//! payload; per run, starts at most its expected attempts plus one per
+//! interrupted engine (killed, fenced, shut down, or with store errors
+//! injected) it started in, no two `settled` lines and no start after one,
+//! no two overlapping starts in one engine (unless its process stalled a
+//! third of a lease or more near them: a pool that stalls past a lease lets
+//! its job go); at the end nothing queued, claimed, waiting or settling,
+//! the shutdown clean and bounded, every actor stopped.
 //!
 //! Runs: `GAFFER_CAMPAIGN_SEED=n` runs seed `n`; `GAFFER_CAMPAIGN_SEEDS=N`
 //! runs `N` seeds from `GAFFER_CAMPAIGN_FIRST` (default 0); by default
-//! (CI) [`DEFAULT_SEEDS`] seeds. A failure prints the seed, its plan and
-//! the command that replays it. A thousand seeds:
-//! `GAFFER_CAMPAIGN_SEEDS=1000 cargo test --release --test campaign -- --nocapture`.
+//! (CI) [`DEFAULT_SEEDS`] seeds. Every seed runs; a failed one prints its
+//! plan, its kept files and the command that replays it. A thousand seeds:
+//! `GAFFER_CAMPAIGN_SEEDS=1000 cargo test --release --test campaign -- --nocapture`
+//! (ARCHITECTURE.md, Testing). Tenant fairness is not in it: it does not
+//! exist yet.
 
 mod common;
 
@@ -121,13 +123,15 @@ impl FaultOps {
     }
 }
 
-/// A burst of injected errors: the next `n` operations of `ops`, `at_ms`
-/// after the segment's engine started.
+/// A burst of injected errors, `at_ms` after the segment's engine
+/// started: the next `n` operations of `ops`, or, with `outage_ms`, every
+/// operation of `ops` for that long (an outage).
 #[derive(Debug, Clone)]
 struct Burst {
     at_ms: u64,
     ops: FaultOps,
     n: u64,
+    outage_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -210,6 +214,7 @@ impl Plan {
                                 FaultOps::List,
                             ][r.range(0, 4) as usize],
                             n: r.range(1, 4),
+                            outage_ms: None,
                         })
                         .collect(),
                 },
@@ -218,6 +223,19 @@ impl Plan {
                     then_ms: r.range(300, 1500),
                 },
             });
+        }
+        // Drawn from a stream of their own, so that the rest of each seed's
+        // plan stayed what it was before outages were drawn: a third of the
+        // bursts are outages of 0.1-1.5 s.
+        let mut o = Rng(seed ^ 0x6F75_7461_6765);
+        for segment in &mut segments {
+            if let Segment::Faulty { bursts, .. } = segment {
+                for burst in bursts {
+                    if o.range(0, 2) == 0 {
+                        burst.outage_ms = Some(o.range(100, 1500));
+                    }
+                }
+            }
         }
         Plan {
             seed,
@@ -887,6 +905,9 @@ enum Gone {
 /// What the campaign did, for the checks.
 #[derive(Default, Debug)]
 struct Ran {
+    /// Per flaky job: its number, its planned failures, the attempt that
+    /// succeeded.
+    flaky: Vec<(u32, u32, u32)>,
     /// Incarnations in order, how each ended, how many errors were
     /// injected into its store.
     incarnations: Vec<(String, Gone, u64)>,
@@ -918,7 +939,14 @@ async fn run_faulty(dir: &Path, plan: &Plan, who: &str, first: bool, seg: &Segme
         tokio::spawn(async move {
             for b in bursts {
                 tokio::time::sleep_until((t0 + Duration::from_millis(b.at_ms)).into()).await;
-                faults.fail_next(b.ops.ops(), b.n);
+                match b.outage_ms {
+                    Some(ms) => {
+                        faults.fail(b.ops.ops());
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        faults.heal();
+                    }
+                    None => faults.fail_next(b.ops.ops(), b.n),
+                }
             }
         })
     };
@@ -1059,21 +1087,8 @@ async fn run_final(dir: &Path, plan: &Plan, ran: &mut Ran) {
         let id = keyed_job_id(&format!("flaky-{n}"));
         let h = engine.handle::<Flaky>(&id).unwrap();
         let attempt = common::within_for(STALL, h.join()).await.unwrap().unwrap();
-        // A settlement that an injected store error failed leaves its
-        // claim to expire, and the redelivery counts an attempt: exact
-        // only where no error was injected.
-        let injected = ran.incarnations.iter().any(|i| i.2 > 0);
-        assert!(
-            attempt == fails + 1 || (injected && attempt > fails + 1),
-            "flaky-{n} succeeded at attempt {attempt}, not {}: each failure counts one attempt, an interrupted one none",
-            fails + 1
-        );
-        if attempt != fails + 1 {
-            eprintln!(
-                "campaign: flaky-{n} took {attempt} attempts, not {}, with store errors injected",
-                fails + 1
-            );
-        }
+        // Checked with the side file (`flaky_attempts`).
+        ran.flaky.push((n, fails, attempt));
     }
     for (n, _) in numbered(plan.long.len() as u32, 0..plan.waves()) {
         let id = keyed_job_id(&format!("long-{n}"));
@@ -1334,6 +1349,10 @@ struct Seen {
     cut: usize,
     /// Second starts beside a running attempt after its process stalled.
     stalled: usize,
+    /// Per run, its starts that came within a lease of a stall of its
+    /// process: each may be a delivery after its lease expired in the
+    /// stall, which counts an attempt.
+    after_stall: HashMap<String, usize>,
     settled: usize,
 }
 
@@ -1379,7 +1398,6 @@ fn check_side_file(
                     .any(|(end, _)| *end + lease_ms >= from && *end <= to + lease_ms)
             })
     };
-    let mut stall_starts: HashMap<&str, usize> = HashMap::new();
     // Incarnations that may have left an attempt in flight (or, with
     // store errors injected, have had a settlement fail).
     let interrupted: BTreeSet<&str> = incarnations
@@ -1407,10 +1425,13 @@ fn check_side_file(
                 let waits = expect.get(run.as_str()).is_some_and(|e| e.waits);
                 let was_open = open.insert((run, who), true).unwrap_or(false);
                 let before = last_start.insert((run, who), *at).unwrap_or(*at);
+                let near_a_stall = stalled(who, before, *at);
+                if near_a_stall {
+                    *seen.after_stall.entry(run.clone()).or_default() += 1;
+                }
                 if was_open && !waits {
-                    if stalled(who, before, *at) {
+                    if near_a_stall {
                         seen.stalled += 1;
-                        *stall_starts.entry(run).or_default() += 1;
                     } else {
                         wrong.push(format!(
                             "{run} ({}) started twice at once in {who} (its process did not stall)",
@@ -1452,7 +1473,7 @@ fn check_side_file(
             .iter()
             .filter(|w| interrupted.contains(**w))
             .count()
-            + stall_starts.get(*run).copied().unwrap_or(0);
+            + seen.after_stall.get(*run).copied().unwrap_or(0);
         if *n > attempts + in_flight {
             wrong.push(format!(
                 "{run} ({}) started {n} times: {attempts} attempts expected, {in_flight} interrupted incarnations (or stalls) ran it",
@@ -1470,6 +1491,27 @@ fn check_side_file(
     seen.settled = settled.len();
     wrong.sort();
     (wrong, seen)
+}
+
+/// Each flaky job succeeded at the attempt after its planned failures: a
+/// failure counts one attempt, an interrupted one none. Only a lease lost
+/// to a stall (near one of its starts), or a settlement an injected store
+/// error failed (its claim then expires), may have counted more.
+fn flaky_attempts(ran: &Ran, seen: &Seen) -> Vec<String> {
+    let injected = ran.incarnations.iter().any(|i| i.2 > 0);
+    let mut wrong = Vec::new();
+    for (n, fails, attempt) in &ran.flaky {
+        let run = keyed_job_id(&format!("flaky-{n}"));
+        let stalls = seen.after_stall.get(&run).copied().unwrap_or(0) as u32;
+        let explained = injected || attempt.saturating_sub(fails + 1) <= stalls;
+        if *attempt < fails + 1 || (*attempt > fails + 1 && !explained) {
+            wrong.push(format!(
+                "flaky-{n} succeeded at attempt {attempt}, not {}: each failure counts one attempt, an interrupted one none",
+                fails + 1
+            ));
+        }
+    }
+    wrong
 }
 
 fn what(expect: &HashMap<String, Expect>, run: &str) -> String {
@@ -1508,7 +1550,8 @@ fn run_seed(seed: u64) {
         rt.block_on(run_final(&dir, &plan, &mut ran));
         let text = std::fs::read_to_string(dir.join("events.side")).unwrap();
         let expect = expectations(&plan, &ran.unkeyed);
-        let (wrong, seen) = check_side_file(&text, &expect, &ran.incarnations, plan.lease());
+        let (mut wrong, seen) = check_side_file(&text, &expect, &ran.incarnations, plan.lease());
+        wrong.extend(flaky_attempts(&ran, &seen));
         assert!(
             wrong.is_empty(),
             "broken invariants:\n{}\nincarnations: {:?}",
