@@ -1349,6 +1349,8 @@ struct Seen {
     cut: usize,
     /// Second starts beside a running attempt after its process stalled.
     stalled: usize,
+    /// The longest stall of a runtime (ms).
+    longest_stall: u64,
     /// Per run, its starts that came within a lease of a stall of its
     /// process: each may be a delivery after its lease expired in the
     /// stall, which counts an attempt.
@@ -1382,8 +1384,11 @@ fn check_side_file(
             Line::Began { who, pid } => {
                 pid_of.insert(who, *pid);
             }
-            Line::Stall { pid, ms } if *ms >= lease_ms / 3 => {
-                stalls.entry(*pid).or_default().push((*at, *ms));
+            Line::Stall { pid, ms } => {
+                seen.longest_stall = seen.longest_stall.max(*ms);
+                if *ms >= lease_ms / 3 {
+                    stalls.entry(*pid).or_default().push((*at, *ms));
+                }
             }
             _ => {}
         }
@@ -1561,7 +1566,7 @@ fn run_seed(seed: u64) {
         rt.shutdown_timeout(Duration::from_secs(5));
         let count = |g: Gone| ran.incarnations.iter().filter(|i| i.1 == g).count();
         format!(
-            "{} kills, {} fences, {} shutdowns, {} store errors injected; {} starts, {} cut by a kill/fence/shutdown, {} re-runs, {} beside a running attempt after a stall, {} durable successes seen",
+            "{} kills, {} fences, {} shutdowns, {} store errors injected; {} starts, {} cut by a kill/fence/shutdown, {} re-runs, {} beside a running attempt after a stall (longest stall {} ms, lease {} ms), {} durable successes seen",
             count(Gone::Killed),
             count(Gone::Fenced),
             count(Gone::ShutDown),
@@ -1570,6 +1575,8 @@ fn run_seed(seed: u64) {
             seen.cut,
             seen.reruns,
             seen.stalled,
+            seen.longest_stall,
+            plan.lease_ms,
             seen.settled,
         )
     }));
