@@ -173,10 +173,8 @@ async fn cluster_child() {
                     // Half done: the parent kills `one` now, and says so.
                     std::fs::write(root.join("half"), b"").unwrap();
                     let killed = root.join("killed");
-                    common::eventually("`one` is killed", common::LIMIT, async || {
-                        killed.exists()
-                    })
-                    .await;
+                    common::eventually("`one` is killed", common::LIMIT, async || killed.exists())
+                        .await;
                 }
                 let id = router.submit(Double { n }).await.unwrap();
                 let value = router.join::<Double>(&id).await.unwrap().unwrap();

@@ -185,11 +185,9 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
         // adds a ping job to the lists and counts it checks (an hourly one
         // did, for a test that spanned the hour). Its ticks are the whole
         // multiples of 365 000 days since the epoch: the first is in 2969.
-        .periodic(
-            "rare-ping",
-            gaffer::periodic::Schedule::every(RARE),
-            |_| Ping { n: 0 },
-        )
+        .periodic("rare-ping", gaffer::periodic::Schedule::every(RARE), |_| {
+            Ping { n: 0 }
+        })
         .state(fix.clone())
         .start()
         .await
