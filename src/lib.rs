@@ -89,6 +89,7 @@ pub use builder::{EngineBuilder, JobOptions};
 pub use context::JobContext;
 pub use engine::Engine;
 pub use error::{Error, Result};
+pub use gaffer_actors::exec::fair::{Concurrency, Fairness};
 pub use gaffer_actors::exec::rate::RateLimit;
 pub use gaffer_actors::layout::store::Store;
 pub use gaffer_actors::{EngineEvent, Settings};

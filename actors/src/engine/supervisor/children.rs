@@ -74,6 +74,7 @@ impl SupervisorState {
         handler: Arc<dyn crate::ErasedHandler>,
         concurrency: usize,
         rate: Option<crate::exec::rate::RateLimit>,
+        fair: Option<crate::exec::fair::FairConfig>,
         timeout: Option<std::time::Duration>,
     ) -> PoolArguments {
         PoolArguments {
@@ -86,6 +87,7 @@ impl SupervisorState {
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
             rate,
+            fair,
             timeout,
             closed: self.me.get_derived(),
         }
@@ -153,12 +155,22 @@ impl SupervisorState {
                     Kind::Job => services.settings().max_concurrent_jobs,
                     Kind::Pipeline => DEFAULT_PIPELINE_CONCURRENCY,
                 });
+                // Fairness, or a limit per key (which implies fairness with
+                // equal weights).
+                let fair = (reg.fair_by.is_some() || reg.key_concurrency.is_some()).then(|| {
+                    crate::exec::fair::FairConfig::new(
+                        &route.queue,
+                        reg.fair_by.as_ref(),
+                        reg.key_concurrency.as_ref(),
+                    )
+                });
                 let args = self.pool_args(
                     name,
                     route.queue,
                     reg.handler.clone(),
                     concurrency,
                     reg.rate,
+                    fair,
                     reg.timeout,
                 );
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
@@ -166,8 +178,15 @@ impl SupervisorState {
                 a.get_id()
             }
             Child::Stray(queue) => {
-                let args =
-                    self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1, None, None);
+                let args = self.pool_args(
+                    queue,
+                    queue.clone(),
+                    Arc::new(Unregistered),
+                    1,
+                    None,
+                    None,
+                    None,
+                );
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(queue.clone(), PoolRef(a.clone()));
                 a.get_id()
