@@ -64,6 +64,36 @@ impl Engine {
 /// How a job type (or a pipeline) is registered beyond its type: its own
 /// capacity and its own rate limit. `JobOptions::default()` is what
 /// [`EngineBuilder::register`] uses.
+///
+/// Tenants: fairness and concurrency per key. A type shared by tenants
+/// claims round robin over the values of a header ([`fair_by`](Self::fair_by)),
+/// and may hold at most `n` jobs of one value at once
+/// ([`key_concurrency`](Self::key_concurrency)):
+///
+/// ```no_run
+/// # use gaffer::{Concurrency, Engine, Fairness, Job, JobContext, JobOptions, Store, SubmitOptions};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Report;
+/// # impl Job for Report { const NAME: &'static str = "report"; type Output = ();
+/// #   type Error = std::convert::Infallible;
+/// #   async fn run(&self, _: JobContext) -> Result<(), Self::Error> { Ok(()) } }
+/// # async fn f() -> gaffer::Result<()> {
+/// let engine = Engine::builder()
+///     .store(Store::local_dir("gaffer-data"))
+///     .register_with::<Report>(JobOptions {
+///         concurrency: Some(8),
+///         // Round robin over tenants; "enterprise" gets 4 slots per turn.
+///         fair_by: Some(Fairness::header("tenant").weight("enterprise", 4)),
+///         // At most 2 reports of one tenant at once.
+///         key_concurrency: Some(Concurrency::per_header("tenant", 2)?),
+///         ..Default::default()
+///     })
+///     .start()
+///     .await?;
+/// let mut opts = SubmitOptions::default();
+/// opts.headers.insert("tenant".into(), "acme".into());
+/// engine.submit_with(Report, opts).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct JobOptions {
     /// Workers of its own, at least 1 (`None`: a job type gets

@@ -42,7 +42,8 @@
 //! [`EngineBuilder`] (with the [`Store`] it runs on), a [`Job`] and its
 //! [`JobContext`], [`JobHandle`] and [`SubmitOptions`], a [`Pipeline`] with
 //! its [`BulkCtx`], [`Batch`] and [`BulkReport`], [`Settings`] and
-//! [`JobOptions`], [`RateLimit`], [`EngineEvent`], [`Error`] and
+//! [`JobOptions`], [`RateLimit`], [`Fairness`] and [`Concurrency`] (tenants
+//! inside a type), [`EngineEvent`], [`Error`] and
 //! [`Result`]. The rest lives in modules named for what they are for:
 //!
 //! - [`job`]: how a job ends and is read back (`JobError`, `JobState`,

@@ -210,7 +210,12 @@ pub(crate) struct Limiter {
     /// A fair type's turn order over its values (`exec::fair`): `None` for
     /// a type without fairness or a limit per key.
     fair: Option<crate::exec::fair::Ring>,
+    /// Where the next idle check starts in `queues`.
+    idle_cursor: usize,
 }
+
+/// Known queues a fair type's idle check looks at, at most, per check.
+pub(crate) const IDLE_CHECK_BATCH: usize = 1024;
 
 impl Limiter {
     /// A pool's limiter, at its start: its buckets start empty.
@@ -223,6 +228,7 @@ impl Limiter {
             buckets: HashMap::new(),
             since: Instant::now(),
             fair: None,
+            idle_cursor: 0,
         }
     }
 
@@ -287,17 +293,24 @@ impl Limiter {
         }
     }
 
-    /// A fair type's idle check: each known queue neither in the ring nor
-    /// blocked joins the ring if an insert happened on it since the last
+    /// A fair type's idle check: known queues neither in the ring nor
+    /// blocked join the ring if an insert happened on them since the last
     /// look (taquba's per-queue wake-up keeps a permit for an insert made
     /// while nobody waited; taking it is a look in memory, no store read).
-    /// Answers how many joined.
+    /// At most [`IDLE_CHECK_BATCH`] known queues are looked at per check,
+    /// from where the last one stopped, so a check's cost is bounded
+    /// whatever the number of values; with more known queues than that, a
+    /// queue is looked at every `known / IDLE_CHECK_BATCH` checks. Answers
+    /// how many joined.
     pub(crate) fn check_idle(&mut self, queue: &taquba::Queue) -> usize {
         let Some(ring) = &mut self.fair else {
             return 0;
         };
+        let n = self.queues.len();
         let mut joined = 0;
-        for q in &self.queues {
+        for _ in 0..n.min(IDLE_CHECK_BATCH) {
+            let q = &self.queues[self.idle_cursor % n];
+            self.idle_cursor = (self.idle_cursor + 1) % n;
             if !ring.is_active(q) && inserted_since(queue, q) {
                 ring.enter(q);
                 joined += 1;
@@ -308,7 +321,8 @@ impl Limiter {
 
     /// Learn a partition queue; `false` if it was known. A type whose
     /// limit is no longer per header still claims from the partition
-    /// queues an earlier configuration left (sharing its one bucket).
+    /// queues an earlier configuration left (sharing its one bucket). A
+    /// fair type's new queue joins its ring.
     pub(crate) fn learn(&mut self, queue: String) -> bool {
         if !self.known.insert(queue.clone()) {
             return false;
