@@ -226,18 +226,19 @@ async fn weights_share_the_workers_four_to_one() {
         ..Default::default()
     };
     let tenants = [("std", 200), ("gold", 200)];
+    let gold_of_first_100 = |log: &Log| {
+        let l = log.inner.lock().unwrap();
+        l.starts[..100].iter().filter(|(t, _)| t == "gold").count()
+    };
     let log = run_paused_then_resumed(options, 5, &tenants, 5).await;
-    let l = log.inner.lock().unwrap();
-    let gold = l.starts[..100].iter().filter(|(t, _)| t == "gold").count();
+    let gold = gold_of_first_100(&log);
     assert!(
         gold.abs_diff(80) <= 10,
         "gold had {gold} of the first 100 starts"
     );
     // Unweighted, the same backlogs share 1:1.
-    drop(l);
     let log = run_paused_then_resumed(fair(), 5, &tenants, 5).await;
-    let l = log.inner.lock().unwrap();
-    let gold = l.starts[..100].iter().filter(|(t, _)| t == "gold").count();
+    let gold = gold_of_first_100(&log);
     assert!(gold.abs_diff(50) <= 10, "unweighted: gold had {gold}");
 }
 
@@ -265,11 +266,12 @@ async fn no_value_holds_more_than_its_limit() {
         ..Default::default()
     };
     let log = run_paused_then_resumed(options, 16, &tenants, 5).await;
-    let l = log.inner.lock().unwrap();
-    let most = l.most.values().copied().max().unwrap();
-    assert_eq!(most, 2, "{:?}", l.most);
-    assert_eq!(l.done.values().sum::<usize>(), 400);
-    drop(l);
+    {
+        let l = log.inner.lock().unwrap();
+        let most = l.most.values().copied().max().unwrap();
+        assert_eq!(most, 2, "{:?}", l.most);
+        assert_eq!(l.done.values().sum::<usize>(), 400);
+    }
 
     let unlimited = JobOptions {
         fair_by: Some(heavy(&names)),

@@ -74,7 +74,6 @@ impl SupervisorState {
         handler: Arc<dyn crate::ErasedHandler>,
         concurrency: usize,
         rate: Option<crate::exec::rate::RateLimit>,
-        fair: Option<crate::exec::fair::FairConfig>,
         timeout: Option<std::time::Duration>,
     ) -> PoolArguments {
         PoolArguments {
@@ -87,7 +86,7 @@ impl SupervisorState {
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
             rate,
-            fair,
+            fair: None,
             timeout,
             closed: self.me.get_derived(),
         }
@@ -164,29 +163,24 @@ impl SupervisorState {
                         reg.key_concurrency.as_ref(),
                     )
                 });
-                let args = self.pool_args(
-                    name,
-                    route.queue,
-                    reg.handler.clone(),
-                    concurrency,
-                    reg.rate,
+                let args = PoolArguments {
                     fair,
-                    reg.timeout,
-                );
+                    ..self.pool_args(
+                        name,
+                        route.queue,
+                        reg.handler.clone(),
+                        concurrency,
+                        reg.rate,
+                        reg.timeout,
+                    )
+                };
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(name.clone(), PoolRef(a.clone()));
                 a.get_id()
             }
             Child::Stray(queue) => {
-                let args = self.pool_args(
-                    queue,
-                    queue.clone(),
-                    Arc::new(Unregistered),
-                    1,
-                    None,
-                    None,
-                    None,
-                );
+                let args =
+                    self.pool_args(queue, queue.clone(), Arc::new(Unregistered), 1, None, None);
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(queue.clone(), PoolRef(a.clone()));
                 a.get_id()
