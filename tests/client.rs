@@ -124,12 +124,24 @@ async fn a_client_submits_and_joins_through_the_store() {
 /// A handle's join whose job was taken and then removed by retention
 /// ends with `JobNotFound`: only after the client's grace for a taken
 /// request whose job reads as absent (10 s), and not never.
+///
+/// The engine's clock (retention's) is a mock one, at the wall clock's
+/// now, that only the test moves: the record stays until the test has
+/// seen it through the client, however slow the client's reader is. (On
+/// the wall clock, a client that did not look within the retention's 1 s
+/// never saw the job succeed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let clock = Arc::new(gaffer::taquba::MockClock::new(now_ms));
     let engine = Engine::builder()
         .store(gaffer::Store::local_dir(tmp.path()))
+        .clock(clock.clone())
         .flush_interval(Duration::from_millis(1))
         .intake_poll(Duration::from_millis(20))
         .poll_interval(Duration::from_millis(20))
@@ -142,12 +154,15 @@ async fn a_join_whose_job_is_past_retention_ends_after_the_grace() {
     let client = client(tmp.path()).await;
     let h = client.submit(Square { x: 3, key: None }).await.unwrap();
     // The client's reader follows the engine's writes: it sees the job
-    // succeed (its record is kept 1 s), then the sweeper remove it. Past
-    // that, it cannot read the record again to answer the join with.
+    // succeed (its record is kept 1 s of the engine's clock), then, once
+    // that second has passed, the sweeper remove it. Past that, it cannot
+    // read the record again to answer the join with.
     eventually("the client reads the job as succeeded", LIMIT, async || {
         matches!(client.status(h.id()).await, Ok(JobState::Succeeded))
     })
     .await;
+    clock.advance(Duration::from_secs(2));
+    engine.sweep_now().await.unwrap();
     eventually("the client reads the job as removed", LIMIT, async || {
         matches!(
             client.status(h.id()).await,

@@ -5,8 +5,10 @@
 //!   a node and a gateway per shard; `one` connects to `two`.
 //! - `two` is also the sender. Through a `ClusterRouter` it submits keyed
 //!   jobs to both shards by message, and joins each by message.
-//! - Once half the jobs are done, `one` is SIGKILLed. Process `three` takes
-//!   shard 0 over and joins the cluster.
+//! - Once half the jobs are done, `one` is SIGKILLed, and the sender waits
+//!   for that before it goes on (so the rest of shard 0's jobs cannot all
+//!   end on `one` before the kill lands). Process `three` takes shard 0
+//!   over and joins the cluster.
 //! - `two`'s router finds the new gateway for shard 0. Every job's outcome
 //!   comes back, each key with one id.
 //! - Then `two` runs a batch on each shard by message, and gets its counts.
@@ -168,8 +170,11 @@ async fn cluster_child() {
             let mut out = String::new();
             for n in 0..JOBS {
                 if n == JOBS / 2 {
-                    // Half done: the parent kills `one` now.
+                    // Half done: the parent kills `one` now, and says so.
                     std::fs::write(root.join("half"), b"").unwrap();
+                    let killed = root.join("killed");
+                    common::eventually("`one` is killed", common::LIMIT, async || killed.exists())
+                        .await;
                 }
                 let id = router.submit(Double { n }).await.unwrap();
                 let value = router.join::<Double>(&id).await.unwrap().unwrap();
@@ -207,7 +212,8 @@ async fn cluster_child() {
                 );
             }
             std::fs::write(root.join("batches"), batches).unwrap();
-            std::fs::write(root.join("results"), out).unwrap();
+            // Whole (the parent reads it as soon as it exists).
+            common::write_whole(&root.join("results"), out);
             std::future::pending::<()>().await;
         }
         _ => panic!("unknown role {role}"),
@@ -259,6 +265,7 @@ async fn services_in_a_ractor_cluster_submit_and_join_by_message_across_a_takeov
     let mut one = children.0.remove("one").unwrap();
     one.kill().unwrap();
     one.wait().unwrap();
+    std::fs::write(root.join("killed"), b"").unwrap();
     children
         .0
         .insert("three".into(), spawn(root, &format!("three:{p3}:{p2}")));

@@ -208,7 +208,8 @@ async fn followups_engine_child() {
     engine.pause(Notify::NAME).await.unwrap();
     let parent = engine.submit(Order { id: 9, fail: 0 }).await.unwrap();
     let ids = parent.join().await.unwrap().unwrap();
-    std::fs::write(dir.join("parent-done"), ids.join("\n")).unwrap();
+    // Whole: the parent reads it, and kills this process, once it exists.
+    common::write_whole(&dir.join("parent-done"), ids.join("\n"));
     std::future::pending::<()>().await;
 }
 

@@ -572,9 +572,11 @@ async fn a_live_job_reads_as_not_ended_and_a_job_past_retention_as_unknown_on_ev
 
     // Past retention the record is gone: every path says the job is unknown,
     // exactly as for an id never submitted.
+    // The pass asked for removes it, or a pass of the sweeper's own timer
+    // that read the moved clock first (the one asked for starts after it
+    // ends): what counts is that it is gone, not which pass took it.
     clock.advance(Duration::from_secs(61));
-    let swept = engine.sweep_now().await.unwrap();
-    assert!(swept.expired >= 1, "{swept:?}");
+    engine.sweep_now().await.unwrap();
     every_read_says_not_found(&engine, handle.id()).await;
     every_read_says_not_found(&engine, "never-submitted").await;
     engine.shutdown().await.unwrap();

@@ -30,7 +30,8 @@ impl Pipeline for Work {
     type Error = ItemError;
     async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
         // Slow enough work that a batch spans several kills: 2 000 items at
-        // 200 at a time are 2.5 s of work, and each child lives 0.1–1 s.
+        // 16 at a time are over 31 s of work, and each child lives 0.1–1 s
+        // (so the five kills `torture` counts land before it can finish).
         tokio::time::sleep(Duration::from_millis(250)).await;
         Ok(ctx.input * 3)
     }

@@ -316,8 +316,11 @@ async fn a_jobs_own_timeout_beats_its_types() {
 
 /// The lease of the child's queue: short, so that a lease nobody renewed
 /// would expire (and its reaper act) well within the time the parent
-/// watches.
-const CHILD_LEASE: Duration = Duration::from_millis(600);
+/// watches, and long enough that a live child's renewals (every third of
+/// it) keep it through a stall of over a second on a loaded machine (at
+/// 600 ms, a stall of 400 ms could let the child's own reaper take the
+/// job).
+const CHILD_LEASE: Duration = Duration::from_secs(2);
 
 /// Appends a line to `{dir}/starts.log` per start, then runs until the
 /// process dies, unless told to finish (`Finish` state).
@@ -383,7 +386,8 @@ async fn long_jobs_engine_child() {
         .unwrap()
         .id()
         .to_string();
-    std::fs::write(dir.join("submitted"), &id).unwrap();
+    // Whole: the parent reads it once it exists.
+    common::write_whole(&dir.join("submitted"), &id);
     std::future::pending::<()>().await;
 }
 
@@ -395,9 +399,9 @@ async fn a_long_job_whose_process_is_killed_runs_again_once_on_the_next_engine()
     let submitted = tmp.path().join("submitted");
     common::wait_for_child_file(tmp.path(), &submitted, "the submit").await;
     common::wait_for_child_file(tmp.path(), &tmp.path().join("starts.log"), "the start").await;
-    // Five leases, the child's reaper looking every 50 ms: a lease its
+    // Three leases, the child's reaper looking every 50 ms: a lease its
     // engine did not keep would have been taken and the job started again.
-    tokio::time::sleep(CHILD_LEASE * 5).await;
+    tokio::time::sleep(CHILD_LEASE * 3).await;
     assert_eq!(
         starts(tmp.path()),
         1,

@@ -256,10 +256,13 @@ async fn an_operator_requests_result_is_kept_for_its_retention_then_removed() {
     engine.sweep_now().await.unwrap();
     assert!(record().await);
     assert_eq!(within(request.result()).await.unwrap(), Some(result));
-    // Past it, the pass removes it.
+    // Past it, a pass removes it: the one asked for, or a pass of the
+    // sweeper's own timer (every 20 ms here) that read the moved clock
+    // first. The pass asked for starts after any pass in flight ends, so
+    // once it answers the record is gone either way.
     clock.advance(Duration::from_secs(200));
     let swept = engine.sweep_now().await.unwrap();
-    assert_eq!(swept.expired, 1, "{swept:?}");
+    assert!(swept.expired <= 1, "{swept:?}");
     assert!(!record().await);
     client.close().await;
     engine.shutdown().await.unwrap();

@@ -404,7 +404,8 @@ async fn signals_engine_child() {
         engine.status(&id).await.ok() == Some(JobState::Waiting)
     })
     .await;
-    std::fs::write(dir.join("waiting"), &id).unwrap();
+    // Whole: the parent reads it, and kills this process, once it exists.
+    common::write_whole(&dir.join("waiting"), &id);
     std::future::pending::<()>().await;
 }
 

@@ -440,9 +440,15 @@ async fn workflows_engine_child() {
         return;
     };
     let dir = std::path::Path::new(&dir);
+    // One leaf at a time: the 120 leaves take 2.4 s of one life at least,
+    // so the sum cannot start in the first life unless the test's kill
+    // (due 40 ms after the submission) comes over 2 s late.
     let engine = gaffer::Engine::builder()
         .store(gaffer::Store::local_dir(dir.join("store")))
-        .register::<Leaf>()
+        .register_with::<Leaf>(gaffer::JobOptions {
+            concurrency: Some(1),
+            ..Default::default()
+        })
         .register::<Sum>()
         .register::<Report>()
         .state(SideLog::open(&dir.join("side.txt")))

@@ -2,49 +2,16 @@
 //! command with and without `--json`, while the engine runs (which keeps
 //! running afterwards), and `health` after its shutdown.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError, job::FailureKind};
+use common::{Boom, Explode, Greet};
+use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Greet {
-    name: String,
-}
-
-impl Job for Greet {
-    const NAME: &'static str = "greet";
-    type Output = String;
-    type Error = gaffer::Error;
-
-    async fn run(&self, _ctx: JobContext) -> Result<String, gaffer::Error> {
-        Ok(format!("hello {}", self.name))
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Boom(String);
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Explode;
-
-impl Job for Explode {
-    const NAME: &'static str = "explode";
-    type Output = ();
-    type Error = Boom;
-
-    async fn run(&self, _ctx: JobContext) -> Result<(), Boom> {
-        Err(Boom("the fuse was lit".into()))
-    }
-
-    fn classify(&self, _: &Boom) -> FailureKind {
-        FailureKind::Permanent
-    }
-}
 
 struct Double;
 

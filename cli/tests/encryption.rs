@@ -4,13 +4,15 @@
 //! `GAFFER_KEY_FILE`, `GAFFER_KEYS`) they show the values; a wrong key is
 //! refused.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use common::{Explode, Greet};
+use gaffer::Engine;
 use gaffer::encryption::Keyring;
-use gaffer::{Engine, Job, JobContext, job::FailureKind};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -19,39 +21,6 @@ const LIMIT: Duration = Duration::from_secs(30);
 const K1_LINE: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
 /// Another key under the same id.
 const WRONG_LINE: &str = "k1:CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=";
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Greet {
-    name: String,
-}
-
-impl Job for Greet {
-    const NAME: &'static str = "greet";
-    type Output = String;
-    type Error = gaffer::Error;
-    async fn run(&self, _ctx: JobContext) -> Result<String, gaffer::Error> {
-        Ok(format!("hello {}", self.name))
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Boom(String);
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Explode;
-
-impl Job for Explode {
-    const NAME: &'static str = "explode";
-    type Output = ();
-    type Error = Boom;
-    async fn run(&self, _ctx: JobContext) -> Result<(), Boom> {
-        Err(Boom("the fuse was lit".into()))
-    }
-    fn classify(&self, _: &Boom) -> FailureKind {
-        FailureKind::Permanent
-    }
-}
 
 fn gaffer(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaffer"));

@@ -3,53 +3,20 @@
 //! whose failed step cancels the step that needs it, and one held by a
 //! step waiting for a signal (the step after it blocked), then cancelled.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::{Explode, Greet};
 use gaffer::workflow::{Workflow, step_id};
-use gaffer::{Engine, Job, JobContext, job::FailureKind};
+use gaffer::{Engine, Job, JobContext};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// How long any wait of these tests lasts at most.
 const LIMIT: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Greet {
-    name: String,
-}
-
-impl Job for Greet {
-    const NAME: &'static str = "greet";
-    type Output = String;
-    type Error = gaffer::Error;
-
-    async fn run(&self, _ctx: JobContext) -> Result<String, gaffer::Error> {
-        Ok(format!("hello {}", self.name))
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Boom(String);
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Explode;
-
-impl Job for Explode {
-    const NAME: &'static str = "explode";
-    type Output = ();
-    type Error = Boom;
-
-    async fn run(&self, _ctx: JobContext) -> Result<(), Boom> {
-        Err(Boom("the fuse was lit".into()))
-    }
-
-    fn classify(&self, _: &Boom) -> FailureKind {
-        FailureKind::Permanent
-    }
-}
 
 /// Waits for the signal `go` (an hour at most).
 #[derive(Debug, Serialize, Deserialize)]

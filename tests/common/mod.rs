@@ -528,6 +528,18 @@ pub fn spawn_test_child(test: &str, var: &str, dir: &std::path::Path) -> std::pr
         .unwrap()
 }
 
+/// Write `contents` to `path` whole: to a file beside it first, then
+/// renamed. For a file another process waits to see (it polls for it to
+/// exist): a plain `std::fs::write` creates the file before it writes to it,
+/// so the other could read it empty or cut short (and a kill that follows
+/// at once would leave it so).
+pub fn write_whole(path: &std::path::Path, contents: impl AsRef<[u8]>) {
+    let mut part = path.as_os_str().to_owned();
+    part.push(".part");
+    std::fs::write(&part, contents).unwrap();
+    std::fs::rename(&part, path).unwrap();
+}
+
 /// Wait until the child process that logs to `{dir}/child.log` has written
 /// `path` (a minute at most; then panic with its log).
 pub async fn wait_for_child_file(dir: &std::path::Path, path: &std::path::Path, what: &str) {

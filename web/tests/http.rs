@@ -179,7 +179,7 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
     }
     common::eventually("the periodic job is listed", async || {
         let p = get(&app, "/periodic").await.body;
-        p.contains("hourly-ping") && p.contains("0 * * * *")
+        p.contains("rare-ping") && p.contains("every 365000d")
     })
     .await;
     let overview = get(&app, "/").await.body;
