@@ -13,6 +13,7 @@ use taquba::{Clock, OpenOptions, Queue};
 use gaffer_actors::layout::store::Store;
 
 use gaffer_actors::erased::JobEngine;
+use gaffer_actors::exec::fair::{Concurrency, Fairness};
 use gaffer_actors::exec::rate::RateLimit;
 
 use gaffer_actors::{
@@ -63,6 +64,36 @@ impl Engine {
 /// How a job type (or a pipeline) is registered beyond its type: its own
 /// capacity and its own rate limit. `JobOptions::default()` is what
 /// [`EngineBuilder::register`] uses.
+///
+/// Tenants: fairness and concurrency per key. A type shared by tenants
+/// claims round robin over the values of a header ([`fair_by`](Self::fair_by)),
+/// and may hold at most `n` jobs of one value at once
+/// ([`key_concurrency`](Self::key_concurrency)):
+///
+/// ```no_run
+/// # use gaffer::{Concurrency, Engine, Fairness, Job, JobContext, JobOptions, Store, SubmitOptions};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Report;
+/// # impl Job for Report { const NAME: &'static str = "report"; type Output = ();
+/// #   type Error = std::convert::Infallible;
+/// #   async fn run(&self, _: JobContext) -> Result<(), Self::Error> { Ok(()) } }
+/// # async fn f() -> gaffer::Result<()> {
+/// let engine = Engine::builder()
+///     .store(Store::local_dir("gaffer-data"))
+///     .register_with::<Report>(JobOptions {
+///         concurrency: Some(8),
+///         // Round robin over tenants; "enterprise" gets 4 slots per turn.
+///         fair_by: Some(Fairness::header("tenant").weight("enterprise", 4)),
+///         // At most 2 reports of one tenant at once.
+///         key_concurrency: Some(Concurrency::per_header("tenant", 2)?),
+///         ..Default::default()
+///     })
+///     .start()
+///     .await?;
+/// let mut opts = SubmitOptions::default();
+/// opts.headers.insert("tenant".into(), "acme".into());
+/// engine.submit_with(Report, opts).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct JobOptions {
     /// Workers of its own, at least 1 (`None`: a job type gets
@@ -83,6 +114,24 @@ pub struct JobOptions {
     /// job header apart (per tenant), each value's jobs waiting in a queue
     /// of their own.
     pub rate: Option<RateLimit>,
+    /// Claim fairly across the values of a job header (tenants): round
+    /// robin over the values with jobs ready, a value of weight `w` getting
+    /// up to `w` slots per turn ([`Fairness::weight`], default 1), so a
+    /// value with one ready job waits about one claim round however large
+    /// another value's backlog is. Each value's jobs wait in a queue of
+    /// their own (as with [`RateLimit::per_header`]); jobs without the
+    /// header are one value of their own. Fairness comes first across
+    /// values, priority orders jobs within one value only. Job types only
+    /// (a pipeline with it is refused at start).
+    pub fair_by: Option<Fairness>,
+    /// At most `n` jobs of one header value held at once by this engine
+    /// ([`Concurrency::per_header`]): counted from their claim to the end
+    /// of their settlement (running, parked, waiting for a worker,
+    /// settling). `n = 1` runs each value's jobs one at a time. Implies
+    /// fair claiming (equal weights unless [`fair_by`](Self::fair_by) says
+    /// otherwise). The rate limit's, the fairness's and this header must be
+    /// the same when more than one is set (`InvalidConfig` at start).
+    pub key_concurrency: Option<Concurrency>,
     /// How long one attempt may run: past it the attempt's cancel token
     /// fires, its future is dropped, and the attempt counts as a failed one
     /// (transient: retried like any failure while attempts remain), its
@@ -105,6 +154,8 @@ struct PendingRegistration {
     concurrency: Option<usize>,
     kind: Kind,
     rate: Option<RateLimit>,
+    fair_by: Option<Fairness>,
+    key_concurrency: Option<Concurrency>,
     timeout: Option<Duration>,
 }
 
@@ -397,6 +448,8 @@ impl EngineBuilder {
             concurrency: options.concurrency,
             kind: Kind::Job,
             rate: options.rate,
+            fair_by: options.fair_by,
+            key_concurrency: options.key_concurrency,
             timeout: options.timeout,
         });
         self
@@ -427,6 +480,8 @@ impl EngineBuilder {
             ),
             kind: Kind::Pipeline,
             rate: options.rate,
+            fair_by: options.fair_by,
+            key_concurrency: options.key_concurrency,
             timeout: options.timeout,
         });
         self
@@ -576,6 +631,8 @@ impl EngineBuilder {
                 concurrency: r.concurrency,
                 kind: r.kind,
                 rate: r.rate,
+                fair_by: r.fair_by,
+                key_concurrency: r.key_concurrency,
                 timeout: r.timeout,
             })
             .collect();

@@ -42,7 +42,8 @@
 //! [`EngineBuilder`] (with the [`Store`] it runs on), a [`Job`] and its
 //! [`JobContext`], [`JobHandle`] and [`SubmitOptions`], a [`Pipeline`] with
 //! its [`BulkCtx`], [`Batch`] and [`BulkReport`], [`Settings`] and
-//! [`JobOptions`], [`RateLimit`], [`EngineEvent`], [`Error`] and
+//! [`JobOptions`], [`RateLimit`], [`Fairness`] and [`Concurrency`] (tenants
+//! inside a type), [`EngineEvent`], [`Error`] and
 //! [`Result`]. The rest lives in modules named for what they are for:
 //!
 //! - [`job`]: how a job ends and is read back (`JobError`, `JobState`,
@@ -89,6 +90,7 @@ pub use builder::{EngineBuilder, JobOptions};
 pub use context::JobContext;
 pub use engine::Engine;
 pub use error::{Error, Result};
+pub use gaffer_actors::exec::fair::{Concurrency, Fairness};
 pub use gaffer_actors::exec::rate::RateLimit;
 pub use gaffer_actors::layout::store::Store;
 pub use gaffer_actors::{EngineEvent, Settings};

@@ -218,6 +218,12 @@ pub struct Registration {
     pub kind: Kind,
     /// At most this many attempts start per period (`None`: no limit).
     pub rate: Option<crate::exec::rate::RateLimit>,
+    /// Claim round robin over the values of a header (`None`: in queue
+    /// order).
+    pub fair_by: Option<crate::exec::fair::Fairness>,
+    /// At most this many jobs of one header value at once (`None`: no
+    /// limit per value).
+    pub key_concurrency: Option<crate::exec::fair::Concurrency>,
     /// Each attempt is cancelled past this and counted as failed (`None`:
     /// no limit); a job's own timeout beats it.
     pub timeout: Option<std::time::Duration>,

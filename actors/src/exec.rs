@@ -12,6 +12,7 @@
 pub mod attempts;
 pub mod claimer;
 pub mod effects;
+pub mod fair;
 pub mod memo;
 pub(crate) mod parking;
 pub mod pool;

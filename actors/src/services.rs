@@ -86,7 +86,8 @@ pub struct Route {
     /// Job type or pipeline.
     pub kind: Kind,
     /// The job header whose values have queues of their own (a rate limit
-    /// per header value, `RateLimit::per_header`).
+    /// per header value, `RateLimit::per_header`; fairness, `Fairness`; a
+    /// limit per key, `Concurrency::per_header`).
     pub partition: Option<String>,
 }
 
@@ -219,12 +220,13 @@ impl Services {
         headers: &HashMap<String, String>,
     ) -> Result<String> {
         let base = self.job_queue(job_type)?;
-        let value = self
-            .routes
-            .get(job_type)
-            .and_then(|r| r.partition.as_ref())
-            .and_then(|h| headers.get(h));
-        let Some(value) = value else {
+        let Some(header) = self.routes.get(job_type).and_then(|r| r.partition.as_ref()) else {
+            return Ok(base.to_string());
+        };
+        let Some(value) = headers.get(header) else {
+            // Jobs without the header are one value of their own, on the
+            // type's queue: a fair type's pool is told of it too.
+            let _ = self.partitions.send(base.to_string());
             return Ok(base.to_string());
         };
         let queue = keys::partition_queue(base, value);

@@ -211,16 +211,13 @@ pub(crate) fn routes(
                  queue prefix or name"
             )));
         }
-        let partition = reg
-            .rate
-            .as_ref()
-            .and_then(|r| r.partition_header())
-            .map(str::to_string);
+        let partition = partition_header(name, reg)?;
         if let Some(header) = &partition {
             if header.is_empty() || header.starts_with(keys::RESERVED_HEADER_PREFIX) {
                 return Err(EngineError::InvalidConfig(format!(
-                    "the rate limit of `{name}` is per header `{header}`, which a job cannot \
-                     set; name a header of your own (not empty, not starting with `{}`)",
+                    "`{name}` is partitioned (its rate limit, fairness or concurrency) by the \
+                     header `{header}`, which a job cannot set; name a header of your own (not \
+                     empty, not starting with `{}`)",
                     keys::RESERVED_HEADER_PREFIX
                 )));
             }
@@ -247,6 +244,51 @@ pub(crate) fn routes(
         );
     }
     Ok(routes)
+}
+
+/// The header a registration's queue is partitioned by: its rate limit's
+/// (per header), its fairness's, its limit per key's. Each that is set
+/// must name the same header (`InvalidConfig` otherwise); fairness and a
+/// limit per key are for job types only.
+fn partition_header(name: &str, reg: &Registration) -> Result<Option<String>> {
+    let named = [
+        (
+            "its rate limit",
+            reg.rate.as_ref().and_then(|r| r.partition_header()),
+        ),
+        (
+            "its fairness (`fair_by`)",
+            reg.fair_by.as_ref().map(|f| f.header_name()),
+        ),
+        (
+            "its concurrency per key (`key_concurrency`)",
+            reg.key_concurrency.as_ref().map(|c| c.header_name()),
+        ),
+    ];
+    if matches!(reg.kind, Kind::Pipeline)
+        && (reg.fair_by.is_some() || reg.key_concurrency.is_some())
+    {
+        return Err(EngineError::InvalidConfig(format!(
+            "the pipeline `{name}` has fairness or a concurrency per key, which only job types \
+             support; remove them from its options"
+        )));
+    }
+    let mut chosen: Option<(&str, &str)> = None;
+    for (what, header) in named {
+        let Some(header) = header else { continue };
+        match chosen {
+            Some((first, h)) if h != header => {
+                return Err(EngineError::InvalidConfig(format!(
+                    "`{name}` is partitioned by the header `{h}` ({first}) and by `{header}` \
+                     ({what}); a job type's jobs have one partition per value of one header: \
+                     name the same header in each"
+                )));
+            }
+            Some(_) => {}
+            None => chosen = Some((what, header)),
+        }
+    }
+    Ok(chosen.map(|(_, h)| h.to_string()))
 }
 
 /// Queues under the engine's prefixes that no registration owns and that

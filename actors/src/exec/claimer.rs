@@ -59,9 +59,17 @@ impl Held {
     }
 }
 
-/// A claim's answer to the pool: the jobs claimed, or the queue's error.
+/// A claim's answer to the pool: the jobs claimed, or the queue's error,
+/// and the planned queues that came back short (fewer jobs than planned:
+/// drained for now). A queue not tried because of an error is not drained;
+/// nor is one whose wake-up ended the claim's wait.
 #[derive(Debug)]
-pub struct Claimed(pub Result<Vec<Held>, taquba::Error>);
+pub struct Claimed {
+    /// The jobs claimed, or the queue's error.
+    pub result: Result<Vec<Held>, taquba::Error>,
+    /// Planned queues that had fewer jobs than planned.
+    pub drained: Vec<String>,
+}
 
 /// What a pool asks its claimer for.
 #[derive(Debug)]
@@ -71,8 +79,9 @@ pub struct Ask {
     pub(crate) plan: Plan,
     /// With several queues: claim once and wait once (for a job on one of
     /// them, a new partition through `wake`, or the next token, at most
-    /// `wait`), then answer, empty or not, so that the pool plans again.
-    /// `None`: wait on the one queue until jobs come.
+    /// `wait`; a zero `wait`: not at all), then answer, empty or not, so
+    /// that the pool plans again. `None`: wait on the one queue until jobs
+    /// come.
     pub(crate) once: Option<(Arc<tokio::sync::Notify>, Duration)>,
     /// Cancelled when the pool drains or stops: the claimer answers at
     /// once, and gives back what it claimed meanwhile.
@@ -127,7 +136,7 @@ impl Actor for Claimer {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let ClaimerMessage::Claim(ask) = message;
-        let result = claim(&state.services, &state.metrics, &ask).await;
+        let (result, drained) = claim(&state.services, &state.metrics, &ask).await;
         // The pool stopped (or began draining) during the claim: give the
         // jobs back at once rather than let their leases run out.
         let result = match result {
@@ -137,8 +146,9 @@ impl Actor for Claimer {
             }
             other => other,
         };
-        if let Err(ractor::MessagingErr::SendErr(Claimed(Ok(held)))) =
-            state.to.send_message(Claimed(result))
+        if let Err(ractor::MessagingErr::SendErr(Claimed {
+            result: Ok(held), ..
+        })) = state.to.send_message(Claimed { result, drained })
         {
             release_all(&state.services, held, "the pool stopped").await;
         }
@@ -146,11 +156,23 @@ impl Actor for Claimer {
     }
 }
 
-/// Claim as `ask` says and read each job's attempts and standing.
+/// Claim as `ask` says and read each job's attempts and standing; with
+/// the planned queues that came back short.
 async fn claim(
     services: &Services,
     metrics: &TypeMetrics,
     ask: &Ask,
+) -> (Result<Vec<Held>, taquba::Error>, Vec<String>) {
+    let mut drained = Vec::new();
+    let result = claim_into(services, metrics, ask, &mut drained).await;
+    (result, drained)
+}
+
+async fn claim_into(
+    services: &Services,
+    metrics: &TypeMetrics,
+    ask: &Ask,
+    drained: &mut Vec<String>,
 ) -> Result<Vec<Held>, taquba::Error> {
     let queue = match services.queue() {
         Ok(queue) => queue,
@@ -165,7 +187,9 @@ async fn claim(
     let poll = services.settings().poll_interval;
     let claims = match &ask.once {
         None => claim_one(&queue, first, *want, poll, &ask.stop).await?,
-        Some((wake, wait)) => claim_planned(&queue, &ask.plan, *wait, wake, &ask.stop).await?,
+        Some((wake, wait)) => {
+            claim_planned(&queue, &ask.plan, *wait, wake, &ask.stop, drained).await?
+        }
     };
     let settings = services.settings();
     let counted = claims.into_iter().map(|claim| {
@@ -238,33 +262,51 @@ async fn claim_one(
     }
 }
 
-/// Claim what `plan` allows from each of its queues; when none has a job,
-/// wait once (a job on one of them, a new partition, or `wait`) and answer
-/// empty, so that the pool plans again.
+/// Claim what `plan` allows from each of its queues (noting in `drained`
+/// each that had fewer jobs than planned); when none has a job, wait once
+/// (a job on one of them, a new partition, or `wait`; a zero `wait`: not
+/// at all) and answer empty, so that the pool plans again. A queue whose
+/// wake-up ended the wait is not drained: its new job is claimed at the
+/// next plan (the wait took the wake-up's permit, which the pool's idle
+/// check would otherwise have seen).
 async fn claim_planned(
     queue: &taquba::Queue,
     plan: &Plan,
     wait: Duration,
     wake: &tokio::sync::Notify,
     stop: &CancellationToken,
+    drained: &mut Vec<String>,
 ) -> Result<Vec<Claim>, taquba::Error> {
     let mut claims = Vec::new();
     for (name, want) in plan {
         let lease = queue.queue_config(name).lease_duration;
         match queue.claim_batch(name, *want, lease).await {
-            Ok(more) => claims.extend(more),
+            Ok(more) => {
+                if more.len() < *want {
+                    drained.push(name.clone());
+                }
+                claims.extend(more);
+            }
             // Jobs already claimed are reported (not left to their lease);
             // the error comes back at the next claim.
             Err(_) if !claims.is_empty() => return Ok(claims),
             Err(e) => return Err(e),
         }
     }
-    if claims.is_empty() {
+    if claims.is_empty() && !wait.is_zero() {
+        // Each queue's wait is bounded by the one timeout around them all,
+        // so that a wake-up tells which queue had an insert.
         let arrivals = plan
             .iter()
-            .map(|(name, _)| Box::pin(queue.wait_for_jobs_on(name, wait)));
+            .map(|(name, _)| Box::pin(queue.wait_for_jobs_on(name, Duration::from_secs(3600))));
         tokio::select! {
-            _ = futures_util::future::select_all(arrivals) => {}
+            woke = tokio::time::timeout(wait, futures_util::future::select_all(arrivals)) => {
+                if let Ok((_, i, _)) = woke
+                    && let Some((name, _)) = plan.get(i)
+                {
+                    drained.retain(|d| d != name);
+                }
+            }
             _ = wake.notified() => {}
             _ = stop.cancelled() => {}
         }

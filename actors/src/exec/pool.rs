@@ -64,13 +64,21 @@ pub use crate::exec::parking::SlotId;
 /// Messages of a handler pool.
 #[derive(Debug)]
 pub enum PoolMessage {
-    /// A claim finished (jobs claimed, with their attempts).
-    Claimed(Result<Vec<Held>, taquba::Error>),
+    /// A claim finished (jobs claimed, with their attempts; the planned
+    /// queues that came back short).
+    Claimed(Claimed),
     /// Claim again (after an error, or when a throttled queue has a token).
     Retry,
-    /// Partition queues of the type (a rate limit per header value): found
-    /// in the store at the start, or told by a submission to a new value.
+    /// Partition queues of the type (a rate limit per header value,
+    /// fairness or a limit per key): found in the store at the start, or
+    /// told by a submission (to a fair type, each submission's queue joins
+    /// its ring).
     Partitions(Vec<String>),
+    /// A fair type's idle check (every poll interval, sent to itself): the
+    /// known queues out of its ring that had an insert since the last look
+    /// join it (scheduled jobs come due, retries after their backoff, reaped
+    /// leases, a submission whose event came before its commit).
+    CheckIdle,
     /// A worker finished its job.
     WorkerDone {
         /// Slot of the worker.
@@ -153,7 +161,7 @@ impl PoolRef {
 
 impl From<Claimed> for PoolMessage {
     fn from(c: Claimed) -> Self {
-        Self::Claimed(c.0)
+        Self::Claimed(c)
     }
 }
 
@@ -161,7 +169,7 @@ impl TryFrom<PoolMessage> for Claimed {
     type Error = PoolMessage;
     fn try_from(m: PoolMessage) -> Result<Self, PoolMessage> {
         match m {
-            PoolMessage::Claimed(result) => Ok(Claimed(result)),
+            PoolMessage::Claimed(claimed) => Ok(claimed),
             other => Err(other),
         }
     }
@@ -232,6 +240,9 @@ pub struct PoolArguments {
     pub paused: bool,
     /// At most this many starts per period (`register_with_rate`).
     pub rate: Option<crate::exec::rate::RateLimit>,
+    /// Fairness and a limit per key (`JobOptions::fair_by`,
+    /// `JobOptions::key_concurrency`): `None` for a type with neither.
+    pub fair: Option<crate::exec::fair::FairConfig>,
     /// The type's timeout per attempt (`JobOptions::timeout`); a job's own
     /// (its `gaffer.timeout` header) beats it.
     pub timeout: Option<Duration>,
@@ -265,6 +276,19 @@ struct Slot {
     parked: bool,
 }
 
+/// A settlement in flight.
+#[derive(Debug)]
+struct Settling {
+    /// The lease of the job it ends, and the lease's length.
+    lease: taquba::LeaseHandle,
+    duration: Duration,
+    /// Its claim's queue: the job counts against its value's limit per key
+    /// until the settlement reports.
+    queue: String,
+    /// It may put the job back on its queue (anything but a success).
+    may_return: bool,
+}
+
 /// State of a pool.
 #[derive(Debug)]
 pub struct PoolState {
@@ -286,8 +310,8 @@ pub struct PoolState {
     draining_token: CancellationToken,
     _cancel_on_drop: tokio_util::sync::DropGuard,
     /// Settlements in flight, by number: the lease of each job they end,
-    /// kept alive until the settlement reports.
-    settling: HashMap<u64, (taquba::LeaseHandle, Duration)>,
+    /// kept alive until the settlement reports, and its claim's queue.
+    settling: HashMap<u64, Settling>,
     next_settlement: u64,
     restarts: Restarts,
     crashes: u64,
@@ -367,7 +391,10 @@ impl Actor for HandlerPool {
         let draining_token = CancellationToken::new();
         let restarts = Restarts::new(args.services.settings());
         let paused = args.paused;
-        let limiter = crate::exec::rate::Limiter::new(args.queue.clone(), args.rate.clone());
+        let mut limiter = crate::exec::rate::Limiter::new(args.queue.clone(), args.rate.clone());
+        if let Some(fair) = &args.fair {
+            limiter = limiter.fair(fair.clone());
+        }
         let metrics = crate::telemetry::TypeMetrics::new(&args.job_type);
         let mut state = PoolState {
             metrics,
@@ -414,6 +441,9 @@ impl Actor for HandlerPool {
         }
         state.maybe_claim(&myself);
         myself.send_after(state.renew_every(), || PoolMessage::KeepLeases);
+        if state.limiter.ring().is_some() {
+            myself.send_after(state.settings().poll_interval, || PoolMessage::CheckIdle);
+        }
         Ok(state)
     }
 
@@ -424,7 +454,11 @@ impl Actor for HandlerPool {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            PoolMessage::Claimed(result) => state.claimed(&myself, result),
+            PoolMessage::Claimed(claimed) => state.claimed(&myself, claimed),
+            PoolMessage::CheckIdle => {
+                state.check_idle(&myself);
+                myself.send_after(state.settings().poll_interval, || PoolMessage::CheckIdle);
+            }
             PoolMessage::Retry => state.retry(&myself),
             PoolMessage::Partitions(queues) => state.learn_partitions(&myself, queues),
             PoolMessage::PartitionsEnded(early) => state.partitions_ended(&myself, early),

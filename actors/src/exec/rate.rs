@@ -207,7 +207,15 @@ pub(crate) struct Limiter {
     /// When the pool started: every bucket earns from here (see the
     /// module's note), also one made later for a value first seen later.
     since: Instant,
+    /// A fair type's turn order over its values (`exec::fair`): `None` for
+    /// a type without fairness or a limit per key.
+    fair: Option<crate::exec::fair::Ring>,
+    /// Where the next idle check starts in `queues`.
+    idle_cursor: usize,
 }
+
+/// Known queues a fair type's idle check looks at, at most, per check.
+pub(crate) const IDLE_CHECK_BATCH: usize = 1024;
 
 impl Limiter {
     /// A pool's limiter, at its start: its buckets start empty.
@@ -219,22 +227,108 @@ impl Limiter {
             next: 0,
             buckets: HashMap::new(),
             since: Instant::now(),
+            fair: None,
+            idle_cursor: 0,
         }
     }
 
-    /// Whether jobs of this type are spread over partition queues.
+    /// The limiter of a fair type (fairness or a limit per key): its
+    /// claims go round robin over the values with ready jobs. The type's
+    /// own queue starts in the ring.
+    pub(crate) fn fair(mut self, config: crate::exec::fair::FairConfig) -> Self {
+        let mut ring = crate::exec::fair::Ring::new(config);
+        ring.enter(&self.queues[0]);
+        self.fair = Some(ring);
+        self
+    }
+
+    /// Whether jobs of this type are spread over partition queues (a rate
+    /// limit per header, fairness or a limit per key).
     pub(crate) fn partitioned(&self) -> bool {
+        self.per_value_buckets() || self.fair.is_some()
+    }
+
+    /// Whether each value has its own bucket (a rate limit per header).
+    fn per_value_buckets(&self) -> bool {
         self.limit
             .as_ref()
             .is_some_and(|l| l.partition_header().is_some())
     }
 
+    /// The ring of a fair type.
+    pub(crate) fn ring(&self) -> Option<&crate::exec::fair::Ring> {
+        self.fair.as_ref()
+    }
+
+    /// The limit per key of a fair type, if any.
+    pub(crate) fn key_limit(&self) -> Option<usize> {
+        self.fair.as_ref().and_then(|r| r.limit())
+    }
+
+    /// `queue` may have ready jobs (a submission named it, the idle check
+    /// found an insert): a fair type puts it in its ring; `true` if it
+    /// was not there.
+    pub(crate) fn wake(&mut self, queue: &str) -> bool {
+        match &mut self.fair {
+            Some(ring) => ring.enter(queue),
+            None => false,
+        }
+    }
+
+    /// A job of `queue` settled (see `Ring::settled`); `true` if the
+    /// queue joined the ring.
+    pub(crate) fn settled(&mut self, queue: &str, may_return: bool) -> bool {
+        match &mut self.fair {
+            Some(ring) => ring.settled(queue, may_return),
+            None => false,
+        }
+    }
+
+    /// Queues a claim found short leave a fair type's ring.
+    pub(crate) fn drained(&mut self, queues: &[String]) {
+        if let Some(ring) = &mut self.fair {
+            for q in queues {
+                ring.drained(q);
+            }
+        }
+    }
+
+    /// A fair type's idle check: known queues neither in the ring nor
+    /// blocked join the ring if an insert happened on them since the last
+    /// look (taquba's per-queue wake-up keeps a permit for an insert made
+    /// while nobody waited; taking it is a look in memory, no store read).
+    /// At most [`IDLE_CHECK_BATCH`] known queues are looked at per check,
+    /// from where the last one stopped, so a check's cost is bounded
+    /// whatever the number of values; with more known queues than that, a
+    /// queue is looked at every `known / IDLE_CHECK_BATCH` checks. Answers
+    /// how many joined.
+    pub(crate) fn check_idle(&mut self, queue: &taquba::Queue) -> usize {
+        let Some(ring) = &mut self.fair else {
+            return 0;
+        };
+        let n = self.queues.len();
+        let mut joined = 0;
+        for _ in 0..n.min(IDLE_CHECK_BATCH) {
+            let q = &self.queues[self.idle_cursor % n];
+            self.idle_cursor = (self.idle_cursor + 1) % n;
+            if !ring.is_active(q) && inserted_since(queue, q) {
+                ring.enter(q);
+                joined += 1;
+            }
+        }
+        joined
+    }
+
     /// Learn a partition queue; `false` if it was known. A type whose
     /// limit is no longer per header still claims from the partition
-    /// queues an earlier configuration left (sharing its one bucket).
+    /// queues an earlier configuration left (sharing its one bucket). A
+    /// fair type's new queue joins its ring.
     pub(crate) fn learn(&mut self, queue: String) -> bool {
         if !self.known.insert(queue.clone()) {
             return false;
+        }
+        if let Some(ring) = &mut self.fair {
+            ring.enter(&queue);
         }
         self.queues.push(queue);
         true
@@ -244,6 +338,15 @@ impl Limiter {
     /// buckets have tokens (the tokens are taken; give back what a claim
     /// did not use). Empty when every queue is throttled.
     pub(crate) fn plan(&mut self, want: usize) -> Plan {
+        self.plan_held(want, &HashMap::new())
+    }
+
+    /// [`plan`](Self::plan), for a fair type with a limit per key: `held`
+    /// says how many jobs of each queue the pool holds now.
+    pub(crate) fn plan_held(&mut self, want: usize, held: &HashMap<&str, usize>) -> Plan {
+        if self.fair.is_some() {
+            return self.plan_fair(want, held);
+        }
         let partitioned = self.partitioned();
         let Some(limit) = &self.limit else {
             return self.spread(want);
@@ -283,6 +386,47 @@ impl Limiter {
         self.collect(counts)
     }
 
+    /// A fair type's plan: round robin over its ring, each visited value's
+    /// tokens taken as it is visited (a limit per header), or the type's
+    /// bucket's tokens taken first (a limit for the whole type).
+    fn plan_fair(&mut self, want: usize, held: &HashMap<&str, usize>) -> Plan {
+        let per_value = self.per_value_buckets();
+        self.buckets.retain(|_, b| !b.is_full());
+        let since = self.since;
+        let Self {
+            limit,
+            fair,
+            buckets,
+            queues,
+            ..
+        } = self;
+        let Some(ring) = fair else {
+            return Vec::new();
+        };
+        match limit {
+            None => ring.plan(want, held, |_, n| n),
+            Some(limit) if per_value => ring.plan(want, held, |q, n| {
+                buckets
+                    .entry(q.to_string())
+                    .or_insert_with(|| Bucket::new(limit, since))
+                    .take(n)
+            }),
+            Some(limit) => {
+                let got = buckets
+                    .entry(queues[0].clone())
+                    .or_insert_with(|| Bucket::new(limit, since))
+                    .take(want);
+                let plan = ring.plan(got, held, |_, n| n);
+                // What the ring did not place goes back.
+                let placed: usize = plan.iter().map(|(_, n)| n).sum();
+                if let Some(b) = buckets.get_mut(&queues[0]) {
+                    b.give_back(got - placed);
+                }
+                plan
+            }
+        }
+    }
+
     /// `n` jobs spread evenly over the queues, from where the last plan
     /// left off (one queue: all of them there).
     fn spread(&mut self, n: usize) -> Plan {
@@ -309,6 +453,12 @@ impl Limiter {
         self.queues.len() > 1 || self.partitioned()
     }
 
+    /// Whether a fair type's ring holds queues beyond the `planned` ones
+    /// (a claim that finds nothing answers at once rather than wait).
+    pub(crate) fn more_than(&self, planned: usize) -> bool {
+        self.fair.as_ref().is_some_and(|r| r.len() > planned)
+    }
+
     /// Settle the tokens of `plan` when its claim returns (`used`: jobs
     /// claimed per queue): those not used go back, and those used count
     /// from now, when their jobs start. A claim waits for jobs with its
@@ -317,7 +467,7 @@ impl Limiter {
     /// meanwhile (with a burst of 1, two starts at once after a quiet
     /// spell).
     pub(crate) fn give_back(&mut self, plan: &Plan, used: &HashMap<&str, usize>) {
-        let shared = !self.partitioned();
+        let shared = !self.per_value_buckets();
         // Per bucket: tokens reserved, tokens used.
         let mut settled: HashMap<&str, (usize, usize)> = HashMap::new();
         for (queue, reserved) in plan {
@@ -344,12 +494,15 @@ impl Limiter {
     fn waits(&self) -> impl Iterator<Item = Duration> + '_ {
         let limit = self.limit.as_ref();
         let fresh = limit.map(|l| Bucket::new(l, self.since).until_next());
-        let deciding = if self.partitioned() {
-            &self.queues[..]
-        } else {
-            &self.queues[..1]
-        };
-        deciding.iter().filter_map(move |q| {
+        // Each value's bucket decides (a fair type's: those in its ring),
+        // or the type's one.
+        let deciding: Box<dyn Iterator<Item = &str> + '_> =
+            match (self.per_value_buckets(), &self.fair) {
+                (true, Some(ring)) => Box::new(ring.members()),
+                (true, None) => Box::new(self.queues.iter().map(String::as_str)),
+                (false, _) => Box::new(self.queues[..1].iter().map(String::as_str)),
+            };
+        deciding.filter_map(move |q| {
             fresh.map(|fresh| self.buckets.get(q).map_or(fresh, Bucket::until_next))
         })
     }
@@ -364,6 +517,17 @@ impl Limiter {
     pub(crate) fn until_next(&self) -> Duration {
         self.waits().min().unwrap_or(Duration::ZERO)
     }
+}
+
+/// Whether an insert happened on `name` since the last look: its wake-up
+/// holds a permit (taken now). Polled once, never awaited: the hour only
+/// keeps the wait from ending by itself on this one poll.
+fn inserted_since(queue: &taquba::Queue, name: &str) -> bool {
+    use futures_util::FutureExt;
+    queue
+        .wait_for_jobs_on(name, Duration::from_secs(3600))
+        .now_or_never()
+        .is_some()
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ impl SupervisorState {
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
             rate,
+            fair: None,
             timeout,
             closed: self.me.get_derived(),
         }
@@ -153,14 +154,26 @@ impl SupervisorState {
                     Kind::Job => services.settings().max_concurrent_jobs,
                     Kind::Pipeline => DEFAULT_PIPELINE_CONCURRENCY,
                 });
-                let args = self.pool_args(
-                    name,
-                    route.queue,
-                    reg.handler.clone(),
-                    concurrency,
-                    reg.rate,
-                    reg.timeout,
-                );
+                // Fairness, or a limit per key (which implies fairness with
+                // equal weights).
+                let fair = (reg.fair_by.is_some() || reg.key_concurrency.is_some()).then(|| {
+                    crate::exec::fair::FairConfig::new(
+                        &route.queue,
+                        reg.fair_by.as_ref(),
+                        reg.key_concurrency.as_ref(),
+                    )
+                });
+                let args = PoolArguments {
+                    fair,
+                    ..self.pool_args(
+                        name,
+                        route.queue,
+                        reg.handler.clone(),
+                        concurrency,
+                        reg.rate,
+                        reg.timeout,
+                    )
+                };
                 let (a, _) = Actor::spawn_linked(None, HandlerPool, args, cell).await?;
                 self.pools.insert(name.clone(), PoolRef(a.clone()));
                 a.get_id()

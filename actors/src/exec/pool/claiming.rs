@@ -3,11 +3,13 @@
 //! the answer dispatched; the partition queues of a type rate-limited per
 //! header value followed.
 
+use std::collections::HashMap;
+
 use ractor::ActorRef;
 use tracing::warn;
 
 use super::{PoolMessage, PoolState, StoreClosed};
-use crate::exec::claimer::{Ask, Claimer, ClaimerArguments, ClaimerMessage, Held};
+use crate::exec::claimer::{Ask, Claimed, Claimer, ClaimerArguments, ClaimerMessage};
 use crate::layout::keys;
 
 impl PoolState {
@@ -69,9 +71,21 @@ impl PoolState {
         };
         // A rate-limited type claims no more than it may start: its backlog
         // waits in the queue (a partitioned limit: each value's in its own),
-        // and the pool wakes when the next token is due.
-        let plan = self.limiter.plan(want);
+        // and the pool wakes when the next token is due. A fair type with a
+        // limit per key counts what each value holds now.
+        let plan = if self.limiter.key_limit().is_some() {
+            let held = held_per_queue(&self.slots, &self.backlog, &self.settling);
+            self.limiter.plan_held(want, &held)
+        } else {
+            self.limiter.plan(want)
+        };
         if plan.is_empty() {
+            // A fair type whose ring is empty has nothing ready: it plans
+            // again when a queue joins (a submission, a settlement, the idle
+            // check).
+            if self.limiter.ring().is_some_and(|r| r.len() == 0) {
+                return;
+            }
             if !self.rate_wake {
                 self.rate_wake = true;
                 myself.send_after(self.limiter.until_next(), || PoolMessage::Retry);
@@ -83,6 +97,13 @@ impl PoolState {
         let poll = self.settings().poll_interval;
         let once = self.limiter.several().then(|| {
             let wait = self.limiter.next_token().map_or(poll, |t| t.min(poll));
+            // A fair type with other queues in its ring than those planned
+            // tries them at once if these come back empty.
+            let wait = if self.limiter.more_than(plan.len()) {
+                std::time::Duration::ZERO
+            } else {
+                wait
+            };
             (self.partition_wake.clone(), wait)
         });
         let ask = Ask {
@@ -173,11 +194,31 @@ impl PoolState {
         }
     }
 
-    pub(super) fn claimed(
-        &mut self,
-        myself: &ActorRef<PoolMessage>,
-        result: Result<Vec<Held>, taquba::Error>,
-    ) {
+    /// A queue joined a fair type's ring: a claim waiting on other queues
+    /// answers now, so that the pool plans again.
+    pub(super) fn woke_ring(&self) {
+        if self.claiming.is_some() {
+            self.partition_wake.notify_one();
+        }
+    }
+
+    /// A fair type's idle check (see [`PoolMessage::CheckIdle`]).
+    pub(super) fn check_idle(&mut self, myself: &ActorRef<PoolMessage>) {
+        if self.draining || self.closed {
+            return;
+        }
+        let Ok(queue) = self.args.services.queue() else {
+            return;
+        };
+        if self.limiter.check_idle(&queue) > 0 {
+            self.woke_ring();
+            self.maybe_claim(myself);
+        }
+    }
+
+    pub(super) fn claimed(&mut self, myself: &ActorRef<PoolMessage>, claimed: Claimed) {
+        let Claimed { result, drained } = claimed;
+        self.limiter.drained(&drained);
         if let Some(plan) = self.claiming.take() {
             let mut used = std::collections::HashMap::new();
             for h in result.iter().flatten() {
@@ -217,15 +258,41 @@ impl PoolState {
         self.maybe_claim(myself);
     }
 
-    /// Partition queues learned: claim from them too.
+    /// Partition queues learned: claim from them too. A fair type puts
+    /// each named queue in its ring (a submission to it: it has a job, or
+    /// will once the submission commits).
     pub(super) fn learn_partitions(&mut self, myself: &ActorRef<PoolMessage>, queues: Vec<String>) {
         let mut learned = false;
+        let mut woke = false;
         for q in queues {
+            woke |= self.limiter.wake(&q);
             learned |= self.limiter.learn(q);
         }
-        if learned {
-            self.partition_wake.notify_one();
+        if learned || woke {
+            if learned || self.claiming.is_some() {
+                self.partition_wake.notify_one();
+            }
             self.maybe_claim(myself);
         }
     }
+}
+
+/// How many jobs of each queue the pool holds: running (parked ones too),
+/// waiting in its backlog, settling. What a fair type's limit per key
+/// counts, derived from the pool's state each time it plans.
+fn held_per_queue<'a>(
+    slots: &'a std::collections::BTreeMap<super::SlotId, super::Slot>,
+    backlog: &'a std::collections::VecDeque<crate::exec::claimer::Held>,
+    settling: &'a HashMap<u64, super::Settling>,
+) -> HashMap<&'a str, usize> {
+    let mut held: HashMap<&str, usize> = HashMap::new();
+    let claims = slots
+        .values()
+        .filter_map(|s| s.job.as_ref())
+        .chain(backlog.iter())
+        .map(|h| &*h.claim.queue);
+    for q in claims.chain(settling.values().map(|s| s.queue.as_str())) {
+        *held.entry(q).or_insert(0) += 1;
+    }
+    held
 }

@@ -70,8 +70,8 @@ impl PoolState {
                 .lease_handle(claim)
                 .ensure_at_least(lease_of(&queue, claim));
         }
-        for (lease, duration) in self.settling.values() {
-            let _ = lease.ensure_at_least(*duration);
+        for s in self.settling.values() {
+            let _ = s.lease.ensure_at_least(s.duration);
         }
     }
 

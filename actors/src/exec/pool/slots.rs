@@ -304,8 +304,17 @@ impl PoolState {
     ) {
         let number = self.next_settlement;
         self.next_settlement += 1;
-        let lease = self.settling_lease(&held.claim);
-        self.settling.insert(number, lease);
+        let (lease, duration) = self.settling_lease(&held.claim);
+        let may_return = !matches!(ending, Ending::Verdict(Verdict::Succeeded(_)));
+        self.settling.insert(
+            number,
+            super::Settling {
+                lease,
+                duration,
+                queue: String::from(&*held.claim.queue),
+                may_return,
+            },
+        );
         let services = self.args.services.clone();
         let notify = self.args.notify.clone();
         let myself = myself.clone();
@@ -372,7 +381,14 @@ impl PoolState {
     }
 
     pub(super) fn settled(&mut self, myself: &ActorRef<PoolMessage>, number: u64) {
-        self.settling.remove(&number);
+        // A fair type's value may have jobs again: a job that did not
+        // succeed may be back on its queue, and a value at its limit per
+        // key has room now.
+        if let Some(s) = self.settling.remove(&number)
+            && self.limiter.settled(&s.queue, s.may_return)
+        {
+            self.woke_ring();
+        }
         self.maybe_claim(myself);
         self.check_drained();
     }

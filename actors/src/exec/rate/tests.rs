@@ -181,3 +181,69 @@ async fn a_partitioned_plan_spreads_over_the_values_with_tokens() {
     shared.give_back(&plan, &HashMap::new());
     assert_eq!(shared.plan(10).iter().map(|(_, n)| n).sum::<usize>(), 3);
 }
+
+/// A fair limiter over `n` partition queues of `q`, every one drained (out
+/// of the ring, idle).
+fn idle_fair_limiter(n: usize) -> Limiter {
+    let mut l = Limiter::new("q".into(), None).fair(crate::exec::fair::FairConfig::default());
+    let queues: Vec<String> = (0..n).map(|i| format!("q..p{i:016x}")).collect();
+    for q in &queues {
+        l.learn(q.clone());
+    }
+    l.drained(&queues);
+    l.drained(&["q".to_string()]);
+    l
+}
+
+/// The idle check finds an insert on a drained queue (taquba's wake-up
+/// kept a permit for it) and puts the queue back in the ring, once: the
+/// permit is taken.
+#[tokio::test]
+async fn the_idle_check_finds_an_insert_on_a_drained_queue() {
+    let store = std::sync::Arc::new(taquba::object_store::memory::InMemory::new());
+    let queue = taquba::Queue::open(store, "q").await.unwrap();
+    let mut l = idle_fair_limiter(3);
+    assert_eq!(l.check_idle(&queue), 0);
+    queue
+        .enqueue("q..p0000000000000001", vec![1])
+        .await
+        .unwrap();
+    assert_eq!(l.check_idle(&queue), 1);
+    assert_eq!(l.plan(4), vec![("q..p0000000000000001".to_string(), 4)]);
+    // In the ring: not looked at again; drained: no insert since.
+    assert_eq!(l.check_idle(&queue), 0);
+    l.drained(&["q..p0000000000000001".to_string()]);
+    assert_eq!(l.check_idle(&queue), 0);
+    queue.close().await.unwrap();
+}
+
+/// What the idle check costs per idle value (run by hand:
+/// `cargo test -p gaffer-actors --release --lib idle_check_cost -- --ignored --nocapture`).
+/// Not a timed test: it prints, and asserts nothing about time.
+#[tokio::test]
+#[ignore = "a measurement, run by hand"]
+async fn idle_check_cost() {
+    let store = std::sync::Arc::new(taquba::object_store::memory::InMemory::new());
+    let queue = taquba::Queue::open(store, "q").await.unwrap();
+    for n in [1_000usize, 10_000, 100_000] {
+        let mut l = idle_fair_limiter(n);
+        // The first look makes taquba's wake-up of each queue.
+        let checks = n.div_ceil(IDLE_CHECK_BATCH);
+        for _ in 0..checks {
+            l.check_idle(&queue);
+        }
+        let rounds = 20 * checks;
+        let t0 = std::time::Instant::now();
+        for _ in 0..rounds {
+            assert_eq!(l.check_idle(&queue), 0);
+        }
+        let looked = rounds * n.min(IDLE_CHECK_BATCH);
+        let per = t0.elapsed() / looked as u32;
+        let check = t0.elapsed() / rounds as u32;
+        println!(
+            "idle check: {n} idle values, {per:?} per value looked at, {check:?} per check \
+             (each value looked at every {checks} checks)"
+        );
+    }
+    queue.close().await.unwrap();
+}

@@ -1,0 +1,150 @@
+use super::*;
+
+fn ring(weights: &[(&str, u32)], limit: Option<usize>) -> Ring {
+    Ring::new(FairConfig {
+        weights: weights.iter().map(|(q, w)| (q.to_string(), *w)).collect(),
+        limit,
+    })
+}
+
+fn plan(r: &mut Ring, want: usize) -> Vec<(String, usize)> {
+    r.plan(want, &HashMap::new(), |_, n| n)
+}
+
+fn p(entries: &[(&str, usize)]) -> Vec<(String, usize)> {
+    entries.iter().map(|(q, n)| (q.to_string(), *n)).collect()
+}
+
+#[test]
+fn config_errors_and_weights_clamped() {
+    assert!(matches!(
+        Concurrency::per_header("tenant", 0),
+        Err(EngineError::InvalidConfig(_))
+    ));
+    assert_eq!(Concurrency::per_header("tenant", 2).unwrap().limit(), 2);
+    let f = Fairness::header("tenant")
+        .weight("a", 0)
+        .weight("b", 5000)
+        .weight("c", 3)
+        .weight("c", 4);
+    assert_eq!(
+        f.weights(),
+        &[("a".into(), 1), ("b".into(), MAX_WEIGHT), ("c".into(), 4)]
+    );
+    let config = FairConfig::new("q", Some(&f), None);
+    assert_eq!(
+        config
+            .weights
+            .get(&crate::layout::keys::partition_queue("q", "c")),
+        Some(&4)
+    );
+}
+
+#[test]
+fn the_plan_goes_round_robin_from_where_the_last_left_off() {
+    let mut r = ring(&[], None);
+    for q in ["a", "b", "c"] {
+        assert!(r.enter(q));
+    }
+    assert!(!r.enter("a"), "in the ring already");
+    assert_eq!(plan(&mut r, 2), p(&[("a", 1), ("b", 1)]));
+    assert_eq!(plan(&mut r, 1), p(&[("c", 1)]));
+    assert_eq!(plan(&mut r, 1), p(&[("a", 1)]));
+    // More slots than queues: passes repeat, each value one per pass.
+    assert_eq!(plan(&mut r, 7), p(&[("b", 3), ("c", 2), ("a", 2)]));
+}
+
+#[test]
+fn a_weight_is_its_values_slots_per_turn_even_one_slot_at_a_time() {
+    let mut r = ring(&[("big", 4)], None);
+    r.enter("big");
+    r.enter("small");
+    assert_eq!(plan(&mut r, 10), p(&[("big", 8), ("small", 2)]));
+    // One slot per plan (jobs finishing one by one): the turn carries
+    // over plans, so the split stays 4:1.
+    let mut counts = HashMap::new();
+    for _ in 0..50 {
+        for (q, n) in plan(&mut r, 1) {
+            *counts.entry(q).or_insert(0) += n;
+        }
+    }
+    assert_eq!(counts["big"], 40);
+    assert_eq!(counts["small"], 10);
+}
+
+#[test]
+fn a_drained_value_leaves_the_ring_and_comes_back_when_woken() {
+    let mut r = ring(&[], None);
+    r.enter("a");
+    r.enter("b");
+    r.drained("a");
+    assert_eq!(r.len(), 1);
+    assert!(!r.is_active("a"));
+    assert_eq!(plan(&mut r, 3), p(&[("b", 3)]));
+    // Back in (a submission, the idle check): at the back of the ring.
+    assert!(r.enter("a"));
+    assert_eq!(plan(&mut r, 2), p(&[("b", 1), ("a", 1)]));
+    // A success settles: not back; anything else may have put it back.
+    r.drained("a");
+    assert!(!r.settled("a", false));
+    assert!(r.settled("a", true));
+}
+
+#[test]
+fn a_value_at_its_limit_is_not_planned_until_a_job_of_it_settles() {
+    let mut r = ring(&[("a", 4)], Some(2));
+    r.enter("a");
+    r.enter("b");
+    let held = HashMap::from([("b", 1)]);
+    // a: room 2 (weight 4), b: room 1.
+    assert_eq!(r.plan(10, &held, |_, n| n), p(&[("a", 2), ("b", 1)]));
+    let held = HashMap::from([("a", 2), ("b", 2)]);
+    assert_eq!(r.plan(10, &held, |_, n| n), Vec::new());
+    assert_eq!(r.len(), 0, "both blocked");
+    assert!(r.is_active("a"));
+    // A success of b settles: b may run one more.
+    assert!(r.settled("b", false));
+    assert!(!r.settled("c", false), "not blocked, not returned");
+    let held = HashMap::from([("a", 2), ("b", 1)]);
+    assert_eq!(r.plan(10, &held, |_, n| n), p(&[("b", 1)]));
+}
+
+#[test]
+fn a_value_without_tokens_is_passed_over() {
+    let mut r = ring(&[], None);
+    r.enter("a");
+    r.enter("b");
+    let plan = r.plan(4, &HashMap::new(), |q, n| if q == "a" { 0 } else { n });
+    assert_eq!(plan, p(&[("b", 4)]));
+    // Nobody has tokens: one pass, then it stops.
+    assert_eq!(r.plan(4, &HashMap::new(), |_, _| 0), Vec::new());
+    assert!(r.visits <= 3, "{} visits", r.visits);
+}
+
+#[test]
+fn a_plan_costs_the_queues_it_visits_not_the_ring() {
+    let mut r = ring(&[], None);
+    for i in 0..10_000 {
+        r.enter(&format!("q{i}"));
+    }
+    let plan = plan(&mut r, 4);
+    assert_eq!(plan.len(), 4);
+    assert_eq!(r.visits, 4);
+    // Half of them drained: the stale entries are dropped as reached, once.
+    for i in 4..5_004 {
+        r.drained(&format!("q{i}"));
+    }
+    let _ = r.plan(4, &HashMap::new(), |_, n| n);
+    assert!(r.visits <= 5_004, "{}", r.visits);
+    let _ = r.plan(4, &HashMap::new(), |_, n| n);
+    assert_eq!(r.visits, 4);
+    // Queues that come and go keep the ring compact.
+    for _ in 0..100 {
+        for i in 0..5_004 {
+            let q = format!("q{i}");
+            r.drained(&q);
+            r.enter(&q);
+        }
+    }
+    assert!(r.ring.len() <= 2 * r.members.len() + 64 + 1);
+}
