@@ -20,9 +20,9 @@
 //! holds at most `n` jobs in the pool at once, counted from their claim to
 //! the end of their settlement (running, parked, waiting in the pool's
 //! backlog, settling). The pool counts from what it holds, not from a
-//! counter: see [`Ring::plan`]'s `held`.
+//! counter: see `Ring::plan`'s `held`.
 //!
-//! The pool owns a [`Ring`] (its state, changed only in its handler): the
+//! The pool owns a `Ring` (its state, changed only in its handler): the
 //! queues that may have ready jobs, in turn order; the queues at their key
 //! limit (`blocked`, out of the ring until one of their jobs settles); every
 //! other known queue is idle (drained: a claim came back short), and costs
