@@ -852,7 +852,9 @@ mod tests {
             let shard = set.shard_of_value(&value);
             seen.insert(shard);
             for _ in 0..5 {
-                let id = set.fresh_id(&request("report", Some(&value), None)).unwrap();
+                let id = set
+                    .fresh_id(&request("report", Some(&value), None))
+                    .unwrap();
                 assert_eq!(set.shard_of(&id), shard, "{value}: {id}");
                 assert!(ulid::Ulid::from_string(&id).is_ok(), "{id}");
             }
@@ -863,7 +865,10 @@ mod tests {
             .map(|_| set.shard_of(&set.fresh_id(&request("report", None, None)).unwrap()))
             .collect();
         assert_eq!(ids.len(), 6);
-        assert!(set.fresh_id(&request("other", Some("a"), Some("k"))).is_ok());
+        assert!(
+            set.fresh_id(&request("other", Some("a"), Some("k")))
+                .is_ok()
+        );
         // A keyed job with the header cannot be placed by it.
         assert!(matches!(
             set.fresh_id(&request("report", Some("a"), Some("k"))),

@@ -33,6 +33,8 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::{Concurrency, Engine, Fairness, Job, JobContext, JobOptions};
@@ -50,10 +52,16 @@ const WORKERS: usize = 16;
 /// The kill test's child reads its directory from this.
 const DIR_VAR: &str = "GAFFER_FAIR_KILL_DIR";
 
-/// The side file the jobs append to (the engine's state).
-struct SideFile(PathBuf);
+/// The side file the jobs append to (the engine's state), and how many
+/// `end` lines this process appended (what the in-process runs wait on,
+/// without reading the file back).
+struct SideFile(PathBuf, AtomicUsize);
 
 impl SideFile {
+    fn new(path: PathBuf) -> Self {
+        Self(path, AtomicUsize::new(0))
+    }
+
     fn append(&self, line: &str) {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -81,10 +89,11 @@ impl Job for Step {
             .get("tenant")
             .cloned()
             .unwrap_or_else(|| "-".into());
-        let side = ctx.state::<SideFile>();
+        let side = ctx.state::<Arc<SideFile>>();
         side.append(&format!("start {value} {}\n", self.seq));
         tokio::time::sleep(SLEEP).await;
         side.append(&format!("end {value} {}\n", self.seq));
+        side.1.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }
@@ -271,9 +280,10 @@ fn check_all_ended(events: &[Event]) {
 async fn run_in_process(limit: usize) -> Vec<Event> {
     let tmp = tempfile::tempdir().unwrap();
     let side = tmp.path().join("events.log");
+    let file = Arc::new(SideFile::new(side.clone()));
     let engine = common::memory_builder(common::mock_clock())
         .register_with::<Step>(options(limit))
-        .state(SideFile(side.clone()))
+        .state(file.clone())
         .start()
         .await
         .unwrap();
@@ -281,8 +291,9 @@ async fn run_in_process(limit: usize) -> Vec<Event> {
     submit_all(&engine).await;
     engine.resume(Step::NAME).await.unwrap();
     let total = (VALUES * JOBS) as usize;
+    // In process nothing is killed: each job ends once.
     common::eventually("every job ended", Duration::from_secs(3600), async || {
-        ended(&events(&side)).len() >= total
+        file.1.load(Ordering::SeqCst) >= total
     })
     .await;
     engine.shutdown().await.unwrap();
@@ -321,7 +332,7 @@ async fn fairness_kill_child() {
         .store(gaffer::Store::local_dir(dir.join("store")))
         .flush_interval(Duration::from_millis(1))
         .register_with::<Step>(options(limit))
-        .state(SideFile(dir.join("events.log")))
+        .state(Arc::new(SideFile::new(dir.join("events.log"))))
         .start()
         .await
         .unwrap();
@@ -349,7 +360,7 @@ async fn run_with_kills(limit: usize, kill_after: &[usize]) -> Vec<Event> {
     std::fs::write(dir.join("limit"), limit.to_string()).unwrap();
     let total = (VALUES * JOBS) as usize;
     let boot = || {
-        SideFile(side.clone()).append("boot\n");
+        SideFile::new(side.clone()).append("boot\n");
         common::spawn_test_child("fairness_kill_child", DIR_VAR, dir)
     };
     let wait_until_ended = async |n: usize| {
@@ -364,7 +375,7 @@ async fn run_with_kills(limit: usize, kill_after: &[usize]) -> Vec<Event> {
                 "{done} of {n} ended: {}",
                 common::child_logs(dir, 2000)
             );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
     for &threshold in kill_after {

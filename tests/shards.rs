@@ -1187,10 +1187,7 @@ async fn a_type_routed_by_its_tenant_header_keeps_each_tenant_on_one_shard() {
     assert_eq!(shards.len(), PAIR);
 
     // Without the header: routed by its id, as any job.
-    let h = engines
-        .submit(TenantStep { key: None })
-        .await
-        .unwrap();
+    let h = engines.submit(TenantStep { key: None }).await.unwrap();
     let ran_on = common::within_for(Duration::from_secs(60), h.join())
         .await
         .unwrap()
