@@ -149,8 +149,7 @@ impl PoolState {
                     list = false;
                     match crate::exec::rate::marked(&queue, &base).await {
                         Ok(found) => {
-                            if !found.is_empty()
-                                && myself.cast(PoolMessage::Listed(found)).is_err()
+                            if !found.is_empty() && myself.cast(PoolMessage::Listed(found)).is_err()
                             {
                                 return;
                             }
@@ -230,7 +229,9 @@ impl PoolState {
             .due_for_check(self.settings().forget_drained_after);
         if !due.is_empty() {
             let me = myself.clone();
-            let work = async move { crate::exec::rate::check_forget(&queue, due).await };
+            let services = self.args.services.clone();
+            let work =
+                async move { crate::exec::rate::check_forget(&queue, services.marks(), due).await };
             crate::task::spawn_reported(work, move |ended| {
                 let found = match ended {
                     Ok(Ok(found)) => Some(found),
