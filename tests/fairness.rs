@@ -648,9 +648,11 @@ async fn a_paused_value_is_held_while_the_others_run() {
     for seq in 0..2 {
         engine.submit(job(100 + seq, 5)).await.unwrap();
     }
-    common::eventually("the other values' jobs done", Duration::from_secs(60), async || {
-        log.done() >= 12
-    })
+    common::eventually(
+        "the other values' jobs done",
+        Duration::from_secs(60),
+        async || log.done() >= 12,
+    )
     .await;
     // Many idle checks and claim rounds later (virtual time), acme's jobs
     // are still queued.

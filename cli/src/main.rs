@@ -121,10 +121,7 @@ async fn open(
     // `health` and `stats` read the flushed state and, of the WAL past it,
     // only the beat and the counters; every other command the whole state.
     let reading = match cli.command {
-        Command::Health
-        | Command::Stats {
-            job_type: None, ..
-        } => read::Reading::Flushed,
+        Command::Health | Command::Stats { job_type: None, .. } => read::Reading::Flushed,
         _ => read::Reading::Replay,
     };
     let keyring = keyring(cli)?;

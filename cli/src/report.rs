@@ -208,7 +208,11 @@ impl Render for Tenants {
                     v.running.to_string(),
                     v.scheduled.to_string(),
                     v.oldest_ready_age_ms.map(age).unwrap_or_default(),
-                    if v.paused { "paused".into() } else { String::new() },
+                    if v.paused {
+                        "paused".into()
+                    } else {
+                        String::new()
+                    },
                 ]);
             }
             if self.rest.values > 0 {

@@ -89,14 +89,8 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
     let mut parts = Vec::new();
     let mut over = OverSet {
         code: ExitCode::SUCCESS,
-        total: matches!(
-            cli.command,
-            Command::Stats {
-                job_type: None,
-                ..
-            }
-        )
-        .then(report::Stats::default),
+        total: matches!(cli.command, Command::Stats { job_type: None, .. })
+            .then(report::Stats::default),
         ..OverSet::default()
     };
     for shard in 0..count {

@@ -1530,7 +1530,10 @@ async fn stats_of_a_type_shows_its_top_values_and_pause_key_holds_one() {
     // initech's and the job without the header: summed.
     assert_eq!(stats["rest"]["values"], 2, "{stats}");
     assert_eq!(stats["rest"]["ready"], 2, "{stats}");
-    assert_eq!((&stats["queues"], &stats["examined"]), (&3.into(), &3.into()));
+    assert_eq!(
+        (&stats["queues"], &stats["examined"]),
+        (&3.into(), &3.into())
+    );
     let text = ok(dir, &["stats", "greet", "--top", "2"]);
     assert!(
         text.contains("tenant=acme") && text.contains("tenant=globex"),

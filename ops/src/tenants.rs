@@ -187,7 +187,10 @@ impl Store {
                 Some(job) => Some(job),
                 None => self.first_job(&row.queue, JobStatus::Claimed).await?,
             };
-            if let Some((header, value)) = job.as_ref().and_then(|j| value_of(&own, &row.queue, &j.headers)) {
+            if let Some((header, value)) = job
+                .as_ref()
+                .and_then(|j| value_of(&own, &row.queue, &j.headers))
+            {
                 row.header = Some(header);
                 row.value = Some(value);
             }
@@ -264,11 +267,7 @@ pub fn now_ms() -> u64 {
 
 /// The header and value of `headers` whose partition queue of `own` is
 /// `queue`.
-fn value_of(
-    own: &str,
-    queue: &str,
-    headers: &HashMap<String, String>,
-) -> Option<(String, String)> {
+fn value_of(own: &str, queue: &str, headers: &HashMap<String, String>) -> Option<(String, String)> {
     let mut found: Vec<(&String, &String)> = headers
         .iter()
         .filter(|(k, v)| !k.starts_with("gaffer.") && keys::partition_queue(own, v) == queue)

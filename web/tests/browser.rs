@@ -619,7 +619,10 @@ async fn a_browser_pauses_one_value_from_the_queue_page() {
     assert_eq!(text(c, "tr[data-value=acme] td.ready").await, "2");
     assert_eq!(text(c, "tr[data-value=globex] td.ready").await, "1");
     assert_eq!(
-        text(c, "table#values tr:nth-child(2)").await.split_whitespace().next(),
+        text(c, "table#values tr:nth-child(2)")
+            .await
+            .split_whitespace()
+            .next(),
         Some("tenant=acme"),
         "most ready first"
     );
@@ -666,7 +669,9 @@ async fn a_browser_pauses_one_value_from_the_queue_page() {
     }
     let console = browser.console().await;
     assert!(
-        console.iter().all(|m| !m.contains("Content Security Policy")),
+        console
+            .iter()
+            .all(|m| !m.contains("Content Security Policy")),
         "{console:?}"
     );
     browser.stop().await;

@@ -1183,7 +1183,12 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
     );
 
     // The button's request: acme paused; the type resumed, the others run.
-    let a = post(&app, "/queues/tenanted/values/pause", "header=tenant&value=acme").await;
+    let a = post(
+        &app,
+        "/queues/tenanted/values/pause",
+        "header=tenant&value=acme",
+    )
+    .await;
     fate(&app, &a.location, "applied", None).await;
     common::eventually("acme shows paused", async || {
         let page = get(&app, "/queues/tenanted/values").await.body;
@@ -1191,7 +1196,10 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
         row.contains("state paused") && row.contains("/values/resume")
     })
     .await;
-    engine.resume(<Tenanted as gaffer::Job>::NAME).await.unwrap();
+    engine
+        .resume(<Tenanted as gaffer::Job>::NAME)
+        .await
+        .unwrap();
     for (tenant, h) in &handles {
         if *tenant != "acme" {
             assert!(h.join().await.unwrap().is_ok());
@@ -1218,9 +1226,13 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
     assert!(value_row(&page.body, "acme").contains("state paused"));
     assert!(!page.body.contains("method=\"post\""), "{}", page.body);
     assert_eq!(
-        post(&ro, "/queues/tenanted/values/resume", "header=tenant&value=acme")
-            .await
-            .status,
+        post(
+            &ro,
+            "/queues/tenanted/values/resume",
+            "header=tenant&value=acme"
+        )
+        .await
+        .status,
         StatusCode::FORBIDDEN
     );
     assert_eq!(
@@ -1231,7 +1243,12 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
     );
 
     // Resumed from its button: acme's jobs run.
-    let a = post(&app, "/queues/tenanted/values/resume", "header=tenant&value=acme").await;
+    let a = post(
+        &app,
+        "/queues/tenanted/values/resume",
+        "header=tenant&value=acme",
+    )
+    .await;
     fate(&app, &a.location, "applied", None).await;
     for (_, h) in &handles {
         assert!(h.join().await.unwrap().is_ok());

@@ -260,6 +260,16 @@ impl Ring {
         true
     }
 
+    /// The queues that may hold ready jobs: in the ring, blocked at their
+    /// limit, or paused (any order).
+    pub(crate) fn live_queues(&self) -> impl Iterator<Item = &str> {
+        self.members
+            .keys()
+            .chain(self.blocked.iter())
+            .chain(self.paused.iter())
+            .map(String::as_str)
+    }
+
     /// Whether an operator paused `queue`.
     pub(crate) fn is_paused(&self, queue: &str) -> bool {
         self.paused.contains(queue)

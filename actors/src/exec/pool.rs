@@ -54,6 +54,7 @@ use crate::services::Services;
 mod claiming;
 mod leases;
 mod lifecycle;
+mod sample;
 mod slots;
 
 pub(crate) use crate::exec::claimer::Held;
@@ -124,6 +125,9 @@ pub enum PoolMessage {
         /// Whether it changed.
         reply: RpcReplyPort<bool>,
     },
+    /// Sample the type's ready jobs for its metrics (feature `metrics`;
+    /// sent to itself every `sample::SAMPLE_EVERY`).
+    SampleReady,
     /// Stop claiming; reply once nothing is held: no job running, queued here
     /// or settling. With a grace period, jobs still running at its end are
     /// given back to the queue (their attempt is not counted) and their
@@ -474,6 +478,11 @@ impl Actor for HandlerPool {
         if state.limiter.ring().is_some() {
             myself.send_after(state.settings().poll_interval, || PoolMessage::CheckIdle);
         }
+        if crate::telemetry::TypeMetrics::ENABLED
+            && state.args.services.route(&state.args.job_type).is_some()
+        {
+            myself.send_after(sample::SAMPLE_EVERY, || PoolMessage::SampleReady);
+        }
         Ok(state)
     }
 
@@ -521,6 +530,7 @@ impl Actor for HandlerPool {
             } => {
                 let _ = reply.send(state.pause_value(&myself, &queue, pause));
             }
+            PoolMessage::SampleReady => state.sample_ready(&myself),
             PoolMessage::Drain(grace, reply) => state.drain(&myself, grace, reply),
             PoolMessage::DrainDeadline => state.abandon(&myself),
             PoolMessage::GetStats(reply) => {

@@ -371,7 +371,11 @@ impl Limiter {
         let mut counts = vec![0usize; n];
         let mut left = want;
         // A paused value is passed over, as one without a token.
-        let mut dry: Vec<bool> = self.queues.iter().map(|q| self.paused.contains(q)).collect();
+        let mut dry: Vec<bool> = self
+            .queues
+            .iter()
+            .map(|q| self.paused.contains(q))
+            .collect();
         let mut i = self.next % n;
         while left > 0 && dry.iter().any(|d| !d) {
             if !dry[i] {
@@ -541,6 +545,17 @@ impl Limiter {
             (Some(ring), false) => ring.resume(queue),
             (None, true) => self.paused.insert(queue.to_string()),
             (None, false) => self.paused.remove(queue),
+        }
+    }
+
+    /// The queues a sample of ready jobs reads, at most `max`: a fair
+    /// type's that may hold ready jobs (its ring, blocked and paused ones;
+    /// a drained value has none ready, until an insert its idle check has
+    /// not seen yet), any other type's every known queue.
+    pub(crate) fn sample_queues(&self, max: usize) -> Vec<String> {
+        match &self.fair {
+            Some(ring) => ring.live_queues().take(max).map(str::to_string).collect(),
+            None => self.queues.iter().take(max).cloned().collect(),
         }
     }
 
