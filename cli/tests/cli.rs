@@ -1601,3 +1601,55 @@ async fn stats_of_a_type_shows_its_top_values_and_pause_key_holds_one() {
     }
     engine.shutdown().await.unwrap();
 }
+
+/// By hand (`cargo test -p gaffer-cli --test cli -- --ignored
+/// stats_of_a_type_cost --nocapture`): how long `stats TYPE` takes with
+/// 10, 1 000 and 2 000 values each holding one ready job (the cap reads
+/// 1 000 of them), the process's wall time, three runs each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn stats_of_a_type_cost() {
+    for values in [10usize, 1_000, 2_000] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let engine = Engine::builder()
+            .store(gaffer::Store::local_dir(dir))
+            .flush_interval(Duration::from_millis(1))
+            .register_with::<Greet>(gaffer::JobOptions {
+                fair_by: Some(gaffer::Fairness::header("tenant")),
+                ..Default::default()
+            })
+            .start()
+            .await
+            .unwrap();
+        engine.pause("greet").await.unwrap();
+        let mut batch = Vec::new();
+        for v in 0..values {
+            let mut opts = gaffer::SubmitOptions::default();
+            opts.headers.insert("tenant".into(), format!("t{v}"));
+            batch.push(engine.submit_with(Greet { name: v.to_string() }, opts));
+            if batch.len() == 100 {
+                for f in batch.drain(..) {
+                    f.await.unwrap();
+                }
+            }
+        }
+        for f in batch.drain(..) {
+            f.await.unwrap();
+        }
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let out = json(dir, &["stats", "greet"]);
+            times.push(t.elapsed());
+            assert_eq!(out["examined"], values.min(1_000), "{out}");
+        }
+        let t = std::time::Instant::now();
+        json(dir, &["stats"]);
+        println!(
+            "{values} values: stats TYPE {times:?}; plain stats {:?}",
+            t.elapsed()
+        );
+        engine.shutdown().await.unwrap();
+    }
+}
