@@ -1627,7 +1627,12 @@ async fn stats_of_a_type_cost() {
         for v in 0..values {
             let mut opts = gaffer::SubmitOptions::default();
             opts.headers.insert("tenant".into(), format!("t{v}"));
-            batch.push(engine.submit_with(Greet { name: v.to_string() }, opts));
+            batch.push(engine.submit_with(
+                Greet {
+                    name: v.to_string(),
+                },
+                opts,
+            ));
             if batch.len() == 100 {
                 for f in batch.drain(..) {
                     f.await.unwrap();
