@@ -767,3 +767,51 @@ async fn a_paused_value_stays_paused_across_a_restart() {
     client.close().await;
     engine.shutdown().await.unwrap();
 }
+
+/// A type rate-limited per header, not fair: its round robin passes a
+/// paused value over the same way.
+#[tokio::test(start_paused = true)]
+async fn a_paused_value_of_a_type_rate_limited_per_header_is_held() {
+    let log = Log::new();
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with::<TenantJob>(JobOptions {
+            concurrency: Some(2),
+            rate: Some(RateLimit::per_second(50).unwrap().per_header("tenant")),
+            ..Default::default()
+        })
+        .state(log.clone())
+        .start()
+        .await
+        .unwrap();
+    assert!(
+        engine
+            .pause_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    for seq in 0..3 {
+        for tenant in ["acme", "globex"] {
+            engine
+                .submit_with(job(seq, 5), for_tenant(tenant))
+                .await
+                .unwrap();
+        }
+    }
+    common::eventually("globex's jobs done", Duration::from_secs(60), async || {
+        done_of(&log, "globex") == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(done_of(&log, "acme"), 0);
+    assert!(
+        engine
+            .resume_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    common::eventually("acme's jobs done", Duration::from_secs(60), async || {
+        done_of(&log, "acme") == 3
+    })
+    .await;
+    engine.shutdown().await.unwrap();
+}

@@ -29,7 +29,10 @@ pub async fn queue_values(
     // Every store's counts added up (a value's queue has the same name on
     // every shard), the top chosen over the set, then each store names
     // the shown values it holds jobs of.
-    let own = keys::queue_for(app.shards[0].store.jobs_prefix(), &name);
+    let Some(first) = app.shards.first() else {
+        return Err(missing(&app, "This dashboard serves no store."));
+    };
+    let own = keys::queue_for(first.store.jobs_prefix(), &name);
     let mut counts = gaffer_ops::tenants::ValueCounts::default();
     for sh in &app.shards {
         counts.add(&sh.store.value_counts(&name).await.or_fail(&app)?);
