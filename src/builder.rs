@@ -581,6 +581,7 @@ impl EngineBuilder {
         max_concurrent_jobs: set usize,
         batch_window: set usize,
         poll_interval: set Duration,
+        forget_drained_after: set Duration,
         retention: some Duration,
         blob_prefix: into String,
         settlement_window: set usize,

@@ -33,6 +33,7 @@ fn every_setting_changed() -> Settings {
         batch_window: 7,
         max_concurrent_jobs: 3,
         poll_interval: Duration::from_millis(30),
+        forget_drained_after: Duration::from_secs(7),
         retention: Some(Duration::from_secs(90)),
         blob_prefix: "blobs-elsewhere".into(),
         settlement_window: 5,
@@ -72,6 +73,10 @@ async fn every_builder_setter_reaches_the_engines_settings() {
             want.max_concurrent_jobs == default.max_concurrent_jobs,
         ),
         ("poll_interval", want.poll_interval == default.poll_interval),
+        (
+            "forget_drained_after",
+            want.forget_drained_after == default.forget_drained_after,
+        ),
         ("retention", want.retention == default.retention),
         ("blob_prefix", want.blob_prefix == default.blob_prefix),
         (
@@ -128,6 +133,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .batch_window(want.batch_window)
         .max_concurrent_jobs(want.max_concurrent_jobs)
         .poll_interval(want.poll_interval)
+        .forget_drained_after(want.forget_drained_after)
         .retention(Duration::from_secs(90))
         .blob_prefix(want.blob_prefix.clone())
         .settlement_window(want.settlement_window)
@@ -213,4 +219,19 @@ async fn the_started_engine_runs_with_the_last_call_of_each_setting() {
     // replaced by the settings' own.
     assert_eq!(settings.poll_interval, Settings::default().poll_interval);
     engine.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_zero_forget_window_is_refused_with_what_to_do() {
+    let err = gaffer::Engine::builder()
+        .store(gaffer::Store::in_memory())
+        .forget_drained_after(Duration::ZERO)
+        .start()
+        .await
+        .err()
+        .expect("a zero window is refused");
+    assert!(
+        err.to_string().contains("forget_drained_after must be greater than zero"),
+        "{err}"
+    );
 }

@@ -235,6 +235,41 @@ impl Services {
         Ok(queue)
     }
 
+    /// `fx` with the mark of `job_queue` (`keys::partition_mark_key`) when
+    /// it is a partition queue: every creation of a job on a partition
+    /// queue writes it in its own transaction, so the type's pool finds the
+    /// queue again at its next start (or its next look at the marks) after
+    /// it forgot the queue as drained. The mark holds `job_id` (unique per
+    /// creation: a forget compares against it) and the header's value.
+    pub(crate) fn mark_partition(
+        &self,
+        fx: taquba::SettlementEffects,
+        job_type: &str,
+        job_queue: &str,
+        headers: &HashMap<String, String>,
+        job_id: &str,
+    ) -> taquba::SettlementEffects {
+        if keys::partition_base(job_queue).is_none() {
+            return fx;
+        }
+        let value = self
+            .routes
+            .get(job_type)
+            .and_then(|r| r.partition.as_ref())
+            .and_then(|h| headers.get(h))
+            .map_or("", String::as_str);
+        fx.kv_put(
+            keys::partition_mark_key(job_queue),
+            keys::partition_mark(job_id, value),
+        )
+    }
+
+    /// Tell the pools a job went to `job_queue` (a partition queue a pool
+    /// may have forgotten as drained, see `queue_for_job`).
+    pub(crate) fn tell_partition(&self, job_queue: &str) {
+        let _ = self.partitions.send(job_queue.to_string());
+    }
+
     /// Partition queues as submissions name them (see `queue_for_job`).
     pub(crate) fn partition_events(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.partitions.subscribe()

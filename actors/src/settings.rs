@@ -36,6 +36,13 @@ pub struct Settings {
     /// scheduled promotions wake the pool at once. Greater than zero.
     /// Default 100 ms.
     pub poll_interval: Duration,
+    /// A fair type (fairness or a limit per key) forgets a value whose
+    /// partition queue stayed drained this long and holds no live job: it
+    /// keeps nothing for it in memory and no longer lists it at its start
+    /// (a job submitted to it later brings it back). Also how often such a
+    /// pool looks at its type's marks for values it does not know. Greater
+    /// than zero. Default 60 s.
+    pub forget_drained_after: Duration,
     /// Keep outcome records (and memo entries, large outputs) this long after
     /// a job ends; after that the job is unknown (`JobNotFound`). On a queue
     /// the engine opens itself, a job type's dead letters (its permanently
@@ -171,6 +178,7 @@ impl Default for Settings {
             batch_window: 10_000,
             max_concurrent_jobs: 16,
             poll_interval: Duration::from_millis(100),
+            forget_drained_after: Duration::from_secs(60),
             retention: None,
             blob_prefix: DEFAULT_BLOB_PREFIX.into(),
             settlement_window: 1024,
@@ -204,6 +212,9 @@ impl Settings {
         }
         if self.poll_interval.is_zero() {
             return bad("poll_interval must be greater than zero".into());
+        }
+        if self.forget_drained_after.is_zero() {
+            return bad("forget_drained_after must be greater than zero".into());
         }
         if let Some(r) = self.retention
             && r < Duration::from_millis(1)

@@ -75,11 +75,19 @@ pub enum PoolMessage {
     /// told by a submission (to a fair type, each submission's queue joins
     /// its ring).
     Partitions(Vec<String>),
+    /// Partition queues the store marks (at the start, after a lag in the
+    /// submissions' channel, and every `forget_drained_after` for a fair type):
+    /// those the pool does not know are learned; known ones are left as
+    /// they are (their wake-ups tell when they have jobs).
+    Listed(Vec<String>),
     /// A fair type's idle check (every poll interval, sent to itself): the
     /// known queues out of its ring that had an insert since the last look
     /// join it (scheduled jobs come due, retries after their backoff, reaped
     /// leases, a submission whose event came before its commit).
     CheckIdle,
+    /// A forget check of a fair type's idle partition queues ended (`None`:
+    /// it failed; see `exec::rate::forget`).
+    ForgetChecked(Option<crate::exec::rate::ForgetCheck>),
     /// A worker finished its job.
     WorkerDone {
         /// Slot of the worker.
@@ -245,6 +253,14 @@ pub struct PoolStats {
     pub crashes: u64,
     /// Whether the type crashed past its restart limit and is paused.
     pub paused: bool,
+    /// Queues the pool knows: the type's own and the partition queues (per
+    /// header value) it learned and has not forgotten. A fair type forgets
+    /// a value's queue once it has stayed drained for the engine's
+    /// `forget_drained_after` (a minute by default).
+    pub queues: usize,
+    /// A fair type's values in its claim ring (those that may have jobs
+    /// ready); 0 for other types.
+    pub ready_values: usize,
 }
 
 /// Arguments of a pool.
@@ -404,6 +420,8 @@ impl PoolState {
             settling: self.settling.len(),
             crashes: self.crashes,
             paused: self.paused,
+            queues: self.limiter.known_len(),
+            ready_values: self.limiter.ring().map_or(0, |r| r.len()),
         }
     }
 }
@@ -499,7 +517,9 @@ impl Actor for HandlerPool {
                 myself.send_after(state.settings().poll_interval, || PoolMessage::CheckIdle);
             }
             PoolMessage::Retry => state.retry(&myself),
-            PoolMessage::Partitions(queues) => state.learn_partitions(&myself, queues),
+            PoolMessage::ForgetChecked(found) => state.forget_checked(&myself, found),
+            PoolMessage::Partitions(queues) => state.learn_partitions(&myself, queues, true),
+            PoolMessage::Listed(queues) => state.learn_partitions(&myself, queues, false),
             PoolMessage::PartitionsEnded(early) => state.partitions_ended(&myself, early),
             PoolMessage::WorkerDone {
                 slot,

@@ -201,8 +201,9 @@ pub(crate) struct Limiter {
     paused: std::collections::HashSet<String>,
     /// The type's queue first, then partition queues in the order learned.
     queues: Vec<String>,
-    /// The same queues, to tell a new one at once.
-    known: std::collections::HashSet<String>,
+    /// The same queues, to tell a new one at once, each with its place in
+    /// `queues` and (a fair type) what its forgetting needs.
+    known: HashMap<String, forget::Known>,
     /// Where the next plan starts (round robin over `queues`).
     next: usize,
     /// Buckets not full (a full bucket is the same as a new one, so it is
@@ -216,6 +217,9 @@ pub(crate) struct Limiter {
     fair: Option<crate::exec::fair::Ring>,
     /// Where the next idle check starts in `queues`.
     idle_cursor: usize,
+    /// A fair type's drained partition queues, to be forgotten once they
+    /// stay idle (`forget`).
+    forgetting: forget::Forgetting,
 }
 
 /// Known queues a fair type's idle check looks at, at most, per check.
@@ -226,7 +230,7 @@ impl Limiter {
     pub(crate) fn new(queue: String, limit: Option<RateLimit>) -> Self {
         Self {
             limit,
-            known: std::collections::HashSet::from([queue.clone()]),
+            known: HashMap::from([(queue.clone(), forget::Known::at(0))]),
             queues: vec![queue],
             next: 0,
             buckets: HashMap::new(),
@@ -234,6 +238,7 @@ impl Limiter {
             since: Instant::now(),
             fair: None,
             idle_cursor: 0,
+            forgetting: forget::Forgetting::default(),
         }
     }
 
@@ -274,6 +279,7 @@ impl Limiter {
     /// found an insert): a fair type puts it in its ring; `true` if it
     /// was not there.
     pub(crate) fn wake(&mut self, queue: &str) -> bool {
+        self.touched(queue);
         match &mut self.fair {
             Some(ring) => ring.enter(queue),
             None => false,
@@ -283,10 +289,14 @@ impl Limiter {
     /// A job of `queue` settled (see `Ring::settled`); `true` if the
     /// queue joined the ring.
     pub(crate) fn settled(&mut self, queue: &str, may_return: bool) -> bool {
-        match &mut self.fair {
+        let entered = match &mut self.fair {
             Some(ring) => ring.settled(queue, may_return),
             None => false,
+        };
+        if entered {
+            self.touched(queue);
         }
+        entered
     }
 
     /// Queues a claim found short leave a fair type's ring.
@@ -294,6 +304,9 @@ impl Limiter {
         if let Some(ring) = &mut self.fair {
             for q in queues {
                 ring.drained(q);
+            }
+            for q in queues {
+                self.went_idle(q);
             }
         }
     }
@@ -312,16 +325,19 @@ impl Limiter {
             return 0;
         };
         let n = self.queues.len();
-        let mut joined = 0;
+        let mut joined = Vec::new();
         for _ in 0..n.min(IDLE_CHECK_BATCH) {
             let q = &self.queues[self.idle_cursor % n];
             self.idle_cursor = (self.idle_cursor + 1) % n;
             if !ring.is_active(q) && inserted_since(queue, q) {
                 ring.enter(q);
-                joined += 1;
+                joined.push(q.clone());
             }
         }
-        joined
+        for q in &joined {
+            self.touched(q);
+        }
+        joined.len()
     }
 
     /// Learn a partition queue; `false` if it was known. A type whose
@@ -329,14 +345,23 @@ impl Limiter {
     /// queues an earlier configuration left (sharing its one bucket). A
     /// fair type's new queue joins its ring.
     pub(crate) fn learn(&mut self, queue: String) -> bool {
-        if !self.known.insert(queue.clone()) {
+        if self.known.contains_key(&queue) {
             return false;
         }
+        self.known
+            .insert(queue.clone(), forget::Known::at(self.queues.len()));
         if let Some(ring) = &mut self.fair {
             ring.enter(&queue);
+            self.touched(&queue);
         }
         self.queues.push(queue);
         true
+    }
+
+    /// Queues known (the type's own and the partition queues learned and
+    /// not forgotten).
+    pub(crate) fn known_len(&self) -> usize {
+        self.queues.len()
     }
 
     /// Up to `want` jobs to claim, spread round robin over the queues whose
@@ -571,13 +596,16 @@ impl Limiter {
 /// Whether an insert happened on `name` since the last look: its wake-up
 /// holds a permit (taken now). Polled once, never awaited: the hour only
 /// keeps the wait from ending by itself on this one poll.
-fn inserted_since(queue: &taquba::Queue, name: &str) -> bool {
+pub(crate) fn inserted_since(queue: &taquba::Queue, name: &str) -> bool {
     use futures_util::FutureExt;
     queue
         .wait_for_jobs_on(name, Duration::from_secs(3600))
         .now_or_never()
         .is_some()
 }
+
+mod forget;
+pub(crate) use forget::{ForgetCheck, check as check_forget, marked};
 
 #[cfg(test)]
 mod tests;

@@ -111,7 +111,16 @@ impl Services {
             wait: None,
             step: None,
         })?;
-        let effects = SettlementEffects::default()
+        // Back on its queue: a partition queue's pool may have forgotten
+        // it, and finds it again by its mark and the event.
+        let marked = self.mark_partition(
+            SettlementEffects::default(),
+            &record.job_type,
+            &job.queue,
+            &headers,
+            &job_id,
+        );
+        let effects = marked
             .kv_delete(outcome_key.clone())
             .kv_delete(record.ended_key(run_id))
             .kv_put(keys::run_key(run_id), run)
@@ -127,8 +136,12 @@ impl Services {
         let run_key = keys::run_key(run_id);
         let compares: [(&[u8], Option<&[u8]>); 2] =
             [(&outcome_key, Some(raw.as_ref())), (&run_key, None)];
+        let job_queue = job.queue.to_string();
         match queue.kv_compare_commit(&compares, effects).await? {
-            Some(_) => Ok(()),
+            Some(_) => {
+                self.tell_partition(&job_queue);
+                Ok(())
+            }
             None => Err(EngineError::Contended {
                 operation: format!("the retry of `{run_id}` (it changed meanwhile)"),
             }),

@@ -95,12 +95,18 @@ impl Services {
         };
         let Some(run_id) = given else {
             let job_id = queue.next_job_id();
-            let effects = SettlementEffects::default().kv_put(
-                keys::run_key(&job_id),
-                self.run_record(&job_id, &req.job_type, hash, None)?,
+            let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
+            let effects = self.mark_partition(
+                SettlementEffects::default().kv_put(
+                    keys::run_key(&job_id),
+                    self.run_record(&job_id, &req.job_type, hash, None)?,
+                ),
+                &req.job_type,
+                &job_queue,
+                &req.headers,
+                &job_id,
             );
             let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id)?;
-            let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
             queue
                 .enqueue_with_effects(&job_queue, payload, opts, effects)
                 .await?;
@@ -263,6 +269,7 @@ impl Services {
         let job_id = self.queue()?.next_job_id();
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let (options, payload) = self.enqueue_options(req, run_id, &job_id)?;
+        let fx = self.mark_partition(fx, &req.job_type, &job_queue, &req.headers, &job_id);
         Ok(fx
             .kv_put(
                 keys::run_key(run_id),

@@ -253,6 +253,47 @@ pub fn partition_queue(base: &str, value: &str) -> String {
     format!("{base}..p{}", &hex_sha256(value.as_bytes())[..16])
 }
 
+/// `gaffer/v1/parts/{partition queue}`: the partition queue may hold live
+/// jobs. Written (its value: the job's id, a space, the header's value) in
+/// the transaction of every job created on a partition queue, and deleted
+/// by the type's pool, compared against the value it read, only after the
+/// queue's counts showed no live job (pending, scheduled, claimed or
+/// dead). So every partition queue with a live job has its mark, and a
+/// pool lists its type's values from the marks ([`partition_marks_prefix`])
+/// in proportion to the values with live jobs, not to every value ever
+/// seen (taquba's own queue listing keeps every queue that ever had a job).
+pub fn partition_mark_key(queue: &str) -> Vec<u8> {
+    format!("gaffer/v1/parts/{queue}").into_bytes()
+}
+
+/// Prefix of the marks of the partition queues of the type queue `base`
+/// ([`partition_mark_key`]).
+pub fn partition_marks_prefix(base: &str) -> Vec<u8> {
+    format!("gaffer/v1/parts/{base}..p").into_bytes()
+}
+
+/// A partition mark's value: the id of the job whose creation wrote it,
+/// and the header value of its queue.
+pub fn partition_mark(job_id: &str, value: &str) -> Vec<u8> {
+    format!("{job_id} {value}").into_bytes()
+}
+
+/// The header value a partition mark names (lossy for bytes that are not
+/// UTF-8, which a mark written by gaffer never holds).
+pub fn partition_mark_value(mark: &[u8]) -> Option<String> {
+    let at = mark.iter().position(|&b| b == b' ')?;
+    Some(String::from_utf8_lossy(&mark[at + 1..]).into_owned())
+}
+
+/// `gaffer/v1/parts-listed/{type queue}`: the marks of the type queue's
+/// partitions are complete. A store written before marks existed has
+/// partition queues without one; the first pool to start on it lists
+/// taquba's queues once, marks every partition of its type, and then
+/// writes this key.
+pub fn partitions_listed_key(base: &str) -> Vec<u8> {
+    format!("gaffer/v1/parts-listed/{base}").into_bytes()
+}
+
 /// The type queue `queue` is a partition of, if it is one (see
 /// [`partition_queue`]).
 pub fn partition_base(queue: &str) -> Option<&str> {

@@ -120,10 +120,12 @@ impl PoolState {
         }
     }
 
-    /// Learn the type's partition queues: those in the store now, and
-    /// (`follow`: its limit is per header value) each one a submission
-    /// names from now on, until the pool stops. A lag in the submissions'
-    /// channel lists the store again.
+    /// Learn the type's partition queues: those the store marks now (see
+    /// `exec::rate::forget::marked`), and (`follow`: its jobs are spread
+    /// over partition queues) each one a submission names from now on,
+    /// until the pool stops. A lag in the submissions' channel lists the
+    /// marks again, and so does a fair type every `forget_drained_after` (a queue
+    /// it forgot just before a job's commit landed on it).
     pub(super) fn watch_partitions(&self, myself: &ActorRef<PoolMessage>, follow: bool) {
         let Ok(queue) = self.args.services.queue() else {
             return;
@@ -131,19 +133,21 @@ impl PoolState {
         let mut told = self.args.services.partition_events();
         let base = self.args.queue.clone();
         let stop = self.draining_token.clone();
+        let forgets = self.limiter.ring().is_some();
+        let every = self.settings().forget_drained_after;
         let myself = myself.clone();
         let me = myself.clone();
         let work = async move {
+            let mut relist = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             let mine = |q: &str| keys::partition_base(q) == Some(base.as_str());
             let mut list = true;
             loop {
                 if list {
                     list = false;
-                    match queue.view().list_queues().await {
-                        Ok(all) => {
-                            let found: Vec<String> = all.into_iter().filter(|q| mine(q)).collect();
+                    match crate::exec::rate::marked(&queue, &base).await {
+                        Ok(found) => {
                             if !found.is_empty()
-                                && myself.cast(PoolMessage::Partitions(found)).is_err()
+                                && myself.cast(PoolMessage::Listed(found)).is_err()
                             {
                                 return;
                             }
@@ -158,6 +162,10 @@ impl PoolState {
                 }
                 let q = tokio::select! {
                     q = told.recv() => q,
+                    _ = relist.tick(), if forgets => {
+                        list = true;
+                        continue;
+                    }
                     _ = stop.cancelled() => return,
                 };
                 match q {
@@ -214,6 +222,47 @@ impl PoolState {
             self.woke_ring();
             self.maybe_claim(myself);
         }
+        let due = self
+            .limiter
+            .due_for_check(self.settings().forget_drained_after);
+        if !due.is_empty() {
+            let me = myself.clone();
+            let work = async move { crate::exec::rate::check_forget(&queue, due).await };
+            crate::task::spawn_reported(work, move |ended| {
+                let found = match ended {
+                    Ok(Ok(found)) => Some(found),
+                    Ok(Err(e)) => {
+                        warn!(error = %e, "checking idle partition queues failed; trying again later");
+                        None
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "checking idle partition queues ended early; trying again later");
+                        None
+                    }
+                };
+                let _ = me.cast(PoolMessage::ForgetChecked(found));
+            });
+        }
+    }
+
+    /// A forget check ended: the queues nothing woke meanwhile are
+    /// forgotten; those that woke join the ring.
+    pub(super) fn forget_checked(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        found: Option<crate::exec::rate::ForgetCheck>,
+    ) {
+        let Ok(queue) = self.args.services.queue() else {
+            self.limiter.forgot(None, |_| false);
+            return;
+        };
+        let woke = self
+            .limiter
+            .forgot(found, |q| crate::exec::rate::inserted_since(&queue, q));
+        if !woke.is_empty() {
+            self.woke_ring();
+            self.maybe_claim(myself);
+        }
     }
 
     pub(super) fn claimed(&mut self, myself: &ActorRef<PoolMessage>, claimed: Claimed) {
@@ -263,14 +312,22 @@ impl PoolState {
         self.maybe_claim(myself);
     }
 
-    /// Partition queues learned: claim from them too. A fair type puts
-    /// each named queue in its ring (a submission to it: it has a job, or
-    /// will once the submission commits).
-    pub(super) fn learn_partitions(&mut self, myself: &ActorRef<PoolMessage>, queues: Vec<String>) {
+    /// Partition queues learned: claim from them too. With `wake` (a
+    /// submission named them: each has a job, or will once the submission
+    /// commits), a fair type puts each in its ring; without (a listing),
+    /// only those it did not know join it.
+    pub(super) fn learn_partitions(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        queues: Vec<String>,
+        wake: bool,
+    ) {
         let mut learned = false;
         let mut woke = false;
         for q in queues {
-            woke |= self.limiter.wake(&q);
+            if wake {
+                woke |= self.limiter.wake(&q);
+            }
             learned |= self.limiter.learn(q);
         }
         if learned || woke {

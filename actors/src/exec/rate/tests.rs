@@ -248,6 +248,58 @@ async fn idle_check_cost() {
     queue.close().await.unwrap();
 }
 
+/// A drained queue is due for a forget check once it stayed idle for the
+/// window, and forgotten when the check says so: its entry and its place
+/// in the queues go, the type's own queue stays.
+#[tokio::test(start_paused = true)]
+async fn a_queue_idle_for_the_window_is_checked_and_forgotten() {
+    let after = Duration::from_secs(60);
+    let mut l = idle_fair_limiter(3);
+    assert_eq!(l.known_len(), 4);
+    assert!(l.due_for_check(after).is_empty());
+    tokio::time::advance(after).await;
+    let due = l.due_for_check(after);
+    assert_eq!(due.len(), 3);
+    // One check at a time.
+    assert!(l.due_for_check(after).is_empty());
+    let found = super::ForgetCheck {
+        forget: due,
+        keep: Vec::new(),
+    };
+    assert!(l.forgot(Some(found), |_| false).is_empty());
+    assert_eq!(l.known_len(), 1);
+    // Learned again by a later submission.
+    assert!(l.learn("q..p0000000000000001".into()));
+    assert_eq!(l.known_len(), 2);
+}
+
+/// A queue that woke after its check started (a submission named it, or
+/// an insert is waiting) is not forgotten; one whose check found live jobs
+/// waits another window.
+#[tokio::test(start_paused = true)]
+async fn a_queue_that_woke_or_holds_jobs_is_kept() {
+    let after = Duration::from_secs(60);
+    let mut l = idle_fair_limiter(3);
+    tokio::time::advance(after).await;
+    let due = l.due_for_check(after);
+    let (woken, inserted, live) = (due[0].clone(), due[1].clone(), due[2].clone());
+    // A submission names the first while the check runs.
+    l.wake(&woken.0);
+    let found = super::ForgetCheck {
+        forget: vec![woken, inserted.clone()],
+        keep: vec![live.0],
+    };
+    // The second had an insert since its last look: it joins the ring.
+    let joined = l.forgot(Some(found), |q| q == inserted.0);
+    assert_eq!(joined, vec![inserted.0.clone()]);
+    assert_eq!(l.known_len(), 4);
+    // The one with live jobs is due again only after another window.
+    tokio::time::advance(after / 2).await;
+    assert!(l.due_for_check(after).is_empty());
+    tokio::time::advance(after / 2).await;
+    assert_eq!(l.due_for_check(after).len(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_paused_value_of_a_partitioned_limit_is_passed_over() {
     let limit = RateLimit::per_second(2).unwrap().per_header("tenant");
