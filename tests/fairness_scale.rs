@@ -208,7 +208,12 @@ async fn a_store_without_marks_is_listed_once_and_marked() {
     let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let page = queue
         .view()
-        .kv_scan(b"gaffer/v1/parts", .., gaffer::taquba::KvOrder::Ascending, 1000)
+        .kv_scan(
+            b"gaffer/v1/parts",
+            ..,
+            gaffer::taquba::KvOrder::Ascending,
+            1000,
+        )
         .await
         .unwrap();
     assert!(page.entries.len() > 21, "the marks and the listed flag");

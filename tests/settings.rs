@@ -231,7 +231,8 @@ async fn a_zero_forget_window_is_refused_with_what_to_do() {
         .err()
         .expect("a zero window is refused");
     assert!(
-        err.to_string().contains("forget_drained_after must be greater than zero"),
+        err.to_string()
+            .contains("forget_drained_after must be greater than zero"),
         "{err}"
     );
 }

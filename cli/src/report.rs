@@ -228,11 +228,11 @@ impl Render for Tenants {
             out.push_str(&t.render());
             out.push('\n');
         }
-        if self.examined < self.queues {
+        if self.more {
             out.push_str(&format!(
-                "counted {} of the type's {} partition queues (the cap per read): the counts \
-                 cover those only\n",
-                self.examined, self.queues
+                "counted {} of the type's partition queues, and more exist (the cap per read): \
+                 the counts cover those counted only\n",
+                self.examined
             ));
         }
         let shown: std::collections::BTreeSet<(&str, &str)> = self

@@ -78,13 +78,17 @@ pub struct Tenants {
     pub values: Vec<ValueRow>,
     /// The live values not shown, summed.
     pub rest: ValuesRest,
-    /// The type's partition queues the store lists (every value that ever
-    /// had a job, live or not).
+    /// The type's partition queues listed: from their marks, those that
+    /// may hold live jobs (at most [`crate::tenants::MAX_VALUES_EXAMINED`]
+    /// per store); on a store whose marks are not complete, every value
+    /// that ever had a job.
     pub queues: usize,
     /// Those whose counters were read (at most
-    /// [`crate::tenants::MAX_VALUES_EXAMINED`] per store): when fewer than
-    /// `queues`, the counts cover these only.
+    /// [`crate::tenants::MAX_VALUES_EXAMINED`] per store).
     pub examined: usize,
+    /// More partition queues exist than were read: the counts cover those
+    /// read only.
+    pub more: bool,
     /// The values an operator paused, `(header, value)`, shown or not.
     pub paused: Vec<(String, String)>,
 }

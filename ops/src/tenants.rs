@@ -4,16 +4,22 @@
 //! with the most ready and running jobs, the rest summed, and each shown
 //! value's oldest ready job's age.
 //!
-//! **What it reads, and its cost.** The type's queues come from taquba's
-//! `list_queues`, which reads the store's counter keys of *every queue that
-//! ever had a job* (taquba 0.16 keeps a queue's counters after it drains,
-//! and has no listing by prefix or with a limit): the same listing `gaffer
-//! stats` and the dashboard's pages already do on each read, so this adds
-//! none. Then, for at most [`MAX_VALUES_EXAMINED`] of the type's partition
-//! queues (in name order, which is the order of their hash: a sample
-//! unrelated to their size), the queue's counters (`stats`: five point
-//! reads each); queues past the cap are counted, not read, and the report
-//! says so (`examined` < `queues`). Finally, for each value shown only
+//! **What it reads, and its cost.** The type's partition queues come from
+//! their marks (`keys::partition_mark_key`: every job created on a
+//! partition queue writes its queue's mark, with the header's value, and a
+//! fair type's pool deletes it once the queue holds no live job), a prefix
+//! scan of at most [`MAX_VALUES_EXAMINED`] + 1 keys: in proportion to the
+//! values with live jobs, not to every value ever seen. On a store whose
+//! marks are not complete yet (written before marks existed, until a pool
+//! of the type has started: `keys::partitions_listed_key`), they come from
+//! taquba's `list_queues` instead, which reads the counter keys of *every
+//! queue that ever had a job* (taquba 0.16 keeps a queue's counters after
+//! it drains, and lists by no prefix nor limit; `gaffer stats` and the
+//! dashboard's Queues page read the same list). Then, for at most
+//! [`MAX_VALUES_EXAMINED`] of the type's partition queues (in name order,
+//! which is the order of their hash: a sample unrelated to their size),
+//! the queue's counters (`stats`: five point reads each); the report says
+//! when there were more (`more`). Finally, for each value shown only
 //! (`top`, at most [`MAX_TOP`]), the first page of one of its ready jobs
 //! (or, with none ready, of its running ones) to recover the value and
 //! the age. The paused values are a prefix scan of at most
@@ -21,9 +27,9 @@
 //!
 //! **The value's name.** A partition queue is named by the first 16 hex
 //! digits of its value's SHA-256 (`keys::partition_queue`), so the value
-//! cannot be read from the name: it is recovered from the headers of one
-//! of the queue's jobs (the header whose value hashes to the queue's
-//! name), or from its pause record. A value whose queue holds neither a
+//! cannot be read from the name: it is read from the queue's mark, else
+//! recovered from the headers of one of the queue's jobs (the header whose
+//! value hashes to the queue's name), or from its pause record. A value whose queue holds neither a
 //! ready nor a running job (only scheduled ones, say) shows as
 //! `(hashed …)` with the queue's digits.
 
@@ -56,6 +62,10 @@ pub struct ValueCounts {
     pub queues: usize,
     /// Those whose counters were read.
     pub examined: usize,
+    /// More partition queues exist than were read (the cap).
+    pub more: bool,
+    /// Values named by their queue's mark, by queue.
+    pub named: BTreeMap<String, String>,
 }
 
 impl ValueCounts {
@@ -70,6 +80,10 @@ impl ValueCounts {
         }
         self.queues += other.queues;
         self.examined += other.examined;
+        self.more |= other.more;
+        for (q, v) in &other.named {
+            self.named.entry(q.clone()).or_insert_with(|| v.clone());
+        }
     }
 
     /// The report's rows: the `top` values with the most ready and running
@@ -90,7 +104,7 @@ impl ValueCounts {
         for (i, (queue, (ready, running, scheduled))) in rows.into_iter().enumerate() {
             if i < top {
                 shown.push(ValueRow {
-                    value: None,
+                    value: self.named.get(queue).cloned(),
                     header: None,
                     no_header: queue == own_queue,
                     queue: queue.clone(),
@@ -114,6 +128,7 @@ impl ValueCounts {
             rest,
             queues: self.queues,
             examined: self.examined,
+            more: self.more,
             paused: Vec::new(),
         }
     }
@@ -138,20 +153,51 @@ impl Store {
     pub async fn value_counts(&self, job_type: &str) -> Result<ValueCounts, OpsError> {
         let own = keys::queue_for(&self.jobs_prefix, job_type);
         let mut counts = ValueCounts::default();
-        let mut examine = Vec::new();
-        for (queue, kind, _) in self.queues(Some(job_type)).await? {
-            if kind != "job" {
-                continue;
+        let mut examine = vec![own.clone()];
+        let marked = self
+            .view()
+            .kv_get(&keys::partitions_listed_key(&own))
+            .await?
+            .is_some();
+        if marked {
+            let prefix = keys::partition_marks_prefix(&own);
+            let strip = keys::partition_mark_key("").len();
+            let page = self
+                .view()
+                .kv_scan(
+                    &prefix,
+                    (
+                        std::ops::Bound::<Vec<u8>>::Unbounded,
+                        std::ops::Bound::Unbounded,
+                    ),
+                    taquba::KvOrder::Ascending,
+                    MAX_VALUES_EXAMINED + 1,
+                )
+                .await?;
+            counts.more = page.entries.len() > MAX_VALUES_EXAMINED || page.more;
+            for (key, mark) in page.entries.into_iter().take(MAX_VALUES_EXAMINED) {
+                let Some(queue) = key.get(strip..).and_then(|q| std::str::from_utf8(q).ok()) else {
+                    continue;
+                };
+                if let Some(value) = keys::partition_mark_value(&mark).filter(|v| !v.is_empty()) {
+                    counts.named.insert(queue.to_string(), value);
+                }
+                examine.push(queue.to_string());
             }
-            if queue == own {
-                examine.push(queue);
-                continue;
+            counts.queues = examine.len() - 1;
+            counts.examined = counts.queues;
+        } else {
+            for (queue, kind, _) in self.queues(Some(job_type)).await? {
+                if kind != "job" || queue == own {
+                    continue;
+                }
+                counts.queues += 1;
+                if counts.examined < MAX_VALUES_EXAMINED {
+                    counts.examined += 1;
+                    examine.push(queue);
+                }
             }
-            counts.queues += 1;
-            if counts.examined < MAX_VALUES_EXAMINED {
-                counts.examined += 1;
-                examine.push(queue);
-            }
+            counts.more = counts.examined < counts.queues;
         }
         for queue in examine {
             let s = self.view().stats(&queue).await?;
@@ -180,7 +226,7 @@ impl Store {
                     row.oldest_ready_age_ms = Some(now_ms.saturating_sub(at));
                 }
             }
-            if row.no_header || row.value.is_some() {
+            if row.no_header || (row.value.is_some() && row.header.is_some()) {
                 continue;
             }
             let job = match ready {

@@ -115,10 +115,10 @@ pub async fn queue_values(
                 }
             }
         }
-        @if report.examined < report.queues {
+        @if report.more {
             p.note #values-capped {
-                "Counted " (report.examined) " of the type's " (report.queues)
-                " partition queues (the cap per store and read): the counts cover those only."
+                "Counted " (report.examined) " of the type's partition queues, and more exist "
+                "(the cap per store and read): the counts cover those counted only."
             }
         }
         @if !other_paused.is_empty() {

@@ -146,8 +146,7 @@ impl PoolState {
                     list = false;
                     match crate::exec::rate::marked(&queue, &base).await {
                         Ok(found) => {
-                            if !found.is_empty()
-                                && myself.cast(PoolMessage::Listed(found)).is_err()
+                            if !found.is_empty() && myself.cast(PoolMessage::Listed(found)).is_err()
                             {
                                 return;
                             }
