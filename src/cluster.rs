@@ -391,7 +391,8 @@ impl ClusterRouter {
     /// [`submit`](Self::submit) with options (`run_at` is not carried).
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
         let mut req = submit_request(&job, opts)?;
-        let id = pin_job_id(&mut req);
+        let fresh = self.set.fresh_id(&req)?;
+        let id = pin_job_id(&mut req, fresh);
         let wire = encode(&WireSubmit {
             job_type: req.job_type,
             payload: req.payload,

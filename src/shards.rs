@@ -56,10 +56,22 @@ pub use gaffer_actors::ShardError;
 
 /// The stores of one workload, in shard order. The count is fixed at
 /// deploy: every id's shard depends on it.
+///
+/// A job goes to the shard of its id. A type routed by a header
+/// ([`route_by_header`](Self::route_by_header)) has each of its unkeyed
+/// jobs that carry the header placed on the shard of the header's value
+/// instead, by picking its id there: its id still names its shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardSet {
     urls: Vec<String>,
+    /// Job types routed by a header's value: type → header.
+    routes: BTreeMap<String, String>,
 }
+
+/// Fresh ids drawn per shard of the set, at most, looking for one of a
+/// value's shard: `count × 64` draws fail to find one with probability
+/// about `e^-64`.
+const ID_DRAWS_PER_SHARD: usize = 64;
 
 /// Largest shard count accepted.
 pub const MAX_SHARDS: usize = keys::MAX_SHARDS;
@@ -98,7 +110,95 @@ impl ShardSet {
                 )));
             }
         }
-        Ok(Self { urls })
+        Ok(Self {
+            urls,
+            routes: BTreeMap::new(),
+        })
+    }
+
+    /// Route the jobs of `job_type` by the value of their header `header`:
+    /// every unkeyed job of the type that carries the header goes to the
+    /// shard of its value ([`shard_of_value`](Self::shard_of_value)), so
+    /// all jobs of one value (one tenant) meet in one store and a limit per
+    /// value (`Concurrency::per_header` on the same header) holds over the
+    /// whole set. The job's id is a fresh ULID picked among those of that
+    /// shard, so its id still names its shard: joins, reads and cancels
+    /// find it as any job's.
+    ///
+    /// A job of the type without the header goes to the shard of its id,
+    /// as before. A keyed job with the header is refused
+    /// ([`ShardError::Unroutable`]): its id is its key's, which fixes its
+    /// shard by itself. Every process that submits to the set must route
+    /// alike (build its `ShardSet` the same way): one that does not places
+    /// jobs by id, where they are still found, but a value's limit then
+    /// holds per shard only. A second call for the same type replaces the
+    /// first. An empty header or one starting `gaffer.` is refused.
+    pub fn route_by_header(
+        mut self,
+        job_type: &str,
+        header: &str,
+    ) -> std::result::Result<Self, ShardError> {
+        if header.is_empty() || header.starts_with(keys::RESERVED_HEADER_PREFIX) {
+            return Err(ShardError::InvalidSet(format!(
+                "`{job_type}` cannot route by the header `{header}`: it is empty or reserved \
+                 (`{}…`)",
+                keys::RESERVED_HEADER_PREFIX
+            )));
+        }
+        self.routes.insert(job_type.to_string(), header.to_string());
+        Ok(self)
+    }
+
+    /// The header the jobs of `job_type` are routed by, if the set routes
+    /// the type by one.
+    pub fn route_of(&self, job_type: &str) -> Option<&str> {
+        self.routes.get(job_type).map(String::as_str)
+    }
+
+    /// The shard of every routed job whose header holds `value`: the
+    /// shard of `gaffer.route`, NUL, `value` as [`shard_of`](Self::shard_of)
+    /// computes it. The same for every routed type and header, so one
+    /// tenant's jobs of every routed type share a store.
+    pub fn shard_of_value(&self, value: &str) -> usize {
+        self.shard_of(&format!("gaffer.route\0{value}"))
+    }
+
+    /// The fresh id for a job submitted as `req` when it has no idempotency
+    /// key (a keyed job's id is its key's): a ULID, of the shard of its
+    /// header's value when its type is routed and it carries the header.
+    pub(crate) fn fresh_id(
+        &self,
+        req: &gaffer_actors::SubmitRequest,
+    ) -> std::result::Result<String, ShardError> {
+        let Some((header, value)) = self
+            .routes
+            .get(&req.job_type)
+            .and_then(|h| Some((h, req.headers.get(h)?)))
+        else {
+            return Ok(ulid::Ulid::new().to_string());
+        };
+        let unroutable = |reason: String| ShardError::Unroutable {
+            job_type: req.job_type.clone(),
+            header: header.clone(),
+            reason,
+        };
+        if req.idempotency_key.is_some() {
+            return Err(unroutable(
+                "it has an idempotency key, whose id fixes its shard by itself (submit it \
+                 without the key or without the header, or do not route the type)"
+                    .into(),
+            ));
+        }
+        let shard = self.shard_of_value(value);
+        (0..self.len() * ID_DRAWS_PER_SHARD)
+            .map(|_| ulid::Ulid::new().to_string())
+            .find(|id| self.shard_of(id) == shard)
+            .ok_or_else(|| {
+                unroutable(format!(
+                    "no fresh id of shard {shard} turned up in {} draws",
+                    self.len() * ID_DRAWS_PER_SHARD
+                ))
+            })
     }
 
     /// How many shards.
@@ -536,7 +636,8 @@ impl ShardedEngine {
     /// [`submit`](Self::submit) with options.
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
         let mut req = submit_request(&job, opts)?;
-        let id = pin_job_id(&mut req);
+        let fresh = self.set.fresh_id(&req)?;
+        let id = pin_job_id(&mut req, fresh);
         let engine = self.engine_of(&id)?;
         let submitted = engine.jobs.submit(req).await?;
         Ok(JobHandle::submitted(submitted, engine.jobs.clone()))
@@ -659,7 +760,9 @@ impl ShardedClient {
         opts: SubmitOptions,
     ) -> Result<ClientHandle<J>> {
         let req = submit_request(&job, opts)?;
-        let request_id = ulid::Ulid::new().to_string();
+        // An unkeyed job's id is its request's: fresh, and of its value's
+        // shard when its type is routed by a header.
+        let request_id = self.set.fresh_id(&req)?;
         let id = job_id_of(&req, &request_id);
         self.client_of(&id).send_submit(req, request_id).await
     }
@@ -694,6 +797,7 @@ impl ShardedClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gaffer_actors::SubmitRequest;
 
     #[test]
     fn a_template_names_each_shard_and_ids_spread_over_all() {
@@ -719,6 +823,61 @@ mod tests {
         assert!(ShardSet::from_template("s3://b/app", 3).is_err());
         assert!(ShardSet::from_urls(vec![]).is_err());
         assert!(ShardSet::from_urls(vec!["s3://b/a".into(), "s3://b/a/".into()]).is_err());
+    }
+
+    fn request(job_type: &str, tenant: Option<&str>, key: Option<&str>) -> SubmitRequest {
+        let mut req = SubmitRequest {
+            job_type: job_type.into(),
+            ..Default::default()
+        };
+        if let Some(t) = tenant {
+            req.headers.insert("tenant".into(), t.into());
+        }
+        req.idempotency_key = key.map(str::to_string);
+        req
+    }
+
+    #[test]
+    fn a_routed_types_fresh_ids_belong_to_the_shard_of_its_headers_value() {
+        let set = ShardSet::from_template("s3://b/app/shard-{shard}", 6)
+            .unwrap()
+            .route_by_header("report", "tenant")
+            .unwrap();
+        assert_eq!(set.route_of("report"), Some("tenant"));
+        assert_eq!(set.route_of("other"), None);
+        // Values spread over the shards; each value's jobs meet in one.
+        let mut seen = std::collections::HashSet::new();
+        for v in 0..60 {
+            let value = format!("tenant-{v}");
+            let shard = set.shard_of_value(&value);
+            seen.insert(shard);
+            for _ in 0..5 {
+                let id = set
+                    .fresh_id(&request("report", Some(&value), None))
+                    .unwrap();
+                assert_eq!(set.shard_of(&id), shard, "{value}: {id}");
+                assert!(ulid::Ulid::from_string(&id).is_ok(), "{id}");
+            }
+        }
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        // Without the header, or of another type: a plain fresh ULID.
+        let ids: std::collections::HashSet<usize> = (0..200)
+            .map(|_| set.shard_of(&set.fresh_id(&request("report", None, None)).unwrap()))
+            .collect();
+        assert_eq!(ids.len(), 6);
+        assert!(
+            set.fresh_id(&request("other", Some("a"), Some("k")))
+                .is_ok()
+        );
+        // A keyed job with the header cannot be placed by it.
+        assert!(matches!(
+            set.fresh_id(&request("report", Some("a"), Some("k"))),
+            Err(ShardError::Unroutable { .. })
+        ));
+        // Reserved or empty headers are refused.
+        let plain = ShardSet::from_template("s3://b/{shard}", 2).unwrap();
+        assert!(plain.clone().route_by_header("report", "").is_err());
+        assert!(plain.route_by_header("report", "gaffer.type").is_err());
     }
 
     #[test]

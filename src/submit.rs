@@ -62,10 +62,10 @@ pub(crate) fn job_id_of(req: &SubmitRequest, fresh: &str) -> String {
     }
 }
 
-/// Fix `req`'s job id before it is sent (an unkeyed job gets a fresh ULID
-/// as its `run_id`) and answer it: the id a shard set routes by.
-pub(crate) fn pin_job_id(req: &mut SubmitRequest) -> String {
-    let id = job_id_of(req, &ulid::Ulid::new().to_string());
+/// Fix `req`'s job id before it is sent (an unkeyed job gets `fresh`, a
+/// new ULID, as its `run_id`) and answer it: the id a shard set routes by.
+pub(crate) fn pin_job_id(req: &mut SubmitRequest, fresh: String) -> String {
+    let id = job_id_of(req, &fresh);
     if req.idempotency_key.is_none() {
         req.run_id = Some(id.clone());
     }

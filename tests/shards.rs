@@ -1016,3 +1016,208 @@ async fn a_served_shard_that_comes_back_gets_its_gateway_back() {
         result.unwrap_or_else(|e| panic!("shard {shard}: {e}"));
     }
 }
+
+// ---- a type routed by its tenant header ----
+
+/// One run's start or end as a routed job saw it: its tenant, the shard
+/// whose engine ran it, and whether it started (else ended).
+type RouteEvent = (String, usize, bool);
+
+/// A shard engine's note of the runs of [`TenantStep`]: which shard it is,
+/// and the one ordered log every shard of the process appends to.
+struct RouteLog {
+    shard: usize,
+    events: std::sync::Arc<std::sync::Mutex<Vec<RouteEvent>>>,
+}
+
+/// Notes its start, sleeps a little (so that jobs of one tenant would
+/// overlap but for the limit), notes its end.
+#[derive(Debug, Serialize, Deserialize)]
+struct TenantStep {
+    key: Option<String>,
+}
+
+impl Job for TenantStep {
+    const NAME: &'static str = "tenant-step";
+    type Output = usize;
+    type Error = gaffer::Error;
+
+    fn idempotency_key(&self) -> Option<String> {
+        self.key.clone()
+    }
+
+    async fn run(&self, ctx: JobContext) -> Result<usize, gaffer::Error> {
+        let tenant = ctx.headers().get("tenant").cloned().unwrap_or_default();
+        let log = ctx.state::<RouteLog>();
+        let note = |start| {
+            log.events
+                .lock()
+                .unwrap()
+                .push((tenant.clone(), log.shard, start))
+        };
+        note(true);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        note(false);
+        Ok(log.shard)
+    }
+}
+
+fn for_tenant(tenant: &str) -> gaffer::SubmitOptions {
+    let mut opts = gaffer::SubmitOptions::default();
+    opts.headers.insert("tenant".into(), tenant.into());
+    opts
+}
+
+/// The pair set with `tenant-step` routed by its `tenant` header.
+fn routed(at: &Where) -> ShardSet {
+    pair_set(at)
+        .route_by_header(TenantStep::NAME, "tenant")
+        .unwrap()
+}
+
+/// Two shards, `tenant-step` routed by its `tenant` header and limited to
+/// one job per tenant at a time (per engine, as `Concurrency::per_header`
+/// counts). Two tenants of each shard (picked with `shard_of_value`, so
+/// both shards have some), each with 6 jobs submitted in process and 6
+/// through a `ShardedClient` opened on a set built separately, as another
+/// process would: every job of a tenant ran on its value's shard, its id
+/// names that shard, and no two jobs of a tenant ever overlapped (from the
+/// one ordered log of starts and ends), so the limit held over the set.
+/// A job without the header routes by its id; a keyed job with it is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_routed_by_its_tenant_header_keeps_each_tenant_on_one_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = pair(tmp.path());
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<RouteEvent>::new()));
+    let shared = events.clone();
+    let engines = ShardedEngine::start(
+        routed(&at),
+        &Placement::Listed(vec![0, 1]),
+        move |shard, url| {
+            Engine::builder()
+                .store(gaffer::Store::url(url))
+                .flush_interval(Duration::from_millis(1))
+                .poll_interval(Duration::from_millis(20))
+                .intake_poll(Duration::from_millis(20))
+                .register_with::<TenantStep>(gaffer::JobOptions {
+                    concurrency: Some(4),
+                    key_concurrency: Some(gaffer::Concurrency::per_header("tenant", 1).unwrap()),
+                    ..Default::default()
+                })
+                .state(RouteLog {
+                    shard,
+                    events: shared.clone(),
+                })
+        },
+    )
+    .await
+    .unwrap();
+    // The client's set is built on its own, as in another process.
+    let client = ShardedClient::open(routed(&at), |_, url| {
+        Client::builder()
+            .store(gaffer::Store::url(url))
+            .poll_interval(Duration::from_millis(20))
+    })
+    .await
+    .unwrap();
+    let set = routed(&at);
+    assert_eq!(client.set(), engines.set());
+    let tenants: Vec<String> = (0..PAIR)
+        .flat_map(|shard| {
+            let set = &set;
+            (0..)
+                .map(|i| format!("tenant-{i}"))
+                .filter(move |v| set.shard_of_value(v) == shard)
+                .take(2)
+        })
+        .collect();
+
+    let mut in_process = Vec::new();
+    let mut through_client = Vec::new();
+    for _ in 0..6 {
+        for t in &tenants {
+            let h = engines
+                .submit_with(TenantStep { key: None }, for_tenant(t))
+                .await
+                .unwrap();
+            assert_eq!(set.shard_of(h.id()), set.shard_of_value(t), "{t}");
+            in_process.push((t.clone(), h));
+            let h = client
+                .submit_with(TenantStep { key: None }, for_tenant(t))
+                .await
+                .unwrap();
+            assert_eq!(set.shard_of(h.id()), set.shard_of_value(t), "{t}");
+            through_client.push((t.clone(), h.id().to_string()));
+        }
+    }
+    for (t, h) in in_process {
+        let ran_on = common::within_for(Duration::from_secs(60), h.join())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ran_on, set.shard_of_value(&t), "{t}");
+    }
+    for (t, id) in through_client {
+        let ran_on = common::within_for(Duration::from_secs(60), client.join::<TenantStep>(&id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ran_on, set.shard_of_value(&t), "{t}");
+        // The handle finds it by id, on its shard's engine, too.
+        let h = engines.handle::<TenantStep>(&id).unwrap();
+        assert_eq!(h.join().await.unwrap().unwrap(), ran_on);
+    }
+
+    let events = events.lock().unwrap().clone();
+    assert_eq!(events.len(), 2 * 12 * tenants.len());
+    let mut running: HashMap<&str, usize> = HashMap::new();
+    for (t, shard, start) in &events {
+        assert_eq!(*shard, set.shard_of_value(t), "{t} ran on shard {shard}");
+        let n = running.entry(t.as_str()).or_insert(0);
+        if *start {
+            *n += 1;
+            assert_eq!(*n, 1, "{t} ran two jobs at once");
+        } else {
+            *n -= 1;
+        }
+    }
+    // Both shards ran some.
+    let shards: HashSet<usize> = events.iter().map(|(_, s, _)| *s).collect();
+    assert_eq!(shards.len(), PAIR);
+
+    // Without the header: routed by its id, as any job.
+    let h = engines.submit(TenantStep { key: None }).await.unwrap();
+    let ran_on = common::within_for(Duration::from_secs(60), h.join())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ran_on, set.shard_of(h.id()));
+    // Keyed, with the header: its key's id would fix another shard than
+    // its value's, so it is refused, in process and through the client.
+    let keyed = || TenantStep {
+        key: Some("order-1".into()),
+    };
+    for err in [
+        engines
+            .submit_with(keyed(), for_tenant(&tenants[0]))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        client
+            .submit_with(keyed(), for_tenant(&tenants[0]))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                err,
+                gaffer::Error::Shard(gaffer::remote::ShardError::Unroutable { .. })
+            ),
+            "{err}"
+        );
+    }
+    client.close().await;
+    engines.shutdown().await;
+}

@@ -76,6 +76,19 @@ pub enum ShardError {
         /// Why it is down.
         reason: String,
     },
+    /// A job of a type the set routes by a header
+    /// (`ShardSet::route_by_header`) cannot be placed by that header's
+    /// value (it has an idempotency key, whose id fixes its shard by
+    /// itself).
+    #[error("a job of `{job_type}` cannot be routed by its header `{header}`: {reason}")]
+    Unroutable {
+        /// The job's type.
+        job_type: String,
+        /// The header its type routes by.
+        header: String,
+        /// Why it cannot be routed by it.
+        reason: String,
+    },
 }
 
 /// The most missed ticks a catch-up policy (`Missed::CatchUp`) runs at once.

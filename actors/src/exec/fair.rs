@@ -320,17 +320,29 @@ impl Ring {
                 continue;
             }
             let planned = at.get(&queue).map_or(0, |&i| plan[i].1);
+            let held_now = held.get(queue.as_str()).copied().unwrap_or(0);
             let room = match self.config.limit {
-                Some(n) => {
-                    n.saturating_sub(held.get(queue.as_str()).copied().unwrap_or(0) + planned)
-                }
+                Some(n) => n.saturating_sub(held_now + planned),
                 None => usize::MAX,
             };
             if room == 0 {
                 self.ring.pop_front();
                 self.turn_used = 0;
-                self.members.remove(&queue);
-                self.blocked.insert(queue);
+                if planned == 0 {
+                    // At its limit with what the pool holds: out of the
+                    // ring until one of those settles.
+                    self.members.remove(&queue);
+                    self.blocked.insert(queue);
+                } else {
+                    // Full only with this plan's claims, which may come
+                    // back short (a job not committed yet, one another
+                    // claim took): it stays in the ring, and the next
+                    // plan blocks it if its claims are held by then. A
+                    // queue blocked on claims that never came would wait
+                    // for a settlement that never comes.
+                    self.ring.push_back((queue, generation));
+                    idle += 1;
+                }
                 continue;
             }
             let weight = self.weight(&queue);

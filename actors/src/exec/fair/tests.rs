@@ -149,6 +149,26 @@ fn a_plan_costs_the_queues_it_visits_not_the_ring() {
     assert!(r.ring.len() <= 2 * r.members.len() + 64 + 1);
 }
 
+/// A plan that fills a value's room does not block it: its claim may come
+/// back short (the submission that named the queue not committed yet) and
+/// then nothing of it is held, so no settlement would ever unblock it.
+/// It is planned again; once its claim is held, the next plan blocks it.
+#[test]
+fn a_value_filled_only_by_a_plan_is_planned_again_if_its_claim_came_back_short() {
+    let mut r = ring(&[], Some(1));
+    r.enter("a");
+    assert_eq!(r.plan(4, &HashMap::new(), |_, n| n), p(&[("a", 1)]));
+    assert!(r.visits <= 2, "{} visits", r.visits);
+    assert_eq!(r.len(), 1, "still in the ring");
+    // Its claim found nothing (and was not drained): nothing held.
+    assert_eq!(r.plan(4, &HashMap::new(), |_, n| n), p(&[("a", 1)]));
+    // Its claim is held now: at its limit, it leaves the ring.
+    let held = HashMap::from([("a", 1)]);
+    assert_eq!(r.plan(4, &held, |_, n| n), Vec::new());
+    assert_eq!(r.len(), 0);
+    assert!(r.is_active("a"), "blocked");
+}
+
 #[test]
 fn a_paused_value_stays_out_of_the_ring_until_resumed() {
     let mut r = ring(&[], Some(1));

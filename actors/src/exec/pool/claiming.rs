@@ -139,7 +139,10 @@ impl PoolState {
         let me = myself.clone();
         let work = async move {
             let mut relist = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            let mine = |q: &str| keys::partition_base(q) == Some(base.as_str());
+            // The type's own queue too: a submission without the header
+            // names it (`Services::queue_for_job`), and a fair type's ring
+            // must hear of it as of any value's queue.
+            let mine = |q: &str| q == base || keys::partition_base(q) == Some(base.as_str());
             let mut list = true;
             loop {
                 if list {

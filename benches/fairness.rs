@@ -1,0 +1,334 @@
+//! Tenants (#37): what fairness buys a small tenant, what it costs a busy
+//! type, and what a million tenants seen over time leave in memory.
+//!
+//! Every engine runs on a fresh local directory at the builder's defaults
+//! (16 workers, the default flush), except where a mode says otherwise.
+//!
+//! ```sh
+//! cargo bench --bench fairness -- pickup 10000 100000   # small tenant's pickup, plain vs fair
+//! cargo bench --bench fairness -- throughput 20000 3    # fair type with 1/100/1000/10000 values vs plain, 3 alternated rounds
+//! cargo bench --bench fairness -- values 1000000        # RSS and known queues over 1M values seen
+//! ```
+//!
+//! - `pickup BIG...`: one type, jobs of 10 ms. Tenant "big" queues BIG jobs
+//!   (the type paused while they are queued, then resumed), then tenant
+//!   "small" submits 20 jobs, one every 50 ms; each small job's pickup is
+//!   from its submit to its start. Plain (no fairness, the engine as it was
+//!   before #37) and fair (`Fairness::header("tenant")`), one after the
+//!   other for each BIG. Prints p50, p99 and max of the 20 pickups.
+//! - `throughput N ROUNDS`: N trivial jobs queued while the type is paused,
+//!   then resumed; jobs/s from the resume to the last one done. Each round
+//!   runs plain, then fair with 1, 100, 1000 and 10000 values (jobs spread
+//!   round robin over the values), each on its own store. Prints each
+//!   round's rates and the median ratio of each fair row to plain.
+//! - `values V`: V values, one trivial job each, submitted in waves of
+//!   10 000 (each wave joined) to a fair type with `forget_drained_after`
+//!   at 2 s. After each wave: RSS and the queues the pool knows. After the
+//!   last: wait for the pool to forget, then RSS and queues again.
+
+#[allow(dead_code)]
+#[path = "common/rss.rs"]
+mod rss;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gaffer::{Engine, Fairness, Job, JobContext, JobOptions};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Work {
+    sleep_ms: u64,
+    /// Submitted at (ms since the bench's epoch); 0 for big's jobs.
+    sent_us: u64,
+}
+
+/// Where small's pickups go, and how many jobs ended.
+#[derive(Clone, Default)]
+struct Pickups(
+    Arc<std::sync::Mutex<Vec<Duration>>>,
+    Arc<std::sync::atomic::AtomicU64>,
+);
+
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn now_us() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+impl Job for Work {
+    const NAME: &'static str = "work";
+    type Output = ();
+    type Error = std::io::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<(), std::io::Error> {
+        if self.sent_us > 0 {
+            let waited = now_us().saturating_sub(self.sent_us);
+            ctx.state::<Pickups>()
+                .0
+                .lock()
+                .unwrap()
+                .push(Duration::from_micros(waited));
+        }
+        if self.sleep_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.sleep_ms)).await;
+        }
+        ctx.state::<Pickups>()
+            .1
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn tenant(name: &str) -> gaffer::SubmitOptions {
+    let mut opts = gaffer::SubmitOptions::default();
+    opts.headers.insert("tenant".into(), name.into());
+    opts
+}
+
+fn options(fair: bool) -> JobOptions {
+    JobOptions {
+        fair_by: fair.then(|| Fairness::header("tenant")),
+        ..Default::default()
+    }
+}
+
+async fn engine(dir: &std::path::Path, fair: bool, pickups: Pickups) -> Engine {
+    Engine::builder()
+        .store(gaffer::Store::local_dir(dir))
+        .forget_drained_after(Duration::from_secs(2))
+        .register_with::<Work>(options(fair))
+        .state(pickups)
+        .start()
+        .await
+        .expect("the engine starts")
+}
+
+/// Submit `n` jobs, spread round robin over `values` tenants (0: no
+/// header), 64 at a time.
+async fn queue_jobs(engine: &Engine, n: usize, values: usize, sleep_ms: u64, prefix: &str) {
+    let mut i = 0;
+    while i < n {
+        let chunk = (n - i).min(64);
+        let mut sends = Vec::with_capacity(chunk);
+        for k in i..i + chunk {
+            let opts = if values == 0 {
+                gaffer::SubmitOptions::default()
+            } else {
+                tenant(&format!("{prefix}{}", k % values))
+            };
+            sends.push(engine.submit_with(
+                Work {
+                    sleep_ms,
+                    sent_us: 0,
+                },
+                opts,
+            ));
+        }
+        for s in futures_util::future::join_all(sends).await {
+            s.expect("submitted");
+        }
+        i += chunk;
+    }
+}
+
+fn ended(pickups: &Pickups) -> u64 {
+    pickups.1.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn pickup(big: usize, fair: bool) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let pickups = Pickups::default();
+    let engine = engine(dir.path(), fair, pickups.clone()).await;
+    engine.pause(Work::NAME).await.expect("paused");
+    let t0 = Instant::now();
+    queue_jobs(&engine, big, 1, 10, "big").await;
+    let queued = t0.elapsed();
+    engine.resume(Work::NAME).await.expect("resumed");
+    let mut handles = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let h = engine
+            .submit_with(
+                Work {
+                    sleep_ms: 10,
+                    sent_us: now_us().max(1),
+                },
+                tenant("small"),
+            )
+            .await
+            .expect("submitted");
+        handles.push(h);
+    }
+    for h in handles {
+        h.join().await.expect("joined").expect("succeeded");
+    }
+    let big_done = ended(&pickups).saturating_sub(20);
+    let mut p = pickups.0.lock().unwrap().clone();
+    p.sort();
+    println!(
+        "pickup {:>5} big={big:>6} (queued in {:.1} s): small p50 {:>8.1} ms  p99 {:>8.1} ms  max {:>8.1} ms; big done meanwhile {big_done}",
+        if fair { "fair" } else { "plain" },
+        queued.as_secs_f64(),
+        quantile(&p, 0.5).as_secs_f64() * 1e3,
+        quantile(&p, 0.99).as_secs_f64() * 1e3,
+        p.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+    // Not waiting for big's backlog: the engine stops (its jobs stay queued).
+    engine.shutdown().await.expect("shut down");
+}
+
+/// Jobs/s of `n` queued jobs over `values` values (`None`: plain type).
+async fn throughput(n: usize, values: Option<usize>) -> f64 {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let pickups = Pickups::default();
+    let engine = engine(dir.path(), values.is_some(), pickups.clone()).await;
+    engine.pause(Work::NAME).await.expect("paused");
+    queue_jobs(&engine, n, values.unwrap_or(0), 0, "v").await;
+    let t0 = Instant::now();
+    engine.resume(Work::NAME).await.expect("resumed");
+    while ended(&pickups) < n as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    engine.shutdown().await.expect("shut down");
+    rate
+}
+
+async fn values(v: usize) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let engine = engine(dir.path(), true, Pickups::default()).await;
+    let (rss0, _) = rss::rss_kib();
+    println!("start: RSS {:.1} MiB", rss::mib(rss0));
+    let t0 = Instant::now();
+    let mut seen = 0;
+    while seen < v {
+        let wave = (v - seen).min(10_000);
+        let mut handles = Vec::with_capacity(wave);
+        for k in seen..seen + wave {
+            handles.push(
+                engine
+                    .submit_with(
+                        Work {
+                            sleep_ms: 0,
+                            sent_us: 0,
+                        },
+                        tenant(&format!("t{k}")),
+                    )
+                    .await
+                    .expect("submitted"),
+            );
+        }
+        for h in handles {
+            h.join().await.expect("joined").expect("succeeded");
+        }
+        seen += wave;
+        let stats = engine.pool_stats().await.expect("pool stats")[Work::NAME];
+        let (rss, hwm) = rss::rss_kib();
+        println!(
+            "{seen:>8} values seen ({:.0} s): RSS {:.1} MiB (peak {:.1}), pool knows {} queues, {} in its ring",
+            t0.elapsed().as_secs_f64(),
+            rss::mib(rss),
+            rss::mib(hwm),
+            stats.queues,
+            stats.ready_values
+        );
+    }
+    let t1 = Instant::now();
+    loop {
+        let stats = engine.pool_stats().await.expect("pool stats")[Work::NAME];
+        if stats.queues == 1 || t1.elapsed() > Duration::from_secs(600) {
+            let (rss, hwm) = rss::rss_kib();
+            println!(
+                "after {:.0} s idle: RSS {:.1} MiB (peak {:.1}), pool knows {} queues",
+                t1.elapsed().as_secs_f64(),
+                rss::mib(rss),
+                rss::mib(hwm),
+                stats.queues
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    engine.shutdown().await.expect("shut down");
+    let engine = engine_again(dir.path()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let stats = engine.pool_stats().await.expect("pool stats")[Work::NAME];
+    let (rss, _) = rss::rss_kib();
+    println!(
+        "restarted: pool knows {} queues, RSS {:.1} MiB",
+        stats.queues,
+        rss::mib(rss)
+    );
+    engine.shutdown().await.expect("shut down");
+}
+
+async fn engine_again(dir: &std::path::Path) -> Engine {
+    engine(dir, true, Pickups::default()).await
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    EPOCH.get_or_init(Instant::now);
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mode = args.first().map(String::as_str).unwrap_or("pickup");
+    let nums: Vec<usize> = args[1.min(args.len())..]
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    match mode {
+        "pickup" => {
+            let bigs = if nums.is_empty() {
+                vec![10_000, 100_000]
+            } else {
+                nums
+            };
+            for big in bigs {
+                pickup(big, false).await;
+                pickup(big, true).await;
+            }
+        }
+        "throughput" => {
+            let n = nums.first().copied().unwrap_or(20_000);
+            let rounds = nums.get(1).copied().unwrap_or(3);
+            let shapes: [Option<usize>; 5] = [None, Some(1), Some(100), Some(1000), Some(10_000)];
+            let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+            for round in 0..rounds {
+                let mut row = Vec::new();
+                let mut plain = 0.0;
+                for (i, shape) in shapes.iter().enumerate() {
+                    let rate = throughput(n, *shape).await;
+                    if i == 0 {
+                        plain = rate;
+                    }
+                    ratios[i].push(rate / plain);
+                    row.push(match shape {
+                        None => format!("plain {rate:.0}/s"),
+                        Some(v) => format!("fair×{v} {rate:.0}/s ({:.2})", rate / plain),
+                    });
+                }
+                println!("round {round}: {}", row.join("  "));
+            }
+            for (shape, r) in shapes.iter().zip(ratios.iter_mut()).skip(1) {
+                r.sort_by(f64::total_cmp);
+                println!(
+                    "fair with {} values: median {:.2}× plain (min {:.2}, max {:.2})",
+                    shape.unwrap_or(0),
+                    r[r.len() / 2],
+                    r[0],
+                    r[r.len() - 1]
+                );
+            }
+        }
+        "values" => values(nums.first().copied().unwrap_or(100_000)).await,
+        other => eprintln!("unknown mode `{other}`: pickup, throughput or values"),
+    }
+}
