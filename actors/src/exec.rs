@@ -13,6 +13,7 @@ pub mod attempts;
 pub mod claimer;
 pub mod effects;
 pub mod fair;
+pub(crate) mod marks;
 pub mod memo;
 pub(crate) mod parking;
 pub mod pool;

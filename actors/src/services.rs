@@ -115,6 +115,9 @@ pub struct Services {
     /// whether a submission reads the outcome record before its
     /// compare-and-commit (a hint, never an answer: see `jobs`).
     duplicates: DuplicateRate,
+    /// Partition queues whose marks this process wrote (a cache: see
+    /// `exec::marks`).
+    marks: crate::exec::marks::Marks,
     /// Where workflow steps' settlements ask their plans (the supervisor):
     /// set once when the supervisor starts (an address, not state).
     gates: std::sync::OnceLock<ractor::DerivedActorRef<crate::workflows::GateMessage>>,
@@ -157,6 +160,7 @@ impl Services {
             request_expiry: ExpiryIndex::new(keys::REQUESTS_EXPIRY_PREFIX),
             workflow_expiry: ExpiryIndex::new(crate::workflows::layout::WORKFLOWS_EXPIRY_PREFIX),
             duplicates: DuplicateRate::default(),
+            marks: Default::default(),
             partitions: tokio::sync::broadcast::channel(1024).0,
             gates: std::sync::OnceLock::new(),
         }
@@ -219,27 +223,59 @@ impl Services {
         job_type: &str,
         headers: &HashMap<String, String>,
     ) -> Result<String> {
-        let base = self.job_queue(job_type)?;
-        let Some(header) = self.routes.get(job_type).and_then(|r| r.partition.as_ref()) else {
-            return Ok(base.to_string());
-        };
-        let Some(value) = headers.get(header) else {
+        let queue = self.job_queue_of(job_type, headers)?;
+        if self
+            .routes
+            .get(job_type)
+            .is_some_and(|r| r.partition.is_some())
+        {
             // Jobs without the header are one value of their own, on the
-            // type's queue: a fair type's pool is told of it too.
-            let _ = self.partitions.send(base.to_string());
-            return Ok(base.to_string());
-        };
-        let queue = keys::partition_queue(base, value);
-        // No pool listening (the engine is stopping) is not an error.
-        let _ = self.partitions.send(queue.clone());
+            // type's queue: a fair type's pool is told of it too. No pool
+            // listening (the engine is stopping) is not an error.
+            let _ = self.partitions.send(queue.clone());
+        }
         Ok(queue)
     }
 
+    /// The queue a job of `job_type` with `headers` goes to (see
+    /// [`queue_for_job`](Self::queue_for_job)), no pool told.
+    pub(crate) fn job_queue_of(
+        &self,
+        job_type: &str,
+        headers: &HashMap<String, String>,
+    ) -> Result<String> {
+        let base = self.job_queue(job_type)?;
+        let value = self
+            .routes
+            .get(job_type)
+            .and_then(|r| r.partition.as_ref())
+            .and_then(|header| headers.get(header));
+        Ok(match value {
+            Some(value) => keys::partition_queue(base, value),
+            None => base.to_string(),
+        })
+    }
+
+    /// How a submission to `job_queue` treats the queue's mark (see
+    /// `exec::marks`): none for a type's own queue.
+    pub(crate) fn begin_marking(&self, job_queue: &str) -> crate::exec::marks::Marking {
+        if keys::partition_base(job_queue).is_none() {
+            return crate::exec::marks::Marking::None;
+        }
+        self.marks.begin(job_queue)
+    }
+
+    /// What this process knows of the partition marks.
+    pub(crate) fn marks(&self) -> &crate::exec::marks::Marks {
+        &self.marks
+    }
+
     /// `fx` with the mark of `job_queue` (`keys::partition_mark_key`) when
-    /// it is a partition queue: every creation of a job on a partition
-    /// queue writes it in its own transaction, so the type's pool finds the
-    /// queue again at its next start (or its next look at the marks) after
-    /// it forgot the queue as drained. The mark holds `job_id` (unique per
+    /// it is a partition queue: a creation of a job on a partition queue
+    /// writes it in its own transaction (unless this process knows it is
+    /// written, see `exec::marks`), so the type's pool finds the queue
+    /// again at its next start (or its next look at the marks) after it
+    /// forgot the queue as drained. The mark holds `job_id` (unique per
     /// creation: a forget compares against it) and the header's value.
     pub(crate) fn mark_partition(
         &self,

@@ -96,20 +96,20 @@ impl Services {
         let Some(run_id) = given else {
             let job_id = queue.next_job_id();
             let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
-            let effects = self.mark_partition(
-                SettlementEffects::default().kv_put(
-                    keys::run_key(&job_id),
-                    self.run_record(&job_id, &req.job_type, hash, None)?,
-                ),
-                &req.job_type,
-                &job_queue,
-                &req.headers,
-                &job_id,
+            let marking = self.begin_marking(&job_queue);
+            let mut effects = SettlementEffects::default().kv_put(
+                keys::run_key(&job_id),
+                self.run_record(&job_id, &req.job_type, hash, None)?,
             );
+            if marking.writes() {
+                effects =
+                    self.mark_partition(effects, &req.job_type, &job_queue, &req.headers, &job_id);
+            }
             let (opts, payload) = self.enqueue_options(&req, &job_id, &job_id)?;
             queue
                 .enqueue_with_effects(&job_queue, payload, opts, effects)
                 .await?;
+            marking.committed();
             return Ok(Submitted {
                 run_id: job_id,
                 newly_submitted: true,
@@ -142,12 +142,20 @@ impl Services {
             return self.answer_recorded(rec, hash, run_id);
         }
         let run_key = keys::run_key(&run_id);
+        let marking = self.begin_marking(&self.job_queue_of(&req.job_type, &req.headers)?);
         for _ in 0..MAX_SUBMIT_ROUNDS {
-            let effects = self.creation_effects(SettlementEffects::default(), &req, &run_id)?;
+            let effects = self.creation_effects_with(
+                SettlementEffects::default(),
+                &req,
+                &run_id,
+                None,
+                marking.writes(),
+            )?;
             // The outcome record first: a finished id fails the compare at
             // its first read.
             let compares: [(&[u8], Option<&[u8]>); 2] = [(&outcome_key, None), (&run_key, None)];
             if queue.kv_compare_commit(&compares, effects).await?.is_some() {
+                marking.committed();
                 duplicates.note(false);
                 return Ok(Submitted {
                     run_id,
@@ -265,11 +273,29 @@ impl Services {
         run_id: &str,
         step: Option<records::StepOf>,
     ) -> Result<SettlementEffects> {
+        self.creation_effects_with(fx, req, run_id, step, true)
+    }
+
+    /// [`step_creation_effects`](Self::step_creation_effects), writing the
+    /// mark of a partition queue only when `mark` (see `exec::marks`: a
+    /// submission that tracks its commit skips a mark known written).
+    fn creation_effects_with(
+        &self,
+        fx: SettlementEffects,
+        req: &SubmitRequest,
+        run_id: &str,
+        step: Option<records::StepOf>,
+        mark: bool,
+    ) -> Result<SettlementEffects> {
         let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
         let job_id = self.queue()?.next_job_id();
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let (options, payload) = self.enqueue_options(req, run_id, &job_id)?;
-        let fx = self.mark_partition(fx, &req.job_type, &job_queue, &req.headers, &job_id);
+        let fx = if mark {
+            self.mark_partition(fx, &req.job_type, &job_queue, &req.headers, &job_id)
+        } else {
+            fx
+        };
         Ok(fx
             .kv_put(
                 keys::run_key(run_id),

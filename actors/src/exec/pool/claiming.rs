@@ -229,7 +229,9 @@ impl PoolState {
             .due_for_check(self.settings().forget_drained_after);
         if !due.is_empty() {
             let me = myself.clone();
-            let work = async move { crate::exec::rate::check_forget(&queue, due).await };
+            let services = self.args.services.clone();
+            let work =
+                async move { crate::exec::rate::check_forget(&queue, services.marks(), due).await };
             crate::task::spawn_reported(work, move |ended| {
                 let found = match ended {
                     Ok(Ok(found)) => Some(found),

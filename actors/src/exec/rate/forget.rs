@@ -213,13 +213,20 @@ impl Limiter {
 }
 
 /// Check `due` queues in the store: those with no live job whose mark is
-/// deleted (or was absent) are to be forgotten, the others kept.
+/// deleted (or was absent) are to be forgotten, the others kept. First each
+/// queue's mark is no longer known written in this process (`marks`, see
+/// `exec::marks`), and no submission that skipped it is in flight.
 pub(crate) async fn check(
     queue: &taquba::Queue,
+    marks: &crate::exec::marks::Marks,
     due: Vec<(String, u64)>,
 ) -> crate::Result<ForgetCheck> {
     let mut found = ForgetCheck::default();
     for (q, stamp) in due {
+        if !marks.unmark(&q, Duration::from_secs(10)).await {
+            found.keep.push(q);
+            continue;
+        }
         let key = keys::partition_mark_key(&q);
         let mark = queue.view().kv_get(&key).await?;
         let stats = queue.view().stats(&q).await?;
@@ -233,6 +240,7 @@ pub(crate) async fn check(
             None => true,
         };
         if deleted {
+            marks.forget(&q);
             found.forget.push((q, stamp));
         } else {
             // A job was created on it since the read.
