@@ -212,6 +212,25 @@ impl Engine {
         self.inner.pause(job_type).await
     }
 
+    /// Pause one value of a job type's partitioning header durably (the
+    /// header of its `fair_by`, `key_concurrency` or per-header rate limit,
+    /// e.g. `pause_value("report", "tenant", "acme")`): nothing more of
+    /// that value's jobs is claimed, also after a restart, until
+    /// [`resume_value`](Self::resume_value), while the type's other values
+    /// run; running jobs finish and nothing is failed. Answers whether it
+    /// was running. A type not spread by `header` is
+    /// [`Error::NotPartitioned`](crate::Error::NotPartitioned): pause the
+    /// whole type instead.
+    pub async fn pause_value(&self, job_type: &str, header: &str, value: &str) -> Result<bool> {
+        self.inner.pause_value(job_type, header, value).await
+    }
+
+    /// Resume a value paused by [`pause_value`](Self::pause_value): its
+    /// queued jobs are claimed again. Answers whether it was paused.
+    pub async fn resume_value(&self, job_type: &str, header: &str, value: &str) -> Result<bool> {
+        self.inner.resume_value(job_type, header, value).await
+    }
+
     /// Run a failed or cancelled job again, under its id: a new attempt
     /// series from its original payload, in one transaction that removes its
     /// failure record, so a handle's `join` afterwards waits for the new

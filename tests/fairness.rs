@@ -582,3 +582,236 @@ async fn limit_per_key_holds_across_kill_9() {
     assert_eq!(boots, 4);
     assert_eq!(most, 2, "the limit was reached");
 }
+
+/// A job of a type that is not spread over the values of a header.
+#[derive(Debug, Serialize, Deserialize)]
+struct PlainJob;
+
+impl Job for PlainJob {
+    const NAME: &'static str = "plain-job";
+    type Output = ();
+    type Error = std::io::Error;
+
+    async fn run(&self, _ctx: JobContext) -> Result<(), std::io::Error> {
+        Ok(())
+    }
+}
+
+fn done_of(log: &Log, tenant: &str) -> usize {
+    log.inner
+        .lock()
+        .unwrap()
+        .done
+        .get(tenant)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Pause per value (#37 §4): `acme` paused, its jobs stay queued while
+/// every other value's (and those without the header) run; resumed, they
+/// run. A type not spread by the header named is refused with a typed
+/// error.
+#[tokio::test(start_paused = true)]
+async fn a_paused_value_is_held_while_the_others_run() {
+    let log = Log::new();
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with::<TenantJob>(JobOptions {
+            concurrency: Some(2),
+            ..fair()
+        })
+        .register::<PlainJob>()
+        .state(log.clone())
+        .start()
+        .await
+        .unwrap();
+    assert!(
+        engine
+            .pause_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !engine
+            .pause_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap(),
+        "paused already"
+    );
+    for seq in 0..5 {
+        for tenant in ["acme", "globex", "initech"] {
+            engine
+                .submit_with(job(seq, 5), for_tenant(tenant))
+                .await
+                .unwrap();
+        }
+    }
+    for seq in 0..2 {
+        engine.submit(job(100 + seq, 5)).await.unwrap();
+    }
+    common::eventually(
+        "the other values' jobs done",
+        Duration::from_secs(60),
+        async || log.done() >= 12,
+    )
+    .await;
+    // Many idle checks and claim rounds later (virtual time), acme's jobs
+    // are still queued.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(done_of(&log, "acme"), 0);
+    assert_eq!(log.done(), 12);
+    assert!(
+        engine
+            .resume_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !engine
+            .resume_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    common::eventually("acme's jobs done", Duration::from_secs(60), async || {
+        done_of(&log, "acme") == 5
+    })
+    .await;
+    // Refused: another header than the type's, a type spread by none.
+    match engine.pause_value(TenantJob::NAME, "region", "eu").await {
+        Err(gaffer::Error::NotPartitioned { by, .. }) => assert_eq!(by.as_deref(), Some("tenant")),
+        other => panic!("{other:?}"),
+    }
+    let err = engine
+        .pause_value(PlainJob::NAME, "tenant", "acme")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, gaffer::Error::NotPartitioned { by: None, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("gaffer pause plain-job"), "{err}");
+    assert!(matches!(
+        engine.pause_value("nope", "tenant", "acme").await,
+        Err(gaffer::Error::UnknownJobType(_))
+    ));
+    engine.shutdown().await.unwrap();
+}
+
+/// A value paused through a `Client` stays paused across an engine
+/// restart on a local disk store: the restarted engine runs the other
+/// values' jobs and holds acme's until the client resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_value_stays_paused_across_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let start = |log: Arc<Log>| {
+        common::disk_builder(tmp.path(), common::mock_clock())
+            .intake_poll(Duration::from_millis(20))
+            .register_with::<TenantJob>(JobOptions {
+                concurrency: Some(2),
+                ..fair()
+            })
+            .state(log)
+            .start()
+    };
+    let log = Log::new();
+    let engine = start(log.clone()).await.unwrap();
+    let client = gaffer::remote::Client::builder()
+        .store(gaffer::Store::local_dir(tmp.path()))
+        .poll_interval(Duration::from_millis(20))
+        .open()
+        .await
+        .unwrap();
+    let request = client
+        .pause_value(TenantJob::NAME, "tenant", "acme")
+        .await
+        .unwrap();
+    let said = common::within(request.wait()).await.unwrap();
+    assert!(said.contains("paused"), "{said}");
+    engine.shutdown().await.unwrap();
+
+    let log = Log::new();
+    let engine = start(log.clone()).await.unwrap();
+    let mut acme = Vec::new();
+    for seq in 0..3 {
+        acme.push(
+            engine
+                .submit_with(job(seq, 1), for_tenant("acme"))
+                .await
+                .unwrap(),
+        );
+    }
+    for seq in 0..3 {
+        engine
+            .submit_with(job(seq, 1), for_tenant("globex"))
+            .await
+            .unwrap();
+    }
+    // acme's jobs were submitted first: a fair ring would have claimed
+    // them in its first round had the pause not held.
+    common::eventually("globex's jobs done", Duration::from_secs(60), async || {
+        done_of(&log, "globex") == 3
+    })
+    .await;
+    assert_eq!(done_of(&log, "acme"), 0);
+    let request = client
+        .resume_value(TenantJob::NAME, "tenant", "acme")
+        .await
+        .unwrap();
+    common::within(request.wait()).await.unwrap();
+    for handle in acme {
+        common::within_for(Duration::from_secs(60), handle.join())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(done_of(&log, "acme"), 3);
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
+/// A type rate-limited per header, not fair: its round robin passes a
+/// paused value over the same way.
+#[tokio::test(start_paused = true)]
+async fn a_paused_value_of_a_type_rate_limited_per_header_is_held() {
+    let log = Log::new();
+    let engine = common::memory_builder(common::mock_clock())
+        .register_with::<TenantJob>(JobOptions {
+            concurrency: Some(2),
+            rate: Some(RateLimit::per_second(50).unwrap().per_header("tenant")),
+            ..Default::default()
+        })
+        .state(log.clone())
+        .start()
+        .await
+        .unwrap();
+    assert!(
+        engine
+            .pause_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    for seq in 0..3 {
+        for tenant in ["acme", "globex"] {
+            engine
+                .submit_with(job(seq, 5), for_tenant(tenant))
+                .await
+                .unwrap();
+        }
+    }
+    common::eventually("globex's jobs done", Duration::from_secs(60), async || {
+        done_of(&log, "globex") == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(done_of(&log, "acme"), 0);
+    assert!(
+        engine
+            .resume_value(TenantJob::NAME, "tenant", "acme")
+            .await
+            .unwrap()
+    );
+    common::eventually("acme's jobs done", Duration::from_secs(60), async || {
+        done_of(&log, "acme") == 3
+    })
+    .await;
+    engine.shutdown().await.unwrap();
+}

@@ -265,6 +265,28 @@ pub enum EngineError {
     )]
     UnknownJobType(String),
 
+    /// A pause per value of a job type whose jobs are not spread over the
+    /// values of that header.
+    #[error("{}", not_partitioned(job_type, header, by.as_deref()))]
+    NotPartitioned {
+        /// The job type.
+        job_type: String,
+        /// The header named.
+        header: String,
+        /// The header the type's jobs are spread by, if any.
+        by: Option<String>,
+    },
+
+    /// A header value that cannot be paused.
+    #[error(
+        "a header value to pause must be 1 to {max} bytes, not {len}; pause the whole type instead",
+        max = crate::layout::keys::MAX_PAUSED_VALUE_LEN
+    )]
+    PausedValueTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+
     /// A batch id is not of the accepted form.
     #[error("invalid batch id `{0}`: a batch id is 1-128 characters of [A-Za-z0-9_-]")]
     InvalidBatchId(String),
@@ -571,3 +593,19 @@ pub use detail::{MAX_CATCH_UP, ScheduleError, ShardError};
 
 /// Result alias of the engine crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The message of [`EngineError::NotPartitioned`].
+fn not_partitioned(job_type: &str, header: &str, by: Option<&str>) -> String {
+    match by {
+        Some(by) => format!(
+            "job type `{job_type}` spreads its jobs by header `{by}`, not `{header}`; \
+             pause a value of `{by}` (`--key {by}=VALUE`)"
+        ),
+        None => format!(
+            "job type `{job_type}` does not spread its jobs over the values of a header \
+             (register it with `fair_by`, `key_concurrency` or `RateLimit::per_header` \
+             on `{header}` to pause one value), so none of its values can be paused \
+             alone; pause the whole type (`gaffer pause {job_type}`)"
+        ),
+    }
+}

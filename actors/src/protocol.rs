@@ -112,6 +112,20 @@ pub enum EngineMessage {
     /// Pause a job type durably (claims nothing until resumed, across
     /// restarts); answers whether it was running.
     PauseJobType(String, RpcReplyPort<Result<bool>>),
+    /// Pause (`pause: true`) or resume one value of a job type's
+    /// partitioning header durably; answers whether it changed.
+    PauseValue {
+        /// The job type.
+        job_type: String,
+        /// The header its jobs are spread by.
+        header: String,
+        /// The value.
+        value: String,
+        /// Pause, or resume.
+        pause: bool,
+        /// Whether it changed.
+        reply: RpcReplyPort<Result<bool>>,
+    },
     /// Run a failed or cancelled job again under its id.
     RetryJob(String, RpcReplyPort<Result<()>>),
     /// Retry the jobs of a type that failed at or after a time (epoch ms);

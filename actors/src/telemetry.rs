@@ -100,6 +100,8 @@ struct Handles {
     settlement: OnceLock<Histogram>,
     running: OnceLock<Gauge>,
     paused: OnceLock<Gauge>,
+    ready: OnceLock<Gauge>,
+    oldest_ready: OnceLock<Gauge>,
     crashes: OnceLock<Counter>,
     /// `gaffer_batch_items_total`, by result.
     items: [OnceLock<Counter>; 3],
@@ -272,6 +274,30 @@ impl TypeMetrics {
         }
         #[cfg(not(feature = "metrics"))]
         let _ = paused;
+    }
+
+    /// Whether the feature `metrics` is on (a pool samples its ready jobs
+    /// only then).
+    pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
+
+    /// A sample of the type's ready jobs over its queues (every value's):
+    /// `gaffer_jobs_ready` and `gaffer_oldest_ready_seconds` (0 with none
+    /// ready).
+    pub(crate) fn ready(&self, ready: i64, oldest_seconds: f64) {
+        #[cfg(feature = "metrics")]
+        {
+            let h = &*self.handles;
+            h.ready
+                .get_or_init(
+                    || metrics::gauge!("gaffer_jobs_ready", "job_type" => h.job_type.clone()),
+                )
+                .set(ready as f64);
+            h.oldest_ready
+                .get_or_init(|| metrics::gauge!("gaffer_oldest_ready_seconds", "job_type" => h.job_type.clone()))
+                .set(oldest_seconds);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (ready, oldest_seconds);
     }
 
     /// A handler of this type panicked (its attempt then counts as retried

@@ -86,7 +86,17 @@ pub enum Command {
     /// Per queue (one per job type and pipeline): pending, scheduled,
     /// running, done, dead. Beside a live engine, as of its latest
     /// snapshot of them (at most a few seconds old, said in the output).
+    /// With a job type whose jobs are spread over the values of a header
+    /// (fairness, a limit per key, a rate limit per header): its values
+    /// with the most ready and running jobs, the rest summed, and each
+    /// shown value's oldest ready job's age.
     Stats {
+        /// Only this job type, with its values.
+        #[arg(value_name = "TYPE", conflicts_with = "exact")]
+        job_type: Option<String>,
+        /// Show this many values (1 to 100), the rest summed in one row.
+        #[arg(long, default_value_t = 10, requires = "job_type", value_parser = clap::value_parser!(u16).range(1..=100))]
+        top: u16,
         /// Count exactly now, from every WAL object past the writer's last
         /// memtable flush (up to thousands: about 0.5 s after 100 000 jobs).
         #[arg(long)]
@@ -238,10 +248,16 @@ pub enum Command {
         wait: WaitArgs,
     },
     /// Pause a job type: nothing more of it is claimed, across restarts,
-    /// until `resume`; nothing is failed.
+    /// until `resume`; nothing is failed. With `--key HEADER=VALUE`, only
+    /// that value's jobs are held (a type spread over the values of
+    /// HEADER), while its other values run.
     Pause {
         /// The job type.
         job_type: String,
+        /// Only the jobs of this value of the type's header:
+        /// `HEADER=VALUE` (`tenant=acme`).
+        #[arg(long, value_name = "HEADER=VALUE")]
+        key: Option<String>,
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -259,10 +275,14 @@ pub enum Command {
         /// The new key's id (1-64 of [A-Za-z0-9_.-]).
         id: String,
     },
-    /// Resume a paused job type.
+    /// Resume a paused job type, or with `--key HEADER=VALUE` a paused
+    /// value of it.
     Resume {
         /// The job type.
         job_type: String,
+        /// Only this value of the type's header: `HEADER=VALUE`.
+        #[arg(long, value_name = "HEADER=VALUE")]
+        key: Option<String>,
         #[command(flatten)]
         wait: WaitArgs,
     },

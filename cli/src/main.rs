@@ -121,7 +121,7 @@ async fn open(
     // `health` and `stats` read the flushed state and, of the WAL past it,
     // only the beat and the counters; every other command the whole state.
     let reading = match cli.command {
-        Command::Health | Command::Stats { .. } => read::Reading::Flushed,
+        Command::Health | Command::Stats { job_type: None, .. } => read::Reading::Flushed,
         _ => read::Reading::Replay,
     };
     let keyring = keyring(cli)?;
@@ -143,7 +143,16 @@ async fn open(
 async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
     let json = cli.json;
     match &cli.command {
-        Command::Stats { exact } => report::print(json, &store.stats(*exact).await?)?,
+        Command::Stats {
+            job_type: None,
+            exact,
+            ..
+        } => report::print(json, &store.stats(*exact).await?)?,
+        Command::Stats {
+            job_type: Some(t),
+            top,
+            ..
+        } => report::print(json, &store.tenants(t, usize::from(*top)).await?)?,
         Command::Jobs {
             state,
             job_type,
@@ -231,7 +240,37 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             };
             return act_on(store, op, ulid(), None, wait, json).await;
         }
-        Command::Pause { job_type, wait } => {
+        Command::Pause {
+            job_type,
+            key: Some(key),
+            wait,
+        } => {
+            let (header, value) = header_value(key)?;
+            let op = IntakeOp::PauseValue {
+                job_type: job_type.clone(),
+                header,
+                value,
+            };
+            return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Resume {
+            job_type,
+            key: Some(key),
+            wait,
+        } => {
+            let (header, value) = header_value(key)?;
+            let op = IntakeOp::ResumeValue {
+                job_type: job_type.clone(),
+                header,
+                value,
+            };
+            return act_on(store, op, ulid(), None, wait, json).await;
+        }
+        Command::Pause {
+            job_type,
+            key: None,
+            wait,
+        } => {
             let op = IntakeOp::Pause {
                 job_type: job_type.clone(),
             };
@@ -242,7 +281,11 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         }
         // Answered in `run`, before any store is opened.
         Command::Keygen { .. } => {}
-        Command::Resume { job_type, wait } => {
+        Command::Resume {
+            job_type,
+            key: None,
+            wait,
+        } => {
             let op = IntakeOp::Resume {
                 job_type: job_type.clone(),
             };
@@ -262,4 +305,14 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `HEADER=VALUE` of `--key`, split at its first `=`.
+fn header_value(key: &str) -> Result<(String, String), CliError> {
+    match key.split_once('=') {
+        Some((h, v)) if !h.is_empty() && !v.is_empty() => Ok((h.to_string(), v.to_string())),
+        _ => Err(CliError::BadInput(format!(
+            "--key `{key}`: give the header and the value as HEADER=VALUE (`tenant=acme`)"
+        ))),
+    }
 }

@@ -9,7 +9,7 @@ use crate::error::CliError;
 use crate::table::{Table, age, time};
 pub use gaffer_ops::report::{
     BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Jobs, Periodic, RequestReport,
-    Stats,
+    Stats, Tenants,
 };
 
 /// Print `value`: one JSON document with `json`, tables otherwise.
@@ -173,6 +173,84 @@ impl Render for Stats {
             ),
             None => t.render(),
         }
+    }
+}
+
+impl Render for Tenants {
+    fn render(&self) -> String {
+        let mut out = String::new();
+        let ready: i64 = self.values.iter().map(|v| v.ready).sum::<i64>() + self.rest.ready;
+        let running: i64 = self.values.iter().map(|v| v.running).sum::<i64>() + self.rest.running;
+        out.push_str(&format!(
+            "{}: {ready} ready, {running} running, over {} values with live jobs\n",
+            self.job_type,
+            self.values.len() + self.rest.values
+        ));
+        if self.values.is_empty() {
+            out.push_str("no value has a ready, running or scheduled job\n");
+        } else {
+            let mut t = Table::new([
+                "VALUE",
+                "READY",
+                "RUNNING",
+                "SCHEDULED",
+                "OLDEST READY",
+                "PAUSED",
+            ]);
+            for v in &self.values {
+                let label = match (&v.header, v.no_header) {
+                    (Some(h), false) if v.value.is_some() => format!("{h}={}", v.label()),
+                    _ => v.label(),
+                };
+                t.row([
+                    label,
+                    v.ready.to_string(),
+                    v.running.to_string(),
+                    v.scheduled.to_string(),
+                    v.oldest_ready_age_ms.map(age).unwrap_or_default(),
+                    if v.paused {
+                        "paused".into()
+                    } else {
+                        String::new()
+                    },
+                ]);
+            }
+            if self.rest.values > 0 {
+                t.row([
+                    format!("({} more values)", self.rest.values),
+                    self.rest.ready.to_string(),
+                    self.rest.running.to_string(),
+                    self.rest.scheduled.to_string(),
+                    String::new(),
+                    String::new(),
+                ]);
+            }
+            out.push_str(&t.render());
+            out.push('\n');
+        }
+        if self.more {
+            out.push_str(&format!(
+                "counted {} of the type's partition queues, and more exist (the cap per read): \
+                 the counts cover those counted only\n",
+                self.examined
+            ));
+        }
+        let shown: std::collections::BTreeSet<(&str, &str)> = self
+            .values
+            .iter()
+            .filter(|v| v.paused)
+            .filter_map(|v| Some((v.header.as_deref()?, v.value.as_deref()?)))
+            .collect();
+        let others: Vec<String> = self
+            .paused
+            .iter()
+            .filter(|(h, v)| !shown.contains(&(h.as_str(), v.as_str())))
+            .map(|(h, v)| format!("{h}={v}"))
+            .collect();
+        if !others.is_empty() {
+            out.push_str(&format!("also paused: {}\n", others.join(", ")));
+        }
+        out
     }
 }
 

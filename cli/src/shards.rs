@@ -89,7 +89,8 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
     let mut parts = Vec::new();
     let mut over = OverSet {
         code: ExitCode::SUCCESS,
-        total: matches!(cli.command, Command::Stats { .. }).then(report::Stats::default),
+        total: matches!(cli.command, Command::Stats { job_type: None, .. })
+            .then(report::Stats::default),
         ..OverSet::default()
     };
     for shard in 0..count {
@@ -246,8 +247,18 @@ async fn shard_part(
             report::ShardPart::new(shard, url, json, &store.workflows(None, *limit).await?)
         }
         Command::Periodic => report::ShardPart::new(shard, url, json, &store.periodic().await?),
+        Command::Stats {
+            job_type: Some(t),
+            top,
+            ..
+        } => report::ShardPart::new(
+            shard,
+            url,
+            json,
+            &store.tenants(t, usize::from(*top)).await?,
+        ),
         _ => {
-            let exact = matches!(cli.command, Command::Stats { exact: true });
+            let exact = matches!(cli.command, Command::Stats { exact: true, .. });
             let stats = store.stats(exact).await?;
             if let Some(total) = &mut over.total {
                 total.add(&stats);

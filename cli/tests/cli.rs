@@ -1461,3 +1461,245 @@ async fn a_reader_that_closed_the_pipe_ends_the_command_quietly() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
 }
+
+/// #37 §4: `stats TYPE` shows a fair type's values with the most ready and
+/// running jobs (the rest summed) and their oldest ready job's age;
+/// `pause TYPE --key H=V` holds one value while the others run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_of_a_type_shows_its_top_values_and_pause_key_holds_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let engine = Engine::builder()
+        .store(gaffer::Store::local_dir(dir))
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .register_with::<Greet>(gaffer::JobOptions {
+            fair_by: Some(gaffer::Fairness::header("tenant")),
+            ..Default::default()
+        })
+        .register::<Explode>()
+        .start()
+        .await
+        .unwrap();
+    // The whole type paused first: every job stays ready.
+    engine.pause("greet").await.unwrap();
+    let tenant = |t: &str| {
+        let mut opts = gaffer::SubmitOptions::default();
+        opts.headers.insert("tenant".into(), t.into());
+        opts
+    };
+    let mut handles = Vec::new();
+    for (t, n) in [("acme", 3), ("globex", 2), ("initech", 1)] {
+        for i in 0..n {
+            let name = format!("{t}-{i}");
+            handles.push((
+                t,
+                engine.submit_with(Greet { name }, tenant(t)).await.unwrap(),
+            ));
+        }
+    }
+    let plain = engine
+        .submit(Greet {
+            name: "plain".into(),
+        })
+        .await
+        .unwrap();
+
+    let stats = json(dir, &["stats", "greet", "--top", "2"]);
+    let values = stats["values"].as_array().unwrap();
+    let shown: Vec<(&str, &str, u64, u64)> = values
+        .iter()
+        .map(|v| {
+            (
+                v["header"].as_str().unwrap_or(""),
+                v["value"].as_str().unwrap_or(""),
+                v["ready"].as_u64().unwrap(),
+                v["running"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![("tenant", "acme", 3, 0), ("tenant", "globex", 2, 0)],
+        "{stats}"
+    );
+    assert!(
+        values.iter().all(|v| v["oldest_ready_age_ms"].is_u64()),
+        "{stats}"
+    );
+    // initech's and the job without the header: summed.
+    assert_eq!(stats["rest"]["values"], 2, "{stats}");
+    assert_eq!(stats["rest"]["ready"], 2, "{stats}");
+    assert_eq!(
+        (&stats["queues"], &stats["examined"]),
+        (&3.into(), &3.into())
+    );
+    let text = ok(dir, &["stats", "greet", "--top", "2"]);
+    assert!(
+        text.contains("tenant=acme") && text.contains("tenant=globex"),
+        "{text}"
+    );
+    assert!(text.contains("(2 more values)"), "{text}");
+    let text = ok(dir, &["stats", "greet", "--top", "4"]);
+    assert!(
+        text.contains("tenant=initech") && text.contains("(no header)"),
+        "{text}"
+    );
+
+    // Pause acme, resume the type: every other value runs, acme waits.
+    let paused = json(dir, &["pause", "greet", "--key", "tenant=acme"]);
+    assert_eq!(paused["status"], "applied", "{paused}");
+    assert!(
+        paused["result"].as_str().unwrap().contains("paused"),
+        "{paused}"
+    );
+    assert_eq!(json(dir, &["resume", "greet"])["status"], "applied");
+    for (t, h) in &handles {
+        if *t != "acme" {
+            assert!(h.join().await.unwrap().is_ok());
+        }
+    }
+    assert!(plain.join().await.unwrap().is_ok());
+    for (t, h) in &handles {
+        if *t == "acme" {
+            assert_eq!(
+                engine.status(h.id()).await.unwrap(),
+                gaffer::job::JobState::Queued
+            );
+        }
+    }
+    let stats = json(dir, &["stats", "greet"]);
+    let rows = stats["values"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{stats}");
+    assert_eq!(
+        (&rows[0]["value"], &rows[0]["ready"], &rows[0]["paused"]),
+        (&"acme".into(), &3.into(), &true.into()),
+        "{stats}"
+    );
+    assert!(ok(dir, &["stats", "greet"]).contains("paused"));
+
+    // Refused: no `=`, a type whose jobs are not spread by a header.
+    let bad = gaffer(dir, &["pause", "greet", "--key", "acme"]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    let refused = gaffer(dir, &["pause", "explode", "--key", "tenant=acme", "--json"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let body: Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert_eq!(body["status"], "refused", "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("gaffer pause explode"),
+        "{body}"
+    );
+
+    // A store whose partition marks are not complete (written before
+    // marks existed): the values come from taquba's list of queues, named
+    // from a job's headers. The engine stopped, its marks removed by hand.
+    engine.shutdown().await.unwrap();
+    let store: std::sync::Arc<dyn gaffer::taquba::object_store::ObjectStore> = std::sync::Arc::new(
+        gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap(),
+    );
+    let queue = gaffer::taquba::Queue::open(store, "queue").await.unwrap();
+    let base = gaffer_actors::layout::keys::queue_for("jobs", "greet");
+    let mut fx = gaffer::taquba::SettlementEffects::default()
+        .kv_delete(gaffer_actors::layout::keys::partitions_listed_key(&base));
+    for t in ["acme", "globex", "initech"] {
+        let q = gaffer_actors::layout::keys::partition_queue(&base, t);
+        fx = fx.kv_delete(gaffer_actors::layout::keys::partition_mark_key(&q));
+    }
+    queue.commit_effects(fx).await.unwrap();
+    queue.close().await.unwrap();
+    let stats = json(dir, &["stats", "greet"]);
+    let rows = stats["values"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{stats}");
+    assert_eq!(
+        (&rows[0]["header"], &rows[0]["value"], &rows[0]["ready"]),
+        (&"tenant".into(), &"acme".into(), &3.into()),
+        "{stats}"
+    );
+    assert_eq!(
+        (&stats["queues"], &stats["more"]),
+        (&3.into(), &false.into())
+    );
+
+    // Resumed (a new engine on the store): acme's jobs run.
+    let engine = Engine::builder()
+        .store(gaffer::Store::local_dir(dir))
+        .flush_interval(Duration::from_millis(1))
+        .intake_poll(Duration::from_millis(20))
+        .register_with::<Greet>(gaffer::JobOptions {
+            fair_by: Some(gaffer::Fairness::header("tenant")),
+            ..Default::default()
+        })
+        .register::<Explode>()
+        .start()
+        .await
+        .unwrap();
+    let resumed = json(dir, &["resume", "greet", "--key", "tenant=acme"]);
+    assert_eq!(resumed["status"], "applied", "{resumed}");
+    for (t, h) in &handles {
+        if *t == "acme" {
+            let h = engine.handle::<Greet>(h.id()).unwrap();
+            assert!(h.join().await.unwrap().is_ok());
+        }
+    }
+    engine.shutdown().await.unwrap();
+}
+
+/// By hand (`cargo test -p gaffer-cli --test cli -- --ignored
+/// stats_of_a_type_cost --nocapture`): how long `stats TYPE` takes with
+/// 10, 1 000 and 2 000 values each holding one ready job (the cap reads
+/// 1 000 of them), the process's wall time, three runs each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn stats_of_a_type_cost() {
+    for values in [10usize, 1_000, 2_000] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let engine = Engine::builder()
+            .store(gaffer::Store::local_dir(dir))
+            .flush_interval(Duration::from_millis(1))
+            .register_with::<Greet>(gaffer::JobOptions {
+                fair_by: Some(gaffer::Fairness::header("tenant")),
+                ..Default::default()
+            })
+            .start()
+            .await
+            .unwrap();
+        engine.pause("greet").await.unwrap();
+        let mut batch = Vec::new();
+        for v in 0..values {
+            let mut opts = gaffer::SubmitOptions::default();
+            opts.headers.insert("tenant".into(), format!("t{v}"));
+            batch.push(engine.submit_with(
+                Greet {
+                    name: v.to_string(),
+                },
+                opts,
+            ));
+            if batch.len() == 100 {
+                for f in batch.drain(..) {
+                    f.await.unwrap();
+                }
+            }
+        }
+        for f in batch.drain(..) {
+            f.await.unwrap();
+        }
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let out = json(dir, &["stats", "greet"]);
+            times.push(t.elapsed());
+            assert_eq!(out["examined"], values.min(1_000), "{out}");
+        }
+        let t = std::time::Instant::now();
+        json(dir, &["stats"]);
+        println!(
+            "{values} values: stats TYPE {times:?}; plain stats {:?}",
+            t.elapsed()
+        );
+        engine.shutdown().await.unwrap();
+    }
+}

@@ -10,6 +10,8 @@
 //! - [`queries`]: stats, a job, dead letters, batches, periodic jobs, the
 //!   writer's health, paused types;
 //! - [`listing`]: the listing of jobs with its cursor;
+//! - [`tenants`]: the values of a type spread over partition queues (its
+//!   top values, their oldest ready job, the paused ones);
 //! - [`workflows`]: the listing of workflows and one workflow's graph;
 //! - [`act`]: requests through the store's inbox and their fate;
 //! - [`report`]: what each read answers (the command's `--json` documents);
@@ -24,6 +26,7 @@ pub mod listing;
 pub mod queries;
 pub mod report;
 pub mod store;
+pub mod tenants;
 mod unflushed;
 pub mod workflows;
 

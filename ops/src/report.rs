@@ -66,6 +66,87 @@ impl Stats {
     }
 }
 
+/// `gaffer stats TYPE`: the values of a type whose jobs are spread over
+/// partition queues (fairness, a limit per key, a rate limit per header),
+/// those with the most ready and running jobs first (see
+/// [`crate::tenants`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Tenants {
+    /// The job type.
+    pub job_type: String,
+    /// The values shown, most ready and running jobs first.
+    pub values: Vec<ValueRow>,
+    /// The live values not shown, summed.
+    pub rest: ValuesRest,
+    /// The type's partition queues listed: from their marks, those that
+    /// may hold live jobs (at most [`crate::tenants::MAX_VALUES_EXAMINED`]
+    /// per store); on a store whose marks are not complete, every value
+    /// that ever had a job.
+    pub queues: usize,
+    /// Those whose counters were read (at most
+    /// [`crate::tenants::MAX_VALUES_EXAMINED`] per store).
+    pub examined: usize,
+    /// More partition queues exist than were read: the counts cover those
+    /// read only.
+    pub more: bool,
+    /// The values an operator paused, `(header, value)`, shown or not.
+    pub paused: Vec<(String, String)>,
+}
+
+/// One value of a [`Tenants`] report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValueRow {
+    /// The value (`None`: not recovered, see [`crate::tenants`]; or the
+    /// type's own queue, `no_header`).
+    pub value: Option<String>,
+    /// The header it is a value of, when recovered.
+    pub header: Option<String>,
+    /// The type's own queue: its jobs without the header.
+    pub no_header: bool,
+    /// Its partition queue.
+    pub queue: String,
+    /// Jobs ready to be claimed.
+    pub ready: i64,
+    /// Jobs claimed (running).
+    pub running: i64,
+    /// Jobs waiting for their time (scheduled, retries in backoff).
+    pub scheduled: i64,
+    /// When its first ready job (claim order) was enqueued, epoch ms.
+    pub oldest_ready_ms: Option<u64>,
+    /// That job's age when read, ms.
+    pub oldest_ready_age_ms: Option<u64>,
+    /// An operator paused it (`gaffer pause TYPE --key H=V`).
+    pub paused: bool,
+}
+
+impl ValueRow {
+    /// How the value reads: itself, `(no header)`, or `(hashed …)` with
+    /// the queue's digits.
+    pub fn label(&self) -> String {
+        match (&self.value, self.no_header) {
+            (_, true) => "(no header)".to_string(),
+            (Some(v), false) => v.clone(),
+            (None, false) => {
+                let digits = self.queue.rsplit("..p").next().unwrap_or("");
+                format!("(hashed {digits})")
+            }
+        }
+    }
+}
+
+/// The live values a [`Tenants`] report does not show, summed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ValuesRest {
+    /// How many.
+    pub values: usize,
+    /// Their ready jobs.
+    pub ready: i64,
+    /// Their running jobs.
+    pub running: i64,
+    /// Their scheduled jobs.
+    pub scheduled: i64,
+}
+
 /// `gaffer jobs`: `{"jobs": [...], "more": bool}`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Jobs {

@@ -93,6 +93,29 @@ impl Client {
             })
             .await
     }
+
+    /// Pause one value of a job type's partitioning header durably (as
+    /// `Engine::pause_value`).
+    pub async fn pause_value(&self, job_type: &str, header: &str, value: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::PauseValue {
+                job_type: job_type.to_string(),
+                header: header.to_string(),
+                value: value.to_string(),
+            })
+            .await
+    }
+
+    /// Resume a paused value (as `Engine::resume_value`).
+    pub async fn resume_value(&self, job_type: &str, header: &str, value: &str) -> Result<Request> {
+        self.inner
+            .operate(IntakeOp::ResumeValue {
+                job_type: job_type.to_string(),
+                header: header.to_string(),
+                value: value.to_string(),
+            })
+            .await
+    }
 }
 
 impl Inner {

@@ -21,9 +21,11 @@ use crate::{App, Shard, chart};
 
 mod actions;
 mod batches;
+mod values;
 mod workflows;
 pub use actions::*;
 pub use batches::*;
+pub use values::*;
 pub use workflows::*;
 
 /// Rows a listing shows per page.
@@ -260,7 +262,12 @@ fn queue_table(app: &App, stats: &Stats, paused: &BTreeSet<String>, actions: boo
                 @for row in stats.queues.iter().filter(|r| r.kind != "intake") {
                     @let is_paused = row.kind == "job" && paused.contains(&row.name);
                     tr data-queue=(row.name) {
-                        td { a href=(link(app, "/jobs", &[("type", &row.name)])) { (row.name) } }
+                        td {
+                            a href=(link(app, "/jobs", &[("type", &row.name)])) { (row.name) }
+                            @if row.kind == "job" {
+                                " " a.values href=(app.href(&format!("/queues/{}/values", seg(&row.name)))) { "values" }
+                            }
+                        }
                         td { (row.kind) }
                         td.n.pending { (row.pending) }
                         td.n.scheduled { (row.scheduled) }

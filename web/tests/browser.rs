@@ -553,3 +553,128 @@ async fn a_page_of_another_origin_cannot_frame_the_dashboard() {
     server.abort();
     engine.shutdown().await.unwrap();
 }
+
+/// A job of a type fair over the values of its `tenant` header.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Tenanted;
+
+impl gaffer::Job for Tenanted {
+    const NAME: &'static str = "tenanted";
+    type Output = ();
+    type Error = std::io::Error;
+
+    async fn run(&self, _ctx: gaffer::JobContext) -> Result<(), std::io::Error> {
+        Ok(())
+    }
+}
+
+/// #37 §4 in a browser: the type's queue page (reached from the queues
+/// table) lists its values, most ready first; acme's Pause button holds
+/// acme while globex runs, and its Resume button lets it run.
+#[tokio::test]
+async fn a_browser_pauses_one_value_from_the_queue_page() {
+    if !browser_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let engine = gaffer::Engine::builder()
+        .store(gaffer::Store::local_dir(dir.path()))
+        .flush_interval(Duration::from_millis(1))
+        .poll_interval(Duration::from_millis(20))
+        .intake_poll(Duration::from_millis(20))
+        .register_with::<Tenanted>(gaffer::JobOptions {
+            fair_by: Some(gaffer::Fairness::header("tenant")),
+            ..Default::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    engine.pause("tenanted").await.unwrap();
+    let mut handles = Vec::new();
+    for (tenant, n) in [("acme", 2), ("globex", 1)] {
+        for _ in 0..n {
+            let mut opts = gaffer::SubmitOptions::default();
+            opts.headers.insert("tenant".into(), tenant.into());
+            handles.push((tenant, engine.submit_with(Tenanted, opts).await.unwrap()));
+        }
+    }
+    let config = WebConfig::open(&gaffer::Store::local_dir(dir.path()))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server =
+        tokio::spawn(async move { axum::serve(listener, gaffer_web::router(config)).await });
+    let browser = Browser::start().await;
+    let c = &browser.c;
+
+    c.goto(&format!("{base}/queues")).await.unwrap();
+    c.find(Locator::Css("tr[data-queue=tenanted] a.values"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    appears(c, "table#values").await;
+    assert_eq!(text(c, "tr[data-value=acme] td.ready").await, "2");
+    assert_eq!(text(c, "tr[data-value=globex] td.ready").await, "1");
+    assert_eq!(
+        text(c, "table#values tr:nth-child(2)")
+            .await
+            .split_whitespace()
+            .next(),
+        Some("tenant=acme"),
+        "most ready first"
+    );
+    shot(c, "queue-values").await;
+    c.find(Locator::Css("tr[data-value=acme] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    appears(c, "td.fate .state.applied").await;
+    c.goto(&format!("{base}/queues/tenanted/values"))
+        .await
+        .unwrap();
+    appears(c, "tr[data-value=acme] td.paused .state.paused").await;
+    // The type resumed: globex runs, acme stays queued.
+    engine.resume("tenanted").await.unwrap();
+    for (tenant, h) in &handles {
+        if *tenant == "globex" {
+            assert!(h.join().await.unwrap().is_ok());
+        }
+    }
+    for (tenant, h) in &handles {
+        if *tenant == "acme" {
+            assert_eq!(
+                engine.status(h.id()).await.unwrap(),
+                gaffer::job::JobState::Queued
+            );
+        }
+    }
+    // Its Resume button: acme's jobs run.
+    c.goto(&format!("{base}/queues/tenanted/values"))
+        .await
+        .unwrap();
+    c.find(Locator::Css("tr[data-value=acme] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    appears(c, "td.fate .state.applied").await;
+    for (_, h) in &handles {
+        assert!(h.join().await.unwrap().is_ok());
+    }
+    let console = browser.console().await;
+    assert!(
+        console
+            .iter()
+            .all(|m| !m.contains("Content Security Policy")),
+        "{console:?}"
+    );
+    browser.stop().await;
+    server.abort();
+    engine.shutdown().await.unwrap();
+}

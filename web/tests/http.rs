@@ -1095,3 +1095,163 @@ async fn a_waiting_job_names_its_signal_and_its_timeout_and_takes_the_signal() {
     assert_eq!(h.join().await.unwrap().unwrap(), "order 7 approved by ana");
     engine.shutdown().await.unwrap();
 }
+
+/// A job of a type fair over the values of its `tenant` header.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Tenanted {
+    n: u32,
+}
+
+impl gaffer::Job for Tenanted {
+    const NAME: &'static str = "tenanted";
+    type Output = u32;
+    type Error = std::io::Error;
+
+    async fn run(&self, _ctx: gaffer::JobContext) -> Result<u32, std::io::Error> {
+        Ok(self.n)
+    }
+}
+
+/// The `<tr>` of the value `value` on a queue page (its `data-value`).
+fn value_row<'a>(page: &'a str, value: &str) -> &'a str {
+    let at = page
+        .find(&format!("<tr data-value=\"{value}\""))
+        .unwrap_or_else(|| panic!("no row of {value}: {page}"));
+    let end = page[at..].find("</tr>").map_or(page.len(), |e| at + e);
+    &page[at..end]
+}
+
+/// #37 §4: a fair type's queue page lists its values with the most ready
+/// jobs, each with its oldest ready job's age and a pause button that
+/// holds that value while the others run; read-only, no button and a 403.
+#[tokio::test]
+async fn a_queue_page_shows_the_top_values_and_pauses_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = gaffer::Engine::builder()
+        .store(gaffer::Store::local_dir(dir.path()))
+        .flush_interval(Duration::from_millis(1))
+        .poll_interval(Duration::from_millis(20))
+        .intake_poll(Duration::from_millis(20))
+        .register_with::<Tenanted>(gaffer::JobOptions {
+            fair_by: Some(gaffer::Fairness::header("tenant")),
+            ..Default::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    engine.pause(<Tenanted as gaffer::Job>::NAME).await.unwrap();
+    let mut handles = Vec::new();
+    for (tenant, n) in [("acme", 3), ("globex", 1), (EVIL, 1)] {
+        for i in 0..n {
+            let mut opts = gaffer::SubmitOptions::default();
+            opts.headers.insert("tenant".into(), tenant.into());
+            let h = engine.submit_with(Tenanted { n: i }, opts).await.unwrap();
+            handles.push((tenant, h));
+        }
+    }
+    let app = router(dir.path()).await;
+    let queues = get(&app, "/queues").await;
+    assert!(
+        queues.body.contains("href=\"/queues/tenanted/values\""),
+        "{}",
+        queues.body
+    );
+    let page = get(&app, "/queues/tenanted/values").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(!page.body.contains(EVIL), "escaped");
+    let acme = value_row(&page.body, "acme");
+    assert!(acme.contains("<td class=\"n ready\">3</td>"), "{acme}");
+    assert!(acme.contains("<td class=\"oldest\">"), "{acme}");
+    assert!(
+        acme.contains("action=\"/queues/tenanted/values/pause\"")
+            && acme.contains("name=\"value\" value=\"acme\""),
+        "{acme}"
+    );
+    // Most ready first: acme's row comes before globex's.
+    assert!(
+        page.body.find("data-value=\"acme\"") < page.body.find("data-value=\"globex\""),
+        "{}",
+        page.body
+    );
+    // Top 1: the rest summed.
+    let top1 = get(&app, "/queues/tenanted/values?top=1").await;
+    assert!(top1.body.contains("id=\"values-rest\""), "{}", top1.body);
+    assert!(top1.body.contains("(2 more values)"), "{}", top1.body);
+    assert_eq!(
+        get(&app, "/queues/tenanted/values?top=0").await.status,
+        StatusCode::BAD_REQUEST
+    );
+
+    // The button's request: acme paused; the type resumed, the others run.
+    let a = post(
+        &app,
+        "/queues/tenanted/values/pause",
+        "header=tenant&value=acme",
+    )
+    .await;
+    fate(&app, &a.location, "applied", None).await;
+    common::eventually("acme shows paused", async || {
+        let page = get(&app, "/queues/tenanted/values").await.body;
+        let row = value_row(&page, "acme");
+        row.contains("state paused") && row.contains("/values/resume")
+    })
+    .await;
+    engine
+        .resume(<Tenanted as gaffer::Job>::NAME)
+        .await
+        .unwrap();
+    for (tenant, h) in &handles {
+        if *tenant != "acme" {
+            assert!(h.join().await.unwrap().is_ok());
+        }
+    }
+    for (tenant, h) in &handles {
+        if *tenant == "acme" {
+            assert_eq!(
+                engine.status(h.id()).await.unwrap(),
+                gaffer::job::JobState::Queued
+            );
+        }
+    }
+
+    // Read-only: the page has no form, and the action is refused.
+    let ro = gaffer_web::router(
+        WebConfig::open(&gaffer::Store::local_dir(dir.path()))
+            .await
+            .unwrap()
+            .read_only(true),
+    );
+    let page = get(&ro, "/queues/tenanted/values").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(value_row(&page.body, "acme").contains("state paused"));
+    assert!(!page.body.contains("method=\"post\""), "{}", page.body);
+    assert_eq!(
+        post(
+            &ro,
+            "/queues/tenanted/values/resume",
+            "header=tenant&value=acme"
+        )
+        .await
+        .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        post(&app, "/queues/tenanted/values/pause", "header=tenant")
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+
+    // Resumed from its button: acme's jobs run.
+    let a = post(
+        &app,
+        "/queues/tenanted/values/resume",
+        "header=tenant&value=acme",
+    )
+    .await;
+    fate(&app, &a.location, "applied", None).await;
+    for (_, h) in &handles {
+        assert!(h.join().await.unwrap().is_ok());
+    }
+    engine.shutdown().await.unwrap();
+}

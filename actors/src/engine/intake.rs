@@ -102,6 +102,25 @@ pub enum IntakeOp {
     /// Write every value of the store under the engine's newest key
     /// (`Services::rekey`).
     Rekey,
+    /// Pause one value of a job type's partitioning header durably
+    /// (`EngineRef::pause_value`).
+    PauseValue {
+        /// The job type.
+        job_type: String,
+        /// The header its jobs are spread by.
+        header: String,
+        /// The value.
+        value: String,
+    },
+    /// Resume a paused value (`EngineRef::resume_value`).
+    ResumeValue {
+        /// The job type.
+        job_type: String,
+        /// The header its jobs are spread by.
+        header: String,
+        /// The value.
+        value: String,
+    },
 }
 
 impl IntakeOp {
@@ -423,6 +442,32 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
                 if was { "" } else { " (it was not paused)" }
             ))
         }),
+        IntakeOp::PauseValue {
+            job_type,
+            header,
+            value,
+        } => engine
+            .pause_value(&job_type, &header, &value)
+            .await
+            .map(|was| {
+                Some(format!(
+                    "`{header}={value}` of `{job_type}` paused{}",
+                    if was { "" } else { " (it was already)" }
+                ))
+            }),
+        IntakeOp::ResumeValue {
+            job_type,
+            header,
+            value,
+        } => engine
+            .resume_value(&job_type, &header, &value)
+            .await
+            .map(|was| {
+                Some(format!(
+                    "`{header}={value}` of `{job_type}` resumed{}",
+                    if was { "" } else { " (it was not paused)" }
+                ))
+            }),
         IntakeOp::Signal {
             run_id,
             name,

@@ -78,6 +78,10 @@ pub struct SupervisorState {
     /// Job types an operator paused (durable under `gaffer/v1/paused/`):
     /// their pools start paused, also after a restart of the pool.
     paused: std::collections::HashSet<String>,
+    /// Per job type, the partition queues of the values an operator paused
+    /// (durable under `gaffer/v1/paused-values/`): its pool starts with
+    /// them held, also after a restart of the pool.
+    paused_values: HashMap<String, std::collections::HashSet<String>>,
     children: HashMap<ractor::ActorId, Child>,
     shutting_down: bool,
     /// The event channel's one lasting sender (the services hold it weakly):
@@ -207,10 +211,12 @@ impl Actor for Supervisor {
             periodic_actor: None,
             started_ms,
             paused: Default::default(),
+            paused_values: Default::default(),
             shutting_down: false,
             events: Some(events),
         };
         state.paused = state.services.paused_types().await?.into_iter().collect();
+        state.load_paused_values().await?;
         // Signals a crash left between a wait's commit and its delivery.
         let (delivered, removed) = state.services.deliver_held_signals().await?;
         if delivered + removed > 0 {
@@ -272,6 +278,13 @@ impl Actor for Supervisor {
             EngineMessage::ForgetBatch(batch_id, reply) => state.forget_batch(batch_id, reply),
             EngineMessage::ResumeJobType(name, reply) => state.resume_job_type(name, reply),
             EngineMessage::PauseJobType(name, reply) => state.pause_job_type(name, reply),
+            EngineMessage::PauseValue {
+                job_type,
+                header,
+                value,
+                pause,
+                reply,
+            } => state.pause_value(job_type, header, value, pause, reply),
             EngineMessage::RetryJob(run_id, reply) => state.retry(run_id, reply),
             EngineMessage::RetryFailed(job_type, since_ms, reply) => {
                 state.retry_failed(job_type, since_ms, reply)

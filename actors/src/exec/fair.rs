@@ -164,6 +164,10 @@ pub(crate) struct Ring {
     /// Queues at their key limit: out of the ring until a job of theirs
     /// settles.
     blocked: HashSet<String>,
+    /// Queues an operator paused (`Engine::pause_value`): out of the ring
+    /// and never let in (a submission, a settlement, the idle check) until
+    /// resumed.
+    paused: HashSet<String>,
     /// Slots the front queue took in its current turn.
     turn_used: u32,
     config: FairConfig,
@@ -178,6 +182,7 @@ impl Ring {
             members: HashMap::new(),
             next_generation: 0,
             blocked: HashSet::new(),
+            paused: HashSet::new(),
             turn_used: 0,
             config,
             visits: 0,
@@ -194,8 +199,12 @@ impl Ring {
     }
 
     /// `queue` may have ready jobs: it joins the ring at the back (a
-    /// blocked queue too); `false` if it was in the ring already.
+    /// blocked queue too); `false` if it was in the ring already, or is
+    /// paused.
     pub(crate) fn enter(&mut self, queue: &str) -> bool {
+        if self.paused.contains(queue) {
+            return false;
+        }
         self.blocked.remove(queue);
         if self.members.contains_key(queue) {
             return false;
@@ -229,6 +238,41 @@ impl Ring {
     /// check, a submission or a settlement brings it back).
     pub(crate) fn drained(&mut self, queue: &str) {
         self.members.remove(queue);
+    }
+
+    /// An operator paused `queue`: it leaves the ring (its stale entry is
+    /// dropped when the front reaches it) and stays out until
+    /// [`resume`](Self::resume); `false` if it was paused already.
+    pub(crate) fn pause(&mut self, queue: &str) -> bool {
+        self.members.remove(queue);
+        self.blocked.remove(queue);
+        self.paused.insert(queue.to_string())
+    }
+
+    /// An operator resumed `queue`: it joins the ring at the back (it may
+    /// have ready jobs; a claim that finds none drains it as any other);
+    /// `false` if it was not paused.
+    pub(crate) fn resume(&mut self, queue: &str) -> bool {
+        if !self.paused.remove(queue) {
+            return false;
+        }
+        self.enter(queue);
+        true
+    }
+
+    /// The queues that may hold ready jobs: in the ring, blocked at their
+    /// limit, or paused (any order).
+    pub(crate) fn live_queues(&self) -> impl Iterator<Item = &str> {
+        self.members
+            .keys()
+            .chain(self.blocked.iter())
+            .chain(self.paused.iter())
+            .map(String::as_str)
+    }
+
+    /// Whether an operator paused `queue`.
+    pub(crate) fn is_paused(&self, queue: &str) -> bool {
+        self.paused.contains(queue)
     }
 
     /// Whether `queue` is in the ring or blocked (not idle).

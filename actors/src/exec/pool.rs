@@ -54,6 +54,7 @@ use crate::services::Services;
 mod claiming;
 mod leases;
 mod lifecycle;
+mod sample;
 mod slots;
 
 pub(crate) use crate::exec::claimer::Held;
@@ -119,6 +120,22 @@ pub enum PoolMessage {
     /// An operator's pause: claim nothing more (running jobs finish, jobs
     /// waiting here go back to the queue); answers whether it was running.
     Pause(RpcReplyPort<bool>),
+    /// An operator's pause (`pause: true`) or resume of one value of the
+    /// type's partitioning header: its partition queue `queue` is held
+    /// (nothing more of it is claimed; its jobs waiting here go back to
+    /// the queue, running ones finish) or let go. Answers whether it
+    /// changed.
+    PauseValue {
+        /// The value's partition queue (`keys::partition_queue`).
+        queue: String,
+        /// Pause, or resume.
+        pause: bool,
+        /// Whether it changed.
+        reply: RpcReplyPort<bool>,
+    },
+    /// Sample the type's ready jobs for its metrics (feature `metrics`;
+    /// sent to itself every `sample::SAMPLE_EVERY`).
+    SampleReady,
     /// Stop claiming; reply once nothing is held: no job running, queued here
     /// or settling. With a grace period, jobs still running at its end are
     /// given back to the queue (their attempt is not counted) and their
@@ -164,6 +181,17 @@ impl PoolRef {
     pub(crate) async fn pause(&self) -> crate::Result<bool> {
         ractor::call!(self.0, PoolMessage::Pause)
             .map_err(|e| crate::EngineError::unavailable("handler pool", e))
+    }
+
+    /// Pause or resume one value's partition queue (see
+    /// [`PoolMessage::PauseValue`]); answers whether it changed.
+    pub(crate) async fn pause_value(&self, queue: String, pause: bool) -> crate::Result<bool> {
+        ractor::call!(self.0, |reply| PoolMessage::PauseValue {
+            queue,
+            pause,
+            reply
+        })
+        .map_err(|e| crate::EngineError::unavailable("handler pool", e))
     }
 }
 
@@ -254,6 +282,9 @@ pub struct PoolArguments {
     pub jobs: Arc<dyn crate::erased::JobEngine>,
     /// Start paused: an operator paused the type (durably).
     pub paused: bool,
+    /// Partition queues of values an operator paused (durably, see
+    /// `keys::paused_value_key`): held from the start.
+    pub paused_values: Vec<String>,
     /// At most this many starts per period (`register_with_rate`).
     pub rate: Option<crate::exec::rate::RateLimit>,
     /// Fairness and a limit per key (`JobOptions::fair_by`,
@@ -413,6 +444,9 @@ impl Actor for HandlerPool {
         if let Some(fair) = &args.fair {
             limiter = limiter.fair(fair.clone());
         }
+        for q in &args.paused_values {
+            limiter.pause_value(q, true);
+        }
         let metrics = crate::telemetry::TypeMetrics::new(&args.job_type);
         let mut state = PoolState {
             metrics,
@@ -462,6 +496,11 @@ impl Actor for HandlerPool {
         if state.limiter.ring().is_some() {
             myself.send_after(state.settings().poll_interval, || PoolMessage::CheckIdle);
         }
+        if crate::telemetry::TypeMetrics::ENABLED
+            && state.args.services.route(&state.args.job_type).is_some()
+        {
+            myself.send_after(sample::SAMPLE_EVERY, || PoolMessage::SampleReady);
+        }
         Ok(state)
     }
 
@@ -504,6 +543,14 @@ impl Actor for HandlerPool {
                 let resumed = state.resume(&myself).await;
                 let _ = reply.send(resumed);
             }
+            PoolMessage::PauseValue {
+                queue,
+                pause,
+                reply,
+            } => {
+                let _ = reply.send(state.pause_value(&myself, &queue, pause));
+            }
+            PoolMessage::SampleReady => state.sample_ready(&myself),
             PoolMessage::Drain(grace, reply) => state.drain(&myself, grace, reply),
             PoolMessage::DrainDeadline => state.abandon(&myself),
             PoolMessage::GetStats(reply) => {

@@ -195,6 +195,10 @@ pub(crate) type Plan = Vec<(String, usize)>;
 #[derive(Debug)]
 pub(crate) struct Limiter {
     limit: Option<RateLimit>,
+    /// Partition queues an operator paused (`Engine::pause_value`) on a
+    /// type that is not fair (a rate limit per header): its round robin
+    /// passes them over. A fair type's are its ring's.
+    paused: std::collections::HashSet<String>,
     /// The type's queue first, then partition queues in the order learned.
     queues: Vec<String>,
     /// The same queues, to tell a new one at once, each with its place in
@@ -230,6 +234,7 @@ impl Limiter {
             queues: vec![queue],
             next: 0,
             buckets: HashMap::new(),
+            paused: Default::default(),
             since: Instant::now(),
             fair: None,
             idle_cursor: 0,
@@ -390,7 +395,12 @@ impl Limiter {
         let n = self.queues.len();
         let mut counts = vec![0usize; n];
         let mut left = want;
-        let mut dry = vec![false; n];
+        // A paused value is passed over, as one without a token.
+        let mut dry: Vec<bool> = self
+            .queues
+            .iter()
+            .map(|q| self.paused.contains(q))
+            .collect();
         let mut i = self.next % n;
         while left > 0 && dry.iter().any(|d| !d) {
             if !dry[i] {
@@ -524,7 +534,12 @@ impl Limiter {
         let deciding: Box<dyn Iterator<Item = &str> + '_> =
             match (self.per_value_buckets(), &self.fair) {
                 (true, Some(ring)) => Box::new(ring.members()),
-                (true, None) => Box::new(self.queues.iter().map(String::as_str)),
+                (true, None) => Box::new(
+                    self.queues
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|q| !self.paused.contains(*q)),
+                ),
                 (false, _) => Box::new(self.queues[..1].iter().map(String::as_str)),
             };
         deciding.filter_map(move |q| {
@@ -541,6 +556,40 @@ impl Limiter {
     /// How long until some queue has a token again.
     pub(crate) fn until_next(&self) -> Duration {
         self.waits().min().unwrap_or(Duration::ZERO)
+    }
+}
+
+/// Pause per value (`Engine::pause_value`).
+impl Limiter {
+    /// Hold (`pause`) or let go the jobs of the partition queue `queue`:
+    /// a fair type's ring keeps it out; a type rate-limited per header
+    /// passes it over. Answers whether it changed.
+    pub(crate) fn pause_value(&mut self, queue: &str, pause: bool) -> bool {
+        match (&mut self.fair, pause) {
+            (Some(ring), true) => ring.pause(queue),
+            (Some(ring), false) => ring.resume(queue),
+            (None, true) => self.paused.insert(queue.to_string()),
+            (None, false) => self.paused.remove(queue),
+        }
+    }
+
+    /// The queues a sample of ready jobs reads, at most `max`: a fair
+    /// type's that may hold ready jobs (its ring, blocked and paused ones;
+    /// a drained value has none ready, until an insert its idle check has
+    /// not seen yet), any other type's every known queue.
+    pub(crate) fn sample_queues(&self, max: usize) -> Vec<String> {
+        match &self.fair {
+            Some(ring) => ring.live_queues().take(max).map(str::to_string).collect(),
+            None => self.queues.iter().take(max).cloned().collect(),
+        }
+    }
+
+    /// Whether an operator paused `queue`.
+    pub(crate) fn is_paused(&self, queue: &str) -> bool {
+        match &self.fair {
+            Some(ring) => ring.is_paused(queue),
+            None => self.paused.contains(queue),
+        }
     }
 }
 

@@ -205,6 +205,47 @@ impl Services {
         Ok(out)
     }
 
+    /// The values of `job_type`'s partitioning header an operator paused
+    /// (`keys::paused_value_key`), at most `limit`, in key order.
+    pub async fn paused_values(&self, job_type: &str, limit: usize) -> Result<Vec<String>> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let queue = self.queue()?;
+        let prefix = keys::paused_values_prefix(job_type);
+        let entries = queue.view().kv_entries(
+            &prefix,
+            ..,
+            taquba::KvOrder::Ascending,
+            limit.clamp(1, 1000),
+        );
+        let mut entries = std::pin::pin!(entries.take(limit));
+        let mut out = Vec::new();
+        while let Some((key, _)) = entries.try_next().await? {
+            if let Some(value) = key.get(prefix.len()..) {
+                out.push(String::from_utf8_lossy(value).into_owned());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Record (or clear) an operator's pause of the value `value` of
+    /// `job_type`'s partitioning header `header`.
+    pub async fn set_value_paused(
+        &self,
+        job_type: &str,
+        header: &str,
+        value: &str,
+        paused: bool,
+    ) -> Result<()> {
+        let queue = self.queue()?;
+        let key = keys::paused_value_key(job_type, value);
+        if paused {
+            queue.kv_put(&key, header.as_bytes()).await?;
+        } else {
+            queue.kv_delete(&key).await?;
+        }
+        Ok(())
+    }
+
     /// Record (or clear) an operator's pause of `job_type`.
     pub async fn set_paused(&self, job_type: &str, paused: bool) -> Result<()> {
         let queue = self.queue()?;

@@ -348,6 +348,28 @@ pub fn paused_key(job_type: &str) -> Vec<u8> {
 /// Prefix of the paused-type keys ([`paused_key`]).
 pub const PAUSED_PREFIX: &[u8] = b"gaffer/v1/paused/";
 
+/// `gaffer/v1/paused-values/{type segment}/{value}`: the jobs of one value
+/// of the partitioning header of `job_type` (its fairness, limit per key or
+/// rate limit per header) are held by an operator: the type's pool claims
+/// nothing from the value's partition queue until it is resumed, across
+/// restarts. The value is stored raw at the key's end (any bytes but the
+/// key's length, see [`MAX_PAUSED_VALUE_LEN`]); the record's value is the
+/// header's name.
+pub fn paused_value_key(job_type: &str, value: &str) -> Vec<u8> {
+    let mut k = paused_values_prefix(job_type);
+    k.extend_from_slice(value.as_bytes());
+    k
+}
+
+/// Prefix of one type's paused values ([`paused_value_key`]):
+/// `gaffer/v1/paused-values/{type segment}/` (a type segment holds no `/`).
+pub fn paused_values_prefix(job_type: &str) -> Vec<u8> {
+    format!("gaffer/v1/paused-values/{}/", type_segment(job_type)).into_bytes()
+}
+
+/// The longest header value that can be paused, in bytes.
+pub const MAX_PAUSED_VALUE_LEN: usize = 1024;
+
 /// Prefix of the periodic jobs' records ([`periodic_key`]).
 pub const PERIODIC_PREFIX: &[u8] = b"gaffer/v1/periodic/";
 

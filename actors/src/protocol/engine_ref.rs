@@ -278,6 +278,39 @@ impl EngineRef {
             .map_err(|_| EngineError::ShutDown)?
     }
 
+    /// Pause one value of a job type's partitioning header durably (the
+    /// header of its `fair_by`, `key_concurrency` or per-header rate
+    /// limit): nothing more of that value's jobs is claimed, across
+    /// restarts, until [`resume_value`](Self::resume_value), while the
+    /// type's other values run; running jobs finish. Answers whether it
+    /// was running. `NotPartitioned` for a type not spread by `header`.
+    pub async fn pause_value(&self, job_type: &str, header: &str, value: &str) -> Result<bool> {
+        self.value_paused(job_type, header, value, true).await
+    }
+
+    /// Resume a value paused by [`pause_value`](Self::pause_value).
+    /// Answers whether it was paused.
+    pub async fn resume_value(&self, job_type: &str, header: &str, value: &str) -> Result<bool> {
+        self.value_paused(job_type, header, value, false).await
+    }
+
+    async fn value_paused(
+        &self,
+        job_type: &str,
+        header: &str,
+        value: &str,
+        pause: bool,
+    ) -> Result<bool> {
+        ractor::call!(self.actor, |reply| EngineMessage::PauseValue {
+            job_type: job_type.to_string(),
+            header: header.to_string(),
+            value: value.to_string(),
+            pause,
+            reply,
+        })
+        .map_err(|_| EngineError::ShutDown)?
+    }
+
     /// Run a failed or cancelled job again under its id (see
     /// [`Services::retry`](crate::services::Services::retry)).
     pub async fn retry(&self, run_id: &str) -> Result<()> {

@@ -85,6 +85,11 @@ impl SupervisorState {
             notify: self.notify(),
             jobs: Arc::new(self.engine_ref()),
             paused: self.paused.contains(name),
+            paused_values: self
+                .paused_values
+                .get(name)
+                .map(|v| v.iter().cloned().collect())
+                .unwrap_or_default(),
             rate,
             fair: None,
             timeout,

@@ -312,6 +312,85 @@ impl SupervisorState {
         }
     }
 
+    /// Pause or resume one value of a job type's partitioning header,
+    /// durably (see `keys::paused_value_key`): its pool holds the value's
+    /// partition queue while the other values run. Refused for a type
+    /// whose jobs are not spread by `header`.
+    pub(super) fn pause_value(
+        &mut self,
+        job_type: String,
+        header: String,
+        value: String,
+        pause: bool,
+        reply: RpcReplyPort<Result<bool>>,
+    ) {
+        let (Some(pool), Some(route)) = (
+            self.pools.get(&job_type).cloned(),
+            self.services.route(&job_type).cloned(),
+        ) else {
+            let _ = reply.send(Err(EngineError::UnknownJobType(job_type)));
+            return;
+        };
+        if !self.registrations.contains_key(&job_type)
+            || !matches!(route.kind, crate::erased::Kind::Job)
+        {
+            let _ = reply.send(Err(EngineError::UnknownJobType(job_type)));
+            return;
+        }
+        if route.partition.as_deref() != Some(header.as_str()) {
+            let _ = reply.send(Err(EngineError::NotPartitioned {
+                job_type,
+                header,
+                by: route.partition,
+            }));
+            return;
+        }
+        if value.is_empty() || value.len() > crate::layout::keys::MAX_PAUSED_VALUE_LEN {
+            let _ = reply.send(Err(EngineError::PausedValueTooLong { len: value.len() }));
+            return;
+        }
+        let queue = crate::layout::keys::partition_queue(&route.queue, &value);
+        let held = self.paused_values.entry(job_type.clone()).or_default();
+        if pause {
+            held.insert(queue.clone());
+        } else {
+            held.remove(&queue);
+        }
+        let services = self.services.clone();
+        self.answer("pausing a value of a job type", reply, async move {
+            services
+                .set_value_paused(&job_type, &header, &value, pause)
+                .await?;
+            pool.pause_value(queue, pause).await
+        });
+    }
+
+    /// Load the values operators paused, for every registered job type
+    /// whose jobs are spread by a header (at most
+    /// `MAX_PAUSED_VALUES_LOADED` per type).
+    pub(super) async fn load_paused_values(&mut self) -> Result<()> {
+        for (name, route) in self.services.routes().clone() {
+            if route.partition.is_none() || !matches!(route.kind, crate::erased::Kind::Job) {
+                continue;
+            }
+            let values = self
+                .services
+                .paused_values(&name, MAX_PAUSED_VALUES_LOADED)
+                .await?;
+            if values.len() == MAX_PAUSED_VALUES_LOADED {
+                tracing::warn!(job_type = %name, max = MAX_PAUSED_VALUES_LOADED, "more values are paused than an engine loads; those past the first are not held");
+            }
+            if !values.is_empty() {
+                let queues = values
+                    .iter()
+                    .map(|v| crate::layout::keys::partition_queue(&route.queue, v))
+                    .collect();
+                self.paused_values.insert(name, queues);
+            }
+        }
+        Ok(())
+    }
+
     /// Retry a failed or cancelled job (see `Services::retry`).
     pub(super) fn retry(&self, run_id: String, reply: RpcReplyPort<Result<()>>) {
         let services = self.services.clone();
@@ -411,3 +490,6 @@ pub(super) fn check_periodic_spec(
         _ => Err(EngineError::UnknownJobType(spec.job_type.clone())),
     }
 }
+
+/// The most paused values an engine loads per job type at its start.
+pub(super) const MAX_PAUSED_VALUES_LOADED: usize = 10_000;

@@ -168,3 +168,30 @@ fn a_value_filled_only_by_a_plan_is_planned_again_if_its_claim_came_back_short()
     assert_eq!(r.len(), 0);
     assert!(r.is_active("a"), "blocked");
 }
+
+#[test]
+fn a_paused_value_stays_out_of_the_ring_until_resumed() {
+    let mut r = ring(&[], Some(1));
+    r.enter("a");
+    r.enter("b");
+    assert!(r.pause("a"));
+    assert!(!r.pause("a"), "paused already");
+    assert_eq!(r.len(), 1);
+    // Nothing lets it in while paused: a submission, a settlement, the
+    // idle check (all `enter`).
+    assert!(!r.enter("a"));
+    assert!(!r.settled("a", true));
+    assert!(!r.is_active("a"));
+    assert_eq!(plan(&mut r, 3), p(&[("b", 1)]));
+    // A blocked value paused leaves `blocked` too.
+    let held = HashMap::from([("b", 1)]);
+    assert_eq!(r.plan(3, &held, |_, n| n), Vec::new());
+    assert!(r.is_active("b"));
+    assert!(r.pause("b"));
+    assert!(!r.is_active("b"));
+    // Resumed: back at the ring's back.
+    assert!(r.resume("a"));
+    assert!(!r.resume("a"), "not paused any more");
+    assert!(r.resume("b"));
+    assert_eq!(plan(&mut r, 3), p(&[("a", 1), ("b", 1)]));
+}

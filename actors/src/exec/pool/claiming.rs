@@ -282,7 +282,12 @@ impl PoolState {
         match result {
             Ok(held) => {
                 for h in held {
-                    self.dispatch(myself, h);
+                    // A claim planned before its value's pause.
+                    if self.limiter.is_paused(&h.claim.queue) {
+                        self.release(myself, h, "its value is paused".into(), None);
+                    } else {
+                        self.dispatch(myself, h);
+                    }
                 }
                 self.shrink();
                 self.maybe_claim(myself);

@@ -54,6 +54,35 @@ impl PoolState {
         true
     }
 
+    /// An operator's pause or resume of one value (its partition queue
+    /// `queue`): paused, its jobs waiting here go back to the queue
+    /// without an attempt (running ones finish) and nothing more of it is
+    /// claimed; resumed, it is claimed from again. Answers whether it
+    /// changed.
+    pub(super) fn pause_value(
+        &mut self,
+        myself: &ActorRef<PoolMessage>,
+        queue: &str,
+        pause: bool,
+    ) -> bool {
+        let changed = self.limiter.pause_value(queue, pause);
+        if pause {
+            let (held, kept) = std::mem::take(&mut self.backlog)
+                .into_iter()
+                .partition(|h| &*h.claim.queue == queue);
+            self.backlog = kept;
+            for h in held {
+                self.release(myself, h, "its value is paused".into(), None);
+            }
+        } else if changed {
+            // A claim waiting on other queues answers, and the pool plans
+            // again with this one.
+            self.woke_ring();
+            self.maybe_claim(myself);
+        }
+        changed
+    }
+
     /// Give a claim back to the queue without counting an attempt.
     pub(super) fn release(
         &mut self,

@@ -299,3 +299,27 @@ async fn a_queue_that_woke_or_holds_jobs_is_kept() {
     tokio::time::advance(after / 2).await;
     assert_eq!(l.due_for_check(after).len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_value_of_a_partitioned_limit_is_passed_over() {
+    let limit = RateLimit::per_second(2).unwrap().per_header("tenant");
+    let mut l = Limiter::new("q".into(), Some(limit));
+    l.learn("q..pa".into());
+    l.learn("q..pb".into());
+    assert!(l.pause_value("q..pa", true));
+    assert!(!l.pause_value("q..pa", true), "paused already");
+    assert!(l.is_paused("q..pa"));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let mut plan = l.plan(10);
+    plan.sort();
+    assert_eq!(
+        plan,
+        vec![("q".to_string(), 2), ("q..pb".to_string(), 2)],
+        "{plan:?}"
+    );
+    // Its full bucket does not make the pool plan again at once.
+    assert_eq!(l.until_next(), Duration::from_millis(500));
+    assert!(l.pause_value("q..pa", false));
+    assert!(!l.is_paused("q..pa"));
+    assert_eq!(l.plan(10), vec![("q..pa".to_string(), 2)]);
+}
