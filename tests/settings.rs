@@ -223,13 +223,14 @@ async fn the_started_engine_runs_with_the_last_call_of_each_setting() {
 
 #[tokio::test]
 async fn a_zero_forget_window_is_refused_with_what_to_do() {
-    let err = gaffer::Engine::builder()
+    let Err(err) = gaffer::Engine::builder()
         .store(gaffer::Store::in_memory())
         .forget_drained_after(Duration::ZERO)
         .start()
         .await
-        .err()
-        .expect("a zero window is refused");
+    else {
+        panic!("a zero window is refused");
+    };
     assert!(
         err.to_string()
             .contains("forget_drained_after must be greater than zero"),

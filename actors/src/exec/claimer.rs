@@ -277,21 +277,34 @@ async fn claim_planned(
     stop: &CancellationToken,
     drained: &mut Vec<String>,
 ) -> Result<Vec<Claim>, taquba::Error> {
-    let mut claims = Vec::new();
-    for (name, want) in plan {
+    // The queues are claimed at once, not one after the other: each claim
+    // is a transaction of its own queue's keys (no two conflict), and
+    // together they wait for one flush rather than one each (a fair type
+    // with many values plans one job from each of many queues).
+    let results = futures_util::future::join_all(plan.iter().map(|(name, want)| {
         let lease = queue.queue_config(name).lease_duration;
-        match queue.claim_batch(name, *want, lease).await {
+        queue.claim_batch(name, *want, lease)
+    }))
+    .await;
+    let mut claims = Vec::new();
+    let mut failed = None;
+    for ((name, want), result) in plan.iter().zip(results) {
+        match result {
             Ok(more) => {
                 if more.len() < *want {
                     drained.push(name.clone());
                 }
                 claims.extend(more);
             }
-            // Jobs already claimed are reported (not left to their lease);
-            // the error comes back at the next claim.
-            Err(_) if !claims.is_empty() => return Ok(claims),
-            Err(e) => return Err(e),
+            // Jobs claimed beside it are reported (not left to their
+            // lease); the error comes back at the next claim.
+            Err(e) => failed = failed.or(Some(e)),
         }
+    }
+    if let Some(e) = failed
+        && claims.is_empty()
+    {
+        return Err(e);
     }
     if claims.is_empty() && !wait.is_zero() {
         // Each queue's wait is bounded by the one timeout around them all,

@@ -69,8 +69,8 @@ pub(crate) struct Forgetting {
     idle: VecDeque<String>,
     /// The stamps' counter.
     next_stamp: u64,
-    /// A check is in flight (one at a time).
-    checking: bool,
+    /// The queues of the check in flight (one at a time), if any.
+    checking: Option<Vec<String>>,
 }
 
 /// What a forget check found: queues to forget (with the stamp the check
@@ -114,7 +114,7 @@ impl Limiter {
         let Some(ring) = &self.fair else {
             return Vec::new();
         };
-        if self.forgetting.checking {
+        if self.forgetting.checking.is_some() {
             return Vec::new();
         }
         let now = Instant::now();
@@ -139,7 +139,9 @@ impl Limiter {
                 _ => k.queued = false,
             }
         }
-        self.forgetting.checking = !due.is_empty();
+        if !due.is_empty() {
+            self.forgetting.checking = Some(due.iter().map(|(q, _)| q.clone()).collect());
+        }
         due
     }
 
@@ -152,10 +154,12 @@ impl Limiter {
         found: Option<ForgetCheck>,
         mut woke: impl FnMut(&str) -> bool,
     ) -> Vec<String> {
-        self.forgetting.checking = false;
-        let Some(found) = found else {
-            return Vec::new();
-        };
+        let checked = self.forgetting.checking.take().unwrap_or_default();
+        let found = found.unwrap_or(ForgetCheck {
+            // A failed check keeps them all, for another window.
+            forget: Vec::new(),
+            keep: checked,
+        });
         let mut joined = Vec::new();
         for (q, stamp) in found.forget {
             let Some(k) = self.known.get(&q) else {
@@ -215,27 +219,54 @@ impl Limiter {
 /// Check `due` queues in the store: those with no live job whose mark is
 /// deleted (or was absent) are to be forgotten, the others kept. First each
 /// queue's mark is no longer known written in this process (`marks`, see
-/// `exec::marks`), and no submission that skipped it is in flight.
+/// `exec::marks`), and no submission that skipped it is in flight. The
+/// reads go at once, and the marks of the empty queues are deleted in one
+/// commit of compares (each queue alone when one of them changed).
 pub(crate) async fn check(
     queue: &taquba::Queue,
     marks: &crate::exec::marks::Marks,
     due: Vec<(String, u64)>,
 ) -> crate::Result<ForgetCheck> {
     let mut found = ForgetCheck::default();
+    let mut ready = Vec::with_capacity(due.len());
     for (q, stamp) in due {
-        if !marks.unmark(&q, Duration::from_secs(10)).await {
+        if marks.unmark(&q, Duration::from_secs(10)).await {
+            ready.push((q, stamp));
+        } else {
             found.keep.push(q);
-            continue;
         }
-        let key = keys::partition_mark_key(&q);
+    }
+    let reads = futures_util::future::join_all(ready.iter().map(|(q, _)| async move {
+        let key = keys::partition_mark_key(q);
+        // The mark first, then the counts (see the module's note).
         let mark = queue.view().kv_get(&key).await?;
-        let stats = queue.view().stats(&q).await?;
+        let stats = queue.view().stats(q).await?;
         let live = stats.pending + stats.scheduled + stats.claimed + stats.dead;
+        Ok::<_, taquba::Error>((key, mark, live))
+    }))
+    .await;
+    let mut empty = Vec::new();
+    for ((q, stamp), read) in ready.into_iter().zip(reads) {
+        let (key, mark, live) = read?;
         if live > 0 {
             found.keep.push(q);
-            continue;
+        } else {
+            empty.push((q, stamp, key, mark));
         }
+    }
+    let compares: Vec<(&[u8], Option<&[u8]>)> = empty
+        .iter()
+        .filter_map(|(_, _, key, mark)| mark.as_ref().map(|m| (key.as_slice(), Some(m.as_ref()))))
+        .collect();
+    let mut fx = taquba::SettlementEffects::default();
+    for (key, _) in &compares {
+        fx = fx.kv_delete(key.to_vec());
+    }
+    let all_deleted =
+        compares.is_empty() || queue.kv_compare_commit(&compares, fx).await?.is_some();
+    for (q, stamp, key, mark) in empty {
         let deleted = match &mark {
+            _ if all_deleted => true,
             Some(mark) => queue.kv_compare_delete(&key, mark).await?,
             None => true,
         };
