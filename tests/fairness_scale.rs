@@ -8,7 +8,11 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use gaffer::EngineBuilder;
+use gaffer::taquba::MockClock;
 
 use gaffer::{Engine, Fairness, Job, JobContext, JobOptions};
 use serde::{Deserialize, Serialize};
@@ -79,6 +83,34 @@ async fn one_job_each(engine: &Engine, n: usize) {
     }
 }
 
+/// Submit a job of tenant "later" due a minute from now (on the queue's
+/// clock, which stands still while a forget window passes).
+async fn later(engine: &Engine) -> gaffer::JobHandle<Tick> {
+    engine
+        .submit_with(
+            Tick,
+            gaffer::SubmitOptions {
+                headers: tenant("later").headers,
+                ..common::a_minute_later()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+/// A fair engine on the store in `dir`.
+async fn on_disk(
+    dir: &std::path::Path,
+    clock: &Arc<MockClock>,
+    builder: fn(EngineBuilder) -> EngineBuilder,
+) -> Engine {
+    builder(common::disk_builder(dir, clock.clone()))
+        .register_with::<Tick>(fair())
+        .start()
+        .await
+        .unwrap()
+}
+
 /// Two forget windows: every value drained before it is looked at and
 /// forgotten (the pool checks once the window has passed).
 async fn two_windows() {
@@ -97,18 +129,8 @@ async fn drained_values_are_forgotten_and_found_again_when_submitted_to() {
     // Its own queue and a queue per value.
     assert_eq!(known(&engine).await.0, 101);
     assert_eq!(marks(&engine).await, 100);
-    // A value with a job due a minute from now (on the queue's clock, which
-    // stands still while the window passes) holds a live job.
-    let later = engine
-        .submit_with(
-            Tick,
-            gaffer::SubmitOptions {
-                headers: tenant("later").headers,
-                ..common::a_minute_later()
-            },
-        )
-        .await
-        .unwrap();
+    // A value with a job due a minute from now holds a live job.
+    let later = later(&engine).await;
     two_windows().await;
     common::eventually(
         "the drained values forgotten",
@@ -133,24 +155,12 @@ async fn drained_values_are_forgotten_and_found_again_when_submitted_to() {
 async fn a_restart_lists_only_the_values_with_live_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let clock = common::mock_clock();
-    let engine = common::disk_builder(dir.path(), clock.clone())
-        .forget_drained_after(Duration::from_millis(200))
-        .register_with::<Tick>(fair())
-        .start()
-        .await
-        .unwrap();
+    let engine = on_disk(dir.path(), &clock, |b| {
+        b.forget_drained_after(Duration::from_millis(200))
+    })
+    .await;
     one_job_each(&engine, 50).await;
-    let later = engine
-        .submit_with(
-            Tick,
-            gaffer::SubmitOptions {
-                headers: tenant("later").headers,
-                ..common::a_minute_later()
-            },
-        )
-        .await
-        .unwrap();
-    let later_id = later.id().to_string();
+    let later_id = later(&engine).await.id().to_string();
     common::eventually(
         "the drained values forgotten",
         Duration::from_secs(60),
@@ -159,11 +169,7 @@ async fn a_restart_lists_only_the_values_with_live_jobs() {
     .await;
     engine.shutdown().await.unwrap();
 
-    let engine = common::disk_builder(dir.path(), clock.clone())
-        .register_with::<Tick>(fair())
-        .start()
-        .await
-        .unwrap();
+    let engine = on_disk(dir.path(), &clock, |b| b).await;
     // The type's queue and the value with a scheduled job: the 50 values
     // that drained are not listed (the listing is the pool's first step,
     // so once the live value is known, the listing is done).
@@ -187,23 +193,9 @@ async fn a_restart_lists_only_the_values_with_live_jobs() {
 async fn a_store_without_marks_is_listed_once_and_marked() {
     let dir = tempfile::tempdir().unwrap();
     let clock = common::mock_clock();
-    let engine = common::disk_builder(dir.path(), clock.clone())
-        .register_with::<Tick>(fair())
-        .start()
-        .await
-        .unwrap();
+    let engine = on_disk(dir.path(), &clock, |b| b).await;
     one_job_each(&engine, 20).await;
-    let later = engine
-        .submit_with(
-            Tick,
-            gaffer::SubmitOptions {
-                headers: tenant("later").headers,
-                ..common::a_minute_later()
-            },
-        )
-        .await
-        .unwrap();
-    let later_id = later.id().to_string();
+    let later_id = later(&engine).await.id().to_string();
     // Take the marks away, as a store of an earlier version has them.
     let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let page = queue
@@ -223,11 +215,7 @@ async fn a_store_without_marks_is_listed_once_and_marked() {
     drop(queue);
     engine.shutdown().await.unwrap();
 
-    let engine = common::disk_builder(dir.path(), clock.clone())
-        .register_with::<Tick>(fair())
-        .start()
-        .await
-        .unwrap();
+    let engine = on_disk(dir.path(), &clock, |b| b).await;
     common::eventually(
         "every partition listed and marked",
         Duration::from_secs(60),
