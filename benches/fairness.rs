@@ -6,22 +6,37 @@
 //!
 //! ```sh
 //! cargo bench --bench fairness -- pickup 10000 100000   # small tenant's pickup, plain vs fair
-//! cargo bench --bench fairness -- throughput 20000 3    # fair type with 1/100/1000/10000 values vs plain, 3 alternated rounds
+//! cargo bench --bench fairness -- throughput 20000 5    # fair type with 1/100/1000/10000 values vs plain, 5 alternated rounds
 //! cargo bench --bench fairness -- values 1000000        # RSS and known queues over 1M values seen
+//! cargo bench --bench fairness -- pickup-fair 100000     # the fair rows of `pickup` alone
+//! cargo bench --bench fairness -- one 20000 1000        # one shape alone (for a profiler; 0 values: plain)
 //! ```
 //!
 //! - `pickup BIG...`: one type, jobs of 10 ms. Tenant "big" queues BIG jobs
 //!   (the type paused while they are queued, then resumed), then tenant
-//!   "small" submits 20 jobs, one every 50 ms; each small job's pickup is
-//!   from its submit to its start. Plain (no fairness, the engine as it was
-//!   before #37) and fair (`Fairness::header("tenant")`), one after the
-//!   other for each BIG. Prints p50, p99 and max of the 20 pickups.
-//! - `throughput N ROUNDS`: N trivial jobs queued while the type is paused,
+//!   "small" submits `SMALL_JOBS` jobs (default 100), one every 50 ms; each
+//!   small job's pickup is from the call to its submit to its start (so it
+//!   includes the submit's own durable commit, printed apart). Plain (no
+//!   fairness, the engine as it was before #37) and fair
+//!   (`Fairness::header("tenant")`), one after the other for each BIG.
+//!   Prints p50, p99 and max of the pickups. `pickup-fair` and
+//!   `pickup-plain` run one kind alone.
+//!
+//!   Environment: `SMALL_AFTER_MS` (small starts that long after the
+//!   resume: big's backlog in its steady state rather than just written),
+//!   `RESUME_AFTER_MS` (the store left that long after the burst before the
+//!   resume), `PICKUPS=1` (print each pickup and commit in order),
+//!   `FAIR_TURN` (the fair type's `Fairness::turn`), `FORGET_S`
+//!   (`forget_drained_after`, default 2 s).
+//! - `throughput N ROUNDS [V...]`: N trivial jobs queued while the type is paused,
 //!   then resumed; jobs/s from the resume to the last one done. Each round
-//!   runs plain, then fair with 1, 100, 1000 and 10000 values (jobs spread
-//!   round robin over the values), each on its own store. Prints each
-//!   round's rates and the median ratio of each fair row to plain.
-//! - `values V`: V values, one trivial job each, submitted in waves of
+//!   runs fair with 1, 100, 1000 and 10000 values (or the Vs given; jobs spread round robin
+//!   over the values), each beside a plain run of its own (plain first in
+//!   even rounds, fair first in odd ones), each on its own store. Prints
+//!   each round's rates and CPU per job (the process's user and system
+//!   time from the resume to the last job, over N), and the median ratio
+//!   of each fair shape to its plain runs, for both.
+//! - `values V` (`values-plain V`: the same jobs to a plain type): V values, one trivial job each, submitted in waves of
 //!   10 000 (each wave joined) to a fair type with `forget_drained_after`
 //!   at 2 s. After each wave: RSS and the queues the pool knows. After the
 //!   last: wait for the pool to forget, then RSS and queues again.
@@ -88,7 +103,12 @@ fn tenant(name: &str) -> gaffer::SubmitOptions {
 
 fn options(fair: bool) -> JobOptions {
     JobOptions {
-        fair_by: fair.then(|| Fairness::header("tenant")),
+        fair_by: fair.then(|| {
+            let turn = std::env::var("FAIR_TURN").ok().and_then(|t| t.parse().ok());
+            turn.map_or(Fairness::header("tenant"), |t| {
+                Fairness::header("tenant").turn(t)
+            })
+        }),
         ..Default::default()
     }
 }
@@ -96,7 +116,12 @@ fn options(fair: bool) -> JobOptions {
 async fn engine(dir: &std::path::Path, fair: bool, pickups: Pickups) -> Engine {
     Engine::builder()
         .store(gaffer::Store::local_dir(dir))
-        .forget_drained_after(Duration::from_secs(2))
+        .forget_drained_after(Duration::from_secs(
+            std::env::var("FORGET_S")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(2),
+        ))
         .register_with::<Work>(options(fair))
         .state(pickups)
         .start()
@@ -149,10 +174,26 @@ async fn pickup(big: usize, fair: bool) {
     let t0 = Instant::now();
     queue_jobs(&engine, big, 1, 10, "big").await;
     let queued = t0.elapsed();
+    if let Some(ms) = std::env::var("RESUME_AFTER_MS")
+        .ok()
+        .and_then(|m| m.parse().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     engine.resume(Work::NAME).await.expect("resumed");
+    if let Some(ms) = std::env::var("SMALL_AFTER_MS")
+        .ok()
+        .and_then(|m| m.parse().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     let mut handles = Vec::new();
     let mut submits = Vec::new();
-    for _ in 0..20 {
+    let small: usize = std::env::var("SMALL_JOBS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    for _ in 0..small {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let sent = Instant::now();
         let h = engine
@@ -168,12 +209,24 @@ async fn pickup(big: usize, fair: bool) {
         submits.push(sent.elapsed());
         handles.push(h);
     }
+    if std::env::var_os("PICKUPS").is_some() {
+        println!(
+            "submit commits in order (ms): {:?}",
+            submits.iter().map(|d| d.as_millis()).collect::<Vec<_>>()
+        );
+    }
     submits.sort();
     for h in handles {
         h.join().await.expect("joined").expect("succeeded");
     }
-    let big_done = ended(&pickups).saturating_sub(20);
+    let big_done = ended(&pickups).saturating_sub(small as u64);
     let mut p = pickups.0.lock().unwrap().clone();
+    if std::env::var_os("PICKUPS").is_some() {
+        println!(
+            "pickups in order (ms): {:?}",
+            p.iter().map(|d| d.as_millis()).collect::<Vec<_>>()
+        );
+    }
     p.sort();
     println!(
         "pickup {:>5} big={big:>6} (queued in {:.1} s): small p50 {:>8.1} ms  p99 {:>8.1} ms  max {:>8.1} ms (of which its submit's commit: p50 {:.1} ms, max {:.1} ms); big done meanwhile {big_done}",
@@ -190,25 +243,30 @@ async fn pickup(big: usize, fair: bool) {
 }
 
 /// Jobs/s of `n` queued jobs over `values` values (`None`: plain type).
-async fn throughput(n: usize, values: Option<usize>) -> f64 {
+/// Jobs/s and CPU microseconds per job (the whole process, from the resume
+/// to the last job done): the CPU figure moves less than the rate on a
+/// shared machine.
+async fn throughput(n: usize, values: Option<usize>) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let pickups = Pickups::default();
     let engine = engine(dir.path(), values.is_some(), pickups.clone()).await;
     engine.pause(Work::NAME).await.expect("paused");
     queue_jobs(&engine, n, values.unwrap_or(0), 0, "v").await;
     let t0 = Instant::now();
+    let cpu0 = rss::cpu_secs();
     engine.resume(Work::NAME).await.expect("resumed");
     while ended(&pickups) < n as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let rate = n as f64 / t0.elapsed().as_secs_f64();
+    let cpu_us = (rss::cpu_secs() - cpu0) * 1e6 / n as f64;
     engine.shutdown().await.expect("shut down");
-    rate
+    (rate, cpu_us)
 }
 
-async fn values(v: usize) {
+async fn values(v: usize, fair: bool) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let engine = engine(dir.path(), true, Pickups::default()).await;
+    let engine = engine(dir.path(), fair, Pickups::default()).await;
     let (rss0, _) = rss::rss_kib();
     println!("start: RSS {:.1} MiB", rss::mib(rss0));
     let t0 = Instant::now();
@@ -263,7 +321,7 @@ async fn values(v: usize) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     engine.shutdown().await.expect("shut down");
-    let engine = engine_again(dir.path()).await;
+    let engine = engine_again(dir.path(), fair).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let stats = engine.pool_stats().await.expect("pool stats")[Work::NAME];
     let (rss, _) = rss::rss_kib();
@@ -275,8 +333,8 @@ async fn values(v: usize) {
     engine.shutdown().await.expect("shut down");
 }
 
-async fn engine_again(dir: &std::path::Path) -> Engine {
-    engine(dir, true, Pickups::default()).await
+async fn engine_again(dir: &std::path::Path, fair: bool) -> Engine {
+    engine(dir, fair, Pickups::default()).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -303,39 +361,73 @@ async fn main() {
                 pickup(big, true).await;
             }
         }
+        "pickup-fair" | "pickup-plain" => {
+            // One kind's rows alone (plain's 100 000 take minutes).
+            for big in nums {
+                pickup(big, mode == "pickup-fair").await;
+            }
+        }
         "throughput" => {
             let n = nums.first().copied().unwrap_or(20_000);
             let rounds = nums.get(1).copied().unwrap_or(3);
-            let shapes: [Option<usize>; 5] = [None, Some(1), Some(100), Some(1000), Some(10_000)];
+            let shapes = if nums.len() > 2 {
+                nums[2..].to_vec()
+            } else {
+                vec![1, 100, 1000, 10_000]
+            };
             let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+            let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
             for round in 0..rounds {
                 let mut row = Vec::new();
-                let mut plain = 0.0;
-                for (i, shape) in shapes.iter().enumerate() {
-                    let rate = throughput(n, *shape).await;
-                    if i == 0 {
-                        plain = rate;
-                    }
-                    ratios[i].push(rate / plain);
-                    row.push(match shape {
-                        None => format!("plain {rate:.0}/s"),
-                        Some(v) => format!("fair×{v} {rate:.0}/s ({:.2})", rate / plain),
-                    });
+                for (i, &v) in shapes.iter().enumerate() {
+                    // Each fair run beside a plain run of its own, their
+                    // order swapped every round (the machine drifts).
+                    let (plain, fair) = if round % 2 == 0 {
+                        let plain = throughput(n, None).await;
+                        (plain, throughput(n, Some(v)).await)
+                    } else {
+                        let fair = throughput(n, Some(v)).await;
+                        (throughput(n, None).await, fair)
+                    };
+                    ratios[i].push(fair.0 / plain.0);
+                    cpu[i].push(fair.1 / plain.1);
+                    row.push(format!(
+                        "×{v}: {:.0}/{:.0} jobs/s ({:.2}), {:.0}/{:.0} µs CPU/job ({:.2})",
+                        fair.0,
+                        plain.0,
+                        fair.0 / plain.0,
+                        fair.1,
+                        plain.1,
+                        fair.1 / plain.1
+                    ));
                 }
-                println!("round {round}: {}", row.join("  "));
+                println!("round {round} (fair/plain): {}", row.join("  "));
             }
-            for (shape, r) in shapes.iter().zip(ratios.iter_mut()).skip(1) {
+            for ((v, r), c) in shapes.iter().zip(ratios.iter_mut()).zip(cpu.iter_mut()) {
                 r.sort_by(f64::total_cmp);
+                c.sort_by(f64::total_cmp);
                 println!(
-                    "fair with {} values: median {:.2}× plain (min {:.2}, max {:.2})",
-                    shape.unwrap_or(0),
+                    "fair with {v} values: jobs/s median {:.2}× plain (min {:.2}, max {:.2}); CPU per job median {:.2}× plain (min {:.2}, max {:.2})",
                     r[r.len() / 2],
                     r[0],
-                    r[r.len() - 1]
+                    r[r.len() - 1],
+                    c[c.len() / 2],
+                    c[0],
+                    c[c.len() - 1]
                 );
             }
         }
-        "values" => values(nums.first().copied().unwrap_or(100_000)).await,
-        other => eprintln!("unknown mode `{other}`: pickup, throughput or values"),
+        "one" => {
+            // One shape alone (for a profiler): `one N V`, V = 0 for plain.
+            let n = nums.first().copied().unwrap_or(20_000);
+            let v = nums.get(1).copied().unwrap_or(0);
+            let (rate, cpu) = throughput(n, (v > 0).then_some(v)).await;
+            println!("{v} values: {rate:.0} jobs/s, {cpu:.0} µs CPU/job");
+        }
+        "values" => values(nums.first().copied().unwrap_or(100_000), true).await,
+        // The same jobs, headers and all, to a plain type: what the store,
+        // taquba and the allocator keep without any partition queue.
+        "values-plain" => values(nums.first().copied().unwrap_or(100_000), false).await,
+        other => eprintln!("unknown mode `{other}`: pickup, throughput, one or values"),
     }
 }

@@ -195,8 +195,8 @@ async fn a_small_tenant_is_not_held_up_by_a_big_tenants_backlog() {
         last < BIG as usize / 4,
         "small's last job was done when big had done {last} of {BIG}"
     );
-    // Round robin: about one of big's per one of small's, a claim round's
-    // worth of slack (4 workers, the type's own queue probed once).
+    // Round robin in turns of 8 jobs (the default turn): about one of
+    // big's per one of small's, a turn's worth of slack.
     assert!(last <= 20 + 8, "big had done {last}");
 }
 

@@ -224,6 +224,16 @@ impl Services {
         headers: &HashMap<String, String>,
     ) -> Result<String> {
         let queue = self.job_queue_of(job_type, headers)?;
+        self.tell_committed(job_type, &queue);
+        Ok(queue)
+    }
+
+    /// Tell the pool of `job_type` (if its jobs are spread over partition
+    /// queues) that `queue` has a job. A submission that commits on its
+    /// own says so after its commit, so that the pool's claim finds the
+    /// job (told before, the claim can come back empty, and the queue then
+    /// waits for the pool's idle check).
+    pub(crate) fn tell_committed(&self, job_type: &str, queue: &str) {
         if self
             .routes
             .get(job_type)
@@ -232,9 +242,8 @@ impl Services {
             // Jobs without the header are one value of their own, on the
             // type's queue: a fair type's pool is told of it too. No pool
             // listening (the engine is stopping) is not an error.
-            let _ = self.partitions.send(queue.clone());
+            let _ = self.partitions.send(queue.to_string());
         }
-        Ok(queue)
     }
 
     /// The queue a job of `job_type` with `headers` goes to (see

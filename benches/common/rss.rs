@@ -51,3 +51,22 @@ pub fn init_log() {
             .init();
     }
 }
+
+/// CPU seconds this process has used (user and system, all threads; from
+/// /proc/self/stat at the kernel's usual 100 ticks a second; 0 where /proc
+/// is unavailable). Only some of the benches that include this file use it.
+#[allow(dead_code)]
+pub fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}

@@ -6,9 +6,10 @@
 //! rate limit per header, `keys::partition_queue`; jobs without the header
 //! stay on the type's own queue, one value of its own), and its pool claims
 //! round robin over the values that have jobs ready: a value of weight `w`
-//! gets up to `w` slots per turn (default 1). A value with one ready job
-//! therefore waits about one claim round, however large another value's
-//! backlog is.
+//! gets up to `w` times `Fairness::turn` jobs per turn (8 by default,
+//! claimed at once). A value with one ready job therefore waits about one
+//! turn of each value ahead of it, however large another value's backlog
+//! is.
 //!
 //! Fairness comes first across values, priority within one: a job's
 //! priority orders it among its own value's jobs only (its value's queue is
@@ -42,14 +43,27 @@ use crate::exec::rate::Plan;
 /// `1..=MAX_WEIGHT`).
 pub const MAX_WEIGHT: u32 = 1000;
 
+/// Jobs a value of weight 1 takes per turn unless [`Fairness::turn`] says
+/// otherwise. Each turn is one claim of its queue (one taquba
+/// transaction), so a turn of one job would cost a transaction per job: at
+/// 1,000 busy values a fair type ran at about half a plain type's rate
+/// (benches/README.md, *Tenants*).
+pub const DEFAULT_TURN: u32 = 8;
+
+/// The largest turn ([`Fairness::turn`] clamps to `1..=MAX_TURN`).
+pub const MAX_TURN: u32 = 1000;
+
 /// Fair claiming across the values of a job header: the pool claims round
 /// robin over the values with jobs ready, a value of weight `w` getting up
-/// to `w` slots per turn (1 unless [`weight`](Self::weight) says more).
-/// Priority orders jobs within one value only.
+/// to `w` turns' worth of jobs per turn (weight 1 unless
+/// [`weight`](Self::weight) says more; a turn is [`turn`](Self::turn)
+/// jobs, 8 by default, claimed at once). Priority orders jobs within one
+/// value only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fairness {
     header: String,
     weights: Vec<(String, u32)>,
+    turn: u32,
 }
 
 impl Fairness {
@@ -61,11 +75,23 @@ impl Fairness {
         Self {
             header: name.into(),
             weights: Vec::new(),
+            turn: DEFAULT_TURN,
         }
     }
 
-    /// Give `value` up to `weight` slots per turn (paid tiers): clamped to
-    /// `1..=1000`; the last weight given for a value counts.
+    /// Jobs a value of weight 1 takes per turn (a value of weight `w`:
+    /// `w` times as many), claimed at once: clamped to `1..=1000`, default
+    /// [`DEFAULT_TURN`]. A smaller turn interleaves values more finely (a
+    /// value that becomes ready waits behind at most one turn of each
+    /// value ahead of it in the ring); a larger one claims more jobs per
+    /// transaction. `turn(1)` is strict round robin, one job each.
+    pub fn turn(mut self, jobs: u32) -> Self {
+        self.turn = jobs.clamp(1, MAX_TURN);
+        self
+    }
+
+    /// Give `value` `weight` times the jobs of a turn (paid tiers):
+    /// clamped to `1..=1000`; the last weight given for a value counts.
     pub fn weight(mut self, value: impl Into<String>, weight: u32) -> Self {
         let value = value.into();
         let weight = weight.clamp(1, MAX_WEIGHT);
@@ -82,6 +108,11 @@ impl Fairness {
     /// The weights given, by value.
     pub fn weights(&self) -> &[(String, u32)] {
         &self.weights
+    }
+
+    /// Jobs a value of weight 1 takes per turn.
+    pub fn turn_jobs(&self) -> u32 {
+        self.turn
     }
 }
 
@@ -125,6 +156,9 @@ pub struct FairConfig {
     pub(crate) weights: HashMap<String, u32>,
     /// At most this many jobs of one value held at once.
     pub(crate) limit: Option<usize>,
+    /// Jobs per turn of a value of weight 1 (`Fairness::turn`; 0 counts
+    /// as 1).
+    pub(crate) turn: u32,
 }
 
 impl FairConfig {
@@ -147,6 +181,7 @@ impl FairConfig {
         Self {
             weights,
             limit: limit.map(Concurrency::limit),
+            turn: fair.map_or(DEFAULT_TURN, |f| f.turn),
         }
     }
 }
@@ -194,8 +229,10 @@ impl Ring {
         self.config.limit
     }
 
-    fn weight(&self, queue: &str) -> u32 {
-        self.config.weights.get(queue).copied().unwrap_or(1)
+    /// Jobs `queue` takes per turn: its weight times the turn.
+    fn quantum(&self, queue: &str) -> u32 {
+        let weight = self.config.weights.get(queue).copied().unwrap_or(1);
+        weight.saturating_mul(self.config.turn.max(1))
     }
 
     /// `queue` may have ready jobs: it joins the ring at the back (a
@@ -345,14 +382,18 @@ impl Ring {
                 }
                 continue;
             }
-            let weight = self.weight(&queue);
-            let ask = usize::try_from(weight - self.turn_used)
+            let weight = self.quantum(&queue);
+            // A turn is claimed whole when it fits in one turn of weight 1
+            // (its jobs beyond the free slots wait in the pool's backlog),
+            // so that each value's turn is one claim, not one per plan it
+            // spans: at most `turn - 1` jobs are claimed ahead.
+            let ask = usize::try_from(weight.saturating_sub(self.turn_used))
                 .unwrap_or(usize::MAX)
                 .min(room)
-                .min(left);
+                .min(left.max(self.config.turn.max(1) as usize));
             let got = tokens(&queue, ask).min(ask);
             if got > 0 {
-                left -= got;
+                left = left.saturating_sub(got);
                 idle = 0;
                 self.turn_used += u32::try_from(got).unwrap_or(weight);
                 match at.get(&queue) {

@@ -95,7 +95,7 @@ impl Services {
         };
         let Some(run_id) = given else {
             let job_id = queue.next_job_id();
-            let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
+            let job_queue = self.job_queue_of(&req.job_type, &req.headers)?;
             let marking = self.begin_marking(&job_queue);
             let mut effects = SettlementEffects::default().kv_put(
                 keys::run_key(&job_id),
@@ -110,6 +110,7 @@ impl Services {
                 .enqueue_with_effects(&job_queue, payload, opts, effects)
                 .await?;
             marking.committed();
+            self.tell_committed(&req.job_type, &job_queue);
             return Ok(Submitted {
                 run_id: job_id,
                 newly_submitted: true,
@@ -142,20 +143,24 @@ impl Services {
             return self.answer_recorded(rec, hash, run_id);
         }
         let run_key = keys::run_key(&run_id);
-        let marking = self.begin_marking(&self.job_queue_of(&req.job_type, &req.headers)?);
+        let job_queue = self.job_queue_of(&req.job_type, &req.headers)?;
+        let marking = self.begin_marking(&job_queue);
         for _ in 0..MAX_SUBMIT_ROUNDS {
             let effects = self.creation_effects_with(
                 SettlementEffects::default(),
                 &req,
                 &run_id,
                 None,
-                marking.writes(),
+                Creating::Submission {
+                    mark: marking.writes(),
+                },
             )?;
             // The outcome record first: a finished id fails the compare at
             // its first read.
             let compares: [(&[u8], Option<&[u8]>); 2] = [(&outcome_key, None), (&run_key, None)];
             if queue.kv_compare_commit(&compares, effects).await?.is_some() {
                 marking.committed();
+                self.tell_committed(&req.job_type, &job_queue);
                 duplicates.note(false);
                 return Ok(Submitted {
                     run_id,
@@ -273,21 +278,25 @@ impl Services {
         run_id: &str,
         step: Option<records::StepOf>,
     ) -> Result<SettlementEffects> {
-        self.creation_effects_with(fx, req, run_id, step, true)
+        self.creation_effects_with(fx, req, run_id, step, Creating::Effect)
     }
 
-    /// [`step_creation_effects`](Self::step_creation_effects), writing the
-    /// mark of a partition queue only when `mark` (see `exec::marks`: a
-    /// submission that tracks its commit skips a mark known written).
+    /// [`step_creation_effects`](Self::step_creation_effects), as `how`
+    /// says.
     fn creation_effects_with(
         &self,
         fx: SettlementEffects,
         req: &SubmitRequest,
         run_id: &str,
         step: Option<records::StepOf>,
-        mark: bool,
+        how: Creating,
     ) -> Result<SettlementEffects> {
-        let job_queue = self.queue_for_job(&req.job_type, &req.headers)?;
+        let (job_queue, mark) = match how {
+            Creating::Submission { mark } => {
+                (self.job_queue_of(&req.job_type, &req.headers)?, mark)
+            }
+            Creating::Effect => (self.queue_for_job(&req.job_type, &req.headers)?, true),
+        };
         let job_id = self.queue()?.next_job_id();
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let (options, payload) = self.enqueue_options(req, run_id, &job_id)?;
@@ -516,4 +525,17 @@ pub(crate) fn check_id(run_id: &str) -> Result<()> {
     } else {
         Err(EngineError::InvalidJobId(run_id.to_string()))
     }
+}
+
+/// How a job's creation effects are made.
+#[derive(Clone, Copy)]
+enum Creating {
+    /// By a submission that commits them itself: it tells the type's pool
+    /// after its commit ([`Services::tell_committed`]), and writes the
+    /// partition's mark only when `mark` (see `exec::marks`: a submission
+    /// that tracks its commit skips a mark known written).
+    Submission { mark: bool },
+    /// As effects another commit carries (a follow-up, a workflow step, a
+    /// periodic tick): the pool is told now, the mark always written.
+    Effect,
 }

@@ -1,9 +1,14 @@
 use super::*;
 
 fn ring(weights: &[(&str, u32)], limit: Option<usize>) -> Ring {
+    ring_of_turn(weights, limit, 1)
+}
+
+fn ring_of_turn(weights: &[(&str, u32)], limit: Option<usize>, turn: u32) -> Ring {
     Ring::new(FairConfig {
         weights: weights.iter().map(|(q, w)| (q.to_string(), *w)).collect(),
         limit,
+        turn,
     })
 }
 
@@ -70,6 +75,50 @@ fn a_weight_is_its_values_slots_per_turn_even_one_slot_at_a_time() {
     }
     assert_eq!(counts["big"], 40);
     assert_eq!(counts["small"], 10);
+}
+
+#[test]
+fn a_turn_is_claimed_whole_and_the_weights_hold() {
+    let mut r = ring_of_turn(&[("big", 2)], None, 8);
+    for q in ["big", "a", "b"] {
+        r.enter(q);
+    }
+    // Many values, few slots: one queue (one claim) fills the plan, and a
+    // turn of weight 1 (8) is claimed whole, the 2 beyond the free slots
+    // claimed ahead (they wait in the pool's backlog).
+    assert_eq!(plan(&mut r, 6), p(&[("big", 8)]));
+    // Big's turn (2 x 8) goes on at the next plan, then the next value's
+    // turn, whole: at most 7 ahead of the free slots.
+    assert_eq!(plan(&mut r, 12), p(&[("big", 8), ("a", 8)]));
+    assert_eq!(plan(&mut r, 1), p(&[("b", 8)]));
+    // One free slot at a time: a turn of weight 1 per plan, and over whole
+    // turns the weights hold: 16 : 8 : 8.
+    let mut counts = HashMap::new();
+    for _ in 0..400 {
+        for (q, n) in plan(&mut r, 1) {
+            *counts.entry(q).or_insert(0) += n;
+        }
+    }
+    assert_eq!((counts["big"], counts["a"], counts["b"]), (1600, 800, 800));
+}
+
+#[test]
+fn a_turn_is_not_claimed_ahead_past_a_limit_per_key() {
+    let mut r = ring_of_turn(&[], Some(3), 8);
+    r.enter("a");
+    r.enter("b");
+    assert_eq!(plan(&mut r, 1), p(&[("a", 3)]));
+}
+
+#[test]
+fn the_turn_is_clamped_and_defaults_to_eight() {
+    assert_eq!(Fairness::header("t").turn_jobs(), DEFAULT_TURN);
+    assert_eq!(DEFAULT_TURN, 8);
+    assert_eq!(Fairness::header("t").turn(0).turn_jobs(), 1);
+    assert_eq!(Fairness::header("t").turn(5000).turn_jobs(), MAX_TURN);
+    let f = Fairness::header("t").turn(3);
+    assert_eq!(FairConfig::new("q", Some(&f), None).turn, 3);
+    assert_eq!(FairConfig::new("q", None, None).turn, DEFAULT_TURN);
 }
 
 #[test]
