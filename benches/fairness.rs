@@ -27,7 +27,8 @@
 //!   `RESUME_AFTER_MS` (the store left that long after the burst before the
 //!   resume), `PICKUPS=1` (print each pickup and commit in order),
 //!   `FAIR_TURN` (the fair type's `Fairness::turn`), `FORGET_S`
-//!   (`forget_drained_after`, default 2 s).
+//!   (`forget_drained_after` in seconds; every mode but `values` runs at
+//!   the default 60 s, `values` at 2 s).
 //! - `throughput N ROUNDS [V...]`: N trivial jobs queued while the type is paused,
 //!   then resumed; jobs/s from the resume to the last one done. Each round
 //!   runs fair with 1, 100, 1000 and 10000 values (or the Vs given; jobs spread round robin
@@ -113,20 +114,34 @@ fn options(fair: bool) -> JobOptions {
     }
 }
 
-async fn engine(dir: &std::path::Path, fair: bool, pickups: Pickups) -> Engine {
-    Engine::builder()
-        .store(gaffer::Store::local_dir(dir))
-        .forget_drained_after(Duration::from_secs(
-            std::env::var("FORGET_S")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(2),
-        ))
+/// An engine at the builder's defaults, but for `forget_drained_after`:
+/// `FORGET_S` seconds if set, else `forget_s` (`None`: the default 60 s).
+async fn engine_forgetting(
+    dir: &std::path::Path,
+    fair: bool,
+    pickups: Pickups,
+    forget_s: Option<u64>,
+) -> Engine {
+    let forget = std::env::var("FORGET_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .or(forget_s);
+    let mut builder = Engine::builder().store(gaffer::Store::local_dir(dir));
+    if let Some(s) = forget {
+        builder = builder.forget_drained_after(Duration::from_secs(s));
+    }
+    builder
         .register_with::<Work>(options(fair))
         .state(pickups)
         .start()
         .await
         .expect("the engine starts")
+}
+
+/// An engine at the builder's defaults (`forget_drained_after` too,
+/// unless `FORGET_S` says).
+async fn engine(dir: &std::path::Path, fair: bool, pickups: Pickups) -> Engine {
+    engine_forgetting(dir, fair, pickups, None).await
 }
 
 /// Submit `n` jobs, spread round robin over `values` tenants (0: no
@@ -266,7 +281,7 @@ async fn throughput(n: usize, values: Option<usize>) -> (f64, f64) {
 
 async fn values(v: usize, fair: bool) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let engine = engine(dir.path(), fair, Pickups::default()).await;
+    let engine = engine_forgetting(dir.path(), fair, Pickups::default(), Some(2)).await;
     let (rss0, _) = rss::rss_kib();
     println!("start: RSS {:.1} MiB", rss::mib(rss0));
     let t0 = Instant::now();
@@ -334,7 +349,7 @@ async fn values(v: usize, fair: bool) {
 }
 
 async fn engine_again(dir: &std::path::Path, fair: bool) -> Engine {
-    engine(dir, fair, Pickups::default()).await
+    engine_forgetting(dir, fair, Pickups::default(), Some(2)).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
