@@ -11,6 +11,10 @@
 
 use std::time::Instant;
 
+#[allow(dead_code)]
+#[path = "common/rss.rs"]
+mod rss;
+
 use futures_util::StreamExt;
 use gaffer::encryption::Keyring;
 use gaffer::{Engine, Job, JobContext};
@@ -34,25 +38,9 @@ impl Job for Work {
     }
 }
 
-/// CPU time of this process so far (user + system), in ms (Linux
-/// `/proc/self/stat`, 100 ticks a second; 0 elsewhere).
+/// CPU time of this process so far (user + system), in ms.
 fn cpu_ms() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0;
-    };
-    // Fields after the command name (which may hold spaces) end at `)`.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line: 11 and 12 here.
-    (ticks(11) + ticks(12)) * 10
+    (rss::cpu_secs() * 1000.0).round() as u64
 }
 
 /// One run: jobs/s and CPU ms per 1 000 jobs.

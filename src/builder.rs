@@ -119,8 +119,9 @@ pub struct JobOptions {
     /// up to `w` turns' worth of jobs per turn ([`Fairness::weight`],
     /// default 1; [`Fairness::turn`] jobs a turn, default 8, claimed at
     /// once), so a value with one ready job waits about one turn of each
-    /// value ahead of it however large another value's backlog is. Each value's jobs wait in a queue of
-    /// their own (as with [`RateLimit::per_header`]); jobs without the
+    /// value ahead of it however large another value's backlog is. Each
+    /// value's jobs wait in a queue of their own (as with
+    /// [`RateLimit::per_header`]); jobs without the
     /// header are one value of their own. Fairness comes first across
     /// values, priority orders jobs within one value only. Job types only
     /// (a pipeline with it is refused at start).

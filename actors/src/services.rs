@@ -224,16 +224,17 @@ impl Services {
         headers: &HashMap<String, String>,
     ) -> Result<String> {
         let queue = self.job_queue_of(job_type, headers)?;
-        self.tell_committed(job_type, &queue);
+        self.tell_partition(job_type, &queue);
         Ok(queue)
     }
 
     /// Tell the pool of `job_type` (if its jobs are spread over partition
-    /// queues) that `queue` has a job. A submission that commits on its
-    /// own says so after its commit, so that the pool's claim finds the
-    /// job (told before, the claim can come back empty, and the queue then
-    /// waits for the pool's idle check).
-    pub(crate) fn tell_committed(&self, job_type: &str, queue: &str) {
+    /// queues) that `queue` has a job (a queue it may have forgotten as
+    /// drained, or a fair type's value to put in its ring). A creation that
+    /// commits on its own says so after its commit, so that the pool's
+    /// claim finds the job (told before, the claim can come back empty, and
+    /// the queue then waits for the pool's idle check).
+    pub(crate) fn tell_partition(&self, job_type: &str, queue: &str) {
         if self
             .routes
             .get(job_type)
@@ -307,12 +308,6 @@ impl Services {
             keys::partition_mark_key(job_queue),
             keys::partition_mark(job_id, value),
         )
-    }
-
-    /// Tell the pools a job went to `job_queue` (a partition queue a pool
-    /// may have forgotten as drained, see `queue_for_job`).
-    pub(crate) fn tell_partition(&self, job_queue: &str) {
-        let _ = self.partitions.send(job_queue.to_string());
     }
 
     /// Partition queues as submissions name them (see `queue_for_job`).

@@ -84,7 +84,11 @@ impl Fairness {
     /// [`DEFAULT_TURN`]. A smaller turn interleaves values more finely (a
     /// value that becomes ready waits behind at most one turn of each
     /// value ahead of it in the ring); a larger one claims more jobs per
-    /// transaction. `turn(1)` is strict round robin, one job each.
+    /// transaction. Up to `turn - 1` jobs are claimed before a worker is
+    /// free for them (they wait in the pool, their leases kept), which
+    /// costs little with short jobs; for jobs of minutes, `turn(1)` (strict
+    /// round robin, one job each, none claimed ahead) lets a value that
+    /// becomes ready start at the next free worker.
     pub fn turn(mut self, jobs: u32) -> Self {
         self.turn = jobs.clamp(1, MAX_TURN);
         self
@@ -382,12 +386,12 @@ impl Ring {
                 }
                 continue;
             }
-            let weight = self.quantum(&queue);
+            let quantum = self.quantum(&queue);
             // A turn is claimed whole when it fits in one turn of weight 1
             // (its jobs beyond the free slots wait in the pool's backlog),
             // so that each value's turn is one claim, not one per plan it
             // spans: at most `turn - 1` jobs are claimed ahead.
-            let ask = usize::try_from(weight.saturating_sub(self.turn_used))
+            let ask = usize::try_from(quantum.saturating_sub(self.turn_used))
                 .unwrap_or(usize::MAX)
                 .min(room)
                 .min(left.max(self.config.turn.max(1) as usize));
@@ -395,7 +399,7 @@ impl Ring {
             if got > 0 {
                 left = left.saturating_sub(got);
                 idle = 0;
-                self.turn_used += u32::try_from(got).unwrap_or(weight);
+                self.turn_used += u32::try_from(got).unwrap_or(quantum);
                 match at.get(&queue) {
                     Some(&i) => plan[i].1 += got,
                     None => {
@@ -408,7 +412,7 @@ impl Ring {
             }
             // Its turn is over when it used its weight, or got less than
             // asked (no token); cut short by `want`, it goes on next plan.
-            if got < ask || self.turn_used >= weight {
+            if got < ask || self.turn_used >= quantum {
                 self.ring.pop_front();
                 self.ring.push_back((queue, generation));
                 self.turn_used = 0;

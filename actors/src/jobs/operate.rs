@@ -139,7 +139,7 @@ impl Services {
         let job_queue = job.queue.to_string();
         match queue.kv_compare_commit(&compares, effects).await? {
             Some(_) => {
-                self.tell_partition(&job_queue);
+                self.tell_partition(&record.job_type, &job_queue);
                 Ok(())
             }
             None => Err(EngineError::Contended {

@@ -110,7 +110,7 @@ impl Services {
                 .enqueue_with_effects(&job_queue, payload, opts, effects)
                 .await?;
             marking.committed();
-            self.tell_committed(&req.job_type, &job_queue);
+            self.tell_partition(&req.job_type, &job_queue);
             return Ok(Submitted {
                 run_id: job_id,
                 newly_submitted: true,
@@ -160,7 +160,7 @@ impl Services {
             let compares: [(&[u8], Option<&[u8]>); 2] = [(&outcome_key, None), (&run_key, None)];
             if queue.kv_compare_commit(&compares, effects).await?.is_some() {
                 marking.committed();
-                self.tell_committed(&req.job_type, &job_queue);
+                self.tell_partition(&req.job_type, &job_queue);
                 duplicates.note(false);
                 return Ok(Submitted {
                     run_id,
@@ -531,7 +531,7 @@ pub(crate) fn check_id(run_id: &str) -> Result<()> {
 #[derive(Clone, Copy)]
 enum Creating {
     /// By a submission that commits them itself: it tells the type's pool
-    /// after its commit ([`Services::tell_committed`]), and writes the
+    /// after its commit ([`Services::tell_partition`]), and writes the
     /// partition's mark only when `mark` (see `exec::marks`: a submission
     /// that tracks its commit skips a mark known written).
     Submission { mark: bool },
