@@ -9,10 +9,10 @@ use std::sync::Arc;
 use gaffer_actors::layout::records::from_msgpack;
 use gaffer_actors::{BoxFuture, Delivery, ErasedHandler, Verdict};
 
-use crate::context::JobContext;
-use crate::jobs::Job;
-use crate::pipeline::{BulkCtx, ItemError, Pipeline};
-use crate::state::StateMap;
+use crate::bulk::pipeline::{BulkCtx, ItemError, Pipeline};
+use crate::job::context::JobContext;
+use crate::job::state::StateMap;
+use crate::job::typed::Job;
 
 pub(crate) struct TypedHandler<J> {
     pub(crate) state: Arc<StateMap>,

@@ -11,12 +11,12 @@ use gaffer_actors::{
     ShutdownReport,
 };
 
-use crate::batch::Batch;
+use crate::bulk::batch::Batch;
+use crate::bulk::pipeline::Pipeline;
 use crate::error::{JobError, Result};
-use crate::handle::{JobHandle, decode_outcome};
-use crate::jobs::Job;
-use crate::pipeline::Pipeline;
-use crate::submit::{SubmitOptions, submit_typed};
+use crate::job::handle::{JobHandle, decode_outcome};
+use crate::job::submit::{SubmitOptions, submit_typed};
+use crate::job::typed::Job;
 
 /// A running engine. Cheap to clone; every clone talks to the same actor tree.
 #[derive(Debug, Clone)]

@@ -68,106 +68,32 @@
 #![forbid(unsafe_code)]
 
 mod adapters;
-mod batch;
 mod builder;
-mod client;
-#[cfg(feature = "cluster")]
-mod cluster;
-mod context;
+pub mod bulk;
+pub mod encryption;
 mod engine;
 mod error;
-mod handle;
-mod items;
-mod jobs;
-mod pipeline;
-mod report;
-mod shards;
-mod state;
-mod submit;
+pub mod job;
+pub mod periodic;
+pub mod protocol;
+pub mod remote;
+pub mod sink;
+pub mod workflow;
 
-pub use batch::Batch;
 pub use builder::{EngineBuilder, JobOptions};
-pub use context::JobContext;
+pub use bulk::batch::Batch;
+pub use bulk::pipeline::{BulkCtx, Pipeline};
+pub use bulk::report::BulkReport;
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use gaffer_actors::exec::fair::{Concurrency, Fairness};
 pub use gaffer_actors::exec::rate::RateLimit;
 pub use gaffer_actors::layout::store::Store;
 pub use gaffer_actors::{EngineEvent, Settings};
-pub use handle::JobHandle;
-pub use jobs::Job;
-pub use pipeline::{BulkCtx, Pipeline};
-pub use report::BulkReport;
-pub use submit::SubmitOptions;
-
-/// How a job ends and is read back, what it keeps across attempts (memo)
-/// and stages for its success (effects), and the ids of keyed jobs.
-pub mod job {
-    pub use crate::context::Memo;
-    pub use crate::error::{JobError, JoinError};
-    pub use crate::jobs::{Job, keyed_job_id, payload_idempotency_key};
-    pub use gaffer_actors::erased::CompletedBatch;
-    pub use gaffer_actors::exec::effects::{Effects, MAX_EFFECT_VALUE};
-    pub use gaffer_actors::{CancelResult, FailureKind, JobState, MemoWrites, Signalled};
-}
-
-/// A batch's items (a page at a time, outputs typed), its progress and
-/// status, and the cost its items record.
-pub mod bulk {
-    pub use crate::items::{BatchItem, ItemOutcome, ItemPage};
-    pub use crate::pipeline::ItemError;
-    pub use crate::report::{BatchStatus, BulkReport, ProgressSnapshot};
-    pub use gaffer_actors::batches::report::CostReport;
-}
-
-pub mod sink;
-
-pub mod periodic;
-pub mod workflow;
-
-/// Values encrypted at rest (docs/encryption.md): the [`Keyring`](encryption::Keyring)
-/// given to [`EngineBuilder::encryption`], `ClientBuilder::encryption`, the
-/// `gaffer` command (`--key-file`) and the dashboard; what it seals and
-/// what stays readable.
-pub mod encryption {
-    pub use gaffer_actors::layout::sealed::{
-        KEY_FILE_ENV, KEYS_ENV, Keyring, KeyringError, SealError,
-    };
-    pub use gaffer_actors::maintenance::rekey::RekeyReport;
-}
-
-/// The engine from other processes: a [`Client`](remote::Client) submits
-/// and reads through the store (no writer, no fencing); a shard set splits
-/// one workload over several stores ([`ShardedEngine`](remote::ShardedEngine),
-/// [`ShardedClient`](remote::ShardedClient); with feature `cluster`, the
-/// engines of a `ractor_cluster`).
-pub mod remote {
-    pub use crate::client::{
-        Client, ClientBuilder, ClientHandle, ClientWorkflow, Request, RequestState,
-    };
-    #[cfg(feature = "cluster")]
-    pub use crate::cluster::{BatchCounts, ClusterRouter, Gateway, GatewayMessage, shard_group};
-    pub use crate::shards::{
-        MAX_SHARDS, Placement, ShardError, ShardEvent, ShardSet, ShardStatus, ShardedClient,
-        ShardedEngine, ShardedEngineBuilder,
-    };
-    /// `ractor_cluster` (feature `cluster`): its node server and connect,
-    /// for joining a ractor cluster.
-    #[cfg(feature = "cluster")]
-    pub use ractor_cluster;
-}
-
-/// The engine's protocol, for a ractor service that talks to it by message
-/// (`call!`/`cast!` on [`Engine::actor`]): the messages, what they carry and
-/// what they answer, and the bytes-level batch sink.
-pub mod protocol {
-    pub use crate::submit::submit_request;
-    pub use gaffer_actors::{
-        BatchFinished, BatchOutcome, BatchSpec, EngineMessage, ItemRecord, JobFinished, Outcome,
-        OutcomeRecord, OutputRef, PoolStats, RecordSink, ShutdownReport, SinkAttached, SinkError,
-        SinkTakeover, SubmitRequest, Submitted, SweepReport, WaitError,
-    };
-}
+pub use job::context::JobContext;
+pub use job::handle::JobHandle;
+pub use job::submit::SubmitOptions;
+pub use job::typed::Job;
 
 /// Test helpers (feature `testing`): a fault-injecting object store, panics
 /// injected into the engine's own work, and the engine's insides a test

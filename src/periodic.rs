@@ -13,8 +13,8 @@ pub use gaffer_actors::{
     Tick,
 };
 
-use crate::jobs::Job;
-use crate::submit::{SubmitOptions, submit_request};
+use crate::job::submit::{SubmitOptions, submit_request};
+use crate::job::typed::Job;
 
 /// The bytes-level periodic job named `name` that submits the job
 /// `make_job` makes for each tick of `schedule`: what

@@ -32,9 +32,9 @@ use gaffer_actors::workflows::{StepSpec, WorkflowSpec};
 use gaffer_actors::{EngineError, EngineRef, OutcomeRecord};
 
 use crate::error::{JobError, Result};
-use crate::handle::decode_outcome_with;
-use crate::jobs::Job;
-use crate::submit::{SubmitOptions, submit_request};
+use crate::job::handle::decode_outcome_with;
+use crate::job::submit::{SubmitOptions, submit_request};
+use crate::job::typed::Job;
 
 pub use gaffer_actors::workflows::layout::WorkflowRecord;
 pub use gaffer_actors::workflows::{StepStatus, WorkflowStatus};

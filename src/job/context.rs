@@ -16,10 +16,10 @@ use gaffer_actors::exec::effects::Effects;
 use gaffer_actors::layout::records::from_msgpack;
 
 use crate::error::{Error, Result};
-use crate::handle::JobHandle;
-use crate::jobs::Job;
-use crate::state::StateMap;
-use crate::submit::{SubmitOptions, submit_request, submit_typed};
+use crate::job::handle::JobHandle;
+use crate::job::state::StateMap;
+use crate::job::submit::{SubmitOptions, submit_request, submit_typed};
+use crate::job::typed::Job;
 
 /// The context of one delivery of a job: its id and attempt, the application
 /// state, the lease, the cancel token, the memo, the effects, KV reads and
@@ -231,7 +231,9 @@ impl JobContext {
             }
             Err(e) => return Err(e),
         };
-        match crate::handle::decode_outcome::<J>(self.delivery.engine.as_ref(), &record).await? {
+        match crate::job::handle::decode_outcome::<J>(self.delivery.engine.as_ref(), &record)
+            .await?
+        {
             Ok(output) => Ok(output),
             Err(e) => Err(none(&match record.reason {
                 Some(reason) => format!("{e} ({reason})"),

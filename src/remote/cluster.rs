@@ -38,9 +38,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::error::{Error, JobError, Result};
-use crate::jobs::Job;
-use crate::shards::{ShardSet, ShardedEngine};
-use crate::submit::{SubmitOptions, pin_job_id, submit_request};
+use crate::job::submit::{SubmitOptions, pin_job_id, submit_request};
+use crate::job::typed::Job;
+use crate::remote::shards::{ShardSet, ShardedEngine};
 
 /// The process group of shard `shard`'s gateway: `gaffer.shard.{shard}`.
 pub fn shard_group(shard: usize) -> String {
@@ -297,7 +297,10 @@ impl ShardedEngine {
         let mut gateways = Vec::new();
         for (shard, keeper) in self.keepers() {
             match keeper
-                .call(crate::shards::KeeperMessage::Serve, Some(SERVE_CALL))
+                .call(
+                    crate::remote::shards::KeeperMessage::Serve,
+                    Some(SERVE_CALL),
+                )
                 .await
             {
                 Ok(ractor::rpc::CallResult::Success(Ok(Some(gateway)))) => gateways.push(gateway),
@@ -482,7 +485,7 @@ impl ClusterRouter {
             .await?;
         match answer {
             WireOutcome::Ended(record) => {
-                crate::handle::decode_outcome_with::<J>(&record, async |_| {
+                crate::job::handle::decode_outcome_with::<J>(&record, async |_| {
                     Err(Error::decode("an output", "the gateway sent no bytes"))
                 })
                 .await

@@ -32,9 +32,9 @@ use taquba::{
 };
 
 use crate::error::{Error, JobError, Result};
-use crate::handle::decode_outcome_with;
-use crate::jobs::Job;
-use crate::submit::{SubmitOptions, submit_request};
+use crate::job::handle::decode_outcome_with;
+use crate::job::submit::{SubmitOptions, submit_request};
+use crate::job::typed::Job;
 use gaffer_actors::layout::store::Store;
 
 mod requests;
@@ -268,7 +268,7 @@ impl Client {
         {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
-        let run_id = crate::submit::job_id_of(&req, &request_id);
+        let run_id = crate::job::submit::job_id_of(&req, &request_id);
         let intake = IntakeRequest {
             run_id: run_id.clone(),
             job_type: req.job_type,

@@ -8,8 +8,8 @@ use gaffer_actors::SubmitRequest;
 use gaffer_actors::erased::JobEngine;
 
 use crate::error::{Error, Result};
-use crate::handle::JobHandle;
-use crate::jobs::Job;
+use crate::job::handle::JobHandle;
+use crate::job::typed::Job;
 
 /// Options of one submission. Only the payload decides whether two keyed
 /// submissions are the same job; options of a duplicate are ignored.

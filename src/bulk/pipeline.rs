@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use gaffer_actors::exec::effects::Effects;
 use gaffer_actors::{Delivery, FailureKind};
 
-use crate::context::Memo;
 use crate::error::Error;
+use crate::job::context::Memo;
 use gaffer_actors::batches::report::CostReport;
 
 /// Why an item failed: transient errors retry (queue backoff, queue attempt

@@ -4,8 +4,8 @@
 //! one transaction.
 
 use super::{ShardedClient, ShardedEngine};
-use crate::client::ClientWorkflow;
 use crate::error::Result;
+use crate::remote::client::ClientWorkflow;
 use crate::workflow::{Workflow, WorkflowHandle, WorkflowStatus};
 
 impl ShardedEngine {

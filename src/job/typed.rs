@@ -5,8 +5,8 @@ use std::future::Future;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::context::JobContext;
 use crate::error::{Error, Result};
+use crate::job::context::JobContext;
 use gaffer_actors::FailureKind;
 
 /// A typed job. The value itself is the job's input: it is serialized

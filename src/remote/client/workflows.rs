@@ -14,7 +14,7 @@ use gaffer_actors::{EngineError, JobState};
 
 use super::{Client, Inner, Request};
 use crate::error::{Error, JobError, Result};
-use crate::jobs::Job;
+use crate::job::typed::Job;
 use crate::workflow::{StepFailed, Workflow, WorkflowStatus, step_failed, step_id};
 
 impl Client {

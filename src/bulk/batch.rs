@@ -12,10 +12,10 @@ use gaffer_actors::{
     RecordSink, SinkAttached, SinkError,
 };
 
+use crate::bulk::items::{BatchItem, ItemOutcome, ItemPage};
+use crate::bulk::pipeline::Pipeline;
+use crate::bulk::report::{BatchStatus, BulkReport, ProgressSnapshot};
 use crate::error::{Error, Result};
-use crate::items::{BatchItem, ItemOutcome, ItemPage};
-use crate::pipeline::Pipeline;
-use crate::report::{BatchStatus, BulkReport, ProgressSnapshot};
 use crate::sink::{
     OutputRecord, OutputSink, STATUS_CANCELLED, STATUS_FAILED, STATUS_OUTPUT_UNAVAILABLE,
     STATUS_SUCCEEDED,
@@ -122,7 +122,7 @@ impl<P: Pipeline> Batch<P> {
     /// registered; its idempotency key is not used.
     pub fn on_complete<J: crate::Job>(mut self, job: J) -> Result<Self> {
         self.engine.services().job_queue(J::NAME)?;
-        self.on_complete = Some(crate::submit::submit_request(
+        self.on_complete = Some(crate::job::submit::submit_request(
             &job,
             crate::SubmitOptions::default(),
         )?);

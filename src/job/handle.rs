@@ -13,7 +13,7 @@ use gaffer_actors::{
 };
 
 use crate::error::{Error, JobError, JoinError, Result};
-use crate::jobs::Job;
+use crate::job::typed::Job;
 
 /// A typed reference to a job. Cheap to clone; works across restarts (build
 /// one from an id with [`Engine::handle`](crate::Engine::handle)).
