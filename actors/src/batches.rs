@@ -14,7 +14,7 @@ pub mod driver;
 pub(crate) mod lookups;
 pub mod manifest;
 pub mod registry;
-pub mod report;
+pub use crate::layout::report;
 pub(crate) mod sink_writer;
 pub mod spec;
 pub mod status;

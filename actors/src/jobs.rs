@@ -4,7 +4,7 @@
 //! the records, and the waiters actor that answers callers when a job ends.
 
 pub(crate) mod operate;
-pub mod request;
+pub use crate::layout::request;
 pub mod signals;
 pub mod submit;
 pub mod waiters;

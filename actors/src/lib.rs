@@ -11,11 +11,11 @@
 pub mod batches;
 pub mod engine;
 pub mod erased;
-pub mod error;
+pub use gaffer_layout::error;
 pub mod events;
 pub mod exec;
 pub mod jobs;
-pub mod layout;
+pub use gaffer_layout as layout;
 pub mod maintenance;
 pub mod protocol;
 pub mod services;

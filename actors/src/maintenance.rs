@@ -6,7 +6,7 @@
 
 pub mod periodic;
 pub mod rekey;
-pub mod schedule;
+pub use crate::layout::schedule;
 pub(crate) mod snapshot;
 pub mod sweeper;
 pub mod ticks;

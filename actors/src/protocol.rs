@@ -247,16 +247,7 @@ pub struct EngineConfig {
     pub shard: Option<ShardPlace>,
 }
 
-/// Shard `index` of a set of `count` stores, at `url`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardPlace {
-    /// The shard's index.
-    pub index: usize,
-    /// How many shards the set has.
-    pub count: usize,
-    /// The shard's store URL (for the error that names it).
-    pub url: String,
-}
+pub use crate::layout::ShardPlace;
 
 mod engine_ref;
 pub use engine_ref::EngineRef;

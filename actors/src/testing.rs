@@ -4,7 +4,7 @@
 //! the decoders' property tests ([`hostile`]).
 
 mod faulty_store;
-pub mod hostile;
+pub use gaffer_layout::testing::hostile;
 pub mod panics;
 
 pub use faulty_store::*;

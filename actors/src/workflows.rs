@@ -11,11 +11,11 @@
 //! See ARCHITECTURE.md, *Workflows*.
 
 pub mod gates;
-pub mod graph;
-pub mod layout;
+pub use crate::layout::workflow as layout;
+pub use crate::layout::workflow::graph;
 pub mod settle;
 pub mod submit;
-pub mod wire;
+pub use crate::layout::workflow::wire;
 
 pub use gates::{GateMessage, Gates};
 pub use graph::{Decision, Flow, Node};

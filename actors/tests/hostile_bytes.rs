@@ -37,7 +37,7 @@ use proptest::test_runner::RngSeed;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-gaffer_actors::count_allocations!();
+gaffer_actors::layout::count_allocations!();
 
 /// A decode that has not answered in this long hangs (they take
 /// microseconds; the watchdog only turns a hang into a failure).

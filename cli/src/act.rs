@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use gaffer_actors::engine::intake::{IntakeOp, RequestProgress};
+use gaffer_layout::intake::{IntakeOp, RequestProgress};
 use gaffer_ops::act;
 
 use crate::error::CliError;

@@ -1,6 +1,6 @@
 //! The command's errors, each one line.
 
-use gaffer_actors::EngineError;
+use gaffer_layout::EngineError;
 use gaffer_ops::OpsError;
 
 /// Why a command failed.

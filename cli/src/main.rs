@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use gaffer_actors::engine::intake::IntakeOp;
+use gaffer_layout::intake::IntakeOp;
 
 use crate::args::{Cli, Command, WaitArgs};
 // `read` names the state filter from here.
@@ -77,7 +77,7 @@ fn fail(e: &CliError) -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     if let Command::Keygen { id } = &cli.command {
-        let line = gaffer_actors::layout::sealed::Keyring::generate_line(id)
+        let line = gaffer_layout::sealed::Keyring::generate_line(id)
             .map_err(|e| CliError::BadInput(e.to_string()))?;
         println!("{line}");
         return Ok(ExitCode::SUCCESS);
@@ -102,10 +102,8 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
 
 /// The keyring the command was given: `--key-file`, else the environment
 /// (`GAFFER_KEY_FILE`, `GAFFER_KEYS`); `None` without one.
-pub(crate) fn keyring(
-    cli: &Cli,
-) -> Result<Option<gaffer_actors::layout::sealed::Keyring>, CliError> {
-    use gaffer_actors::layout::sealed::Keyring;
+pub(crate) fn keyring(cli: &Cli) -> Result<Option<gaffer_layout::sealed::Keyring>, CliError> {
+    use gaffer_layout::sealed::Keyring;
     let found = match &cli.key_file {
         Some(path) => Keyring::from_file(path).map(Some),
         None => Keyring::from_env(),
@@ -211,7 +209,7 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
                 (None, true, Some(t)) => IntakeOp::RetryFailed {
                     job_type: t.clone(),
                     since_ms: since_secs.map_or(0, |s| {
-                        gaffer_actors::engine::intake::epoch_ms(std::time::SystemTime::now())
+                        gaffer_layout::intake::epoch_ms(std::time::SystemTime::now())
                             .saturating_sub(s.saturating_mul(1000))
                     }),
                 },

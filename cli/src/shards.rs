@@ -13,13 +13,10 @@ use crate::{command, open, read, report};
 /// the id's shard; any other on the `--shard`.
 pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliError> {
     let count = cli.shard_count.unwrap_or(0);
-    if count == 0
-        || count > gaffer_actors::layout::keys::MAX_SHARDS
-        || !template.contains("{shard}")
-    {
+    if count == 0 || count > gaffer_layout::keys::MAX_SHARDS || !template.contains("{shard}") {
         return Err(CliError::BadInput(format!(
             "--shards needs a template with `{{shard}}` and --shard-count 1 to {}",
-            gaffer_actors::layout::keys::MAX_SHARDS
+            gaffer_layout::keys::MAX_SHARDS
         )));
     }
     if let Some(s) = cli.shard
@@ -30,7 +27,7 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
             count - 1
         )));
     }
-    let url = |shard: usize| gaffer_actors::layout::keys::shard_url(template, shard, count);
+    let url = |shard: usize| gaffer_layout::keys::shard_url(template, shard, count);
     let by_id = match &cli.command {
         Command::Job { id }
         | Command::Item { batch: id, .. }
@@ -55,7 +52,7 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
         );
     if !every {
         let shard = match (by_id, cli.shard) {
-            (Some(id), _) => gaffer_actors::layout::keys::shard_of(id, count),
+            (Some(id), _) => gaffer_layout::keys::shard_of(id, count),
             (None, Some(s)) => s,
             (None, None) => {
                 return Err(CliError::BadInput(

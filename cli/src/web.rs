@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use gaffer_actors::layout::store::Store as NamedStore;
+use gaffer_layout::store::Store as NamedStore;
 use gaffer_ops::OpsError;
 use gaffer_web::{Auth, WebConfig};
 

@@ -1601,12 +1601,12 @@ async fn stats_of_a_type_shows_its_top_values_and_pause_key_holds_one() {
         gaffer::taquba::object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap(),
     );
     let queue = gaffer::taquba::Queue::open(store, "queue").await.unwrap();
-    let base = gaffer_actors::layout::keys::queue_for("jobs", "greet");
+    let base = gaffer_layout::keys::queue_for("jobs", "greet");
     let mut fx = gaffer::taquba::SettlementEffects::default()
-        .kv_delete(gaffer_actors::layout::keys::partitions_listed_key(&base));
+        .kv_delete(gaffer_layout::keys::partitions_listed_key(&base));
     for t in ["acme", "globex", "initech"] {
-        let q = gaffer_actors::layout::keys::partition_queue(&base, t);
-        fx = fx.kv_delete(gaffer_actors::layout::keys::partition_mark_key(&q));
+        let q = gaffer_layout::keys::partition_queue(&base, t);
+        fx = fx.kv_delete(gaffer_layout::keys::partition_mark_key(&q));
     }
     queue.commit_effects(fx).await.unwrap();
     queue.close().await.unwrap();

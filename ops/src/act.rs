@@ -3,8 +3,8 @@
 //! one request to the inbox (never as the store's writer); the engine takes
 //! it at its next look and records its fate, read back by [`progress`].
 
-use gaffer_actors::engine::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
-use gaffer_actors::layout::{inspect, keys};
+use gaffer_layout::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
+use gaffer_layout::{inspect, keys};
 
 use crate::error::OpsError;
 use crate::store::Store;

@@ -1,6 +1,6 @@
 //! Why a read or a request failed, each one line.
 
-use gaffer_actors::EngineError;
+use gaffer_layout::EngineError;
 
 /// Why a read of the store, or an operator request, failed.
 #[derive(Debug, thiserror::Error)]

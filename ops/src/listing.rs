@@ -2,8 +2,8 @@
 //! finished ones newest first through the finished-jobs index, a page at a
 //! time from a cursor.
 
-use gaffer_actors::layout::inspect::{self, EndedState};
-use gaffer_actors::layout::keys;
+use gaffer_layout::inspect::{self, EndedState};
+use gaffer_layout::keys;
 use taquba::JobStatus;
 
 use crate::error::OpsError;

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gaffer_actors::EngineError;
-use gaffer_actors::layout::inspect;
-use gaffer_actors::layout::keys;
-use gaffer_actors::layout::records;
-use gaffer_actors::layout::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, PastAttempt};
+use gaffer_layout::EngineError;
+use gaffer_layout::inspect;
+use gaffer_layout::keys;
+use gaffer_layout::records;
+use gaffer_layout::records::{ItemMarker, Outcome, OutcomeRecord, OutputRef, PastAttempt};
 use taquba::{JobRecord, JobStatus};
 
 use crate::error::OpsError;
@@ -19,7 +19,7 @@ use crate::report::{
 };
 use crate::store::Store;
 use crate::unflushed::{Counter, Newest};
-use gaffer_actors::workflows::layout::{HEADER_STEP, HEADER_WORKFLOW};
+use gaffer_layout::workflow::{HEADER_STEP, HEADER_WORKFLOW};
 
 /// A step of a forward scan of the finished-jobs index (see
 /// [`Store::scan_ended`]).
@@ -785,7 +785,7 @@ fn rows(past: Vec<PastAttempt>) -> Vec<AttemptRow> {
 /// run spent on the queue jobs before it (a retry puts the job back as a
 /// new queue job under the same id).
 fn attempts_of(job: &JobRecord) -> u32 {
-    gaffer_actors::exec::attempts::tried_before(&job.headers).saturating_add(job.attempts)
+    gaffer_layout::past::tried_before(&job.headers).saturating_add(job.attempts)
 }
 
 /// A listing row of a queue job in `status`.
@@ -851,21 +851,21 @@ pub fn json_of(bytes: &[u8]) -> Option<serde_json::Value> {
 
 /// An output as JSON (decoded from MessagePack), or its blob path.
 pub fn output(out: &OutputRef) -> (Option<serde_json::Value>, Option<String>) {
-    output_with(out, &gaffer_actors::layout::sealed::Keyring::new())
+    output_with(out, &gaffer_layout::sealed::Keyring::new())
 }
 
 /// [`output`], opened with `keyring`: a sealed output it cannot open shows
 /// as the string `encrypted (key ID)`.
 pub fn output_with(
     out: &OutputRef,
-    keyring: &gaffer_actors::layout::sealed::Keyring,
+    keyring: &gaffer_layout::sealed::Keyring,
 ) -> (Option<serde_json::Value>, Option<String>) {
     match out {
         OutputRef::Inline(bytes) => {
             let bytes = match keyring.open(bytes) {
                 Ok(plain) => plain,
                 Err(e) => {
-                    let label = gaffer_actors::layout::sealed::encrypted_label(&e);
+                    let label = gaffer_layout::sealed::encrypted_label(&e);
                     return (Some(serde_json::Value::String(label)), None);
                 }
             };
@@ -881,7 +881,7 @@ pub fn output_with(
 fn outcome_detail(
     id: &str,
     rec: &OutcomeRecord,
-    keyring: &gaffer_actors::layout::sealed::Keyring,
+    keyring: &gaffer_layout::sealed::Keyring,
 ) -> JobDetail {
     let (output, output_blob) = match &rec.outcome {
         Outcome::Succeeded(out) => output_with(out, keyring),

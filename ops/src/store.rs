@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use gaffer_actors::layout::inspect;
-use gaffer_actors::layout::keys;
-use gaffer_actors::layout::sealed::{EncryptionRecord, Keyring};
+use gaffer_layout::inspect;
+use gaffer_layout::keys;
+use gaffer_layout::sealed::{EncryptionRecord, Keyring};
 use taquba::{InboxSender, QueueReader, QueueView, ReaderMode, ReaderOptions, default_inbox_path};
 
 use crate::error::OpsError;
@@ -63,8 +63,8 @@ impl Store {
         reading: Reading,
     ) -> Result<Self, OpsError> {
         let named = match (dir, url) {
-            (Some(dir), _) => gaffer_actors::layout::store::Store::local_dir(dir),
-            (None, Some(url)) => gaffer_actors::layout::store::Store::url(url),
+            (Some(dir), _) => gaffer_layout::store::Store::local_dir(dir),
+            (None, Some(url)) => gaffer_layout::store::Store::url(url),
             (None, None) => return Err(OpsError::NoStoreGiven),
         };
         Self::open_named(&named, queue_path, jobs_prefix, bulk_prefix, reading).await
@@ -74,7 +74,7 @@ impl Store {
     /// (`gaffer::Store`: a directory, a URL, an object store of the
     /// application's).
     pub async fn open_named(
-        named: &gaffer_actors::layout::store::Store,
+        named: &gaffer_layout::store::Store,
         queue_path: &str,
         jobs_prefix: &str,
         bulk_prefix: &str,
@@ -164,7 +164,7 @@ impl Store {
     /// Check the store's shard marker: refused if it was written as
     /// another shard or under another count (`--shard-count`).
     pub async fn check_shard(&self, index: usize, count: usize, url: &str) -> Result<(), OpsError> {
-        let place = gaffer_actors::ShardPlace {
+        let place = gaffer_layout::ShardPlace {
             index,
             count,
             url: url.to_string(),
@@ -188,20 +188,18 @@ impl Store {
             }
         };
         if let Some(raw) = found {
-            let checked = gaffer_actors::layout::records::decode::<EncryptionRecord>(
-                keys::ENCRYPTION_KEY,
-                &raw,
-            )
-            .and_then(|record| {
-                let held = EncryptionRecord {
-                    keys: record
-                        .keys
-                        .into_iter()
-                        .filter(|k| keyring.holds(&k.id))
-                        .collect(),
-                };
-                Ok(held.check(&keyring)?)
-            });
+            let checked =
+                gaffer_layout::records::decode::<EncryptionRecord>(keys::ENCRYPTION_KEY, &raw)
+                    .and_then(|record| {
+                        let held = EncryptionRecord {
+                            keys: record
+                                .keys
+                                .into_iter()
+                                .filter(|k| keyring.holds(&k.id))
+                                .collect(),
+                        };
+                        Ok(held.check(&keyring)?)
+                    });
             if let Err(e) = checked {
                 self.close().await;
                 return Err(e.into());
@@ -220,7 +218,7 @@ impl Store {
     /// (empty: no engine with a keyring started on it).
     pub async fn encryption_keys(&self) -> Result<Vec<String>, OpsError> {
         match self.store_marker(keys::ENCRYPTION_KEY).await? {
-            Some(raw) => Ok(gaffer_actors::layout::records::decode::<EncryptionRecord>(
+            Some(raw) => Ok(gaffer_layout::records::decode::<EncryptionRecord>(
                 keys::ENCRYPTION_KEY,
                 &raw,
             )?
@@ -307,7 +305,7 @@ impl Store {
     /// queue that is not the engine's.
     pub(crate) fn classify(&self, q: &str) -> Option<(&'static str, String)> {
         let base = keys::partition_base(q).unwrap_or(q);
-        if q == gaffer_actors::engine::intake::intake_queue(&self.jobs_prefix) {
+        if q == gaffer_layout::intake::intake_queue(&self.jobs_prefix) {
             return Some(("intake", "client requests".to_string()));
         }
         if let Some(name) = base.strip_prefix(&format!("{}.", self.jobs_prefix)) {

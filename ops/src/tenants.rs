@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gaffer_actors::layout::keys;
+use gaffer_layout::keys;
 use taquba::JobStatus;
 
 use crate::error::OpsError;

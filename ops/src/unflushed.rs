@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use gaffer_actors::layout::records;
+use gaffer_layout::records;
 use serde::Deserialize;
 use slatedb::{RowEntry, ValueDeletable, WalReader};
 use taquba::WriterHeartbeat;

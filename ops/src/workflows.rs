@@ -2,11 +2,11 @@
 //! (`gaffer workflows`), and one workflow's graph with each step's state
 //! (`gaffer workflow ID`), read through the engine's own status read.
 
-use gaffer_actors::EngineError;
-use gaffer_actors::JobState;
-use gaffer_actors::layout::keys;
-use gaffer_actors::workflows::WorkflowStatus;
-use gaffer_actors::workflows::submit;
+use gaffer_layout::EngineError;
+use gaffer_layout::keys;
+use gaffer_layout::records::JobState;
+use gaffer_layout::workflow::status;
+use gaffer_layout::workflow::status::WorkflowStatus;
 
 use crate::error::OpsError;
 use crate::report::{StepCounts, StepRow, WorkflowDetail, WorkflowRow, Workflows};
@@ -32,7 +32,7 @@ impl Store {
             )));
         }
         let limit = limit.clamp(1, MAX_PAGE);
-        let mut listed = submit::list(self.view(), after, limit + 1).await?;
+        let mut listed = status::list(self.view(), after, limit + 1).await?;
         let more = listed.len() > limit;
         listed.truncate(limit);
         let next = if more {
@@ -42,7 +42,7 @@ impl Store {
         };
         let mut workflows = Vec::with_capacity(listed.len());
         for (id, _) in listed {
-            match submit::status(self.view(), &id).await {
+            match status::status(self.view(), &id).await {
                 Ok(status) => workflows.push(row(&status)),
                 // Removed (its retention) between the two reads.
                 Err(EngineError::WorkflowNotFound(_)) => {}
@@ -59,7 +59,7 @@ impl Store {
     /// `gaffer workflow ID`: the workflow and each of its steps, the
     /// steps it needs before the steps that need them.
     pub async fn workflow(&self, id: &str) -> Result<WorkflowDetail, OpsError> {
-        let status = match submit::status(self.view(), id).await {
+        let status = match status::status(self.view(), id).await {
             Ok(s) => s,
             Err(EngineError::WorkflowNotFound(_)) => {
                 return Err(OpsError::WorkflowNotFound(id.to_string()));

@@ -13,15 +13,15 @@
 
 use std::time::Duration;
 
-use gaffer_actors::layout::records::OutputRef;
-use gaffer_actors::testing::hostile::{self, Mutation};
+use gaffer_layout::records::OutputRef;
+use gaffer_layout::testing::hostile::{self, Mutation};
 use gaffer_ops::queries::output;
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use serde_json::Value;
 
-gaffer_actors::count_allocations!();
+gaffer_layout::count_allocations!();
 
 /// A decode that has not answered in this long hangs.
 const HANG: Duration = Duration::from_secs(10);
@@ -147,7 +147,7 @@ proptest! {
 /// refused as not MessagePack, on a worker's stack.
 #[test]
 fn the_deepest_nesting_shows_without_overflowing_a_workers_stack() {
-    use gaffer_actors::layout::records::MAX_NESTING;
+    use gaffer_layout::records::MAX_NESTING;
     // Each opening and the levels it adds; a nil closes the innermost.
     for (open, levels) in [
         (&[0x91][..], 1),

@@ -49,7 +49,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::routing::{get, post};
-use gaffer_actors::layout::store::Store as NamedStore;
+use gaffer_layout::store::Store as NamedStore;
 use gaffer_ops::{Reading, Store};
 
 pub use security::Auth;
@@ -133,7 +133,7 @@ impl WebConfig {
         jobs_prefix: &str,
         bulk_prefix: &str,
     ) -> Result<Self, WebError> {
-        use gaffer_actors::layout::keys;
+        use gaffer_layout::keys;
         if count == 0 || count > keys::MAX_SHARDS || !template.contains("{shard}") {
             return Err(WebError::BadShards(format!(
                 "a shard set needs a template with `{{shard}}` and 1 to {} shards",
@@ -193,7 +193,7 @@ impl WebConfig {
     /// refused (`EncryptionKeyWrong`). Operator requests are sealed with it.
     pub async fn encryption(
         mut self,
-        keyring: gaffer_actors::layout::sealed::Keyring,
+        keyring: gaffer_layout::sealed::Keyring,
     ) -> Result<Self, WebError> {
         let mut shards = Vec::with_capacity(self.shards.len());
         let mut failed = None;
@@ -358,7 +358,7 @@ impl App {
 
     /// The shard of job or batch `id`.
     fn shard_of(&self, id: &str) -> &Shard {
-        let i = gaffer_actors::layout::keys::shard_of(id, self.shards.len());
+        let i = gaffer_layout::keys::shard_of(id, self.shards.len());
         &self.shards[i.min(self.shards.len() - 1)]
     }
 

@@ -175,7 +175,7 @@ pub fn now_ms() -> u64 {
 /// when they are sealed (the page's store could not open them), else a hex
 /// dump of the first 512 and their length.
 pub fn payload(bytes: &[u8]) -> String {
-    if let Some(key_id) = gaffer_actors::layout::sealed::sealed_under(bytes) {
+    if let Some(key_id) = gaffer_layout::sealed::sealed_under(bytes) {
         return format!("encrypted (key {key_id})");
     }
     match gaffer_ops::queries::json_of(bytes) {
@@ -247,7 +247,7 @@ mod tests {
         let bytes = rmp_serde::to_vec_named(&v).unwrap();
         assert!(payload(&bytes).contains("\"a\": 1"));
         assert!(payload(&[0xc1]).starts_with("1 bytes, not MessagePack"));
-        let ring = gaffer_actors::layout::sealed::Keyring::new()
+        let ring = gaffer_layout::sealed::Keyring::new()
             .with_key("k1", [1; 32])
             .unwrap();
         assert_eq!(payload(&ring.seal(&bytes).unwrap()), "encrypted (key k1)");

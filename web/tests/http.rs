@@ -117,7 +117,7 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
         .strip_prefix("/jobs/")
         .expect("to the job's page")
         .to_string();
-    assert_eq!(id, gaffer_actors::layout::keys::keyed_run_id(EVIL));
+    assert_eq!(id, gaffer_layout::keys::keyed_run_id(EVIL));
     common::eventually("the job failed", async || {
         get(&app, &format!("/jobs/{id}"))
             .await

@@ -40,7 +40,7 @@ fn keys_on_every_shard(shards: usize, per_shard: usize) -> Vec<String> {
     let mut found: Vec<Vec<String>> = vec![Vec::new(); shards];
     for k in 0.. {
         let key = format!("k{k}");
-        let shard = gaffer_actors::layout::keys::shard_of(&gaffer::job::keyed_job_id(&key), shards);
+        let shard = gaffer_layout::keys::shard_of(&gaffer::job::keyed_job_id(&key), shards);
         if found[shard].len() < per_shard {
             found[shard].push(key);
         }
@@ -96,7 +96,7 @@ async fn a_shard_set_is_one_dashboard() {
     assert!(failed.join().await.unwrap().is_err());
     let shards_used: std::collections::BTreeSet<usize> = ids
         .iter()
-        .map(|id| gaffer_actors::layout::keys::shard_of(id, 2))
+        .map(|id| gaffer_layout::keys::shard_of(id, 2))
         .collect();
     assert_eq!(shards_used.len(), 2, "both shards hold jobs");
 

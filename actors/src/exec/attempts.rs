@@ -67,84 +67,23 @@ pub(crate) enum Fate {
     Exhausted(String),
 }
 
-/// What earlier queue jobs of the same run counted, carried in the
-/// [`keys::HEADER_PAST`] header of a job gaffer put back on its queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Carried {
-    /// Real attempts spent.
-    pub(crate) tried: u32,
-    /// Interruptions.
-    pub(crate) interrupted: u32,
-    /// Start times of the episodes still remembered, oldest first.
-    pub(crate) episodes: Vec<u64>,
-}
+pub use crate::layout::past::{CARRIED_EPISODES, Carried, tried_before};
 
-/// Episode starts a header keeps at most (the newest): more than any
-/// sensible `max_interruptions`.
-const CARRIED_EPISODES: usize = 32;
-
-impl Carried {
-    /// What `claim` carries; nothing for a job never put back (or a header
-    /// that does not parse: only gaffer writes it, submissions may not).
-    pub(crate) fn of(claim: &Claim) -> Self {
-        claim
-            .headers
-            .get(keys::HEADER_PAST)
-            .and_then(|v| Self::parse(v))
-            .unwrap_or_default()
+/// What a job put back after the attempt `attempts` carries: `spent`
+/// when that attempt counts (a real failure), not when it was given back.
+pub(crate) fn carried_after(attempts: &Attempts, spent: bool) -> Carried {
+    let skip = attempts
+        .episode_starts
+        .len()
+        .saturating_sub(CARRIED_EPISODES);
+    Carried {
+        tried: attempts
+            .number
+            .saturating_sub(1)
+            .saturating_add(u32::from(spent)),
+        interrupted: attempts.interrupted,
+        episodes: attempts.episode_starts[skip..].to_vec(),
     }
-
-    fn parse(v: &str) -> Option<Self> {
-        let mut parts = v.splitn(3, ':');
-        let tried = parts.next()?.parse().ok()?;
-        let interrupted = parts.next()?.parse().ok()?;
-        let episodes = match parts.next()? {
-            "" => Vec::new(),
-            list => list
-                .split(',')
-                .map(str::parse)
-                .collect::<Result<Vec<u64>, _>>()
-                .ok()?,
-        };
-        Some(Self {
-            tried,
-            interrupted,
-            episodes,
-        })
-    }
-
-    /// The header's value.
-    pub(crate) fn encode(&self) -> String {
-        let episodes: Vec<String> = self.episodes.iter().map(u64::to_string).collect();
-        format!("{}:{}:{}", self.tried, self.interrupted, episodes.join(","))
-    }
-
-    /// What a job put back after the attempt `attempts` carries: `spent`
-    /// when that attempt counts (a real failure), not when it was given back.
-    pub(crate) fn after(attempts: &Attempts, spent: bool) -> Self {
-        let skip = attempts
-            .episode_starts
-            .len()
-            .saturating_sub(CARRIED_EPISODES);
-        Self {
-            tried: attempts
-                .number
-                .saturating_sub(1)
-                .saturating_add(u32::from(spent)),
-            interrupted: attempts.interrupted,
-            episodes: attempts.episode_starts[skip..].to_vec(),
-        }
-    }
-}
-
-/// The real attempts a run spent on its earlier queue jobs, from a queue
-/// job's headers (what its `gaffer.past` carries; 0 for a job never put
-/// back): for readers of the store that show a live job's attempts.
-pub fn tried_before(headers: &std::collections::HashMap<String, String>) -> u32 {
-    headers
-        .get(keys::HEADER_PAST)
-        .and_then(|v| Carried::parse(v))
-        .map_or(0, |c| c.tried)
 }
 
 impl Attempts {

@@ -1,103 +1,25 @@
 //! A workflow's submission (one transaction: every step or none), its
 //! status, and the changes of the whole: cancel and retry.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
-use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
-use taquba::{KvOrder, QueueView, SettlementEffects};
+use taquba::SettlementEffects;
 
 use crate::error::{EngineError, Result};
-use crate::jobs::request::SubmitRequest;
-use crate::jobs::submit::JobState;
 use crate::layout::keys;
 use crate::layout::records::{self, OutcomeRecord};
 use crate::services::Services;
 use crate::workflows::gates::{Exclusive, GateMessage};
-use crate::workflows::graph::{Flow, Node};
+use crate::workflows::graph::Node;
 use crate::workflows::layout::{
-    HeldJob, StepEnd, StepKey, StepRecord, WORKFLOWS_PREFIX, WorkflowRecord, is_valid_step_name,
-    keyed_workflow_id, step_run_id, workflow_key,
+    HeldJob, StepEnd, StepKey, StepRecord, WorkflowRecord, is_valid_step_name, keyed_workflow_id,
+    step_run_id, workflow_key,
 };
 use crate::workflows::settle;
 
-/// Most steps in one workflow.
-pub const MAX_STEPS: usize = 100_000;
-
-/// One step as submitted: its name, its job, the steps it needs.
-#[derive(Debug, Clone)]
-pub struct StepSpec {
-    /// Its name in the workflow: 1-128 characters of `[A-Za-z0-9_.-]`.
-    pub name: String,
-    /// Its job (type, payload, headers, priority, attempt limit; the key,
-    /// run id and `run_at` are not used).
-    pub job: SubmitRequest,
-    /// The steps it needs.
-    pub deps: Vec<String>,
-    /// Run once every step it needs ended, whichever way.
-    pub regardless: bool,
-}
-
-/// A workflow as submitted.
-#[derive(Debug, Clone, Default)]
-pub struct WorkflowSpec {
-    /// A name for people.
-    pub name: String,
-    /// Its id, if given (1-128 characters of `[A-Za-z0-9_-]`).
-    pub id: Option<String>,
-    /// A key its id is derived from: a second submission with the key is
-    /// the same workflow.
-    pub key: Option<String>,
-    /// Its steps.
-    pub steps: Vec<StepSpec>,
-}
-
-/// What a submission came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkflowSubmitted {
-    /// The workflow's id.
-    pub id: String,
-    /// False when the workflow existed (same id, same steps).
-    pub newly_submitted: bool,
-}
-
-/// A step, as the workflow's status shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepStatus {
-    /// Its name.
-    pub name: String,
-    /// Its job type.
-    pub job_type: String,
-    /// Its job's id.
-    pub run_id: String,
-    /// The steps it needs.
-    pub deps: Vec<String>,
-    /// Whether it runs whichever way they end.
-    pub regardless: bool,
-    /// Where its job is; `None` while it waits for the steps it needs
-    /// (its job is not created yet).
-    pub state: Option<JobState>,
-}
-
-/// A workflow and each step's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkflowStatus {
-    /// Its id.
-    pub id: String,
-    /// Its record.
-    pub record: WorkflowRecord,
-    /// Its steps, dependencies before the steps that need them.
-    pub steps: Vec<StepStatus>,
-}
-
-impl WorkflowStatus {
-    /// Whether every step ended.
-    pub fn ended(&self) -> bool {
-        self.steps
-            .iter()
-            .all(|s| s.state.is_some_and(JobState::is_terminal))
-    }
-}
+pub use crate::layout::workflow::spec::{MAX_STEPS, StepSpec, WorkflowSpec, WorkflowSubmitted};
+pub use crate::layout::workflow::status::{StepStatus, WorkflowStatus, list, status, topological};
 
 fn invalid(why: impl Into<String>) -> EngineError {
     EngineError::InvalidWorkflow(why.into())
@@ -113,52 +35,6 @@ fn workflow_id(spec: &WorkflowSpec, fresh: impl FnOnce() -> String) -> Result<St
         (None, Some(key)) => Ok(keyed_workflow_id(key)),
         (None, None) => Ok(fresh()),
     }
-}
-
-/// The names of `steps` with every step after the steps it needs
-/// (`InvalidWorkflow` on a cycle). The records may come from a store in
-/// any form: a dependent a step does not count among its needs (named
-/// twice, or by a step it does not need) is not counted below zero.
-pub fn topological(steps: &HashMap<String, StepRecord>) -> Result<Vec<String>> {
-    let mut needs: HashMap<&str, usize> = steps
-        .iter()
-        .map(|(n, s)| (n.as_str(), s.deps.len()))
-        .collect();
-    let mut names: Vec<&str> = needs
-        .iter()
-        .filter(|(_, n)| **n == 0)
-        .map(|(k, _)| *k)
-        .collect();
-    names.sort_unstable();
-    let mut ready: VecDeque<&str> = names.into();
-    let mut order = Vec::with_capacity(steps.len());
-    while let Some(name) = ready.pop_front() {
-        order.push(name.to_string());
-        for next in &steps[name].dependents {
-            if let Some(n) = needs.get_mut(next.as_str())
-                && *n > 0
-            {
-                *n -= 1;
-                if *n == 0 {
-                    ready.push_back(next);
-                }
-            }
-        }
-    }
-    if order.len() != steps.len() {
-        let mut stuck: Vec<&str> = needs
-            .iter()
-            .filter(|(n, _)| !order.iter().any(|o| o == *n))
-            .map(|(n, _)| *n)
-            .collect();
-        stuck.sort_unstable();
-        stuck.truncate(5);
-        return Err(invalid(format!(
-            "its steps form a cycle (among: {})",
-            stuck.join(", ")
-        )));
-    }
-    Ok(order)
 }
 
 /// Check `spec` and build its records: each step's, with its dependents,
@@ -488,112 +364,5 @@ fn rerun(flow: &crate::workflows::graph::Flow) -> Vec<String> {
             return set.into_iter().cloned().collect();
         }
         set.extend(more);
-    }
-}
-
-/// Workflow `id` and each step's state, as `view` reads them.
-pub async fn status(view: &QueueView, id: &str) -> Result<WorkflowStatus> {
-    if !keys::is_valid_id(id) {
-        return Err(EngineError::WorkflowNotFound(id.to_string()));
-    }
-    let flow = Flow::load(view, id).await?;
-    let graph: HashMap<String, StepRecord> = flow
-        .steps
-        .iter()
-        .map(|(n, s)| (n.clone(), s.record.clone()))
-        .collect();
-    let mut steps = Vec::with_capacity(graph.len());
-    for name in topological(&graph)? {
-        let step = &flow.steps[&name];
-        let run_id = step_run_id(id, &name);
-        let state = match step.node {
-            Node::Held => None,
-            Node::Ended(StepEnd::Succeeded) => Some(JobState::Succeeded),
-            Node::Ended(StepEnd::Failed) => Some(JobState::Failed),
-            Node::Ended(StepEnd::Cancelled) => Some(JobState::Cancelled),
-            Node::Released => crate::layout::inspect::job_state(view, &run_id).await?,
-        };
-        steps.push(StepStatus {
-            name,
-            job_type: step.record.job_type.clone(),
-            run_id,
-            deps: step.record.deps.clone(),
-            regardless: step.record.regardless,
-            state,
-        });
-    }
-    Ok(WorkflowStatus {
-        id: id.to_string(),
-        record: flow.record,
-        steps,
-    })
-}
-
-/// Up to `limit` workflows after the id `after` (in id order).
-pub async fn list(
-    view: &QueueView,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<Vec<(String, WorkflowRecord)>> {
-    let start = match after {
-        Some(after) => {
-            let mut k = workflow_key(after);
-            k.push(0);
-            k
-        }
-        None => WORKFLOWS_PREFIX.to_vec(),
-    };
-    let entries = view.kv_entries(
-        WORKFLOWS_PREFIX,
-        start..,
-        KvOrder::Ascending,
-        limit.min(1000),
-    );
-    let mut entries = std::pin::pin!(entries);
-    let mut out = Vec::new();
-    while out.len() < limit
-        && let Some((key, value)) = entries.try_next().await?
-    {
-        let id = String::from_utf8_lossy(&key[WORKFLOWS_PREFIX.len()..]).into_owned();
-        out.push((id, records::decode(&key, &value)?));
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn step(deps: &[&str], dependents: &[&str]) -> StepRecord {
-        StepRecord {
-            job_type: "t".into(),
-            deps: deps.iter().map(|s| s.to_string()).collect(),
-            dependents: dependents.iter().map(|s| s.to_string()).collect(),
-            regardless: false,
-        }
-    }
-
-    /// Found by `tests/hostile_bytes.rs`: step records whose dependents
-    /// do not match the needs of the steps they name (as a store written
-    /// by other hands may hold them) counted a need below zero: in a debug
-    /// build, a panic in a workflow's status (`WorkflowHandle::status`,
-    /// `ClientWorkflow`, `gaffer workflow`, the dashboard's page).
-    #[test]
-    fn dependents_a_step_does_not_need_are_not_counted_below_zero() {
-        let alone = HashMap::from([("c".to_string(), step(&[], &["c"]))]);
-        assert_eq!(topological(&alone).unwrap(), vec!["c".to_string()]);
-        let twice = HashMap::from([
-            ("a".to_string(), step(&[], &["b", "b"])),
-            ("b".to_string(), step(&["a"], &[])),
-        ]);
-        assert_eq!(topological(&twice).unwrap(), vec!["a", "b"]);
-        let cycle = HashMap::from([
-            ("a".to_string(), step(&["b"], &["b"])),
-            ("b".to_string(), step(&["a"], &["a"])),
-        ]);
-        assert!(matches!(
-            topological(&cycle),
-            Err(EngineError::InvalidWorkflow(_))
-        ));
     }
 }

@@ -202,9 +202,9 @@ async fn what_a_job_put_back_carries_is_counted_with_its_own_history() {
     let a = count(&claim, 7, &carried, &history, EPISODES, 120_000);
     assert_eq!((a.number, a.limit, a.interrupted, a.episodes), (4, 5, 5, 2));
     // A failure of this attempt carries one more; a release does not.
-    assert_eq!(Carried::after(&a, true).tried, 4);
-    assert_eq!(Carried::after(&a, false).tried, 3);
-    assert_eq!(Carried::after(&a, false).episodes, vec![10_000, 100_000]);
+    assert_eq!(carried_after(&a, true).tried, 4);
+    assert_eq!(carried_after(&a, false).tried, 3);
+    assert_eq!(carried_after(&a, false).episodes, vec![10_000, 100_000]);
     queue.close().await.unwrap();
 }
 
@@ -223,8 +223,8 @@ async fn counts_carried_at_their_maximum_saturate_instead_of_overflowing() {
     ];
     let a = count(&claim, 7, &carried, &history, EPISODES, 120_000);
     assert_eq!((a.number, a.interrupted), (u32::MAX, u32::MAX));
-    assert_eq!(Carried::after(&a, true).tried, u32::MAX);
-    assert_eq!(Carried::after(&a, false).tried, u32::MAX - 1);
+    assert_eq!(carried_after(&a, true).tried, u32::MAX);
+    assert_eq!(carried_after(&a, false).tried, u32::MAX - 1);
     queue.close().await.unwrap();
 }
 

@@ -6,7 +6,7 @@
 use taquba::{Claim, EnqueueOptions, EnqueueRequest, SettlementEffects};
 use tracing::warn;
 
-use crate::exec::attempts::{Attempts, Carried};
+use crate::exec::attempts::Attempts;
 use crate::exec::settle::decide::End;
 use crate::exec::settle::standing::{Owner, Standing, Target};
 use crate::layout::keys;
@@ -175,7 +175,7 @@ pub(crate) async fn requeue(
     let mut headers = claim.headers.clone();
     headers.insert(
         keys::HEADER_PAST.into(),
-        Carried::after(attempts, spent).encode(),
+        crate::exec::attempts::carried_after(attempts, spent).encode(),
     );
     let delay = if spent {
         crate::exec::attempts::backoff(queue.queue_config(&claim.queue), attempts.number)

@@ -1,5 +1,5 @@
 //! A workflow as a client in another process sends it through the store's
-//! inbox ([`IntakeOp::SubmitWorkflow`](crate::engine::intake::IntakeOp)):
+//! inbox ([`IntakeOp::SubmitWorkflow`](crate::intake::IntakeOp)):
 //! every step's job already encoded, the workflow's id always given (the
 //! client's, derived from its key, or a fresh ULID the client made), so a
 //! request the intake applies twice (a crash between the commit and the
@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::jobs::request::SubmitRequest;
-use crate::workflows::submit::{StepSpec, WorkflowSpec};
+use crate::request::SubmitRequest;
+use crate::workflow::spec::{StepSpec, WorkflowSpec};
 
 /// A workflow to submit, as the inbox carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,7 +137,7 @@ mod tests {
             }],
         };
         let wire = IntakeWorkflow::of(spec.clone(), "wf-1".into());
-        let bytes = crate::layout::records::encode(&wire).unwrap();
+        let bytes = crate::records::encode(&wire).unwrap();
         let back: IntakeWorkflow = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(back, wire);
         let out = back.into_spec();

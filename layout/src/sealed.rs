@@ -597,7 +597,7 @@ pub fn encrypted_label(e: &SealError) -> String {
     }
 }
 
-/// The store's encryption record at [`keys::ENCRYPTION_KEY`](crate::layout::keys::ENCRYPTION_KEY):
+/// The store's encryption record at [`keys::ENCRYPTION_KEY`](crate::keys::ENCRYPTION_KEY):
 /// the keys values in the store may be sealed under, each with a check
 /// value (a constant sealed under it). Written by an engine with a keyring
 /// at its start; an engine, a client or the command refuses to start on

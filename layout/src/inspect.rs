@@ -10,8 +10,8 @@ use futures_util::TryStreamExt;
 use taquba::{JobStatus, KvOrder, QueueView};
 
 use crate::error::{EngineError, Result};
-use crate::layout::keys::{self, check_batch_id};
-use crate::layout::records::{
+use crate::keys::{self, check_batch_id};
+use crate::records::{
     self, BatchHead, Cost, ItemMarker, ItemStatus, JobState, OutcomeRecord, RunRecord, merge_cost,
 };
 
@@ -118,7 +118,7 @@ pub fn shard_of(found: Option<&[u8]>, place: &crate::ShardPlace) -> Result<bool>
 /// its stored bytes (`None`: no engine with a keyring started on it).
 pub async fn encryption_record(
     view: &QueueView,
-) -> Result<Option<(crate::layout::sealed::EncryptionRecord, Vec<u8>)>> {
+) -> Result<Option<(crate::sealed::EncryptionRecord, Vec<u8>)>> {
     match view.kv_get(keys::ENCRYPTION_KEY).await? {
         Some(raw) => Ok(Some((
             records::decode(keys::ENCRYPTION_KEY, &raw)?,
@@ -133,10 +133,7 @@ pub async fn encryption_record(
 /// be held, and be the same key ([`EngineError::EncryptionKeyMissing`],
 /// [`EngineError::EncryptionKeyWrong`] name the first that is not). A
 /// store with no encryption record passes any keyring.
-pub async fn check_encryption(
-    view: &QueueView,
-    keyring: &crate::layout::sealed::Keyring,
-) -> Result<()> {
+pub async fn check_encryption(view: &QueueView, keyring: &crate::sealed::Keyring) -> Result<()> {
     if let Some((record, _)) = encryption_record(view).await? {
         record.check(keyring)?;
     }
@@ -531,8 +528,7 @@ pub async fn periodic_jobs(view: &QueueView) -> Result<Vec<PeriodicStatus>> {
             .await?;
         for (key, raw) in &page.entries {
             let record: records::PeriodicRecord = records::decode(key, raw)?;
-            let schedule =
-                crate::maintenance::schedule::Schedule::from_spec(&record.schedule, record.missed);
+            let schedule = crate::schedule::Schedule::from_spec(&record.schedule, record.missed);
             let next_due_ms = schedule
                 .as_ref()
                 .ok()

@@ -280,7 +280,7 @@ pub enum EngineError {
     /// A header value that cannot be paused.
     #[error(
         "a header value to pause must be 1 to {max} bytes, not {len}; pause the whole type instead",
-        max = crate::layout::keys::MAX_PAUSED_VALUE_LEN
+        max = crate::keys::MAX_PAUSED_VALUE_LEN
     )]
     PausedValueTooLong {
         /// Its length in bytes.
@@ -546,7 +546,7 @@ pub enum EngineError {
         /// The threshold, percent.
         threshold: f64,
         /// The run's report.
-        report: Box<crate::batches::report::BulkReport>,
+        report: Box<crate::report::BulkReport>,
     },
 
     /// The engine refused a client's submission (unknown job type, a key

@@ -8,9 +8,9 @@ use futures_util::TryStreamExt;
 use taquba::{KvOrder, QueueView};
 
 use crate::error::{EngineError, Result};
-use crate::layout::records;
-use crate::workflows::layout::{StepEnd, StepKey, StepRecord, WorkflowRecord, workflow_dir};
-use crate::workflows::layout::{step_run_id, workflow_key};
+use crate::records;
+use crate::workflow::{StepEnd, StepKey, StepRecord, WorkflowRecord, workflow_dir};
+use crate::workflow::{step_run_id, workflow_key};
 
 /// Where a step is, as its workflow's records say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

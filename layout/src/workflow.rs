@@ -4,9 +4,14 @@
 //! `gaffer/v1/wf/{id}/…` (one record per step and the markers of its
 //! life), so one prefix scan reads a workflow's graph and state.
 
+pub mod graph;
+pub mod spec;
+pub mod status;
+pub mod wire;
+
 use serde::{Deserialize, Serialize};
 
-use crate::layout::keys::hex_sha256;
+use crate::keys::hex_sha256;
 
 /// Header on a workflow step's queue job: its workflow's id.
 pub const HEADER_WORKFLOW: &str = "gaffer.workflow";
@@ -92,7 +97,7 @@ pub fn keyed_workflow_id(key: &str) -> String {
 /// Whether `name` is an acceptable step name: 1-128 characters of
 /// `[A-Za-z0-9_.-]`.
 pub fn is_valid_step_name(name: &str) -> bool {
-    crate::layout::keys::is_valid_periodic_name(name)
+    crate::keys::is_valid_periodic_name(name)
 }
 
 /// A workflow, as submitted.
@@ -161,8 +166,8 @@ impl HeldJob {
     /// The job as stored: its payload sealed under `keyring`.
     pub fn sealed(
         &self,
-        keyring: &crate::layout::sealed::Keyring,
-    ) -> std::result::Result<Self, crate::layout::sealed::SealError> {
+        keyring: &crate::sealed::Keyring,
+    ) -> std::result::Result<Self, crate::sealed::SealError> {
         Ok(Self {
             payload: keyring.seal(&self.payload)?,
             ..self.clone()
@@ -172,8 +177,8 @@ impl HeldJob {
     /// The job with its payload opened.
     pub fn opened(
         self,
-        keyring: &crate::layout::sealed::Keyring,
-    ) -> std::result::Result<Self, crate::layout::sealed::SealError> {
+        keyring: &crate::sealed::Keyring,
+    ) -> std::result::Result<Self, crate::sealed::SealError> {
         Ok(Self {
             payload: keyring.open_vec(self.payload)?,
             ..self
@@ -214,8 +219,8 @@ impl StepEnd {
     }
 
     /// The end of a run with this outcome.
-    pub fn of(outcome: &crate::layout::records::Outcome) -> Self {
-        use crate::layout::records::Outcome;
+    pub fn of(outcome: &crate::records::Outcome) -> Self {
+        use crate::records::Outcome;
         match outcome {
             Outcome::Succeeded(_) => Self::Succeeded,
             Outcome::Failed { .. } => Self::Failed,
@@ -241,10 +246,10 @@ mod tests {
             assert_eq!(StepKey::parse("wf", &key), None);
         }
         let a = step_run_id("wf1", "a");
-        assert!(crate::layout::keys::is_valid_id(&a));
+        assert!(crate::keys::is_valid_id(&a));
         assert_ne!(a, step_run_id("wf1", "b"));
         assert_ne!(a, step_run_id("wf2", "a"));
-        assert!(crate::layout::keys::is_valid_id(&keyed_workflow_id("k")));
+        assert!(crate::keys::is_valid_id(&keyed_workflow_id("k")));
         for end in [StepEnd::Succeeded, StepEnd::Failed, StepEnd::Cancelled] {
             assert_eq!(StepEnd::from_bytes(&[end.byte()]), Some(end));
         }

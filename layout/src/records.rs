@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
-use crate::layout::keys;
+use crate::keys;
 
 /// How a failure is classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -441,8 +441,7 @@ mod tests {
             std::thread::Builder::new()
                 .stack_size(2 << 20)
                 .spawn(move || {
-                    decode::<crate::workflows::layout::StepRecord>(b"k", &record(depth))
-                        .map(|r| r.job_type)
+                    decode::<crate::workflow::StepRecord>(b"k", &record(depth)).map(|r| r.job_type)
                 })
                 .unwrap()
                 .join()
@@ -476,9 +475,9 @@ pub struct PeriodicRecord {
     /// The job type its ticks submit.
     pub job_type: String,
     /// Its schedule.
-    pub schedule: crate::maintenance::schedule::ScheduleSpec,
+    pub schedule: crate::schedule::ScheduleSpec,
     /// Its policy for missed ticks.
-    pub missed: crate::maintenance::schedule::Missed,
+    pub missed: crate::schedule::Missed,
     /// Every tick at or before this time (epoch ms, queue clock) is handled:
     /// fired, or dropped by the policy. At creation: the time it was first
     /// scheduled.
@@ -573,14 +572,14 @@ pub struct ItemMarker {
     pub job_id: String,
 }
 
-/// Sealing the user-supplied fields of records (see [`sealed`](crate::layout::sealed)):
+/// Sealing the user-supplied fields of records (see [`sealed`](crate::sealed)):
 /// `sealed` gives the record as it is stored, `opened` as the engine uses
 /// it. Ids, types, states, hashes, times and gaffer's own texts stay
 /// readable. A text already sealed is kept as it is (errors read back from
 /// the queue's attempt history were sealed on their way in).
 mod sealing {
     use super::*;
-    use crate::layout::sealed::{Keyring, SealError, text_sealed_under};
+    use crate::sealed::{Keyring, SealError, text_sealed_under};
 
     /// A text sealed under `k`'s newest key: as it is when it already is,
     /// else sealed (a plain one) or sealed again (one under an older key:
@@ -600,7 +599,7 @@ mod sealing {
 
     /// Whether `stored` is sealed under `newest`.
     fn under(stored: &[u8], newest: &str) -> bool {
-        crate::layout::sealed::sealed_under(stored) == Some(newest)
+        crate::sealed::sealed_under(stored) == Some(newest)
     }
 
     /// Whether the text `stored` is sealed under `newest`.

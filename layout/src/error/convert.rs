@@ -52,7 +52,7 @@ impl EngineError {
 
 impl EngineError {
     /// An actor (`actor`) that stopped before it answered.
-    pub(crate) fn unavailable(actor: &'static str, reason: impl std::fmt::Display) -> Self {
+    pub fn unavailable(actor: &'static str, reason: impl std::fmt::Display) -> Self {
         Self::ActorUnavailable {
             actor,
             reason: reason.to_string(),
@@ -70,7 +70,7 @@ impl From<taquba::object_store::Error> for EngineError {
     fn from(e: taquba::object_store::Error) -> Self {
         // An object that did not open through the engine's keyring is that
         // error, typed, not a store failure.
-        match crate::layout::sealed::blobs::seal_error(&e) {
+        match crate::sealed::blobs::seal_error(&e) {
             Some(sealed) => sealed.clone().into(),
             None => Self::Store(Arc::new(e)),
         }
@@ -92,9 +92,9 @@ pub fn store_closed(e: &taquba::Error) -> Option<String> {
     }
 }
 
-impl From<crate::layout::sealed::SealError> for EngineError {
-    fn from(e: crate::layout::sealed::SealError) -> Self {
-        use crate::layout::sealed::SealError;
+impl From<crate::sealed::SealError> for EngineError {
+    fn from(e: crate::sealed::SealError) -> Self {
+        use crate::sealed::SealError;
         match e {
             SealError::UnknownKey { key_id } => Self::EncryptionKeyMissing { key_id },
             SealError::WrongKey { key_id } => Self::EncryptionKeyWrong { key_id },
@@ -105,8 +105,8 @@ impl From<crate::layout::sealed::SealError> for EngineError {
     }
 }
 
-impl From<crate::layout::sealed::KeyringError> for EngineError {
-    fn from(e: crate::layout::sealed::KeyringError) -> Self {
+impl From<crate::sealed::KeyringError> for EngineError {
+    fn from(e: crate::sealed::KeyringError) -> Self {
         Self::InvalidKeyring(e.to_string())
     }
 }

@@ -213,7 +213,7 @@ pub fn shard_of(id: &str, shards: usize) -> usize {
 pub const SHARD_KEY: &[u8] = b"gaffer/v1/shard";
 
 /// `gaffer/v1/encryption`: the store's encryption record
-/// ([`EncryptionRecord`](crate::layout::sealed::EncryptionRecord): the keys
+/// ([`EncryptionRecord`](crate::sealed::EncryptionRecord): the keys
 /// its values may be sealed under, each with a check value). Written by an
 /// engine started with a keyring; absent on a store no such engine
 /// started on, whose values are all plain.
