@@ -121,6 +121,70 @@ async fn a_client_submits_and_joins_through_the_store() {
     engine.shutdown().await.unwrap();
 }
 
+/// Every field of a submission set through the client arrives on the job:
+/// its type, payload, key (its id), headers, priority, attempt limit, due
+/// time and timeout, as the engine's queue job holds them (read back from
+/// the store: the run's record names its queue job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_set_through_the_client_arrives_on_the_job() {
+    use gaffer_actors::layout::{keys, records};
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path(), Arc::new(AtomicUsize::new(0))).await;
+    let client = client(tmp.path()).await;
+    let later = std::time::UNIX_EPOCH + Duration::from_millis(4_102_444_800_123);
+    let job = Square {
+        x: 9,
+        key: Some("every-field".into()),
+    };
+    let h = client
+        .submit_with(
+            Square {
+                x: 9,
+                key: Some("every-field".into()),
+            },
+            SubmitOptions {
+                max_attempts: Some(7),
+                priority: Some(42),
+                run_at: Some(later),
+                headers: [("tenant".to_string(), "acme".to_string())].into(),
+                timeout: Some(Duration::from_millis(1234)),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(h.id(), gaffer::job::keyed_job_id("every-field"));
+    eventually("the engine takes the request", LIMIT, async || {
+        h.status().await.unwrap() == RequestState::Job(JobState::Scheduled)
+    })
+    .await;
+    let queue = gaffer::testing::raw_queue(&engine).unwrap();
+    let key = keys::run_key(h.id());
+    let bytes = queue
+        .view()
+        .kv_get(&key)
+        .await
+        .unwrap()
+        .expect("a run record");
+    let run: records::RunRecord = records::decode(&key, &bytes).unwrap();
+    assert_eq!(run.job_type, "square");
+    let queued = queue
+        .view()
+        .get_job(&run.job_id)
+        .await
+        .unwrap()
+        .expect("the run's queue job");
+    assert_eq!(queued.payload, rmp_serde::to_vec_named(&job).unwrap());
+    assert_eq!(queued.priority, 42);
+    assert_eq!(queued.run_at, Some(4_102_444_800_123));
+    assert_eq!(queued.headers["tenant"], "acme");
+    assert_eq!(queued.headers[keys::HEADER_TYPE], "square");
+    assert_eq!(queued.headers[keys::HEADER_RUN], h.id());
+    assert_eq!(queued.headers[keys::HEADER_ATTEMPTS], "7");
+    assert_eq!(queued.headers[keys::HEADER_TIMEOUT], "1234");
+    client.close().await;
+    engine.shutdown().await.unwrap();
+}
+
 /// A handle's join whose job was taken and then removed by retention
 /// ends with `JobNotFound`: only after the client's grace for a taken
 /// request whose job reads as absent (10 s), and not never.
@@ -487,24 +551,15 @@ async fn a_request_submitted_twice_is_one_job() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = engine(tmp.path(), runs.clone()).await;
-    let request = gaffer::testing::intake::IntakeRequest {
-        run_id: "01JCLIENTREQUESTTWICE00000".into(),
+    let request = gaffer::protocol::SubmitRequest {
+        run_id: Some("01JCLIENTREQUESTTWICE00000".into()),
         job_type: "square".into(),
         payload: rmp_serde::to_vec_named(&Square { x: 5, key: None }).unwrap(),
-        idempotency_key: None,
-        headers: Default::default(),
-        priority: None,
-        max_attempts: None,
-        run_at_ms: None,
-        traceparent: None,
-        timeout_ms: None,
+        ..Default::default()
     };
     let services = gaffer::testing::services(&engine);
-    let first = services
-        .submit(request.clone().into_submit())
-        .await
-        .unwrap();
-    let again = services.submit(request.into_submit()).await.unwrap();
+    let first = services.submit(request.clone()).await.unwrap();
+    let again = services.submit(request).await.unwrap();
     assert_eq!(first.run_id, again.run_id);
     assert!(first.newly_submitted && !again.newly_submitted);
     let h = engine.handle::<Square>(&first.run_id).unwrap();

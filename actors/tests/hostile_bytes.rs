@@ -12,10 +12,11 @@
 //! `PROPTEST_CASES=100000 cargo test --release -p gaffer-actors --test hostile_bytes`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use gaffer_actors::EngineError;
-use gaffer_actors::engine::intake::{IntakeOp, IntakeRequest};
+use gaffer_actors::SubmitRequest;
+use gaffer_actors::engine::intake::IntakeOp;
 use gaffer_actors::erased::CompletedBatch;
 use gaffer_actors::layout::inspect;
 use gaffer_actors::layout::keys;
@@ -472,7 +473,7 @@ fn held_job() -> impl Strategy<Value = HeldJob> {
         )
 }
 
-fn intake_request() -> impl Strategy<Value = IntakeRequest> {
+fn intake_request() -> impl Strategy<Value = SubmitRequest> {
     (
         (text(), text(), blob(), option::of(text()), headers()),
         (
@@ -488,17 +489,17 @@ fn intake_request() -> impl Strategy<Value = IntakeRequest> {
                 (run_id, job_type, payload, idempotency_key, headers),
                 (priority, max_attempts, run_at_ms, traceparent, timeout_ms),
             )| {
-                IntakeRequest {
-                    run_id,
+                SubmitRequest {
+                    run_id: Some(run_id),
                     job_type,
                     payload,
                     idempotency_key,
                     headers,
                     priority,
                     max_attempts,
-                    run_at_ms,
+                    run_at: run_at_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
                     traceparent,
-                    timeout_ms,
+                    timeout: timeout_ms.map(Duration::from_millis),
                 }
             },
         )
@@ -666,14 +667,15 @@ proptest! {
     }
 
     /// The intake decodes a request with `records::from_msgpack` and
-    /// dead-letters it with the error; a request that decodes is turned
-    /// into its submission.
+    /// refuses it with the error; a submission that decodes is the request
+    /// the engine submits, and encodes back to itself.
     #[test]
     fn intake_requests_decode_or_refuse(bytes in hostile(intake_op())) {
         let decoded = metered("an intake request", bytes, |b| records::from_msgpack::<IntakeOp>(b));
         match decoded {
             Ok(IntakeOp::Submit(request)) => {
-                let _ = request.into_submit();
+                let again = records::encode(&request).expect("a decoded request encodes");
+                prop_assert_eq!(records::from_msgpack(&again).ok(), Some(request));
             }
             Ok(IntakeOp::SubmitWorkflow(flow)) => {
                 let _ = flow.into_spec();

@@ -3,7 +3,7 @@
 //! A [`Client`](../../gaffer/struct.Client.html) never opens the store as a
 //! writer. It writes each submission as an entry of taquba's inbox (an object
 //! beside the queue) for the engine's intake queue, `{queue_name}-intake`,
-//! with its [`IntakeRequest`] as the payload and its request id as both the
+//! with its [`SubmitRequest`] as the payload and its request id as both the
 //! entry id and the queue job id. The engine opens its queue with the inbox
 //! on: taquba's writer applies each entry once (within the inbox's record
 //! retention) as a plain enqueue on the intake queue.
@@ -27,9 +27,6 @@
 //! those as refused too. A store error nacks the request: it is tried
 //! again.
 
-use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
@@ -44,7 +41,7 @@ pub fn intake_queue(queue_name: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IntakeOp {
     /// Submit a job.
-    Submit(IntakeRequest),
+    Submit(SubmitRequest),
     /// Cancel a job.
     Cancel {
         /// Its id.
@@ -174,67 +171,7 @@ impl RequestFate {
     }
 }
 
-/// A submission from another process (inside [`IntakeOp::Submit`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IntakeRequest {
-    /// The run id the job gets: a ULID the client made, or the keyed run id
-    /// of `idempotency_key`.
-    pub run_id: String,
-    /// The job type.
-    pub job_type: String,
-    /// The encoded job.
-    #[serde(with = "serde_bytes")]
-    pub payload: Vec<u8>,
-    /// Idempotency key.
-    #[serde(default)]
-    pub idempotency_key: Option<String>,
-    /// Headers (none under `gaffer.`).
-    #[serde(default)]
-    pub headers: HashMap<String, String>,
-    /// Priority.
-    #[serde(default)]
-    pub priority: Option<u32>,
-    /// Attempt limit.
-    #[serde(default)]
-    pub max_attempts: Option<u32>,
-    /// Earliest time to run, epoch ms.
-    #[serde(default)]
-    pub run_at_ms: Option<u64>,
-    /// The W3C `traceparent` of the client's span (feature `otel`).
-    #[serde(default)]
-    pub traceparent: Option<String>,
-    /// Each attempt's timeout, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-}
-
-impl IntakeRequest {
-    /// The submission it asks for.
-    pub fn into_submit(self) -> SubmitRequest {
-        SubmitRequest {
-            job_type: self.job_type,
-            payload: self.payload,
-            run_id: self.idempotency_key.is_none().then_some(self.run_id),
-            idempotency_key: self.idempotency_key,
-            headers: self.headers,
-            priority: self.priority,
-            max_attempts: self.max_attempts,
-            run_at: self
-                .run_at_ms
-                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-            traceparent: self.traceparent,
-            timeout: self.timeout_ms.map(Duration::from_millis),
-        }
-    }
-}
-
-/// Requests claimed at once.
-/// Milliseconds since the epoch of `t` (0 before it).
-pub fn epoch_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+pub use crate::request::epoch_ms;
 
 /// Send `op` to the intake of the engine whose jobs queue prefix is
 /// `queue_name`, through `sender` (the store's inbox). Returns the request

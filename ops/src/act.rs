@@ -3,7 +3,8 @@
 //! one request to the inbox (never as the store's writer); the engine takes
 //! it at its next look and records its fate, read back by [`progress`].
 
-use gaffer_layout::intake::{self, IntakeOp, IntakeRequest, RequestProgress};
+use gaffer_layout::intake::{self, IntakeOp, RequestProgress};
+use gaffer_layout::request::SubmitRequest;
 use gaffer_layout::{inspect, keys};
 
 use crate::error::OpsError;
@@ -29,17 +30,13 @@ pub fn submit_op_at(
         Some(k) => keys::keyed_run_id(k),
         None => request_id.clone(),
     };
-    let op = IntakeOp::Submit(IntakeRequest {
-        run_id: run_id.clone(),
+    let op = IntakeOp::Submit(SubmitRequest {
+        run_id: Some(run_id.clone()),
         job_type: job_type.to_string(),
         payload,
         idempotency_key: key.map(str::to_string),
-        headers: Default::default(),
-        priority: None,
-        max_attempts: None,
-        run_at_ms,
-        traceparent: None,
-        timeout_ms: None,
+        run_at: run_at_ms.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+        ..SubmitRequest::default()
     });
     Ok((op, request_id, run_id))
 }

@@ -17,9 +17,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gaffer_actors::engine::intake::{
-    IntakeOp, IntakeRequest, RequestProgress, epoch_ms, request_progress, send_as,
-};
+use gaffer_actors::engine::intake::{IntakeOp, RequestProgress, request_progress, send_as};
 use gaffer_actors::layout::records::OutputRef;
 use gaffer_actors::layout::sealed::Keyring;
 use gaffer_actors::layout::{inspect, keys};
@@ -258,7 +256,7 @@ impl Client {
     /// unkeyed job's id too: a shard set picks it to route the job).
     pub(crate) async fn send_submit<J: Job>(
         &self,
-        req: gaffer_actors::SubmitRequest,
+        mut req: gaffer_actors::SubmitRequest,
         request_id: String,
     ) -> Result<ClientHandle<J>> {
         if let Some(h) = req
@@ -269,21 +267,11 @@ impl Client {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
         let run_id = crate::job::submit::job_id_of(&req, &request_id);
-        let intake = IntakeRequest {
-            run_id: run_id.clone(),
-            job_type: req.job_type,
-            payload: req.payload,
-            idempotency_key: req.idempotency_key,
-            headers: req.headers,
-            priority: req.priority,
-            max_attempts: req.max_attempts,
-            run_at_ms: req.run_at.map(epoch_ms),
-            traceparent: gaffer_actors::telemetry::current_traceparent(),
-            timeout_ms: req.timeout.map(gaffer_actors::workflows::wire::millis),
-        };
-        self.inner
-            .send(&request_id, &IntakeOp::Submit(intake))
-            .await?;
+        req.run_id = Some(run_id.clone());
+        if req.traceparent.is_none() {
+            req.traceparent = gaffer_actors::telemetry::current_traceparent();
+        }
+        self.inner.send(&request_id, &IntakeOp::Submit(req)).await?;
         Ok(ClientHandle {
             id: run_id,
             request_id,

@@ -51,7 +51,8 @@ pub fn shard_group(shard: usize) -> String {
 /// MessagePack).
 #[derive(RactorClusterMessage)]
 pub enum GatewayMessage {
-    /// Submit a job (a `WireSubmit`); answers a `WireSubmitted`.
+    /// Submit a job (a `SubmitRequest`, every field); answers a
+    /// `WireSubmitted`.
     #[rpc]
     Submit(Vec<u8>, RpcReplyPort<Vec<u8>>),
     /// Wait for the job with this id to end; answers a `WireOutcome`.
@@ -71,19 +72,6 @@ impl std::fmt::Debug for GatewayMessage {
             Self::RunBatch(..) => f.write_str("RunBatch"),
         }
     }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct WireSubmit {
-    job_type: String,
-    payload: Vec<u8>,
-    idempotency_key: Option<String>,
-    run_id: Option<String>,
-    headers: HashMap<String, String>,
-    priority: Option<u32>,
-    max_attempts: Option<u32>,
-    #[serde(default)]
-    timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -218,20 +206,8 @@ fn answer<T: Serialize>(
 }
 
 async fn submit(engine: &Engine, bytes: &[u8]) -> Result<String> {
-    let w: WireSubmit =
+    let req: SubmitRequest =
         from_msgpack(bytes).map_err(|e| Error::decode("a cluster submission", e))?;
-    let req = SubmitRequest {
-        job_type: w.job_type,
-        payload: w.payload,
-        idempotency_key: w.idempotency_key,
-        run_id: w.run_id,
-        headers: w.headers,
-        priority: w.priority,
-        max_attempts: w.max_attempts,
-        run_at: None,
-        traceparent: None,
-        timeout: w.timeout_ms.map(std::time::Duration::from_millis),
-    };
     Ok(engine.jobs.submit(req).await?.run_id)
 }
 
@@ -396,16 +372,10 @@ impl ClusterRouter {
         let mut req = submit_request(&job, opts)?;
         let fresh = self.set.fresh_id(&req)?;
         let id = pin_job_id(&mut req, fresh);
-        let wire = encode(&WireSubmit {
-            job_type: req.job_type,
-            payload: req.payload,
-            run_id: req.run_id,
-            idempotency_key: req.idempotency_key,
-            headers: req.headers,
-            priority: req.priority,
-            max_attempts: req.max_attempts,
-            timeout_ms: req.timeout.map(gaffer_actors::workflows::wire::millis),
-        });
+        if req.traceparent.is_none() {
+            req.traceparent = gaffer_actors::telemetry::current_traceparent();
+        }
+        let wire = encode(&req);
         let shard = self.set.shard_of(&id);
         let answer = self
             .call(

@@ -12,10 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::error::{EngineError, Result};
+use crate::jobs::request::SubmitRequest;
 use crate::services::Services;
 
 pub use crate::layout::intake::*;
 
+/// Requests claimed at once.
 const INTAKE_BATCH: usize = 64;
 /// Lease of a claimed request (a submit is one commit).
 const INTAKE_LEASE: Duration = Duration::from_secs(30);
@@ -356,8 +358,14 @@ async fn wait_for_key(services: &Services, queue: &taquba::Queue, claim: &Claim)
 }
 
 /// Submit a client's job through the engine's own submit.
-async fn submit(services: &Services, request_id: &str, request: IntakeRequest) -> Result<()> {
-    let run_id = request.run_id.clone();
+async fn submit(services: &Services, request_id: &str, mut request: SubmitRequest) -> Result<()> {
+    // A request from another process names its job's id: its submitter
+    // answers with it before the engine sees the request.
+    let Some(run_id) = request.run_id.clone() else {
+        return Err(EngineError::InvalidConfig(format!(
+            "request `{request_id}` names no run id: a request through the inbox carries the id its sender answered with"
+        )));
+    };
     if services
         .route(&request.job_type)
         .is_none_or(|route| route.kind != crate::erased::Kind::Job)
@@ -374,7 +382,11 @@ async fn submit(services: &Services, request_id: &str, request: IntakeRequest) -
             "request `{request_id}`: run id `{run_id}` is not the keyed run id of its idempotency key"
         )));
     }
-    services.submit(request.into_submit()).await?;
+    if request.idempotency_key.is_some() {
+        // Keyed: the id is the key's (checked above).
+        request.run_id = None;
+    }
+    services.submit(request).await?;
     debug!(request = %request_id, %run_id, "client request submitted");
     Ok(())
 }
