@@ -169,6 +169,9 @@ pub mod protocol {
     };
 }
 
+/// The guides (docs/guide/ in the repository), one module per topic.
+pub mod guide;
+
 /// Test helpers (feature `testing`): a fault-injecting object store, panics
 /// injected into the engine's own work, and the engine's insides a test
 /// reaches for.
