@@ -2,9 +2,24 @@
 //!
 //! Each module below is one page, included as its documentation, so docs.rs
 //! shows the guides beside the API and every Rust example in them is
-//! compiled as a doctest (`cargo test --doc`). Examples that start an
-//! engine or need a server are compiled, not run. Start with [`jobs`];
-//! README.md has the map of the API and of the crates.
+//! compiled as a doctest (`cargo test --doc`); the examples that start an
+//! engine or need a server are compiled, not run. Start with [`jobs`].
+//!
+//! | page | what |
+//! |---|---|
+//! | [`jobs`] | job types, retries, handles, keyed jobs, memo and effects, follow-ups, completion jobs, rate limits, tenants |
+//! | [`batches`] | pipelines and batches of items |
+//! | [`periodic`] | jobs on a cron expression or an interval |
+//! | [`signals`] | a job that waits for an outside event |
+//! | [`workflows`] | graphs of jobs |
+//! | [`client`] | submitting and operating from other processes |
+//! | [`shards`] | one workload over several stores and machines |
+//! | [`dashboard`] | the dashboard and the `gaffer` command |
+//! | [`s3`] | running on S3 and other object stores |
+//! | [`tuning`] | the defaults, the WAL flush, memory |
+//! | [`telemetry`] | tracing and metrics |
+//! | [`encryption`] | values encrypted at rest |
+//! | [`taquba_settings`] | what taquba does not expose, measured (for its maintainers) |
 
 pub mod jobs {
     #![doc = include_str!("../docs/guide/jobs.md")]
@@ -32,4 +47,28 @@ pub mod client {
 
 pub mod shards {
     #![doc = include_str!("../docs/guide/shards.md")]
+}
+
+pub mod dashboard {
+    #![doc = include_str!("../docs/guide/dashboard.md")]
+}
+
+pub mod s3 {
+    #![doc = include_str!("../docs/guide/s3.md")]
+}
+
+pub mod tuning {
+    #![doc = include_str!("../docs/guide/tuning.md")]
+}
+
+pub mod telemetry {
+    #![doc = include_str!("../docs/guide/telemetry.md")]
+}
+
+pub mod encryption {
+    #![doc = include_str!("../docs/guide/encryption.md")]
+}
+
+pub mod taquba_settings {
+    #![doc = include_str!("../docs/guide/taquba-settings.md")]
 }
