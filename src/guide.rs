@@ -72,3 +72,8 @@ pub mod encryption {
 pub mod taquba_settings {
     #![doc = include_str!("../docs/guide/taquba-settings.md")]
 }
+
+/// README.md's examples, compiled as doctests (not part of the docs).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
