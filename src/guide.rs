@@ -3,23 +3,24 @@
 //! Each module below is one page, included as its documentation, so docs.rs
 //! shows the guides beside the API and every Rust example in them is
 //! compiled as a doctest (`cargo test --doc`); the examples that start an
-//! engine or need a server are compiled, not run. Start with [`jobs`].
+//! engine or need a server are compiled, not run. Start with
+//! [`jobs`](crate::guide::jobs).
 //!
 //! | page | what |
 //! |---|---|
-//! | [`jobs`] | job types, retries, handles, keyed jobs, memo and effects, follow-ups, completion jobs, rate limits, tenants |
-//! | [`batches`] | pipelines and batches of items |
-//! | [`periodic`] | jobs on a cron expression or an interval |
-//! | [`signals`] | a job that waits for an outside event |
-//! | [`workflows`] | graphs of jobs |
-//! | [`client`] | submitting and operating from other processes |
-//! | [`shards`] | one workload over several stores and machines |
-//! | [`dashboard`] | the dashboard and the `gaffer` command |
-//! | [`s3`] | running on S3 and other object stores |
-//! | [`tuning`] | the defaults, the WAL flush, memory |
-//! | [`telemetry`] | tracing and metrics |
-//! | [`encryption`] | values encrypted at rest |
-//! | [`taquba_settings`] | what taquba does not expose, measured (for its maintainers) |
+//! | [`jobs`](crate::guide::jobs) | job types, retries, handles, keyed jobs, memo and effects, follow-ups, completion jobs, rate limits, tenants |
+//! | [`batches`](crate::guide::batches) | pipelines and batches of items |
+//! | [`periodic`](crate::guide::periodic) | jobs on a cron expression or an interval |
+//! | [`signals`](crate::guide::signals) | a job that waits for an outside event |
+//! | [`workflows`](crate::guide::workflows) | graphs of jobs |
+//! | [`client`](crate::guide::client) | submitting and operating from other processes |
+//! | [`shards`](crate::guide::shards) | one workload over several stores and machines |
+//! | [`dashboard`](crate::guide::dashboard) | the dashboard and the `gaffer` command |
+//! | [`s3`](crate::guide::s3) | running on S3 and other object stores |
+//! | [`tuning`](crate::guide::tuning) | the defaults, the WAL flush, memory |
+//! | [`telemetry`](crate::guide::telemetry) | tracing and metrics |
+//! | [`encryption`](crate::guide::encryption) | values encrypted at rest |
+//! | [`taquba_settings`](crate::guide::taquba_settings) | what taquba does not expose, measured (for its maintainers) |
 
 pub mod jobs {
     #![doc = include_str!("../docs/guide/jobs.md")]
