@@ -95,6 +95,9 @@ pub use job::handle::JobHandle;
 pub use job::submit::SubmitOptions;
 pub use job::typed::Job;
 
+/// The guides (docs/guide/ in the repository), one module per topic.
+pub mod guide;
+
 /// Test helpers (feature `testing`): a fault-injecting object store, panics
 /// injected into the engine's own work, and the engine's insides a test
 /// reaches for.
