@@ -8,7 +8,7 @@
 //! In your service: build gaffer with `features = ["metrics"]`, install a
 //! recorder once at start (here `metrics-exporter-prometheus`, serving its
 //! own HTTP listener), then start the engine. The metrics are listed in
-//! docs/metrics.md; taquba's queue and storage metrics come with them.
+//! docs/guide/telemetry.md; taquba's queue and storage metrics come with them.
 
 use std::net::SocketAddr;
 

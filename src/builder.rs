@@ -290,7 +290,7 @@ impl EngineBuilder {
     /// a local directory (`local_dir`, `file://`), 1 ms in memory
     /// (`in_memory`, `memory://`), 100 ms (taquba's own default) on any other
     /// URL and on a store given as [`Store::object_store`]
-    /// (README, *Defaults*).
+    /// (docs/guide/tuning.md, *Defaults*).
     pub fn flush_interval(mut self, interval: Duration) -> Self {
         self.flush_interval = Some(interval);
         self

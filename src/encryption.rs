@@ -1,4 +1,4 @@
-//! Values encrypted at rest (docs/encryption.md): the [`Keyring`] given to
+//! Values encrypted at rest (docs/guide/encryption.md): the [`Keyring`] given to
 //! [`EngineBuilder::encryption`](crate::EngineBuilder::encryption),
 //! `ClientBuilder::encryption`, the `gaffer` command (`--key-file`) and the
 //! dashboard; what it seals and what stays readable.

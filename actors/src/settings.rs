@@ -132,14 +132,14 @@ pub struct Settings {
     /// Pacing trims a large batch's peak, it does not cap it: SlateDB's
     /// block and meta caches fill as the store grows whatever the pace
     /// (measured: a 1M-item batch 0.96–1.07 GiB against 1.23–1.25 GiB
-    /// unpaced, at 0.71–0.73× the rate on an idle machine; README,
+    /// unpaced, at 0.71–0.73× the rate on an idle machine; docs/guide/tuning.md,
     /// *Memory*). Without `/proc` (not Linux) nothing is paced. At least
     /// 1 MiB; `None` turns pacing off (as before #30). Default 1 GiB.
     pub memory_budget: Option<u64>,
     /// The keys that seal every user-supplied value the engine stores
     /// (payloads, outputs, errors, memo entries, KV writes, signals, batch
     /// manifests and item records, workflow steps' jobs, client requests):
-    /// the newest seals, every key opens what it sealed (docs/encryption.md).
+    /// the newest seals, every key opens what it sealed (docs/guide/encryption.md).
     /// Empty (the default): nothing is sealed, and the stored bytes are the
     /// plain ones. A store whose values were sealed refuses to start with a
     /// keyring that lacks one of its keys (`EncryptionKeyMissing`).

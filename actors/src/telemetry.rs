@@ -4,7 +4,7 @@
 //! held as handles by its pool (`TypeMetrics`), registered at their first
 //! update, so the recorder must be installed before the engine starts.
 //! Labels are job types, pipelines, results and actor names: never ids
-//! (bounded cardinality). The table of every metric is docs/metrics.md.
+//! (bounded cardinality). The table of every metric is docs/guide/telemetry.md.
 //!
 //! Trace context (feature `otel`): [`current_traceparent`] is the W3C
 //! `traceparent` of the current span, taken at submit and stored with the
@@ -76,7 +76,7 @@ impl ItemResult {
 /// Registered at first use, not at the pool's start, so a series appears
 /// only once it has a value, as with the facade's macros. A handle taken
 /// before a recorder is installed stays a no-op: the host installs its
-/// recorder before it starts the engine (docs/metrics.md).
+/// recorder before it starts the engine (docs/guide/telemetry.md).
 ///
 /// Updates for a job type other than the pool's own (a stray pool's claims
 /// name theirs in their headers) go through the facade per update, as

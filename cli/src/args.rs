@@ -49,7 +49,7 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
     /// The store's keys (one `id:base64` a line, newest last;
-    /// docs/encryption.md): values sealed under them are shown, others as
+    /// docs/guide/encryption.md): values sealed under them are shown, others as
     /// `encrypted (key ID)`, and requests are sealed under the newest.
     /// Default: the file `GAFFER_KEY_FILE` names, or the keys in
     /// `GAFFER_KEYS`.
@@ -264,7 +264,7 @@ pub enum Command {
     /// Ask the engine to write every value the store keeps under its
     /// keyring's newest key (`Engine::rekey`): resumable; once nothing is
     /// left under an older key, the store stops listing it and it may
-    /// leave the keyring (docs/encryption.md).
+    /// leave the keyring (docs/guide/encryption.md).
     Rekey {
         #[command(flatten)]
         wait: WaitArgs,

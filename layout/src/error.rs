@@ -99,7 +99,7 @@ pub enum EngineError {
     /// they decide every id's store.
     #[error(
         "the store at `{url}` is shard {found} (index/count), but it was opened as shard {expected}; \
-         open the set with the shard count and order its data was written with (docs/shards.md), \
+         open the set with the shard count and order its data was written with (docs/guide/shards.md), \
          or point the set at new, empty stores"
     )]
     ShardMismatch {
@@ -117,7 +117,7 @@ pub enum EngineError {
     #[error(
         "the store's values are sealed under key `{key_id}`, which this keyring does not hold; \
          start with a keyring that holds it (`EngineBuilder::encryption`, `--key-file`, \
-         GAFFER_KEY_FILE or GAFFER_KEYS; docs/encryption.md)"
+         GAFFER_KEY_FILE or GAFFER_KEYS; docs/guide/encryption.md)"
     )]
     EncryptionKeyMissing {
         /// The key id missing from the keyring.

@@ -30,7 +30,7 @@
 //! sealed. The key file (`--key-file`, `GAFFER_KEY_FILE`; the same lines in
 //! `GAFFER_KEYS`) lists one key a line, `id:base64` (32 bytes, standard
 //! alphabet), newest last; blank lines and lines starting with `#` are
-//! skipped (docs/encryption.md).
+//! skipped (docs/guide/encryption.md).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ pub enum SealError {
     /// The value was sealed under a key this keyring does not hold.
     #[error(
         "a value is sealed under key `{key_id}`, which this keyring does not hold; add that key \
-         (docs/encryption.md)"
+         (docs/guide/encryption.md)"
     )]
     UnknownKey {
         /// The key that sealed it.

@@ -155,7 +155,7 @@ impl ClientBuilder {
     /// with them. Required when the store is encrypted (`open` refuses
     /// otherwise, `EncryptionKeyMissing`). Give the engine a new key before
     /// its clients: a request sealed under a key the engine does not hold
-    /// waits in its intake until it does (docs/encryption.md).
+    /// waits in its intake until it does (docs/guide/encryption.md).
     pub fn encryption(mut self, keyring: Keyring) -> Self {
         self.keyring = keyring;
         self

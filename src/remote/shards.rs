@@ -25,7 +25,7 @@
 //! gone; never from a live writer. Producers in other processes send
 //! through each shard's inbox ([`ShardedClient`]). The shard count is
 //! fixed for the life of the data: changing it moves every id's shard (see
-//! docs/shards.md).
+//! docs/guide/shards.md).
 
 mod client;
 mod engine;
@@ -69,7 +69,7 @@ pub enum ShardStatus {
     Up,
     /// Its engine stopped (fenced, its store closed, or its tree stopped);
     /// its keeper reopens it once the shard is this process's to take again
-    /// (see docs/shards.md, *Shards that come back*).
+    /// (see docs/guide/shards.md, *Shards that come back*).
     Down {
         /// Why it stopped.
         reason: String,

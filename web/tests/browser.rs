@@ -7,7 +7,7 @@
 //! it checks the layout at 800, 1400 and 1920 px (charts in their cells,
 //! numeric columns aligned, no page wider than the window); and a page of
 //! another origin cannot frame it. Screenshots of the main pages go to
-//! `target/web-screenshots/` (README's is `overview.png`).
+//! `target/web-screenshots/` (docs/guide/dashboard.md's is `overview.png`).
 //!
 //! Skipped, with a message, when Chromium or its driver is missing and
 //! `GAFFER_REQUIRE_BROWSER` is unset (`.ci/run` installs them and sets it).
@@ -443,7 +443,7 @@ async fn a_browser_reads_retries_pauses_and_watches_a_batch() {
         assert!(charts[0].as_u64().unwrap() >= 2, "{width}px: {charts}");
         assert_eq!(charts[1], serde_json::json!([]), "{width}px");
     }
-    // README's screenshot.
+    // docs/guide/dashboard.md's screenshot.
     shot(c, "overview").await;
     // A narrow window: no page is wider than it.
     c.set_window_size(800, 900).await.unwrap();

@@ -145,7 +145,7 @@ struct Kept {
 /// One engine per owned shard, each its own supervision tree: a shard
 /// whose store is fenced stops alone while the others go on, and its
 /// keeper brings it back once it is this process's to take again (see
-/// [`ShardedEngineBuilder`] and docs/shards.md, *Shards that come back*).
+/// [`ShardedEngineBuilder`] and docs/guide/shards.md, *Shards that come back*).
 pub struct ShardedEngine {
     set: ShardSet,
     shards: BTreeMap<usize, Kept>,

@@ -3,7 +3,7 @@
 //! that may hold ready jobs (at most [`MAX_SAMPLED`]) and the first ready
 //! job of each that has one, and sets `gaffer_jobs_ready` and
 //! `gaffer_oldest_ready_seconds` for the type: one series each per type,
-//! whatever the number of values (docs/metrics.md).
+//! whatever the number of values (docs/guide/telemetry.md).
 
 use std::time::Duration;
 
