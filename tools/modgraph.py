@@ -250,8 +250,14 @@ try:
     doc = open(arch).read()
 except OSError:
     sys.exit(f"no {arch}: nothing says what is kept")
-section = next((sec for sec in re.split(r'\n(?=#+ )', doc)
-                if sec.startswith('#') and f'`{rel_root}`' in sec.split('\n', 1)[0]), None)
+sections, fenced = [[]], False
+for line in doc.split('\n'):  # headings outside fenced blocks start sections
+    fenced ^= line.startswith('```')
+    if not fenced and re.match(r'#+ ', line):
+        sections.append([])
+    sections[-1].append(line)
+section = next(('\n'.join(sec) for sec in sections
+                if sec and sec[0].startswith('#') and f'`{rel_root}`' in sec[0]), None)
 if section is None:
     print(f"{os.path.basename(arch)} has no section whose heading names `{rel_root}`: nothing is kept")
     section = ''
