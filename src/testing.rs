@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 pub use gaffer_actors::ChildKind;
+pub use gaffer_actors::SharedQueue;
 /// The requests other processes leave in the store (what a `Client`
 /// sends), for tests that write or read them by hand.
 pub use gaffer_actors::engine::intake;
@@ -14,7 +15,6 @@ pub use gaffer_actors::jobs::waiters::WaitersMessage;
 /// The durable layout (keys, records, the read side), for tests that check
 /// what the store holds.
 pub use gaffer_actors::layout;
-pub use gaffer_actors::services::SharedQueue;
 pub use gaffer_actors::testing::*;
 
 use crate::{Engine, Result};

@@ -7,14 +7,14 @@
 //! feeding is paced by (`budget`).
 
 pub(crate) mod budget;
-pub mod claims;
-pub mod coordinator;
-pub mod data;
-pub mod driver;
+pub(crate) mod claims;
+pub(crate) mod coordinator;
+pub(crate) mod data;
+pub(crate) mod driver;
 pub(crate) mod lookups;
-pub mod manifest;
-pub mod registry;
+pub(crate) mod manifest;
+pub(crate) mod registry;
 pub use crate::layout::report;
 pub(crate) mod sink_writer;
-pub mod spec;
+pub(crate) mod spec;
 pub mod status;

@@ -7,7 +7,7 @@
 //! to whom.
 
 pub mod intake;
-pub mod notify;
+pub(crate) mod notify;
 pub(crate) mod shutdown;
 pub(crate) mod startup;
-pub mod supervisor;
+pub(crate) mod supervisor;

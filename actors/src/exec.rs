@@ -9,16 +9,16 @@
 //! job's slot parked while it waits for another job (`parking`), and what
 //! a job stages for its settlement ([`memo`], [`effects`]).
 
-pub mod attempts;
-pub mod claimer;
+pub(crate) mod attempts;
+pub(crate) mod claimer;
 pub mod effects;
 pub mod fair;
 pub(crate) mod marks;
 pub mod memo;
 pub(crate) mod parking;
-pub mod pool;
+pub(crate) mod pool;
 pub mod rate;
 pub(crate) mod restarts;
 pub(crate) mod settle;
-pub mod suspend;
-pub mod worker;
+pub(crate) mod suspend;
+pub(crate) mod worker;

@@ -5,6 +5,6 @@
 
 pub(crate) mod operate;
 pub use crate::layout::request;
-pub mod signals;
-pub mod submit;
+pub(crate) mod signals;
+pub(crate) mod submit;
 pub mod waiters;

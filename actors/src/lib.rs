@@ -5,7 +5,7 @@
 //! `gaffer` instead. See ARCHITECTURE.md at the repository root for the tree,
 //! the messages, the key layout and the invariants.
 
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 pub mod batches;
@@ -17,9 +17,9 @@ pub mod exec;
 pub mod jobs;
 pub use gaffer_layout as layout;
 pub mod maintenance;
-pub mod protocol;
-pub mod services;
-pub mod settings;
+pub(crate) mod protocol;
+pub(crate) mod services;
+pub(crate) mod settings;
 pub mod task;
 pub mod telemetry;
 #[cfg(feature = "testing")]

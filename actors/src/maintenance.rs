@@ -4,9 +4,9 @@
 //! [`schedule`] (cron and intervals, pure), `snapshot` (the counters for `gaffer stats`),
 //! and [`rekey`] (every sealed value written again under the newest key).
 
-pub mod periodic;
+pub(crate) mod periodic;
 pub mod rekey;
 pub use crate::layout::schedule;
 pub(crate) mod snapshot;
-pub mod sweeper;
-pub mod ticks;
+pub(crate) mod sweeper;
+pub(crate) mod ticks;

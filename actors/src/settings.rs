@@ -6,10 +6,10 @@ use crate::error::{EngineError, Result};
 
 /// Default object-store prefix of memo entries and output blobs
 /// ([`Settings::blob_prefix`]).
-pub const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
+pub(crate) const DEFAULT_BLOB_PREFIX: &str = "gaffer-blobs";
 
 /// Default [`Settings::memory_budget`]: 1 GiB of resident memory.
-pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
+pub(crate) const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
 
 /// Settings of one engine.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,13 +10,14 @@
 //!
 //! See ARCHITECTURE.md, *Workflows*.
 
-pub mod gates;
+pub(crate) mod gates;
 pub use crate::layout::workflow as layout;
 pub use crate::layout::workflow::graph;
-pub mod settle;
-pub mod submit;
+pub(crate) mod settle;
+pub(crate) mod submit;
 pub use crate::layout::workflow::wire;
 
+pub use crate::layout::workflow::spec::{StepSpec, WorkflowSpec, WorkflowSubmitted};
+pub use crate::layout::workflow::status::{StepStatus, WorkflowStatus};
 pub use gates::{GateMessage, Gates};
 pub use graph::{Decision, Flow, Node};
-pub use submit::{StepSpec, StepStatus, WorkflowSpec, WorkflowStatus, WorkflowSubmitted};

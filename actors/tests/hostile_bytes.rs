@@ -25,11 +25,11 @@ use gaffer_actors::layout::records::{
     OutcomeRecord, OutputRef, PastAttempt, PeriodicRecord, QueueCounts, RunRecord, StatsSnapshot,
     StepOf, WaitRecord,
 };
+use gaffer_actors::layout::workflow::status::topological;
 use gaffer_actors::maintenance::schedule::{Missed, Schedule, ScheduleSpec};
 use gaffer_actors::testing::hostile::{self, Allocated, Mutation};
 use gaffer_actors::workflows::graph::{Flow, Node, Planned, Step};
 use gaffer_actors::workflows::layout::{HeldJob, StepEnd, StepKey, StepRecord, WorkflowRecord};
-use gaffer_actors::workflows::submit::topological;
 use gaffer_actors::workflows::wire::{IntakeStep, IntakeWorkflow};
 use proptest::collection::{btree_map, hash_map, vec};
 use proptest::option;
@@ -777,7 +777,7 @@ proptest! {
         ],
     ) {
         let headers = HashMap::from([(keys::HEADER_PAST.to_string(), value.clone())]);
-        let tried = gaffer_actors::exec::attempts::tried_before(&headers);
+        let tried = gaffer_actors::layout::past::tried_before(&headers);
         if !value.starts_with(|c: char| c.is_ascii_digit() || c == '+') {
             prop_assert_eq!(tried, 0);
         }

@@ -180,38 +180,6 @@ pub async fn job_state(view: &QueueView, run_id: &str) -> Result<Option<JobState
         .map(|r| JobState::of(&r.outcome)))
 }
 
-/// A page of outcome records, by run id (`Descending`: ULID run ids newest
-/// first), after the run id `after`. Returns the records and whether more
-/// follow. Reads one page of `limit` (at most 1000) records.
-pub async fn outcome_page(
-    view: &QueueView,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<(Vec<(String, OutcomeRecord)>, bool)> {
-    let prefix = keys::outcome_key("");
-    let end = match after {
-        Some(run_id) => Bound::Excluded(keys::outcome_key(run_id)),
-        None => Bound::Unbounded,
-    };
-    let page = view
-        .kv_scan(
-            &prefix,
-            (Bound::Unbounded, end),
-            KvOrder::Descending,
-            limit.clamp(1, 1000),
-        )
-        .await?;
-    let mut out = Vec::with_capacity(page.entries.len());
-    for (key, raw) in page.entries {
-        let rec: OutcomeRecord = records::decode(&key, &raw)?;
-        out.push((
-            String::from_utf8_lossy(&key[prefix.len()..]).into_owned(),
-            rec,
-        ));
-    }
-    Ok((out, page.more))
-}
-
 /// The head of a batch, if it exists.
 pub async fn batch_head(view: &QueueView, batch_id: &str) -> Result<Option<BatchHead>> {
     check_batch_id(batch_id)?;

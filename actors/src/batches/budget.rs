@@ -43,33 +43,33 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often the signal is read, at most.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 /// The share of the budget at which pacing starts.
-pub const EASE: f64 = 0.75;
+pub(crate) const EASE: f64 = 0.75;
 /// The lowest paced rate, as a share of the reference.
-pub const FLOOR: f64 = 0.10;
+pub(crate) const FLOOR: f64 = 0.10;
 /// How often the paced rate is adjusted.
-pub const DECIDE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const DECIDE_EVERY: Duration = Duration::from_secs(1);
 /// Under the budget, growth that would reach it within this long slows the
 /// run.
-pub const HORIZON: Duration = Duration::from_secs(30);
+pub(crate) const HORIZON: Duration = Duration::from_secs(30);
 /// Growth over the budget up to this much (per decision) counts as none.
-pub const SLACK: u64 = 1 << 20;
+pub(crate) const SLACK: u64 = 1 << 20;
 /// The share of the budget the law holds the resident set at; the rest is
 /// room for the steps it grows by after a feed.
-pub const MARK: f64 = 0.875;
+pub(crate) const MARK: f64 = 0.875;
 /// Decisions in a row with the level still that let a rate at or over the
 /// mark rise.
-pub const HOLD: u32 = 2;
+pub(crate) const HOLD: u32 = 2;
 /// The share of the reference the rate rises by per decision.
 const STEP: f64 = 0.05;
 /// The lowest paced rate, items per second.
-pub const MIN_RATE: f64 = 20.0;
+pub(crate) const MIN_RATE: f64 = 20.0;
 /// The reference rate when the run was paced before it could measure one
 /// (the process was already over [`EASE`] of its budget when it began).
-pub const DEFAULT_REFERENCE: f64 = 2_000.0;
+pub(crate) const DEFAULT_REFERENCE: f64 = 2_000.0;
 /// The longest a paced feed waits before it looks again.
-pub const MAX_WAIT: Duration = Duration::from_millis(250);
+pub(crate) const MAX_WAIT: Duration = Duration::from_millis(250);
 /// Tokens a paced run may hold, in seconds of its rate.
 const BURST_SECS: f64 = 0.1;
 /// The free rate is measured over windows of at least this long.
@@ -77,7 +77,7 @@ const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// How much a run may enqueue now.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Room {
+pub(crate) enum Room {
     /// Not paced: as much as the window allows.
     Any,
     /// At most this many items now (at least 1).
@@ -90,7 +90,7 @@ pub enum Room {
 /// reference rate, and a token bucket while paced. Owned by the run's
 /// coordinator; nothing else reads or changes it.
 #[derive(Debug)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     /// The budget in bytes (`None`: off).
     limit: Option<u64>,
     /// The last reading and when it was taken.
@@ -116,7 +116,7 @@ pub struct Pacer {
 
 impl Pacer {
     /// A pacer for a budget of `limit` bytes of resident memory (`None`: off).
-    pub fn new(limit: Option<u64>) -> Self {
+    pub(crate) fn new(limit: Option<u64>) -> Self {
         Self {
             limit: limit.filter(|l| *l > 0),
             level: None,
@@ -134,17 +134,17 @@ impl Pacer {
     }
 
     /// Whether a budget is set.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.limit.is_some()
     }
 
     /// Feeds that waited for the budget so far.
-    pub fn waits(&self) -> u64 {
+    pub(crate) fn waits(&self) -> u64 {
         self.waits
     }
 
     /// Whether a new reading of the signal is due at `now`.
-    pub fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         self.enabled()
             && self
                 .sampled
@@ -153,7 +153,7 @@ impl Pacer {
 
     /// Record a reading of the signal (`None`: it could not be read, so the
     /// run is not paced), and adjust the paced rate.
-    pub fn observe(&mut self, now: Instant, level: Option<u64>) {
+    pub(crate) fn observe(&mut self, now: Instant, level: Option<u64>) {
         self.sampled = Some(now);
         self.level = level;
         let (Some(limit), Some(level)) = (self.limit, level) else {
@@ -211,7 +211,7 @@ impl Pacer {
     }
 
     /// The paced rate, items per second (`None`: not paced).
-    pub fn rate(&self) -> Option<f64> {
+    pub(crate) fn rate(&self) -> Option<f64> {
         self.limit?;
         self.paced.map(|r| r.max(MIN_RATE))
     }
@@ -219,7 +219,7 @@ impl Pacer {
     /// How much the run may enqueue at `now`, having enqueued `enqueued`
     /// items so far. Reads no signal (see [`due`](Self::due),
     /// [`observe`](Self::observe)).
-    pub fn room(&mut self, now: Instant, enqueued: u64) -> Room {
+    pub(crate) fn room(&mut self, now: Instant, enqueued: u64) -> Room {
         let Some(rate) = self.rate() else {
             self.measure(now, enqueued);
             self.refilled = None;
@@ -259,7 +259,7 @@ impl Pacer {
     }
 
     /// `items` were enqueued on the room given.
-    pub fn took(&mut self, items: u64) {
+    pub(crate) fn took(&mut self, items: u64) {
         if self.refilled.is_some() {
             self.tokens = (self.tokens - items as f64).max(0.0);
         }
@@ -292,7 +292,7 @@ impl Pacer {
 
 /// The process's resident set size in bytes (`VmRSS` of
 /// `/proc/self/status`), `None` where there is no such file.
-pub fn resident_bytes() -> Option<u64> {
+pub(crate) fn resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     parse_vm_rss(&status)
 }

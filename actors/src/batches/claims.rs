@@ -25,7 +25,7 @@ use crate::batches::spec::{BatchFinished, BatchOutcome, RecordSink, SinkAttached
 use crate::error::{EngineError, Result};
 
 /// The answer to a sink's takeover.
-pub type AttachReply = RpcReplyPort<Result<SinkAttached>>;
+pub(crate) type AttachReply = RpcReplyPort<Result<SinkAttached>>;
 
 /// A sink taking over a run's records, on its way to the run's driver and on
 /// to its coordinator.
@@ -70,7 +70,7 @@ pub enum ClaimMessage {
 
 /// The claims on batch ids in this process (the supervisor's).
 #[derive(Debug, Default)]
-pub struct Claims {
+pub(crate) struct Claims {
     held: HashMap<String, Held>,
     /// The last token given.
     last: u64,
@@ -95,7 +95,7 @@ const ATTACH_ATTEMPTS: u32 = 20;
 
 impl Claims {
     /// Handle a claim or a release.
-    pub fn handle(&mut self, message: ClaimMessage) {
+    pub(crate) fn handle(&mut self, message: ClaimMessage) {
         match message {
             ClaimMessage::Claim {
                 batch_id,
@@ -138,7 +138,7 @@ impl Claims {
 
     /// Tell `to` when the run of `batch_id` in progress ends (at once,
     /// `BatchNotRunning`, if none is).
-    pub fn watch(&mut self, batch_id: String, to: DerivedActorRef<BatchFinished>) {
+    pub(crate) fn watch(&mut self, batch_id: String, to: DerivedActorRef<BatchFinished>) {
         match self.held.get_mut(&batch_id).and_then(|h| h.run.as_mut()) {
             Some(run) => run.watchers.push(to),
             None => {
@@ -153,7 +153,7 @@ impl Claims {
     /// Watch the run of `takeover.batch_id` in progress and hand its sink to
     /// the run's driver, which hands it to the run's coordinator: `reply` is
     /// answered from a task (`BatchNotRunning` if no run is in progress).
-    pub fn attach(&mut self, takeover: SinkTakeover, reply: AttachReply) {
+    pub(crate) fn attach(&mut self, takeover: SinkTakeover, reply: AttachReply) {
         let SinkTakeover { batch_id, sink, to } = takeover;
         let Some(run) = self.held.get_mut(&batch_id).and_then(|h| h.run.as_mut()) else {
             let _ = reply.send(Err(EngineError::BatchNotRunning(batch_id)));

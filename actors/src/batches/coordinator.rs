@@ -36,7 +36,7 @@ mod feeding;
 
 /// Messages of a coordinator.
 #[derive(Debug)]
-pub enum CoordinatorMessage {
+pub(crate) enum CoordinatorMessage {
     /// The manifest is complete: enqueue and count; answer when every item settled.
     Begin(Box<BatchHead>, BatchReply),
     /// Enqueue the next manifest chunk if the window allows.
@@ -61,11 +61,11 @@ pub enum CoordinatorMessage {
 
 /// The coordinator actor.
 #[derive(Debug)]
-pub struct Coordinator;
+pub(crate) struct Coordinator;
 
 /// Arguments of a coordinator.
 #[derive(Debug)]
-pub struct CoordinatorArguments {
+pub(crate) struct CoordinatorArguments {
     /// The batch.
     pub spec: BatchSpec,
     /// Engine services.
@@ -75,7 +75,7 @@ pub struct CoordinatorArguments {
 }
 
 /// State of a coordinator.
-pub struct CoordinatorState {
+pub(crate) struct CoordinatorState {
     spec: BatchSpec,
     services: Arc<Services>,
     batches: ActorRef<RegistryMessage>,

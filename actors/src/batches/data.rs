@@ -13,7 +13,7 @@ use crate::services::Services;
 /// Remove everything a batch wrote: markers, manifest, head, memo entries and
 /// output blobs. Refuses while items are queued or running. The caller holds
 /// the batch's in-process lock.
-pub async fn forget_batch_data(services: &Services, batch_id: &str) -> Result<bool> {
+pub(crate) async fn forget_batch_data(services: &Services, batch_id: &str) -> Result<bool> {
     check_batch_id(batch_id)?;
     let queue = services.queue()?;
     let active = inspect::count_prefix(queue.view(), &keys::item_active_prefix(batch_id)).await?;

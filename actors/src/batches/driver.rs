@@ -25,7 +25,7 @@ use crate::services::Services;
 /// Run (inputs given) or resume (inputs `None`) a batch to completion: the
 /// driver of both the typed API and the `RunBatch` message. `BatchRunning`
 /// if a run (or a forget) of the batch is in progress in this process.
-pub async fn drive_batch<I>(
+pub(crate) async fn drive_batch<I>(
     services: &Services,
     registry: &RegistryRef,
     spec: BatchSpec,
@@ -167,7 +167,7 @@ where
 }
 
 /// Resume a batch from its manifest to completion.
-pub async fn resume_batch(
+pub(crate) async fn resume_batch(
     services: &Services,
     registry: &RegistryRef,
     spec: BatchSpec,
@@ -234,7 +234,11 @@ async fn start_coordinator(
 
 /// Forget a batch under its claim (no run may start meanwhile):
 /// `BatchRunning` if a run (or another forget) of it is in progress.
-pub async fn forget(services: &Services, registry: &RegistryRef, batch_id: &str) -> Result<bool> {
+pub(crate) async fn forget(
+    services: &Services,
+    registry: &RegistryRef,
+    batch_id: &str,
+) -> Result<bool> {
     check_batch_id(batch_id)?;
     let _claim = Claim::take(registry.claims(), batch_id, None).await?;
     forget_batch_data(services, batch_id).await

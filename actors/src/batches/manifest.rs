@@ -21,9 +21,9 @@ use crate::layout::records::{self, BatchHead, ManifestChunk, ManifestItem};
 use crate::services::Services;
 
 /// Items per manifest chunk (at most).
-pub const CHUNK_ITEMS: usize = 1000;
+pub(crate) const CHUNK_ITEMS: usize = 1000;
 /// Bytes per manifest chunk (about; a single larger item gets its own chunk).
-pub const CHUNK_BYTES: usize = 192 * 1024;
+pub(crate) const CHUNK_BYTES: usize = 192 * 1024;
 /// Manifest chunks written per transaction.
 const CHUNKS_PER_COMMIT: usize = 8;
 
@@ -35,15 +35,13 @@ async fn read_head(services: &Services, batch_id: &str) -> Result<Option<(BatchH
     }
 }
 
-/// The head of a batch, if it exists.
-pub async fn batch_head(services: &Services, batch_id: &str) -> Result<Option<BatchHead>> {
-    check_batch_id(batch_id)?;
-    Ok(read_head(services, batch_id).await?.map(|(h, _)| h))
-}
-
 /// Read manifest chunk `index`, its inputs as stored (sealed under the
 /// engine's keyring): an item's queue job takes its input as it is.
-pub async fn read_chunk(services: &Services, batch_id: &str, index: u32) -> Result<ManifestChunk> {
+pub(crate) async fn read_chunk(
+    services: &Services,
+    batch_id: &str,
+    index: u32,
+) -> Result<ManifestChunk> {
     with_chunk(services, batch_id, index, |key, raw| {
         records::decode(key, raw)
     })
@@ -186,7 +184,11 @@ impl ManifestWriter<'_> {
 
 /// Phase 1 of `run`: write (or verify) the manifest from `items`. Returns the
 /// head, complete, with a new generation.
-pub async fn write_manifest<I>(services: &Services, spec: &BatchSpec, items: I) -> Result<BatchHead>
+pub(crate) async fn write_manifest<I>(
+    services: &Services,
+    spec: &BatchSpec,
+    items: I,
+) -> Result<BatchHead>
 where
     I: futures_util::Stream<Item = Result<(String, Vec<u8>)>> + Unpin,
 {
@@ -321,7 +323,7 @@ async fn commit_head(
 }
 
 /// `resume`: the existing, complete manifest, with a new generation.
-pub async fn reopen_manifest(services: &Services, batch_id: &str) -> Result<BatchHead> {
+pub(crate) async fn reopen_manifest(services: &Services, batch_id: &str) -> Result<BatchHead> {
     check_batch_id(batch_id)?;
     let Some((mut head, raw)) = read_head(services, batch_id).await? else {
         return Err(EngineError::BatchNotFound(batch_id.to_string()));

@@ -30,7 +30,7 @@ use crate::layout::records::{BatchHead, ItemMarker};
 use crate::services::Services;
 
 /// The answer to a coordinator's start.
-pub type StartReply = RpcReplyPort<Result<CoordinatorRef>>;
+pub(crate) type StartReply = RpcReplyPort<Result<CoordinatorRef>>;
 
 /// Messages of the batches registry.
 #[derive(Debug)]
@@ -258,11 +258,11 @@ impl CoordinatorRef {
 
 /// The batches registry actor.
 #[derive(Debug)]
-pub struct BatchRegistry;
+pub(crate) struct BatchRegistry;
 
 /// State of the registry.
 #[derive(Debug)]
-pub struct RegistryState {
+pub(crate) struct RegistryState {
     services: Arc<Services>,
     running: HashMap<String, CoordinatorRef>,
     by_actor: HashMap<ActorId, String>,

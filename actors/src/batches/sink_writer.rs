@@ -39,7 +39,7 @@ enum SinkOp {
 
 /// What the sink's thread reports when the run's records are flushed.
 #[derive(Debug)]
-pub struct SinkReport {
+pub(crate) struct SinkReport {
     pub(crate) errors: u64,
     pub(crate) error_keys: Vec<String>,
     pub(crate) flushed: std::result::Result<(), String>,

@@ -200,4 +200,4 @@ pub struct BatchProgress {
 }
 
 /// A reply port for batch results (re-exported for the protocol).
-pub type BatchReply = RpcReplyPort<Result<BatchOutcome>>;
+pub(crate) type BatchReply = RpcReplyPort<Result<BatchOutcome>>;

@@ -42,10 +42,10 @@ use crate::services::{Services, SharedQueue};
 
 /// The supervisor actor.
 #[derive(Debug)]
-pub struct Supervisor;
+pub(crate) struct Supervisor;
 
 /// State of the supervisor.
-pub struct SupervisorState {
+pub(crate) struct SupervisorState {
     me: ActorRef<EngineMessage>,
     queue: Option<Arc<SharedQueue>>,
     /// The queue comes back here once its last reference drops.

@@ -67,7 +67,7 @@ pub(crate) enum Fate {
     Exhausted(String),
 }
 
-pub use crate::layout::past::{CARRIED_EPISODES, Carried, tried_before};
+pub(crate) use crate::layout::past::{CARRIED_EPISODES, Carried};
 
 /// What a job put back after the attempt `attempts` carries: `spent`
 /// when that attempt counts (a real failure), not when it was given back.
@@ -129,7 +129,7 @@ impl Attempts {
 /// The attempt limit of a job: its header's; or, for a job gaffer enqueued
 /// without one, its queue's default (`default_limit`); or, for a job enqueued
 /// by other means, the limit taquba keeps for it.
-pub fn limit_of(claim: &Claim, default_limit: u32) -> u32 {
+pub(crate) fn limit_of(claim: &Claim, default_limit: u32) -> u32 {
     match claim
         .headers
         .get(keys::HEADER_ATTEMPTS)

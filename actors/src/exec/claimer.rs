@@ -34,7 +34,7 @@ use crate::telemetry::TypeMetrics;
 /// A claimed job, its attempts as gaffer counts them, and whether it is the
 /// live job of the run it names (read with the claim, before any user code).
 #[derive(Debug)]
-pub struct Held {
+pub(crate) struct Held {
     pub(crate) claim: Claim,
     pub(crate) attempts: Attempts,
     /// Its run's earlier claims (empty on a first claim), for its outcome
@@ -64,7 +64,7 @@ impl Held {
 /// drained for now). A queue not tried because of an error is not drained;
 /// nor is one whose wake-up ended the claim's wait.
 #[derive(Debug)]
-pub struct Claimed {
+pub(crate) struct Claimed {
     /// The jobs claimed, or the queue's error.
     pub result: Result<Vec<Held>, taquba::Error>,
     /// Planned queues that had fewer jobs than planned.
@@ -73,7 +73,7 @@ pub struct Claimed {
 
 /// What a pool asks its claimer for.
 #[derive(Debug)]
-pub struct Ask {
+pub(crate) struct Ask {
     /// How many jobs from which queues (a queue per partition under a rate
     /// limit per header value; else the pool's one queue).
     pub(crate) plan: Plan,
@@ -90,14 +90,14 @@ pub struct Ask {
 
 /// Messages of a claimer.
 #[derive(Debug)]
-pub enum ClaimerMessage {
+pub(crate) enum ClaimerMessage {
     /// Claim what the ask allows; answer [`Claimed`].
     Claim(Ask),
 }
 
 /// Arguments of a claimer.
 #[derive(Clone)]
-pub struct ClaimerArguments {
+pub(crate) struct ClaimerArguments {
     /// Engine services (the queue, settings).
     pub(crate) services: Arc<Services>,
     /// The type's metric handles (queue waits).
@@ -114,7 +114,7 @@ impl std::fmt::Debug for ClaimerArguments {
 
 /// The claimer actor.
 #[derive(Debug)]
-pub struct Claimer;
+pub(crate) struct Claimer;
 
 impl Actor for Claimer {
     type Msg = ClaimerMessage;

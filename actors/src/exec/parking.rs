@@ -27,11 +27,11 @@ use ractor::DerivedActorRef;
 use tokio_util::sync::CancellationToken;
 
 /// A worker slot of a pool.
-pub type SlotId = u64;
+pub(crate) type SlotId = u64;
 
 /// What a wait tells its pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotWait {
+pub(crate) enum SlotWait {
     /// The job in this slot waits for another job: run one more meanwhile.
     Park(SlotId),
     /// Its wait is over.

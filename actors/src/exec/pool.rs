@@ -60,11 +60,11 @@ mod slots;
 pub(crate) use crate::exec::claimer::Held;
 use crate::exec::claimer::{Claimed, ClaimerMessage};
 
-pub use crate::exec::parking::SlotId;
+pub(crate) use crate::exec::parking::SlotId;
 
 /// Messages of a handler pool.
 #[derive(Debug)]
-pub enum PoolMessage {
+pub(crate) enum PoolMessage {
     /// A claim finished (jobs claimed, with their attempts; the planned
     /// queues that came back short).
     Claimed(Claimed),
@@ -149,11 +149,12 @@ pub enum PoolMessage {
 
 /// The typed handle of a job type's (or pipeline's) pool, for its supervisor.
 #[derive(Debug, Clone)]
-pub struct PoolRef(pub(crate) ActorRef<PoolMessage>);
+pub(crate) struct PoolRef(pub(crate) ActorRef<PoolMessage>);
 
 impl PoolRef {
+    #[cfg(feature = "testing")]
     /// The pool's actor cell (to link, watch or kill it).
-    pub fn get_cell(&self) -> ractor::ActorCell {
+    pub(crate) fn get_cell(&self) -> ractor::ActorCell {
         self.0.get_cell()
     }
 
@@ -265,7 +266,7 @@ pub struct PoolStats {
 
 /// Arguments of a pool.
 #[derive(Clone)]
-pub struct PoolArguments {
+pub(crate) struct PoolArguments {
     /// Job type or pipeline name.
     pub job_type: String,
     /// The taquba queue it claims from.
@@ -309,7 +310,7 @@ impl std::fmt::Debug for PoolArguments {
 
 /// The handler pool actor.
 #[derive(Debug)]
-pub struct HandlerPool;
+pub(crate) struct HandlerPool;
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -338,7 +339,7 @@ struct Settling {
 
 /// State of a pool.
 #[derive(Debug)]
-pub struct PoolState {
+pub(crate) struct PoolState {
     args: PoolArguments,
     slots: BTreeMap<SlotId, Slot>,
     next_slot: SlotId,

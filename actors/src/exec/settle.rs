@@ -55,7 +55,7 @@ use decide::{Decision, End, decide};
 pub(crate) use standing::{Owner, Standing, Target, attempt_span, standing};
 
 /// Largest output kept inline in a record; larger ones go to a blob.
-pub const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
+pub(crate) const INLINE_OUTPUT_MAX: usize = taquba::MAX_KV_VALUE_SIZE - 16 * 1024;
 
 /// What a settlement works with: the engine's services, who it tells, and
 /// the type's metrics.

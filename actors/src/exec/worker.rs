@@ -16,14 +16,14 @@ use crate::telemetry::TypeMetrics;
 
 /// Messages of a handler worker.
 #[derive(Debug)]
-pub enum WorkerMessage {
+pub(crate) enum WorkerMessage {
     /// Run this delivery.
     Run(Box<Delivery>),
 }
 
 /// A handler worker: runs the user's code for one job at a time, inside
 /// `handle`, so a panic fails this actor only.
-pub struct HandlerWorker {
+pub(crate) struct HandlerWorker {
     pub(crate) handler: Arc<dyn ErasedHandler>,
     pub(crate) pool: ActorRef<PoolMessage>,
     pub(crate) slot: SlotId,

@@ -48,7 +48,7 @@ pub enum Signalled {
 }
 
 /// What a signal came to, in words (what a client's request records).
-pub fn describe(signalled: Signalled, run_id: &str, name: &str) -> String {
+pub(crate) fn describe(signalled: Signalled, run_id: &str, name: &str) -> String {
     match signalled {
         Signalled::Delivered => format!("signal `{name}` delivered: `{run_id}` runs again"),
         Signalled::Held => {

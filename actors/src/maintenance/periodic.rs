@@ -30,7 +30,7 @@ type CheckReply = RpcReplyPort<Result<usize>>;
 
 /// Messages of the periodic actor.
 #[derive(Debug)]
-pub enum PeriodicMessage {
+pub(crate) enum PeriodicMessage {
     /// The timer: check the periodic jobs that are due.
     Check,
     /// Check every periodic job now (whatever its timer says) and answer
@@ -46,11 +46,12 @@ pub enum PeriodicMessage {
 
 /// The typed handle of the periodic actor, for its supervisor.
 #[derive(Debug, Clone)]
-pub struct PeriodicRef(pub(crate) ActorRef<PeriodicMessage>);
+pub(crate) struct PeriodicRef(pub(crate) ActorRef<PeriodicMessage>);
 
 impl PeriodicRef {
+    #[cfg(feature = "testing")]
     /// The actor's cell.
-    pub fn get_cell(&self) -> ractor::ActorCell {
+    pub(crate) fn get_cell(&self) -> ractor::ActorCell {
         self.0.get_cell()
     }
 
@@ -69,7 +70,7 @@ impl PeriodicRef {
 
 /// Arguments of the periodic actor.
 #[derive(Debug)]
-pub struct PeriodicArguments {
+pub(crate) struct PeriodicArguments {
     /// Engine services.
     pub services: Arc<Services>,
     /// The periodic jobs scheduled on this engine.
@@ -81,7 +82,7 @@ pub struct PeriodicArguments {
 
 /// The periodic actor.
 #[derive(Debug)]
-pub struct Periodic;
+pub(crate) struct Periodic;
 
 /// One periodic job, as the actor knows it.
 #[derive(Debug)]
@@ -132,7 +133,7 @@ impl Entry {
 
 /// State of the periodic actor.
 #[derive(Debug)]
-pub struct PeriodicState {
+pub(crate) struct PeriodicState {
     services: Arc<Services>,
     started_ms: u64,
     entries: BTreeMap<String, Entry>,

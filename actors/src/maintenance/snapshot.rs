@@ -22,17 +22,17 @@ use crate::layout::records::{self, QueueCounts, StatsSnapshot};
 use crate::services::Services;
 
 /// How often the counters are looked at.
-pub const EVERY: Duration = Duration::from_secs(5);
+pub(crate) const EVERY: Duration = Duration::from_secs(5);
 /// Longest time between two snapshots, even when nothing changed: a reader
 /// looks back at most about this far.
-pub const IDLE_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_EVERY: Duration = Duration::from_secs(60);
 /// More queues than this (tenants' partition queues, say) and no snapshot
 /// is written: a reader counts from the WAL instead.
-pub const MAX_QUEUES: usize = 2_000;
+pub(crate) const MAX_QUEUES: usize = 2_000;
 
 /// What was last written: the counters and when.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Last {
+pub(crate) struct Last {
     queues: Vec<QueueCounts>,
     at_ms: Option<u64>,
 }

@@ -29,7 +29,7 @@ use crate::services::Services;
 
 /// Messages of the sweeper.
 #[derive(Debug)]
-pub enum SweeperMessage {
+pub(crate) enum SweeperMessage {
     /// The timer: run a pass (and re-arm the timer after it).
     Sweep,
     /// Run one pass now and reply with what it did (it starts after the
@@ -46,7 +46,7 @@ pub enum SweeperMessage {
 
 /// Why a pass ended without its report.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum PassFailed {
+pub(crate) enum PassFailed {
     /// The engine is shutting down (its queue is gone).
     #[error("the engine shut down")]
     ShutDown,
@@ -60,11 +60,12 @@ pub enum PassFailed {
 
 /// The typed handle of the sweeper, for its supervisor.
 #[derive(Debug, Clone)]
-pub struct SweeperRef(pub(crate) ActorRef<SweeperMessage>);
+pub(crate) struct SweeperRef(pub(crate) ActorRef<SweeperMessage>);
 
 impl SweeperRef {
+    #[cfg(feature = "testing")]
     /// The actor's cell.
-    pub fn get_cell(&self) -> ractor::ActorCell {
+    pub(crate) fn get_cell(&self) -> ractor::ActorCell {
         self.0.get_cell()
     }
 
@@ -83,7 +84,7 @@ pub struct SweepReport {
 
 /// Arguments of the sweeper.
 #[derive(Debug)]
-pub struct SweeperArguments {
+pub(crate) struct SweeperArguments {
     /// Engine services.
     pub services: Arc<Services>,
     /// Where the batches registry is.
@@ -92,11 +93,11 @@ pub struct SweeperArguments {
 
 /// The sweeper actor.
 #[derive(Debug)]
-pub struct Sweeper;
+pub(crate) struct Sweeper;
 
 /// State of the sweeper.
 #[derive(Debug)]
-pub struct SweeperState {
+pub(crate) struct SweeperState {
     services: Arc<Services>,
     registry: RegistryRef,
     /// The pass in flight: aborted if the sweeper stops.

@@ -96,14 +96,14 @@ impl Tick {
 /// A periodic record as last read or written, with its bytes (the compare
 /// of the next write).
 #[derive(Debug, Clone)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub(crate) raw: Vec<u8>,
     pub(crate) record: PeriodicRecord,
 }
 
 /// What one check of a periodic job did.
 #[derive(Debug)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// Its record as it now stands.
     pub(crate) loaded: Loaded,
     /// Ticks fired (jobs enqueued) by this check.

@@ -9,7 +9,7 @@ use ractor::{Actor, ActorRef, DerivedActorRef};
 
 use crate::batches::registry::RegistryRef;
 use crate::batches::spec::{BatchFinished, BatchOutcome, BatchSpec, SinkAttached, SinkTakeover};
-pub use crate::engine::shutdown::ShutdownReport;
+pub(super) use crate::engine::shutdown::ShutdownReport;
 use crate::engine::supervisor::Supervisor;
 use crate::erased::{BoxFuture, JobEngine};
 use crate::error::{EngineError, Result};

@@ -18,8 +18,8 @@ use crate::workflows::layout::{
 };
 use crate::workflows::settle;
 
-pub use crate::layout::workflow::spec::{MAX_STEPS, StepSpec, WorkflowSpec, WorkflowSubmitted};
-pub use crate::layout::workflow::status::{StepStatus, WorkflowStatus, list, status, topological};
+pub(crate) use crate::layout::workflow::spec::{MAX_STEPS, WorkflowSpec, WorkflowSubmitted};
+pub(crate) use crate::layout::workflow::status::{WorkflowStatus, list, status, topological};
 
 fn invalid(why: impl Into<String>) -> EngineError {
     EngineError::InvalidWorkflow(why.into())

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use gaffer_actors::engine::intake::IntakeOp;
 use gaffer_actors::layout::inspect;
+use gaffer_actors::layout::workflow::status::status;
 use gaffer_actors::workflows::graph::read_record;
-use gaffer_actors::workflows::submit::status;
 use gaffer_actors::workflows::wire::IntakeWorkflow;
 use gaffer_actors::{EngineError, JobState};
 

@@ -76,7 +76,7 @@ pub(crate) struct Forgetting {
 /// What a forget check found: queues to forget (with the stamp the check
 /// started from), and queues that still hold live jobs.
 #[derive(Debug, Default)]
-pub struct ForgetCheck {
+pub(crate) struct ForgetCheck {
     pub(crate) forget: Vec<(String, u64)>,
     pub(crate) keep: Vec<String>,
 }
