@@ -133,24 +133,8 @@ impl OverSet {
     /// first; at most `limit` (each shard listed at most `limit`, so the
     /// newest `limit` finished jobs of the set are among them).
     fn jobs(&mut self, limit: usize) -> report::Jobs {
-        let rank = |state: &str| match state {
-            "running" => 0,
-            "queued" => 1,
-            "scheduled" | "waiting" => 2,
-            "dead" => 3,
-            _ => 4,
-        };
         let mut jobs = std::mem::take(&mut self.jobs);
-        jobs.sort_by(|a, b| {
-            let (ra, rb) = (rank(a.state), rank(b.state));
-            ra.cmp(&rb).then_with(|| {
-                if ra == 4 {
-                    b.at_ms.cmp(&a.at_ms)
-                } else {
-                    a.at_ms.cmp(&b.at_ms)
-                }
-            })
-        });
+        jobs.sort_by(report::JobRow::merged_order);
         let limit = limit.clamp(1, 1000);
         let more = self.more || jobs.len() > limit;
         jobs.truncate(limit);

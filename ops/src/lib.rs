@@ -22,6 +22,7 @@
 
 pub mod act;
 pub mod error;
+pub mod format;
 pub mod listing;
 pub mod queries;
 pub mod report;

@@ -187,6 +187,30 @@ pub struct JobRow {
     pub shard: Option<usize>,
 }
 
+impl JobRow {
+    /// Where a job stands in a listing merged over shards (the command's
+    /// and the dashboard's): live jobs first, by state (running, queued,
+    /// scheduled or waiting, dead), each oldest first; then finished ones,
+    /// newest first.
+    pub fn merged_order(a: &JobRow, b: &JobRow) -> std::cmp::Ordering {
+        let rank = |state: &str| match state {
+            "running" => 0,
+            "queued" => 1,
+            "scheduled" | "waiting" => 2,
+            "dead" => 3,
+            _ => 4,
+        };
+        let (ra, rb) = (rank(a.state), rank(b.state));
+        ra.cmp(&rb).then_with(|| {
+            if ra == 4 {
+                b.at_ms.cmp(&a.at_ms)
+            } else {
+                a.at_ms.cmp(&b.at_ms)
+            }
+        })
+    }
+}
+
 /// `gaffer submit | retry | cancel | pause | resume`: one request.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestReport {

@@ -466,26 +466,10 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
     Ok(respond(&app, &q, "Jobs", "/jobs", head, inner))
 }
 
-/// A listing merged over shards: live jobs first (running, queued,
-/// scheduled, waiting, dead; oldest first), then finished ones newest first.
+/// A listing merged over shards, in the order the command merges it
+/// ([`JobRow::merged_order`]).
 fn merge_jobs(jobs: &mut [(Option<usize>, JobRow)]) {
-    let rank = |state: &str| match state {
-        "running" => 0,
-        "queued" => 1,
-        "scheduled" | "waiting" => 2,
-        "dead" => 3,
-        _ => 4,
-    };
-    jobs.sort_by(|(_, a), (_, b)| {
-        let (ra, rb) = (rank(a.state), rank(b.state));
-        ra.cmp(&rb).then_with(|| {
-            if ra == 4 {
-                b.at_ms.cmp(&a.at_ms)
-            } else {
-                a.at_ms.cmp(&b.at_ms)
-            }
-        })
-    });
+    jobs.sort_by(|(_, a), (_, b)| JobRow::merged_order(a, b));
 }
 
 /// Where a listed job's page is: a batch item's (it has no run records)
