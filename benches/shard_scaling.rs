@@ -15,10 +15,6 @@
 //! cargo bench --features aws,testing --bench shard_scaling -- [JOBS] [WINDOW] [PUT_MS] [GET_MS]
 //! ```
 
-#[path = "../tests/common/s3.rs"]
-#[allow(dead_code)]
-mod s3;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -27,6 +23,7 @@ use std::time::{Duration, Instant};
 use gaffer::taquba::object_store::prefix::PrefixStore;
 use gaffer::testing::{FaultyStore, Op};
 use gaffer::{Engine, Job, JobContext, remote::Placement, remote::ShardSet, remote::ShardedEngine};
+use gaffer_testkit::s3;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

@@ -13,8 +13,8 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gaffer::{BulkCtx, Error, Pipeline, bulk::ItemError, sink::OutputRecord};
@@ -22,13 +22,10 @@ use gaffer::{BulkCtx, Error, Pipeline, bulk::ItemError, sink::OutputRecord};
 use common::bulk::{
     BLOCKING, Probe, UNLUCKY, counts, json, probe_engine, strings, wait_not_running, wait_started,
 };
-use common::{CollectSink, Gate, LIMIT, shut_down_cleanly, within};
-
-#[derive(Default)]
-struct Runs(Mutex<HashMap<u64, usize>>);
+use common::{CollectSink, Gate, LIMIT, Runs, shut_down_cleanly, within};
 
 struct Gated {
-    runs: Arc<Runs>,
+    runs: Runs,
     /// Inputs at or above this wait at `gate` (never opened).
     gate_from: u64,
     gate: Gate,
@@ -41,7 +38,7 @@ impl Pipeline for Gated {
     type Error = ItemError;
 
     async fn run(&self, ctx: &BulkCtx<u64>) -> Result<u64, ItemError> {
-        *self.runs.0.lock().unwrap().entry(ctx.input).or_default() += 1;
+        self.runs.hit_of(ctx.input.to_string());
         if ctx.input >= self.gate_from {
             self.gate.wait().await;
         }
@@ -53,7 +50,7 @@ impl Pipeline for Gated {
 async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let clock = common::mock_clock();
-    let runs = Arc::new(Runs::default());
+    let runs = Runs::default();
 
     // First process: half the items finish, the rest hang until it "crashes".
     let engine = common::disk_builder(dir.path(), clock.clone())
@@ -118,19 +115,15 @@ async fn a_batch_interrupted_by_a_crash_resumes_exactly_after_reopen() {
         "{report:?}"
     );
 
-    let runs = runs.0.lock().unwrap().clone();
     for input in 0..50u64 {
         assert_eq!(
-            runs.get(&input),
-            Some(&1),
+            runs.of(&input.to_string()),
+            1,
             "item {input} finished before the crash and must not run again"
         );
     }
     for input in 50..100u64 {
-        assert!(
-            runs.get(&input).is_some_and(|n| *n >= 1),
-            "item {input} never ran"
-        );
+        assert!(runs.of(&input.to_string()) >= 1, "item {input} never ran");
     }
     let records = sink.records();
     assert_eq!(records.len(), 100, "one record per item in the resumed run");

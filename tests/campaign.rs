@@ -1219,24 +1219,20 @@ async fn run_final(dir: &Path, plan: &Plan, ran: &mut Ran) {
     // Nothing left queued, claimed, waiting or settling (the periodic job
     // keeps ticking: wait for a moment between ticks).
     let queue = gaffer::testing::raw_queue(&engine).unwrap();
-    let mut last = None;
-    let idle = tokio::time::timeout(STALL, async {
-        loop {
-            let t = common::totals(queue.view(), "").await;
-            let pools = engine.pool_stats().await.unwrap();
-            let busy: usize = pools
-                .values()
-                .map(|p| p.running + p.settling + p.backlog)
-                .sum();
-            if t.pending == 0 && t.claimed == 0 && t.scheduled == 0 && busy == 0 {
-                return;
-            }
-            last = Some((t, busy));
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    common::eventually_ok("the engine is idle", STALL, async || {
+        let t = common::totals(queue.view(), "").await;
+        let pools = engine.pool_stats().await.unwrap();
+        let busy: usize = pools
+            .values()
+            .map(|p| p.running + p.settling + p.backlog)
+            .sum();
+        if t.pending == 0 && t.claimed == 0 && t.scheduled == 0 && busy == 0 {
+            Ok(())
+        } else {
+            Err(format!("{t:?}, {busy} running, settling or in a backlog"))
         }
     })
     .await;
-    assert!(idle.is_ok(), "the engine never became idle: {last:?}");
     drop(queue);
     assert_eq!(engine.status(&sig).await.unwrap(), JobState::Succeeded);
     let report = common::within_for(STALL, engine.shutdown()).await.unwrap();

@@ -4,43 +4,9 @@
 //! its engine's work live: the job types, the batch, both workflows, the
 //! waiting order and the periodic job.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// The example's binary, built by `cargo test` beside this test's.
-fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("tests run from target/<profile>/deps");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --example {name}`)",
-        path.display()
-    );
-    path
-}
-
-/// `GET path` on `addr`: the status line and the body.
-async fn get(addr: &str, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("the demo listens");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
+use gaffer_testkit::process::example_binary;
+use gaffer_testkit::{LIMIT, eventually_ok, http};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_serves_its_live_engine_on_the_dashboard() {
@@ -74,21 +40,16 @@ async fn the_demo_serves_its_live_engine_on_the_dashboard() {
         ("/jobs?state=failed", "card declined"),
         ("/periodic", "cleanup-every-30s"),
     ];
-    let shown = tokio::time::timeout(LIMIT, async {
-        loop {
-            let mut all = true;
-            for (path, text) in want {
-                let page = get(&url, path).await;
-                assert!(page.starts_with("HTTP/1.1 200"), "{path}: {page}");
-                all &= page.contains(text);
+    eventually_ok("the dashboard shows the demo's work", LIMIT, async || {
+        for (path, text) in want {
+            let (status, page) = http::get(&url, path).await;
+            assert_eq!(status, 200, "{path}: {page}");
+            if !page.contains(text) {
+                return Err(format!("{path} does not show {text}"));
             }
-            if all {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        Ok(())
     })
     .await;
-    assert!(shown.is_ok(), "the dashboard shows the demo's work");
     child.kill().await.unwrap();
 }

@@ -17,10 +17,7 @@ use gaffer::{
 use serde::{Deserialize, Serialize};
 
 use common::jobs::Fail;
-use common::{Gate, Runs, shut_down_cleanly};
-
-/// Wall-clock limit for anything a test waits on (real time: local disk).
-const LIMIT: Duration = Duration::from_secs(30);
+use common::{Gate, LIMIT, Runs, shut_down_cleanly};
 
 /// Doubles its value; optionally keyed; counts its runs.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,15 +8,12 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::{Error, Job, JobContext, job::FailureKind};
 use serde::{Deserialize, Serialize};
 
-/// Counts its runs (application state).
-#[derive(Debug, Default)]
-struct Runs(AtomicUsize);
+use common::Runs;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Notify {
@@ -29,7 +26,7 @@ impl Job for Notify {
     type Error = gaffer::Error;
 
     async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
-        ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+        ctx.state::<Arc<Runs>>().hit();
         Ok(format!("told {}", self.to))
     }
 }
@@ -110,7 +107,7 @@ async fn a_follow_up_runs_once_its_parent_succeeds_and_its_handle_is_reachable_f
         told
     };
     assert_eq!(told, ["told customer-1", "told warehouse-1"]);
-    assert_eq!(runs.0.load(Ordering::SeqCst), 2);
+    assert_eq!(runs.get(), 2);
     engine.shutdown().await.unwrap();
 }
 
@@ -141,11 +138,7 @@ async fn a_parent_that_fails_never_creates_its_follow_ups_and_a_retried_one_crea
         let child = engine.handle::<Notify>(id).unwrap();
         common::within(child.join()).await.unwrap().unwrap();
     }
-    assert_eq!(
-        runs.0.load(Ordering::SeqCst),
-        2,
-        "two follow-ups, each run once"
-    );
+    assert_eq!(runs.get(), 2, "two follow-ups, each run once");
     let queue = gaffer::testing::raw_queue(&engine).unwrap();
     let totals = common::totals(queue.view(), &common::job_queue(Notify::NAME)).await;
     drop(queue);
@@ -245,6 +238,6 @@ async fn a_follow_up_survives_a_kill_right_after_its_parents_success() {
         let child = engine.handle::<Notify>(id).unwrap();
         assert!(common::within(child.join()).await.unwrap().is_ok());
     }
-    assert_eq!(runs.0.load(Ordering::SeqCst), 2, "each follow-up ran once");
+    assert_eq!(runs.get(), 2, "each follow-up ran once");
     engine.shutdown().await.unwrap();
 }

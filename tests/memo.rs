@@ -13,8 +13,8 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
-use common::Gate;
-use common::faults::{EventLog, Memoed, Runs, assert_engine_up, builder, faulty, within};
+use common::faults::{EventLog, FAULT_LIMIT, Memoed, assert_engine_up, builder, faulty};
+use common::{Gate, Runs, within_for};
 
 #[derive(Default)]
 struct Calls(AtomicUsize);
@@ -380,7 +380,13 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
     // The next three memo writes fail: three attempts fail, the fourth succeeds.
     faults.fail_next(Ops::PUT, 3);
     let handle = engine.submit(Memoed(1)).await.unwrap();
-    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 5);
+    assert_eq!(
+        within_for(FAULT_LIMIT, handle.join())
+            .await
+            .unwrap()
+            .unwrap(),
+        5
+    );
     let record = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
@@ -429,7 +435,13 @@ async fn a_fault_on_memo_writes_fails_attempts_transiently_and_the_job_succeeds_
     .await;
     assert_engine_up(&engine).await;
     faults.heal();
-    assert_eq!(within(handle.join()).await.unwrap().unwrap(), 10);
+    assert_eq!(
+        within_for(FAULT_LIMIT, handle.join())
+            .await
+            .unwrap()
+            .unwrap(),
+        10
+    );
     let attempts = gaffer::testing::services(&engine)
         .outcome(handle.id())
         .await
@@ -515,9 +527,12 @@ async fn phases_engine(
 #[tokio::test(start_paused = true)]
 async fn a_first_delivery_looks_for_no_memo_entry_in_the_store() {
     let (engine, faults, computes, _) = phases_engine(false).await;
-    let report = within(engine.batch::<Phases>("first").unwrap().run(0..20u64))
-        .await
-        .unwrap();
+    let report = within_for(
+        FAULT_LIMIT,
+        engine.batch::<Phases>("first").unwrap().run(0..20u64),
+    )
+    .await
+    .unwrap();
     assert_eq!((report.succeeded, report.failed), (20, 0));
     assert_eq!(computes.load(Ordering::SeqCst), 60);
     assert_eq!(
@@ -532,17 +547,23 @@ async fn a_first_delivery_looks_for_no_memo_entry_in_the_store() {
 #[tokio::test(start_paused = true)]
 async fn a_rerun_of_a_failed_item_finds_the_entries_its_failed_run_left() {
     let (engine, faults, computes, fail) = phases_engine(true).await;
-    let report = within(engine.batch::<Phases>("again").unwrap().run([5u64]))
-        .await
-        .unwrap();
+    let report = within_for(
+        FAULT_LIMIT,
+        engine.batch::<Phases>("again").unwrap().run([5u64]),
+    )
+    .await
+    .unwrap();
     assert_eq!((report.succeeded, report.failed), (0, 1));
     assert_eq!(computes.load(Ordering::SeqCst), 3);
     // Reads of the entries now work; the re-run must look them up.
     faults.heal();
     fail.store(false, Ordering::SeqCst);
-    let report = within(engine.batch::<Phases>("again").unwrap().run([5u64]))
-        .await
-        .unwrap();
+    let report = within_for(
+        FAULT_LIMIT,
+        engine.batch::<Phases>("again").unwrap().run([5u64]),
+    )
+    .await
+    .unwrap();
     assert_eq!((report.succeeded, report.failed), (1, 0));
     assert_eq!(
         computes.load(Ordering::SeqCst),

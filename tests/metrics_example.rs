@@ -2,45 +2,21 @@
 //! Prometheus scrape of its endpoint finds gaffer's counters, with their
 //! labels and exact values, beside taquba's.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-/// The example's binary, built by `cargo test` beside this test's.
-fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("tests run from target/<profile>/deps");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --example {name}`)",
-        path.display()
-    );
-    path
-}
-
-/// A loopback port free a moment ago.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    listener.local_addr().expect("its address").port()
-}
+use gaffer_testkit::http::{self, free_port};
+use gaffer_testkit::{LIMIT, process::example_binary};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The body of `GET /metrics` on `port`.
 async fn scrape(port: u16) -> String {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("the example listens");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let (status, response) = http::request(
+        &format!("127.0.0.1:{port}"),
+        "localhost",
+        "GET",
+        "/metrics",
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
     response
 }
 
@@ -60,7 +36,7 @@ async fn a_scrape_of_the_metrics_example_finds_gaffers_counters() {
         .spawn()
         .expect("the example starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
+    tokio::time::timeout(LIMIT, async {
         while let Some(line) = lines.next_line().await.unwrap() {
             if line.starts_with("ready:") {
                 return;
@@ -69,7 +45,7 @@ async fn a_scrape_of_the_metrics_example_finds_gaffers_counters() {
         panic!("the example ended before it was ready");
     })
     .await
-    .expect("the example's jobs end within a minute");
+    .expect("the example's jobs end within the limit");
 
     let body = scrape(port).await;
     let attempts = |result: &str| {

@@ -10,18 +10,13 @@ mod common;
 
 use gaffer::Error;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gaffer::testing::panics::{self, PanicPoint};
 use gaffer::{Job, JobContext, periodic::Schedule};
 use serde::{Deserialize, Serialize};
 
-use common::{LIMIT, within};
-
-/// Counts its runs.
-#[derive(Default)]
-struct Runs(AtomicUsize);
+use common::{LIMIT, Runs, within};
 
 macro_rules! counted_job {
     ($name:ident, $type_name:literal) => {
@@ -33,7 +28,7 @@ macro_rules! counted_job {
             type Output = u32;
             type Error = std::convert::Infallible;
             async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-                ctx.state::<Arc<Runs>>().0.fetch_add(1, Ordering::SeqCst);
+                ctx.state::<Arc<Runs>>().hit();
                 Ok(self.0 * 2)
             }
         }
@@ -72,7 +67,7 @@ async fn a_claimer_that_panics_is_replaced_and_its_type_goes_on_claiming() {
     // A new claimer claims the jobs submitted since.
     let handle = engine.submit(ClaimedAfterAPanic(21)).await.unwrap();
     assert_eq!(within(handle).await.unwrap(), 42);
-    assert_eq!(runs.0.load(Ordering::SeqCst), 1);
+    assert_eq!(runs.get(), 1);
     shuts_down(&engine).await;
 }
 
@@ -109,7 +104,7 @@ async fn a_settlement_that_panics_frees_its_slot_and_its_job_runs_again() {
     queue_handle.reap_now().await.unwrap();
     drop(queue_handle);
     assert_eq!(within(first).await.unwrap(), 2);
-    assert_eq!(runs.0.load(Ordering::SeqCst), 3);
+    assert_eq!(runs.get(), 3);
     shuts_down(&engine).await;
 }
 
@@ -165,7 +160,7 @@ async fn a_periodic_check_that_panics_fails_once_and_the_next_fires_the_tick() {
     clock.advance(Duration::from_secs(61));
     common::eventually("the tick ran", LIMIT, async || {
         let _ = engine.check_periodic().await;
-        runs.0.load(Ordering::SeqCst) >= 1
+        runs.get() >= 1
     })
     .await;
     shuts_down(&engine).await;

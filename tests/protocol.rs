@@ -13,7 +13,7 @@ use gaffer::{
 };
 use serde::{Deserialize, Serialize};
 
-const LIMIT: Duration = Duration::from_secs(60);
+use common::LIMIT;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Double(u64);

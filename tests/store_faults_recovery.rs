@@ -52,10 +52,10 @@ use gaffer::testing::Ops;
 use gaffer::{BulkCtx, Pipeline, bulk::ItemError};
 
 use common::faults::{
-    Big, EventLog, FAULT_LIMIT, Keyed, OUTAGE, Runs, SLOW, Slow, Work, assert_engine_up, builder,
-    faulty, lost_outcomes, started, successes, wait_settling, within,
+    Big, EventLog, FAULT_LIMIT, Keyed, OUTAGE, SLOW, Slow, Work, assert_engine_up, builder, faulty,
+    lost_outcomes, started, successes, wait_settling,
 };
-use common::{CollectSink, Gate};
+use common::{CollectSink, Gate, Runs, within_for};
 
 /// Doubles its input; counts runs per input. Inputs from [`HELD`] on wait for
 /// the gate first.
@@ -288,36 +288,64 @@ async fn a_put_outage_stalls_commits_without_false_successes_and_afterwards_ever
     // The store recovers: everything stalled goes through.
     faults.heal();
     for (n, task) in stalled_work {
-        work.push((n, within(task).await.unwrap().unwrap()));
+        work.push((n, within_for(FAULT_LIMIT, task).await.unwrap().unwrap()));
     }
     for (n, task) in stalled_keyed {
-        keyed.push((n, within(task).await.unwrap().unwrap()));
+        keyed.push((n, within_for(FAULT_LIMIT, task).await.unwrap().unwrap()));
     }
     for join in pending_joins {
-        within(join).await.unwrap().unwrap().unwrap();
+        within_for(FAULT_LIMIT, join)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
     }
     let mut reported = HashMap::new();
     for (n, handle) in &slow {
-        assert_eq!(within(handle.join()).await.unwrap().unwrap(), n * 7);
+        assert_eq!(
+            within_for(FAULT_LIMIT, handle.join())
+                .await
+                .unwrap()
+                .unwrap(),
+            n * 7
+        );
         reported.insert(handle.id().to_string(), ("slow".to_string(), n * 7));
     }
     for (n, handle) in &work {
-        assert_eq!(within(handle.join()).await.unwrap().unwrap(), n * 2);
+        assert_eq!(
+            within_for(FAULT_LIMIT, handle.join())
+                .await
+                .unwrap()
+                .unwrap(),
+            n * 2
+        );
         reported.insert(handle.id().to_string(), ("work".to_string(), n * 2));
     }
     for (n, handle) in &keyed {
-        assert_eq!(within(handle.join()).await.unwrap().unwrap(), n * 3);
+        assert_eq!(
+            within_for(FAULT_LIMIT, handle.join())
+                .await
+                .unwrap()
+                .unwrap(),
+            n * 3
+        );
         reported.insert(handle.id().to_string(), ("keyed".to_string(), n * 3));
     }
     // A keyed resubmission is answered from the record, not run again.
     for n in 0..30 {
         let again = engine.submit(Keyed(n)).await.unwrap();
         assert!(!again.newly_submitted());
-        assert_eq!(within(again.join()).await.unwrap().unwrap(), n * 3);
+        assert_eq!(
+            within_for(FAULT_LIMIT, again.join())
+                .await
+                .unwrap()
+                .unwrap(),
+            n * 3
+        );
     }
     // The large job goes through once the store is back.
     let big = engine.submit(Big(vec![7; 300 * 1024])).await.unwrap();
-    assert_eq!(within(big).await.unwrap(), 300 * 1024);
+    assert_eq!(within_for(FAULT_LIMIT, big).await.unwrap(), 300 * 1024);
 
     for n in 0..130 {
         assert_eq!(runs.of(&format!("work-{n}")), 1, "work-{n}");
@@ -427,7 +455,7 @@ async fn a_batch_interrupted_by_a_put_outage_completes_every_item_exactly_once()
     assert!(during.injected > 0, "{during}");
 
     faults.heal();
-    let report = within(run).await.unwrap().unwrap();
+    let report = within_for(FAULT_LIMIT, run).await.unwrap().unwrap();
     assert_eq!(
         (
             report.total,
@@ -584,7 +612,7 @@ async fn shutdown_with_a_grace_period_returns_during_a_put_outage() {
     let returned = bounded.is_ok();
     let report = match bounded {
         Ok(report) => report.unwrap(),
-        Err(_) => within(shutdown).await.unwrap(),
+        Err(_) => within_for(FAULT_LIMIT, shutdown).await.unwrap(),
     };
     eprintln!(
         "store_faults[shutdown in outage]: returned within grace + 9 s: {}; report after \
@@ -595,10 +623,13 @@ async fn shutdown_with_a_grace_period_returns_during_a_put_outage() {
         .start()
         .await
         .unwrap();
-    let value = within(engine.handle::<Slow>(handle.id()).unwrap().join())
-        .await
-        .unwrap()
-        .unwrap();
+    let value = within_for(
+        FAULT_LIMIT,
+        engine.handle::<Slow>(handle.id()).unwrap().join(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(value, 7);
     engine.shutdown().await.unwrap();
     assert!(

@@ -18,11 +18,11 @@ use std::collections::{HashMap, HashSet};
 use gaffer::EngineEvent;
 use gaffer::testing::Ops;
 
-use common::Gate;
 use common::faults::{
-    EventLog, Keyed, OUTAGE, Runs, SLOW, Slow, Stamp, Work, builder, faulty, lost_outcomes,
-    started, successes, wait_settling, within,
+    EventLog, FAULT_LIMIT, Keyed, OUTAGE, SLOW, Slow, Stamp, Work, builder, faulty, lost_outcomes,
+    started, successes, wait_settling,
 };
+use common::{Gate, Runs, within_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_during_an_outage_loses_and_duplicates_no_reported_outcome() {
@@ -67,17 +67,17 @@ async fn a_crash_during_an_outage_loses_and_duplicates_no_reported_outcome() {
     let mut reported = HashMap::new();
     for (run_id, name, expected) in &jobs {
         let v = if name.starts_with("work") {
-            within(second.handle::<Work>(run_id).unwrap().join())
+            within_for(FAULT_LIMIT, second.handle::<Work>(run_id).unwrap().join())
                 .await
                 .unwrap()
                 .unwrap()
         } else if name.starts_with("slow") {
-            within(second.handle::<Slow>(run_id).unwrap().join())
+            within_for(FAULT_LIMIT, second.handle::<Slow>(run_id).unwrap().join())
                 .await
                 .unwrap()
                 .unwrap()
         } else {
-            within(second.handle::<Keyed>(run_id).unwrap().join())
+            within_for(FAULT_LIMIT, second.handle::<Keyed>(run_id).unwrap().join())
                 .await
                 .unwrap()
                 .unwrap()
@@ -200,10 +200,13 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
         .start()
         .await
         .unwrap();
-    let durable_value = within(second.handle::<Stamp>(handle.id()).unwrap().join())
-        .await
-        .unwrap()
-        .unwrap();
+    let durable_value = within_for(
+        FAULT_LIMIT,
+        second.handle::<Stamp>(handle.id()).unwrap().join(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let durable = gaffer::testing::services(&second)
         .outcome(handle.id())
         .await
@@ -226,7 +229,7 @@ async fn a_join_during_an_outage_is_not_answered_before_the_outcome_is_durable()
     .await;
     faults.heal();
     second.shutdown().await.unwrap();
-    let _ = within(first.shutdown()).await;
+    let _ = within_for(FAULT_LIMIT, first.shutdown()).await;
 
     if let Ok(Ok(Ok(told))) = &answered {
         assert_eq!(

@@ -5,10 +5,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
-use common::{Boom, Explode, Greet};
+use common::{Approve, Boom, Explode, Greet, LIMIT, at, bin, gaffer, json, ok, within};
 use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,35 +28,6 @@ impl Pipeline for Double {
         }
         Ok(ctx.input * 2)
     }
-}
-
-fn gaffer(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("the gaffer binary runs")
-}
-
-/// Run a command that must succeed; its stdout.
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = gaffer(dir, args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "gaffer {args:?}: {:?}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn json(dir: &Path, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let text = ok(dir, &all);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("gaffer {args:?} --json: {e}\n{text}"))
 }
 
 async fn start(dir: &Path) -> Engine {
@@ -115,17 +86,9 @@ async fn every_command_reads_a_live_engine_without_disturbing_it() {
     );
     assert!(text.contains("bulk-items.double"), "{text}");
     // The same store by URL.
-    let by_url = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .args([
-            "--url",
-            &format!("file://{}", dir.display()),
-            "stats",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(by_url.status.success(), "{by_url:?}");
-    let by_url: Value = serde_json::from_slice(&by_url.stdout).unwrap();
+    let by_url = bin()
+        .args(["--url", &format!("file://{}", dir.display())])
+        .json(&["stats"]);
     assert_eq!(by_url, stats);
 
     // jobs
@@ -581,10 +544,7 @@ fn errors_are_one_line_and_a_non_zero_exit() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was ever written"));
 
-    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("stats")
-        .output()
-        .unwrap();
+    let out = bin().run(&["stats"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dir PATH or --url URL"));
 }
@@ -630,8 +590,8 @@ async fn a_queue_without_the_layout_marker_or_with_another_is_refused() {
     queue.close().await.unwrap();
 }
 
-/// Each item waits for the gate file to exist.
-struct Gated;
+/// Each item waits until the gate opens (`true`).
+struct Gated(tokio::sync::watch::Receiver<bool>);
 
 impl Pipeline for Gated {
     const NAME: &'static str = "gated";
@@ -639,10 +599,11 @@ impl Pipeline for Gated {
     type Output = u64;
     type Error = ItemError;
 
-    async fn run(&self, ctx: &BulkCtx<String>) -> Result<u64, ItemError> {
-        while !Path::new(&ctx.input).exists() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    async fn run(&self, _ctx: &BulkCtx<String>) -> Result<u64, ItemError> {
+        let mut gate = self.0.clone();
+        gate.wait_for(|open| *open)
+            .await
+            .map_err(|_| ItemError::permanent("the gate was dropped"))?;
         Ok(1)
     }
 }
@@ -651,46 +612,30 @@ impl Pipeline for Gated {
 async fn batch_watch_follows_a_running_batch_to_its_end() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
-    let gate = tmp.path().join("gate");
+    let (gate, closed) = tokio::sync::watch::channel(false);
     let engine = Engine::builder()
         .store(gaffer::Store::local_dir(&dir))
         .flush_interval(Duration::from_millis(1))
-        .pipeline(Gated)
+        .pipeline(Gated(closed))
         .start()
         .await
         .expect("engine starts");
-    let inputs = vec![gate.display().to_string(); 6];
+    let inputs = vec!["held".to_string(); 6];
     let batch = engine.batch::<Gated>("watched").unwrap();
     let run = tokio::spawn(async move { batch.run(inputs).await });
     // Once the batch's head is durable, the watcher can find it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !gaffer(&dir, &["batch", "watched"]).status.success() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the batch never became visible"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let watcher = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("--dir")
-        .arg(&dir)
-        .args(["batch", "watched", "--watch", "--every-ms", "50", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    common::eventually("the batch is visible", LIMIT, async || {
+        gaffer(&dir, &["batch", "watched"]).status.success()
+    })
+    .await;
+    let watcher = at(&dir).spawn(&["batch", "watched", "--watch", "--every-ms", "50", "--json"]);
     // Items are held at the gate: a watch that ended now would have exited
     // 3 or printed outstanding items, which the asserts below refuse.
-    std::fs::write(&gate, b"open").unwrap();
-    let report = run.await.unwrap().unwrap();
+    gate.send_replace(true);
+    let report = within(run).await.unwrap().unwrap();
     assert_eq!(report.succeeded, 6);
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || watcher.wait_with_output()),
-    )
-    .await
-    .expect("the watch ends once the batch has settled")
-    .unwrap()
-    .unwrap();
+    // (Within the limit: the watch ends once the batch has settled.)
+    let out = within(watcher.wait_with_output()).await.unwrap();
     assert!(out.status.success(), "{:?}", out.status);
     let row: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(row["succeeded"], 6, "{row}");
@@ -710,7 +655,7 @@ async fn periodic_lists_each_periodic_job_with_its_last_and_next_tick() {
 
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let t0: u64 = 1_767_225_600_000;
+    let t0 = common::T0_MS;
     let hour = Duration::from_secs(3600);
     let clock = std::sync::Arc::new(MockClock::new(t0));
     let empty = Engine::builder()
@@ -871,19 +816,19 @@ async fn a_job_waiting_for_its_retry_shows_its_failed_attempt_and_its_error() {
         .unwrap();
     let mut events = engine.subscribe();
     let job = engine.submit(Flaky).await.unwrap();
-    loop {
-        if let gaffer::EngineEvent::JobFailed { retrying: true, .. } = events.recv().await.unwrap()
-        {
-            break;
-        }
-    }
-    let detail = loop {
+    common::wait_event(&mut events, LIMIT, |e| {
+        matches!(e, gaffer::EngineEvent::JobFailed { retrying: true, .. })
+    })
+    .await;
+    let detail = common::eventually_ok("the job shows as scheduled", LIMIT, async || {
         let detail = json(dir, &["job", job.id()]);
         if detail["state"] == "scheduled" {
-            break detail;
+            Ok(detail)
+        } else {
+            Err(detail)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert_eq!(detail["attempts"], 1, "{detail}");
     assert_eq!(detail["error"], "the line was busy", "{detail}");
     let history = detail["history"].as_array().expect("a history");
@@ -934,12 +879,15 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
                 .any(|q| q["name"] == "greet" && q["queue"] != "jobs.greet")
         })
     };
-    let t0 = std::time::Instant::now();
-    let mut stats = json(dir, &["stats"]);
-    while !has_tenant(&stats) && t0.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        stats = json(dir, &["stats"]);
-    }
+    let stats = common::eventually_ok("stats has the tenant's queue", LIMIT, async || {
+        let stats = json(dir, &["stats"]);
+        if has_tenant(&stats) {
+            Ok(stats)
+        } else {
+            Err(stats)
+        }
+    })
+    .await;
     let rows: Vec<&Value> = stats["queues"]
         .as_array()
         .unwrap()
@@ -964,11 +912,9 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
 
 /// `gaffer --shards TEMPLATE --shard-count N …`: its stdout, or panic.
 fn on_shards(template: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gaffer"))
+    bin()
         .args(["--shards", template, "--shard-count", "3"])
-        .args(args)
-        .output()
-        .expect("the gaffer binary runs")
+        .run(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1129,10 +1075,9 @@ async fn a_shard_set_reads_every_shard_or_the_one_of_an_id() {
     );
     // The set read with another count: refused at the first shard, whose
     // marker says it is shard 0 of 3.
-    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .args(["--shards", &template, "--shard-count", "2", "stats"])
-        .output()
-        .unwrap();
+    let out = bin()
+        .args(["--shards", &template, "--shard-count", "2"])
+        .run(&["stats"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("shard 0/3") && err.contains("0/2"), "{err}");
@@ -1249,18 +1194,19 @@ async fn health_and_stats_answer_as_a_replaying_reader_does() {
     // stats: from the engine's snapshot of the counts (it looks every 5 s)
     // and the changes committed since, read from the newest WAL objects:
     // the same rows, at once.
-    let t0 = std::time::Instant::now();
-    let snapshot = loop {
-        let shown = json(dir, &["stats"]);
-        if shown.get("snapshot_at_ms").is_some() && shown["queues"] == stats["queues"] {
-            break shown;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "not the exact counts from a snapshot: {shown} (exact: {stats})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let snapshot = common::eventually_ok(
+        "stats shows the exact counts from a snapshot",
+        LIMIT,
+        async || {
+            let shown = json(dir, &["stats"]);
+            if shown.get("snapshot_at_ms").is_some() && shown["queues"] == stats["queues"] {
+                Ok(shown)
+            } else {
+                Err(format!("{shown} (exact: {stats})"))
+            }
+        },
+    )
+    .await;
     let text = ok(dir, &["stats"]);
     assert!(text.contains("the engine's snapshot"), "{text}");
     assert!(
@@ -1273,15 +1219,17 @@ async fn health_and_stats_answer_as_a_replaying_reader_does() {
     let r = reader(dir, true).await;
     let first = r.writer_heartbeat().await.unwrap().unwrap();
     r.close().await.unwrap();
-    let beats = loop {
+    let beats = common::eventually_ok("the engine has beaten 3 times more", LIMIT, async || {
         let r = reader(dir, true).await;
         let b = r.writer_heartbeat().await.unwrap().unwrap();
         r.close().await.unwrap();
         if b.counter >= first.counter + 3 {
-            break b;
+            Ok(b)
+        } else {
+            Err(format!("beat {} (first {})", b.counter, first.counter))
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     let health = json(dir, &["health"]);
     let r = reader(dir, true).await;
     let after = r.writer_heartbeat().await.unwrap().unwrap();
@@ -1317,27 +1265,6 @@ async fn health_and_stats_answer_as_a_replaying_reader_does() {
     );
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct AwaitApproval;
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Approval {
-    by: String,
-}
-
-impl Job for AwaitApproval {
-    const NAME: &'static str = "await_approval";
-    type Output = String;
-    type Error = gaffer::Error;
-
-    async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
-        let approval: Approval = ctx
-            .wait_signal("approval", Duration::from_secs(3600))
-            .await?;
-        Ok(format!("approved by {}", approval.by))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_runs_a_waiting_job_on_and_job_shows_it_waiting() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1346,22 +1273,15 @@ async fn signal_runs_a_waiting_job_on_and_job_shows_it_waiting() {
         .store(gaffer::Store::local_dir(dir))
         .flush_interval(Duration::from_millis(1))
         .intake_poll(Duration::from_millis(20))
-        .register::<AwaitApproval>()
+        .register::<Approve>()
         .start()
         .await
         .unwrap();
-    let job = engine.submit(AwaitApproval).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if json(dir, &["job", job.id()])["state"] == "waiting" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job never showed as waiting"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let job = engine.submit(Approve { order: 7 }).await.unwrap();
+    common::eventually("the job shows as waiting", LIMIT, async || {
+        json(dir, &["job", job.id()])["state"] == "waiting"
+    })
+    .await;
     let waiting = json(dir, &["jobs", "--state", "waiting"]);
     assert_eq!(waiting["jobs"][0]["id"], job.id(), "{waiting}");
     // What it waits for, and until when.
@@ -1394,11 +1314,8 @@ async fn signal_runs_a_waiting_job_on_and_job_shows_it_waiting() {
         sent["result"].as_str().unwrap_or("").contains("delivered"),
         "{sent}"
     );
-    let output = tokio::time::timeout(Duration::from_secs(30), job.join())
-        .await
-        .expect("the job ends after its signal")
-        .unwrap();
-    assert_eq!(output, Ok("approved by ana".to_string()));
+    let output = within(job.join()).await.unwrap();
+    assert_eq!(output, Ok("order 7 approved by ana".to_string()));
 
     // The job ended: a second signal is refused, with the reason, exit 1.
     let again = gaffer(
@@ -1436,10 +1353,8 @@ async fn a_reader_that_closed_the_pipe_ends_the_command_quietly() {
     ] {
         let (reader, writer) = std::io::pipe().expect("a pipe");
         drop(reader);
-        let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-            .arg("--dir")
-            .arg(dir)
-            .args(&args)
+        let out = at(dir)
+            .command(&args)
             .stdout(writer)
             .output()
             .expect("the gaffer binary runs");
@@ -1451,10 +1366,8 @@ async fn a_reader_that_closed_the_pipe_ends_the_command_quietly() {
     // The exit status stays the command's: no writer alive is 3.
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("--dir")
-        .arg(dir)
-        .arg("health")
+    let out = at(dir)
+        .command(&["health"])
         .stdout(writer)
         .output()
         .unwrap();

@@ -7,42 +7,29 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
-use common::{Explode, Greet};
+use common::{Explode, Greet, at, first_line, url_in};
 use gaffer::Engine;
 use gaffer::encryption::Keyring;
+use gaffer_testkit::http;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-const LIMIT: Duration = Duration::from_secs(30);
 /// `k1` is 32 bytes of 1, as the key file line says.
 const K1_LINE: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
 /// Another key under the same id.
 const WRONG_LINE: &str = "k1:CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=";
 
+/// `gaffer --dir DIR args` with `env` (and none of the command's other
+/// variables: no keys but those given).
 fn gaffer(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaffer"));
-    cmd.arg("--dir").arg(dir).args(args);
-    cmd.env_remove("GAFFER_KEY_FILE").env_remove("GAFFER_KEYS");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the gaffer binary runs")
+    at(dir).envs(env.iter().copied()).run(args)
 }
 
 fn job_json(dir: &Path, id: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let mut all = args.to_vec();
-    all.extend(["job", id, "--json"]);
-    let out = gaffer(dir, &all, env);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{all:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&stdout).unwrap()
+    all.extend(["job", id]);
+    at(dir).envs(env.iter().copied()).json(&all)
 }
 
 async fn start(dir: &Path) -> Engine {
@@ -132,48 +119,15 @@ async fn the_command_shows_encrypted_without_the_keys_and_the_values_with_them()
         (vec![], "encrypted (key k1)"),
         (vec![("GAFFER_KEY_FILE", key_path)], "hello ada"),
     ] {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_gaffer"));
-        cmd.args(["web", "--dir"])
-            .arg(dir.path())
-            .args(["--listen", "127.0.0.1:0"])
-            .env_remove("GAFFER_KEY_FILE")
-            .env_remove("GAFFER_KEYS")
-            .env_remove("GAFFER_WEB_TOKEN")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("gaffer web starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(LIMIT, lines.next_line())
-            .await
-            .expect("it says where it listens")
-            .unwrap()
-            .expect("a line");
-        let addr = first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .expect("an address")
-            .to_string();
-        let page = get(&addr, &format!("/jobs/{greet_id}")).await;
+        let mut child =
+            at(dir.path())
+                .envs(env.iter().copied())
+                .spawn(&["web", "--listen", "127.0.0.1:0"]);
+        let url = url_in(&first_line(&mut child).await);
+        let addr = url.split('/').next().expect("an address");
+        let (_, page) = http::get(addr, &format!("/jobs/{greet_id}")).await;
         assert!(page.contains(expect), "{env:?}: {page}");
         child.kill().await.unwrap();
     }
     engine.shutdown().await.unwrap();
-}
-
-async fn get(addr: &str, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(LIMIT, s.read_to_string(&mut out))
-        .await
-        .expect("answered in time")
-        .unwrap();
-    out
 }

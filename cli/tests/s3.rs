@@ -3,17 +3,17 @@
 //! `stats`, `job`, `batch` and `health` answer, the engine is not fenced, and
 //! `health` fails once it has shut down.
 
-#[path = "../../tests/common/s3.rs"]
-mod s3;
+mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use s3::S3Server;
+use common::{Gaffer, bin};
+use gaffer_testkit::s3::S3Server;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Square(u64);
@@ -39,28 +39,17 @@ impl Pipeline for Inc {
     }
 }
 
+/// The binary on the bucket's `app` prefix, with the server's variables.
+fn on(server: &S3Server) -> Gaffer {
+    bin().arg("--url").arg(server.url("app")).envs(server.env())
+}
+
 fn gaffer(server: &S3Server, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("--url")
-        .arg(server.url("app"))
-        .args(args)
-        .envs(server.env())
-        .output()
-        .expect("the gaffer binary runs")
+    on(server).run(args)
 }
 
 fn json(server: &S3Server, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let out = gaffer(server, &all);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "gaffer {args:?}: {:?}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("gaffer {args:?} --json: {e}\n{text}"))
+    on(server).json(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,13 +5,14 @@
 //! release. Each command reads a copy; the committed files are never
 //! opened.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use common::{T0_MS, at};
 use serde_json::Value;
 
-const T0_MS: u64 = 1_767_225_600_000;
 const HOUR_MS: u64 = 3_600_000;
 
 fn copy_store(from: &Path, to: &Path) {
@@ -39,20 +40,7 @@ fn a_copy() -> tempfile::TempDir {
 }
 
 fn json(dir: &Path, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("the gaffer binary runs");
-    assert!(
-        out.status.success(),
-        "gaffer {args:?}: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("gaffer {args:?} --json: {e}"))
+    at(dir).json(args)
 }
 
 fn id(key: &str) -> String {

@@ -6,17 +6,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Explode, Greet};
+use common::{Explode, Greet, LIMIT, gaffer, json, ok};
 use gaffer::workflow::{Workflow, step_id};
 use gaffer::{Engine, Job, JobContext};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// How long any wait of these tests lasts at most.
-const LIMIT: Duration = Duration::from_secs(30);
 
 /// Waits for the signal `go` (an hour at most).
 #[derive(Debug, Serialize, Deserialize)]
@@ -32,50 +28,14 @@ impl Job for Hold {
     }
 }
 
-fn gaffer(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gaffer"))
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("the gaffer binary runs")
-}
-
-/// Run a command that must succeed; its stdout.
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = gaffer(dir, args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "gaffer {args:?}: {:?}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn json(dir: &Path, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let text = ok(dir, &all);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("gaffer {args:?} --json: {e}\n{text}"))
-}
-
 /// Run `args --json` until `done` says yes of its document; the last one.
 /// Panics naming `what` after [`LIMIT`].
 async fn until(dir: &Path, args: &[&str], what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + LIMIT;
-    loop {
+    common::eventually_ok(what, LIMIT, async || {
         let v = json(dir, args);
-        if done(&v) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting until {what}: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if done(&v) { Ok(v) } else { Err(v) }
+    })
+    .await
 }
 
 /// The step `name` of a `gaffer workflow ID --json` document.

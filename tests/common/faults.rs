@@ -17,7 +17,7 @@ use gaffer::{Engine, EngineBuilder, EngineEvent, Job, JobContext};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::Gate;
+use super::{Gate, Runs, within_for};
 
 /// Upper bound (real time in these tests) for anything they wait on:
 /// generous, as SlateDB backs off up to 1 s between retries.
@@ -32,39 +32,6 @@ pub const OUTAGE: Duration = Duration::from_secs(3);
 /// Jobs held in their handlers by the gate when an outage starts.
 pub const SLOW: u32 = 8;
 
-/// Await `f`; panics after [`FAULT_LIMIT`].
-pub async fn within<F: std::future::IntoFuture>(f: F) -> F::Output {
-    super::within_for(FAULT_LIMIT, f).await
-}
-
-/// Handler runs per job name (`work-3`, `keyed-7`, …), across engines.
-#[derive(Clone, Default)]
-pub struct Runs(Arc<Mutex<HashMap<String, usize>>>);
-
-impl Runs {
-    pub fn hit(&self, name: String) {
-        *self.0.lock().unwrap().entry(name).or_default() += 1;
-    }
-
-    pub fn of(&self, name: &str) -> usize {
-        self.0.lock().unwrap().get(name).copied().unwrap_or(0)
-    }
-
-    /// Names that ran more than once.
-    pub fn repeated(&self) -> Vec<String> {
-        let mut names: Vec<_> = self
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|(k, _)| k.clone())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
 /// An unkeyed job.
 #[derive(Serialize, Deserialize)]
 pub struct Work(pub u32);
@@ -74,7 +41,7 @@ impl Job for Work {
     type Output = u32;
     type Error = std::convert::Infallible;
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-        ctx.state::<Runs>().hit(format!("work-{}", self.0));
+        ctx.state::<Runs>().hit_of(format!("work-{}", self.0));
         Ok(self.0 * 2)
     }
 }
@@ -88,7 +55,7 @@ impl Job for Keyed {
     type Output = u32;
     type Error = std::convert::Infallible;
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
-        ctx.state::<Runs>().hit(format!("keyed-{}", self.0));
+        ctx.state::<Runs>().hit_of(format!("keyed-{}", self.0));
         Ok(self.0 * 3)
     }
     fn idempotency_key(&self) -> Option<String> {
@@ -108,7 +75,7 @@ impl Job for Slow {
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
         ctx.state::<Gate>().wait().await;
         // Counted when the handler is done: a run that completed.
-        ctx.state::<Runs>().hit(format!("slow-{}", self.0));
+        ctx.state::<Runs>().hit_of(format!("slow-{}", self.0));
         Ok(self.0 * 7)
     }
 }
@@ -126,7 +93,7 @@ impl Job for Stamp {
         ctx.state::<Gate>().wait().await;
         let name = format!("stamp-{}", self.0);
         let runs = ctx.state::<Runs>();
-        runs.hit(name.clone());
+        runs.hit_of(name.clone());
         Ok(runs.of(&name))
     }
 }
@@ -155,11 +122,11 @@ impl Job for Memoed {
     type Error = gaffer::Error;
     async fn run(&self, ctx: JobContext) -> Result<u32, Self::Error> {
         let runs = ctx.state::<Runs>().clone();
-        runs.hit(format!("memoed-{}", self.0));
+        runs.hit_of(format!("memoed-{}", self.0));
         let n = self.0;
         ctx.memo()
             .memoized("step", || async move {
-                runs.hit(format!("memoed-step-{n}"));
+                runs.hit_of(format!("memoed-step-{n}"));
                 Ok::<_, gaffer::Error>(n * 5)
             })
             .await
@@ -265,7 +232,7 @@ impl EventLog {
     /// Wait until `pred` holds for the events so far.
     pub async fn wait_until(&self, pred: impl Fn(&[EngineEvent]) -> bool) {
         let mut rx = self.seen.subscribe();
-        within(async {
+        within_for(FAULT_LIMIT, async {
             loop {
                 if pred(&self.events.lock().unwrap()) {
                     return;

@@ -1,43 +1,34 @@
-//! Shared test helpers: engines on the in-memory store (paused-time friendly)
-//! or a local directory, a mock clock, and event waiting without sleeps.
+//! The engine's test helpers: engines on the in-memory store (paused-time
+//! friendly) or a local directory, the queues' counts, gates, counters and
+//! sinks. The limits, the waits, the event waits, the child processes and
+//! moto's S3 server are the test kit's (`gaffer-testkit`, shared with the
+//! dashboard's and the command's tests), re-exported here.
 //!
 //! The fixtures that only one family of test files shares live in submodules:
 //! [`bulk`] (the bulk runner's tests), [`jobs`] (the `jobs_*` files and
-//! `idempotency.rs`), [`faults`] (the object-store fault tests) and [`s3`]
-//! (moto's S3 server on loopback). The child-process helpers
-//! ([`test_child`], [`spawn_test_child`], [`Children`], [`child_logs`],
-//! [`eventually_blocking`]) serve the tests that run real processes.
-#![allow(dead_code)]
+//! `idempotency.rs`) and [`faults`] (the object-store fault tests).
+#![allow(dead_code, unused_imports)]
 
 pub mod bulk;
 pub mod faults;
 pub mod jobs;
-pub mod s3;
 
-use std::future::IntoFuture;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+pub use gaffer_testkit::events::{collect_events_until, wait_event};
+pub use gaffer_testkit::process::{
+    Children, child_logs, spawn_test_child, test_child, wait_for_child_file, write_whole,
+};
+pub use gaffer_testkit::{
+    LIMIT, T0_MS, eventually, eventually_blocking, eventually_ok, eventually_or, mock_clock, s3,
+    within, within_for,
+};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gaffer::taquba::{MockClock, OpenOptions, QueueConfig};
 use gaffer::{EngineBuilder, EngineEvent, Job, JobContext};
 use serde::{Deserialize, Serialize};
-
-/// Upper bound (tokio time: virtual under paused time) for anything a test
-/// waits on with [`within`].
-pub const LIMIT: Duration = Duration::from_secs(60);
-
-/// Await `f`; panics after [`LIMIT`] instead of hanging the test.
-pub async fn within<F: IntoFuture>(f: F) -> F::Output {
-    within_for(LIMIT, f).await
-}
-
-/// Await `f`; panics after `limit` instead of hanging the test.
-pub async fn within_for<F: IntoFuture>(limit: Duration, f: F) -> F::Output {
-    tokio::time::timeout(limit, f)
-        .await
-        .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
-}
 
 /// Shut `engine` down and check it stopped cleanly: the queue closed and no
 /// problem reported.
@@ -73,14 +64,6 @@ impl Job for Ping {
     }
 }
 
-/// A fixed start time for mock clocks (2026-01-01T00:00:00Z).
-pub const T0_MS: u64 = 1_767_225_600_000;
-
-/// A mock clock at [`T0_MS`].
-pub fn mock_clock() -> Arc<MockClock> {
-    Arc::new(MockClock::new(T0_MS))
-}
-
 /// Queue options for tests: a 1 ms flush, zero retry backoff (retries are
 /// immediate), the given clock.
 pub fn test_options(clock: Arc<MockClock>) -> OpenOptions {
@@ -104,77 +87,6 @@ pub fn disk_builder(dir: &std::path::Path, clock: Arc<MockClock>) -> EngineBuild
         .store(gaffer::Store::local_dir(dir))
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
-}
-
-/// Receive events until one matches `pred`; panics after `limit` of wall/virtual time.
-pub async fn wait_event(
-    rx: &mut tokio::sync::broadcast::Receiver<EngineEvent>,
-    limit: Duration,
-    mut pred: impl FnMut(&EngineEvent) -> bool,
-) -> EngineEvent {
-    tokio::time::timeout(limit, async {
-        loop {
-            match rx.recv().await {
-                Ok(ev) if pred(&ev) => return ev,
-                Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(e) => panic!("event channel closed: {e}"),
-            }
-        }
-    })
-    .await
-    .expect("the expected event did not arrive in time")
-}
-
-/// Poll `check` every 5 ms of tokio time (paused tests advance it) until it
-/// says yes; panics, naming `what`, if it has not said so within `limit`.
-/// For states that no event announces; wait for an event with [`wait_event`].
-pub async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let polled = tokio::time::timeout(limit, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    if polled.is_err() {
-        panic!("timed out after {limit:?} waiting until {what}");
-    }
-}
-
-/// [`eventually`], and a timeout's panic also says `context()` (the child
-/// processes' logs, say: [`child_logs`]).
-pub async fn eventually_or(
-    what: &str,
-    limit: Duration,
-    mut check: impl AsyncFnMut() -> bool,
-    context: impl FnOnce() -> String,
-) {
-    let polled = tokio::time::timeout(limit, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    if polled.is_err() {
-        panic!(
-            "timed out after {limit:?} waiting until {what}; {}",
-            context()
-        );
-    }
-}
-
-/// [`eventually`] for a test thread without a runtime (the parent of child
-/// processes): polls `check` every 20 ms of real time until it says yes;
-/// panics, naming `what`, if it has not said so within `limit`.
-pub fn eventually_blocking(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !check() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A fresh in-memory object store that several engines (one after another)
@@ -209,35 +121,6 @@ pub fn store_builder(
         .store(gaffer::Store::object_store(store))
         .open_options(test_options(clock))
         .poll_interval(Duration::from_millis(20))
-}
-
-/// Receive events (keeping them all) until `done` says the collection is
-/// complete; panics after `limit` of wall/virtual time.
-pub async fn collect_events_until(
-    rx: &mut tokio::sync::broadcast::Receiver<EngineEvent>,
-    limit: Duration,
-    mut done: impl FnMut(&[EngineEvent]) -> bool,
-) -> Vec<EngineEvent> {
-    let mut seen = Vec::new();
-    let outcome = tokio::time::timeout(limit, async {
-        loop {
-            if done(&seen) {
-                return;
-            }
-            match rx.recv().await {
-                Ok(ev) => seen.push(ev),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    panic!("event subscriber lagged by {n} events")
-                }
-                Err(e) => panic!("event channel closed: {e}"),
-            }
-        }
-    })
-    .await;
-    if outcome.is_err() {
-        panic!("the expected events did not arrive in time; saw {seen:#?}");
-    }
-    seen
 }
 
 /// A builder on the given in-memory store with [`test_options`]: engines
@@ -382,20 +265,45 @@ impl Gate {
     }
 }
 
-/// Counts handler runs; shared (in an `Arc`, as engine state) between a test
-/// and every engine it starts.
-#[derive(Debug, Default)]
-pub struct Runs(AtomicUsize);
+/// Counts handler runs, in all and by name (`work-3`, `keyed-7`, …). Clones
+/// share the counts: engine state (as it is, or in an `Arc`) shared between
+/// a test and every engine it starts.
+#[derive(Clone, Debug, Default)]
+pub struct Runs(Arc<Mutex<HashMap<String, usize>>>);
 
 impl Runs {
     /// Count one run.
     pub fn hit(&self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        self.hit_of(String::new());
     }
 
-    /// The runs counted so far.
+    /// Count one run of `name`.
+    pub fn hit_of(&self, name: impl Into<String>) {
+        *self.0.lock().unwrap().entry(name.into()).or_default() += 1;
+    }
+
+    /// The runs counted so far, of every name.
     pub fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+        self.0.lock().unwrap().values().sum()
+    }
+
+    /// The runs of `name` counted so far.
+    pub fn of(&self, name: &str) -> usize {
+        self.0.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+
+    /// The names that ran more than once, sorted.
+    pub fn repeated(&self) -> Vec<String> {
+        let mut names: Vec<_> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(k, _)| k.clone())
+            .collect();
+        names.sort();
+        names
     }
 }
 
@@ -503,89 +411,4 @@ pub async fn waiting_runs(engine: &gaffer::Engine) -> usize {
     let waiters = waiters(engine).expect("the engine has a waiters actor");
     gaffer::ractor::call!(waiters, gaffer::testing::WaitersMessage::GetWaiting)
         .expect("the waiters answer")
-}
-
-/// This test binary as a child process that runs its ignored test `test`
-/// alone (`test --exact --ignored --nocapture`); the caller adds the
-/// environment and where the output goes. A real process, for tests that
-/// SIGKILL it or that need several processes.
-pub fn test_child(test: &str) -> std::process::Command {
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--ignored", "--nocapture"]);
-    cmd
-}
-
-/// Run this test binary's ignored test `test` as a child process with
-/// `{var}={dir}` set (the child reads its directory from it), its output in
-/// `{dir}/child.log`: a real process, for crash tests that SIGKILL it.
-pub fn spawn_test_child(test: &str, var: &str, dir: &std::path::Path) -> std::process::Child {
-    let log = std::fs::File::create(dir.join("child.log")).unwrap();
-    test_child(test)
-        .env(var, dir)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
-/// Write `contents` to `path` whole: to a file beside it first, then
-/// renamed. For a file another process waits to see (it polls for it to
-/// exist): a plain `std::fs::write` creates the file before it writes to it,
-/// so the other could read it empty or cut short (and a kill that follows
-/// at once would leave it so).
-pub fn write_whole(path: &std::path::Path, contents: impl AsRef<[u8]>) {
-    let mut part = path.as_os_str().to_owned();
-    part.push(".part");
-    std::fs::write(&part, contents).unwrap();
-    std::fs::rename(&part, path).unwrap();
-}
-
-/// Wait until the child process that logs to `{dir}/child.log` has written
-/// `path` (a minute at most; then panic with its log).
-pub async fn wait_for_child_file(dir: &std::path::Path, path: &std::path::Path, what: &str) {
-    let t0 = std::time::Instant::now();
-    while !path.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{what} did not happen in the child process: {}",
-            std::fs::read_to_string(dir.join("child.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The end (its last `tail` bytes, or fewer to end on a character
-/// boundary) of every `*.log` file in `dir` but the `runs-*` ones, each
-/// under its name: what child processes said, for a test's panic message.
-pub fn child_logs(dir: &std::path::Path, tail: usize) -> String {
-    let mut logs: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .filter(|e| !e.file_name().to_string_lossy().starts_with("runs-"))
-        .map(|e| {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            let mut start = text.len().saturating_sub(tail);
-            while !text.is_char_boundary(start) {
-                start += 1;
-            }
-            format!("{:?}: {}", e.file_name(), &text[start..])
-        })
-        .collect();
-    logs.sort();
-    logs.join("\n")
-}
-
-/// Child processes by name, killed (and reaped) when dropped: a failed
-/// assertion leaves none running.
-#[derive(Default)]
-pub struct Children(pub std::collections::HashMap<String, std::process::Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in self.0.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{Fix, LIMIT};
+use common::{Fix, LIMIT, POLL, eventually_ok};
 use fantoccini::{Client, ClientBuilder, Locator};
+use gaffer_testkit::http::free_port;
 use gaffer_web::WebConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -39,36 +40,25 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(screenshots().join(format!("{name}.png")), png).expect("saved");
 }
 
-/// A free port on the loopback (bound, then released for the driver).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// The text of the element at `css`, waited for (found again when the
 /// page's refresh replaced it between the find and the read).
 async fn text(c: &Client, css: &str) -> String {
-    tokio::time::timeout(LIMIT, async {
-        loop {
-            if let Ok(e) = c.find(Locator::Css(css)).await
-                && let Ok(t) = e.text().await
-            {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+    eventually_ok(
+        &format!("the element at {css} has a text"),
+        LIMIT,
+        async || {
+            let e = c.find(Locator::Css(css)).await?;
+            e.text().await
+        },
+    )
     .await
-    .unwrap_or_else(|_| panic!("no text at {css}"))
 }
 
 /// Wait until the element at `css` exists (the page may refresh itself).
 async fn appears(c: &Client, css: &str) {
     c.wait()
         .at_most(LIMIT)
-        .every(Duration::from_millis(100))
+        .every(POLL)
         .for_element(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("never appeared: {css}: {e}"));
@@ -129,21 +119,15 @@ impl Browser {
             serde_json::json!({ "browser": "ALL" }),
         );
         let webdriver = format!("http://127.0.0.1:{port}");
-        let c = tokio::time::timeout(LIMIT, async {
-            loop {
-                match ClientBuilder::rustls()
-                    .expect("a TLS config")
-                    .capabilities(caps.clone())
-                    .connect(&webdriver)
-                    .await
-                {
-                    Ok(c) => break c,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
+        // Until chromedriver listens, and Chromium has started.
+        let c = eventually_ok("a browser session", LIMIT, async || {
+            ClientBuilder::rustls()
+                .expect("a TLS config")
+                .capabilities(caps.clone())
+                .connect(&webdriver)
+                .await
         })
-        .await
-        .expect("a browser session within the limit");
+        .await;
         Self {
             c,
             driver,
@@ -301,7 +285,7 @@ async fn a_browser_reads_retries_pauses_and_watches_a_batch() {
 
     // The overview's counts.
     c.goto(&base).await.unwrap();
-    common::eventually("the overview counts ping's three", async || {
+    common::eventually("the overview counts ping's three", LIMIT, async || {
         text(c, "tr[data-queue=ping] td.done").await == "3"
     })
     .await;
@@ -361,7 +345,7 @@ async fn a_browser_reads_retries_pauses_and_watches_a_batch() {
     assert!(engine.pause("double").await.unwrap());
     let batch = engine.batch::<common::Double>("browser-batch").unwrap();
     let run = tokio::spawn(async move { batch.run(0..120u64).await });
-    common::eventually("the batch exists", async || {
+    common::eventually("the batch exists", LIMIT, async || {
         engine
             .batch::<common::Double>("browser-batch")
             .unwrap()
@@ -372,7 +356,7 @@ async fn a_browser_reads_retries_pauses_and_watches_a_batch() {
     .await;
     // Its page, once the dashboard's reader has caught up with the batch
     // (before, the page is a 404 and does not refresh).
-    common::eventually("the dashboard sees the batch", async || {
+    common::eventually("the dashboard sees the batch", LIMIT, async || {
         c.goto(&format!("{base}/batches/browser-batch"))
             .await
             .unwrap();
@@ -388,12 +372,12 @@ async fn a_browser_reads_retries_pauses_and_watches_a_batch() {
     let first = settled(text(c, "#settled").await);
     assert_eq!(first, 0, "watched before any item ran");
     assert!(engine.resume("double").await.unwrap());
-    common::eventually("the progress advances on the page", async || {
+    common::eventually("the progress advances on the page", LIMIT, async || {
         settled(text(c, "#settled").await) > first
     })
     .await;
     shot(c, "batch").await;
-    common::eventually("the batch settles on the page", async || {
+    common::eventually("the batch settles on the page", LIMIT, async || {
         text(c, "#settled").await == "120 / 120"
     })
     .await;
@@ -520,7 +504,7 @@ async fn a_page_of_another_origin_cannot_frame_the_dashboard() {
     let browser = Browser::start().await;
     let c = &browser.c;
     c.goto(&attacker).await.unwrap();
-    common::eventually("both frames have loaded", async || {
+    common::eventually("both frames have loaded", LIMIT, async || {
         js(c, "return window.loaded || 0;").await.as_u64() == Some(2)
     })
     .await;

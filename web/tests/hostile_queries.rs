@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
-use common::Fix;
+use common::{Fix, LIMIT};
 use gaffer_web::WebConfig;
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -174,12 +174,9 @@ proptest! {
         let uri = format!("{path}?{}", query.join("&"));
         let status = site.runtime.block_on(async {
             let request = Request::get(&uri).body(Body::empty()).expect("a request");
-            let answer = tokio::time::timeout(
-                Duration::from_secs(30),
-                site.app.clone().oneshot(request),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("{uri}: no answer within 30 s"))
+            let answer = tokio::time::timeout(LIMIT, site.app.clone().oneshot(request))
+                .await
+                .unwrap_or_else(|_| panic!("{uri}: no answer within {LIMIT:?}"))
             .expect("the router answers");
             answer.status()
         });

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use common::{EVIL, Fix, Ping};
+use common::{EVIL, Fix, LIMIT, Ping, within};
 use gaffer_web::{Auth, WebConfig};
 use tower::ServiceExt;
 
@@ -74,7 +74,7 @@ async fn fate(app: &Router, location: &str, fate: &str, job_state: Option<&str>)
     // Every request the page follows (one `r=` each), not just the first
     // to land: the engine applies them one at a time.
     let requests = location.matches("r=").count();
-    common::eventually(&format!("the request is {fate}"), async || {
+    common::eventually(&format!("the request is {fate}"), LIMIT, async || {
         let a = get(app, location).await;
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         last = a.body;
@@ -118,7 +118,7 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
         .expect("to the job's page")
         .to_string();
     assert_eq!(id, gaffer_layout::keys::keyed_run_id(EVIL));
-    common::eventually("the job failed", async || {
+    common::eventually("the job failed", LIMIT, async || {
         get(&app, &format!("/jobs/{id}"))
             .await
             .body
@@ -177,7 +177,7 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
             "{path} shows user data unescaped"
         );
     }
-    common::eventually("the periodic job is listed", async || {
+    common::eventually("the periodic job is listed", LIMIT, async || {
         let p = get(&app, "/periodic").await.body;
         p.contains("rare-ping") && p.contains("every 365000d")
     })
@@ -214,7 +214,7 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
         .await
         .unwrap();
     let later = h.id().to_string();
-    common::eventually("the dashboard sees the scheduled job", async || {
+    common::eventually("the dashboard sees the scheduled job", LIMIT, async || {
         get(&app, &format!("/jobs/{later}"))
             .await
             .body
@@ -226,7 +226,7 @@ async fn every_page_answers_and_a_failed_job_is_retried_from_its_page() {
 
     // The chart counts what finished since its last refresh: the failure
     // (counted before the retry), the success, the cancel.
-    common::eventually("the chart counts all three", async || {
+    common::eventually("the chart counts all three", LIMIT, async || {
         get(&app, "/?fragment=1")
             .await
             .body
@@ -257,10 +257,14 @@ async fn failed_jobs_are_retried_selected_or_all_that_match_and_queues_pause() {
         let h = engine.handle::<common::Flaky>(id).unwrap();
         assert!(h.join().await.unwrap().is_err());
     }
-    common::eventually("the dashboard lists the three failures", async || {
-        let b = get(&app, "/failed?type=flaky").await.body;
-        ids.iter().all(|id| b.contains(id.as_str()))
-    })
+    common::eventually(
+        "the dashboard lists the three failures",
+        LIMIT,
+        async || {
+            let b = get(&app, "/failed?type=flaky").await.body;
+            ids.iter().all(|id| b.contains(id.as_str()))
+        },
+    )
     .await;
     fix.0.store(true, Ordering::SeqCst);
 
@@ -294,7 +298,7 @@ async fn failed_jobs_are_retried_selected_or_all_that_match_and_queues_pause() {
         .unwrap();
     assert!(h.join().await.unwrap().is_err());
     fix.0.store(true, Ordering::SeqCst);
-    common::eventually("the dashboard sees the new failure", async || {
+    common::eventually("the dashboard sees the new failure", LIMIT, async || {
         let a = post(&app, "/failed/retry-all", "type=flaky&since=60").await;
         assert_eq!(a.status, StatusCode::OK, "it asks first");
         a.body.contains("<strong id=\"will-retry\">1</strong>")
@@ -324,7 +328,7 @@ async fn failed_jobs_are_retried_selected_or_all_that_match_and_queues_pause() {
     let a = post(&app, "/queues/ping/pause", "").await;
     fate(&app, &a.location, "applied", None).await;
     let paused_row = "<td class=\"paused\"><span class=\"state paused\">";
-    common::eventually("ping shows paused", async || {
+    common::eventually("ping shows paused", LIMIT, async || {
         get(&app, "/queues").await.body.contains(paused_row)
     })
     .await;
@@ -512,7 +516,7 @@ async fn a_batch_shows_its_progress_items_and_failed_keys_under_a_prefix() {
     let batch = engine.batch::<common::Double>("b1").unwrap();
     let report = batch.run(0..60u64).await.unwrap();
     assert_eq!((report.succeeded, report.failed), (59, 1));
-    common::eventually("the batch is settled on its page", async || {
+    common::eventually("the batch is settled on its page", LIMIT, async || {
         get(&app, "/admin/jobs/batches/b1")
             .await
             .body
@@ -695,7 +699,7 @@ async fn a_request_for_a_host_the_dashboard_is_not_is_refused_and_changes_nothin
     let a = post(&app, "/queues/ping/pause", "").await;
     fate(&app, &a.location, "applied", None).await;
     let paused = "<td class=\"paused\"><span class=\"state paused\">";
-    common::eventually("ping shows paused", async || {
+    common::eventually("ping shows paused", LIMIT, async || {
         get(&app, "/queues").await.body.contains(paused)
     })
     .await;
@@ -748,7 +752,7 @@ async fn every_link_to_a_batch_item_leads_to_it() {
     let batch = engine.batch::<common::Double>("linked").unwrap();
     let report = batch.run(0..20u64).await.unwrap();
     assert_eq!((report.succeeded, report.failed), (19, 1));
-    common::eventually("the batch is settled on its page", async || {
+    common::eventually("the batch is settled on its page", LIMIT, async || {
         get(&app, "/batches/linked").await.body.contains("20 / 20")
     })
     .await;
@@ -828,13 +832,14 @@ async fn every_retry_button_drawn_is_one_the_engine_applies() {
     let a = post(&app, "/submit", "type=nosuchtype&payload=%7B%7D").await;
     assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
     let waiting = engine.submit(common::Approve { order: 1 }).await.unwrap();
-    common::eventually("the job waits", async || {
+    common::eventually("the job waits", LIMIT, async || {
         engine.status(waiting.id()).await.unwrap() == gaffer::job::JobState::Waiting
     })
     .await;
     engine.cancel(waiting.id()).await.unwrap();
     common::eventually(
         "the dashboard lists the job, the item and the step",
+        LIMIT,
         async || {
             let b = get(&app, "/failed").await.body;
             b.contains(job.id())
@@ -876,7 +881,7 @@ async fn every_retry_button_drawn_is_one_the_engine_applies() {
     let a = post(&app, &actions[0], "").await;
     fate(&app, &a.location, "applied", None).await;
     assert!(
-        within_limit(wf.join()).await.unwrap().is_ok(),
+        within(wf.join()).await.unwrap().is_ok(),
         "the workflow ran on"
     );
     // A job's page draws the same.
@@ -890,12 +895,6 @@ async fn every_retry_button_drawn_is_one_the_engine_applies() {
         fate(&app, &a.location, "applied", None).await;
     }
     engine.shutdown().await.unwrap();
-}
-
-async fn within_limit<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(common::LIMIT, f)
-        .await
-        .expect("within the limit")
 }
 
 #[tokio::test]
@@ -921,7 +920,7 @@ async fn retry_all_says_what_it_will_retry_and_asks_first() {
     );
     let wf = engine.submit_workflow(flow).await.unwrap();
     assert!(wf.join().await.unwrap().is_err());
-    common::eventually("the dashboard sees the three failures", async || {
+    common::eventually("the dashboard sees the three failures", LIMIT, async || {
         get(&app, "/failed")
             .await
             .body
@@ -978,7 +977,7 @@ async fn each_count_counts_what_its_list_shows() {
         .await
         .unwrap();
     assert!(h.join().await.unwrap().is_err());
-    common::eventually("the dashboard sees every job end", async || {
+    common::eventually("the dashboard sees every job end", LIMIT, async || {
         let page = get(&app, "/jobs?state=failed").await.body;
         rows_of(&page, "jobs") == 1
             && rows_of(&get(&app, "/jobs?state=succeeded").await.body, "jobs") == 1
@@ -1045,7 +1044,7 @@ async fn a_waiting_job_names_its_signal_and_its_timeout_and_takes_the_signal() {
     let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
     let app = router(dir.path()).await;
     let h = engine.submit(common::Approve { order: 7 }).await.unwrap();
-    common::eventually("the page shows it waiting", async || {
+    common::eventually("the page shows it waiting", LIMIT, async || {
         get(&app, &format!("/jobs/{}", h.id()))
             .await
             .body
@@ -1190,7 +1189,7 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
     )
     .await;
     fate(&app, &a.location, "applied", None).await;
-    common::eventually("acme shows paused", async || {
+    common::eventually("acme shows paused", LIMIT, async || {
         let page = get(&app, "/queues/tenanted/values").await.body;
         let row = value_row(&page, "acme");
         row.contains("state paused") && row.contains("/values/resume")

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use common::{Fix, Flaky};
+use common::{Fix, Flaky, LIMIT};
 use gaffer::remote::{Placement, ShardSet, ShardedEngine};
 use gaffer::{Engine, Job, JobContext};
 use serde::{Deserialize, Serialize};
@@ -104,13 +104,13 @@ async fn a_shard_set_is_one_dashboard() {
         .await
         .expect("the set opens");
     let app = gaffer_web::router(config);
-    common::eventually("the overview adds both shards' counts", async || {
+    common::eventually("the overview adds both shards' counts", LIMIT, async || {
         let (s, b) = get(&app, "/").await;
         assert_eq!(s, StatusCode::OK);
         b.contains("2 shards") && b.contains("<td class=\"n done\">8</td>")
     })
     .await;
-    common::eventually("the merged listing has every job", async || {
+    common::eventually("the merged listing has every job", LIMIT, async || {
         let (_, b) = get(&app, "/jobs?type=tagged").await;
         b.contains("<th>Shard</th>") && ids.iter().all(|id| b.contains(id.as_str()))
     })
@@ -141,7 +141,7 @@ async fn a_shard_set_is_one_dashboard() {
         .unwrap()
         .to_string();
     assert_eq!(to.matches("r=").count(), 2, "one request per shard");
-    common::eventually("both shards applied it", async || {
+    common::eventually("both shards applied it", LIMIT, async || {
         get(&app, &to)
             .await
             .1

@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use common::{EVIL, Fix, Flaky, Ping};
+use common::{EVIL, Fix, Flaky, LIMIT, Ping};
 use gaffer::workflow::{Workflow, step_id};
 use gaffer_web::WebConfig;
 use tower::ServiceExt;
@@ -51,7 +51,7 @@ async fn post(app: &Router, path: &str) -> (StatusCode, String) {
 async fn until_state(app: &Router, id: &str, state: &str) -> String {
     let want = format!("id=\"workflow-state\"><span class=\"state {state}\">");
     let mut page = String::new();
-    common::eventually(&format!("workflow {id} is {state}"), async || {
+    common::eventually(&format!("workflow {id} is {state}"), LIMIT, async || {
         page = get(app, &format!("/ops/workflows/{id}")).await.1;
         page.contains(&want)
     })
@@ -98,7 +98,7 @@ async fn the_workflow_pages_show_each_step_in_order_linked_to_its_job() {
     );
     let app = Router::new().nest("/ops", dashboard);
 
-    common::eventually("the list shows the ended workflow", async || {
+    common::eventually("the list shows the ended workflow", LIMIT, async || {
         let (_, list) = get(&app, "/ops/workflows").await;
         list.contains("<tr data-workflow=\"wf-evil\">")
             && list[at(&list, "data-workflow=\"wf-evil\"")..].contains("class=\"state failed\"")

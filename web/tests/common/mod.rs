@@ -1,5 +1,11 @@
-//! A live engine on a local-disk store and the dashboard's router over it.
-#![allow(dead_code)]
+//! A live engine on a local-disk store, with the dashboard's test jobs, for
+//! the dashboard's router to read. The limits and waits, and the jobs the
+//! command's tests share, are the test kit's (`gaffer-testkit`),
+//! re-exported here.
+#![allow(dead_code, unused_imports)]
+
+pub use gaffer_testkit::jobs::{Approval, Approve};
+pub use gaffer_testkit::{LIMIT, POLL, eventually, eventually_ok, within};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,9 +14,6 @@ use std::time::Duration;
 
 use gaffer::{BulkCtx, Engine, Job, JobContext, Pipeline, bulk::ItemError, job::FailureKind};
 use serde::{Deserialize, Serialize};
-
-/// How long any wait of these tests lasts at most.
-pub const LIMIT: Duration = Duration::from_secs(30);
 
 /// A string no page may show unescaped.
 pub const EVIL: &str = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
@@ -59,31 +62,6 @@ impl Job for Ping {
 
     async fn run(&self, _: JobContext) -> Result<u32, gaffer::Error> {
         Ok(self.n)
-    }
-}
-
-/// Waits for the signal `approval` (an hour at most), then answers who
-/// approved.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Approve {
-    pub order: u32,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Approval {
-    pub by: String,
-}
-
-impl Job for Approve {
-    const NAME: &'static str = "approve";
-    type Output = String;
-    type Error = gaffer::Error;
-
-    async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
-        let a: Approval = ctx
-            .wait_signal("approval", Duration::from_secs(3600))
-            .await?;
-        Ok(format!("order {} approved by {}", self.order, a.by))
     }
 }
 
@@ -192,18 +170,4 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
         .start()
         .await
         .expect("the engine starts")
-}
-
-/// Poll `check` every 20 ms until it says yes; panics naming `what` after
-/// [`LIMIT`].
-pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let polled = tokio::time::timeout(LIMIT, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    if polled.is_err() {
-        panic!("timed out after {LIMIT:?} waiting until {what}");
-    }
 }

@@ -14,7 +14,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use crate::{LIMIT, POLL};
 
 /// The bucket every test server has.
 pub const BUCKET: &str = "gaffer";
@@ -27,8 +29,8 @@ pub struct S3Server {
 
 static INSTALL: Mutex<()> = Mutex::new(());
 
-/// `target/moto-venv` of the workspace (the directory holding `Cargo.lock`),
-/// whichever member's tests ask.
+/// `target/moto-venv` of the workspace (the directory holding `Cargo.lock`,
+/// above this kit's).
 fn venv() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let root = manifest
@@ -93,11 +95,12 @@ impl S3Server {
                 }
             });
         }
-        let port = match rx.recv_timeout(Duration::from_secs(60)) {
+        let port = match rx.recv_timeout(LIMIT) {
             Ok(port) => port,
             Err(_) => {
                 let _ = child.kill();
-                panic!("moto_server did not say where it listens within 60 s");
+                let _ = child.wait();
+                panic!("moto_server did not say where it listens within {LIMIT:?}");
             }
         };
         let server = Self { child, port };
@@ -131,7 +134,7 @@ impl S3Server {
 
     /// `PUT /{BUCKET}`: moto accepts unsigned requests.
     fn create_bucket(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + LIMIT;
         loop {
             let answer = std::net::TcpStream::connect(("127.0.0.1", self.port)).and_then(|mut s| {
                 write!(
@@ -145,7 +148,7 @@ impl S3Server {
             });
             match answer {
                 Ok(status) if status.contains(" 200") => return,
-                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                _ if Instant::now() < deadline => std::thread::sleep(POLL),
                 other => panic!("creating the bucket failed: {other:?}"),
             }
         }
