@@ -18,6 +18,14 @@ use crate::job::handle::{JobHandle, decode_outcome};
 use crate::job::submit::{SubmitOptions, submit_typed};
 use crate::job::typed::Job;
 
+/// Encode a signal's payload, as every front door's `signal` does.
+pub(crate) fn signal_payload<S: serde::Serialize + ?Sized>(
+    name: &str,
+    payload: &S,
+) -> Result<Vec<u8>> {
+    rmp_serde::to_vec_named(payload).map_err(|e| EngineError::encode(format!("signal `{name}`"), e))
+}
+
 /// A running engine. Cheap to clone; every clone talks to the same actor tree.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -92,6 +100,41 @@ impl Engine {
         crate::workflow::WorkflowHandle::new(id.to_string(), false, self.inner.clone())
     }
 
+    /// The workflow `id` and each step's state (as
+    /// [`workflow`](Self::workflow)`(id).status()`, and
+    /// [`Client::workflow_status`](crate::remote::Client::workflow_status)).
+    /// `Error::WorkflowNotFound` if no such workflow exists.
+    pub async fn workflow_status(&self, id: &str) -> Result<crate::workflow::WorkflowStatus> {
+        self.workflow(id).status().await
+    }
+
+    /// Wait until every step of the workflow `id` ended: its status when
+    /// every step succeeded, else the first step that failed (or, failing
+    /// none, was cancelled), as a client's
+    /// [`join_workflow`](crate::remote::Client::join_workflow) answers.
+    /// [`workflow`](Self::workflow)`(id).join()` answers the outputs
+    /// instead. `Error::WorkflowNotFound` if no such workflow exists.
+    pub async fn join_workflow(
+        &self,
+        id: &str,
+    ) -> Result<std::result::Result<crate::workflow::WorkflowStatus, crate::workflow::StepFailed>>
+    {
+        self.workflow(id).join_status().await
+    }
+
+    /// Cancel the workflow `id` (as [`workflow`](Self::workflow)`(id).cancel()`):
+    /// answers how many steps it cancelled or asked to stop.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<usize> {
+        self.workflow(id).cancel().await
+    }
+
+    /// Run the workflow `id`'s failed and cancelled steps again (as
+    /// [`workflow`](Self::workflow)`(id).retry()`): answers how many steps
+    /// were set back.
+    pub async fn retry_workflow(&self, id: &str) -> Result<usize> {
+        self.workflow(id).retry().await
+    }
+
     /// Up to `limit` workflows (id and record) after the id `after`, in id
     /// order.
     pub async fn workflows(
@@ -113,8 +156,7 @@ impl Engine {
         name: &str,
         payload: &S,
     ) -> Result<crate::job::Signalled> {
-        let bytes = rmp_serde::to_vec_named(payload)
-            .map_err(|e| EngineError::encode(format!("signal `{name}`"), e))?;
+        let bytes = signal_payload(name, payload)?;
         self.inner.signal(id, name, bytes).await
     }
 

@@ -56,6 +56,10 @@
 //! - [`encryption`]: the keyring that seals values at rest;
 //! - [`remote`]: the engine from other processes (`Client`), and shards
 //!   (`ShardedEngine`, `ShardedClient`, the cluster);
+//! - [`front_door`]: the operations on jobs, types and workflows that the
+//!   engine, a client and a shard set's engine and client offer under the
+//!   same names, through one trait, [`FrontDoor`]: a service written
+//!   against it runs on any of them;
 //! - [`protocol`]: the engine's actor messages, for services that talk to it
 //!   by `call!`/`cast!`;
 //! - `testing` (feature `testing`): test helpers.
@@ -73,6 +77,7 @@ pub mod bulk;
 pub mod encryption;
 mod engine;
 mod error;
+pub mod front_door;
 pub mod job;
 pub mod periodic;
 pub mod protocol;
@@ -86,6 +91,7 @@ pub use bulk::pipeline::{BulkCtx, Pipeline};
 pub use bulk::report::BulkReport;
 pub use engine::Engine;
 pub use error::{Error, Result};
+pub use front_door::FrontDoor;
 pub use gaffer_actors::exec::fair::{Concurrency, Fairness};
 pub use gaffer_actors::exec::rate::RateLimit;
 pub use gaffer_actors::layout::store::Store;

@@ -313,6 +313,28 @@ impl WorkflowHandle {
         }))
     }
 
+    /// [`join`](Self::join), answering the workflow's status when every
+    /// step succeeded (as a client's join does) rather than the outputs.
+    pub(crate) async fn join_status(&self) -> Result<Result<WorkflowStatus, StepFailed>> {
+        match self.join().await? {
+            Ok(_) => Ok(Ok(self.status().await?)),
+            Err(failed) => Ok(Err(failed)),
+        }
+    }
+
+    /// The result of step `name`, a job of type `J`, once it ended: `None`
+    /// while it has not (or its job does not exist yet: a step waiting for
+    /// the steps it needs). As [`ClientWorkflow::output`](crate::remote::ClientWorkflow::output).
+    pub async fn output<J: Job>(&self, name: &str) -> Result<Option<Result<J::Output, JobError>>> {
+        match self.engine.outcome(&step_id(&self.id, name)).await {
+            Ok(Some(record)) => crate::job::handle::decode_outcome::<J>(&self.engine, &record)
+                .await
+                .map(Some),
+            Ok(None) | Err(EngineError::JobNotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Wait for one step's job. A step not released yet (its job not
     /// created: a retry of the workflow set it back) is looked at again
     /// once the steps before it ended.

@@ -202,6 +202,22 @@ impl JobContext {
         submit_typed(&self.delivery.engine, job, opts).await
     }
 
+    /// A handle on the job with this id (from [`JobHandle::id`]), as
+    /// [`Engine::handle`](crate::Engine::handle) gives: its `join`,
+    /// `outcome`, `status` and `cancel`, from inside this job (a `join`
+    /// gives this job's worker slot back while it waits, as for a child
+    /// it submitted). Checks the id's form, not that the job exists.
+    pub fn handle<J: Job>(&self, id: &str) -> Result<JobHandle<J>> {
+        if !gaffer_actors::layout::keys::is_valid_id(id) {
+            return Err(crate::Error::InvalidJobId(id.to_string()));
+        }
+        Ok(JobHandle::new(
+            id.to_string(),
+            false,
+            self.delivery.engine.clone(),
+        ))
+    }
+
     /// The output of step `name` of this job's workflow, a job of type
     /// `J` (see [`Workflow`](crate::workflow::Workflow)). A step starts
     /// only once the steps it needs succeeded, so their outputs are there;

@@ -30,6 +30,7 @@
 mod client;
 mod engine;
 mod keeper;
+mod operations;
 mod set;
 mod workflows;
 

@@ -19,8 +19,17 @@ impl Client {
         name: &str,
         payload: &S,
     ) -> Result<Request> {
-        let payload = rmp_serde::to_vec_named(payload)
-            .map_err(|e| Error::encode(format!("signal `{name}`"), e))?;
+        let payload = crate::engine::signal_payload(name, payload)?;
+        self.signal_bytes(id, name, payload).await
+    }
+
+    /// [`signal`](Self::signal) with its payload encoded.
+    pub(crate) async fn signal_bytes(
+        &self,
+        id: &str,
+        name: &str,
+        payload: Vec<u8>,
+    ) -> Result<Request> {
         self.inner
             .operate(IntakeOp::Signal {
                 run_id: id.to_string(),

@@ -45,10 +45,60 @@ impl Client {
         })
     }
 
+    /// Wait until every step of the workflow `id` ended, reading the store
+    /// every poll interval (as [`ClientWorkflow::join`]): its status when
+    /// every step succeeded, else the first step that failed (or, failing
+    /// none, was cancelled). It waits while the workflow is unknown too (the
+    /// engine may not have taken the request yet): join the
+    /// [`ClientWorkflow`], which also ends on a refused request, when you
+    /// have it.
+    pub async fn join_workflow(&self, id: &str) -> Result<Result<WorkflowStatus, StepFailed>> {
+        loop {
+            match self.inner.workflow_ended(id).await {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) | Err(EngineError::WorkflowNotFound(_)) => {}
+                Err(e) if !e.is_permanent() => {}
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(self.inner.poll).await;
+        }
+    }
+
     /// Workflow `id` and each step's state, as the store shows it
     /// (`WorkflowNotFound` before the engine took it, or past retention).
     pub async fn workflow_status(&self, id: &str) -> Result<WorkflowStatus> {
         status(self.inner.reader.view(), id).await
+    }
+}
+
+impl Inner {
+    /// What a workflow's join answers once every step of workflow `id`
+    /// ended: `None` while one has not; `WorkflowNotFound` while the store
+    /// holds no such workflow.
+    async fn workflow_ended(&self, id: &str) -> Result<Option<Result<WorkflowStatus, StepFailed>>> {
+        let view = self.reader.view();
+        match read_record(view, id).await? {
+            None => Err(EngineError::WorkflowNotFound(id.to_string())),
+            Some(record) if record.ended_at_ms.is_none() => Ok(None),
+            Some(_) => {
+                let status = status(view, id).await?;
+                if !status.ended() {
+                    return Ok(None);
+                }
+                let mut records = HashMap::new();
+                for step in &status.steps {
+                    if step.state != Some(JobState::Succeeded)
+                        && let Some(rec) = inspect::outcome_record(view, &step.run_id).await?
+                    {
+                        records.insert(step.name.clone(), rec.opened(&self.keyring)?);
+                    }
+                }
+                Ok(Some(match step_failed(&status.steps, &records) {
+                    Some(failed) => Err(failed),
+                    None => Ok(status),
+                }))
+            }
+        }
     }
 }
 
@@ -87,7 +137,11 @@ impl ClientWorkflow {
     pub async fn status(&self) -> Result<Option<WorkflowStatus>> {
         match status(self.inner.reader.view(), &self.id).await {
             Ok(s) => Ok(Some(s)),
-            Err(EngineError::WorkflowNotFound(_)) => self.absent().await,
+            // Read again once the request reads as taken (see `taken`).
+            Err(EngineError::WorkflowNotFound(_)) if self.taken().await? => {
+                status(self.inner.reader.view(), &self.id).await.map(Some)
+            }
+            Err(EngineError::WorkflowNotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -131,38 +185,24 @@ impl ClientWorkflow {
 
     /// What [`join`](Self::join) answers, once every step ended.
     async fn ended(&self) -> Result<Option<Result<WorkflowStatus, StepFailed>>> {
-        let view = self.inner.reader.view();
-        match read_record(view, &self.id).await? {
-            None => self.absent().await,
-            Some(record) if record.ended_at_ms.is_none() => Ok(None),
-            Some(_) => {
-                let status = status(view, &self.id).await?;
-                if !status.ended() {
-                    return Ok(None);
-                }
-                let mut records = HashMap::new();
-                for step in &status.steps {
-                    if step.state != Some(JobState::Succeeded)
-                        && let Some(rec) = inspect::outcome_record(view, &step.run_id).await?
-                    {
-                        records.insert(step.name.clone(), rec.opened(&self.inner.keyring)?);
-                    }
-                }
-                Ok(Some(match step_failed(&status.steps, &records) {
-                    Some(failed) => Err(failed),
-                    None => Ok(status),
-                }))
+        match self.inner.workflow_ended(&self.id).await {
+            // Read again once the request reads as taken (see `taken`).
+            Err(EngineError::WorkflowNotFound(_)) if self.taken().await? => {
+                self.inner.workflow_ended(&self.id).await
             }
+            Err(EngineError::WorkflowNotFound(_)) => Ok(None),
+            other => other,
         }
     }
 
-    /// The workflow is not in the store: `None` while the request waits
-    /// for the engine, `Error::Refused` when it refused it,
-    /// `WorkflowNotFound` when it took it (the workflow since removed).
-    async fn absent<T>(&self) -> Result<Option<T>> {
-        match self.request.result().await? {
-            None => Ok(None),
-            Some(_) => Err(EngineError::WorkflowNotFound(self.id.clone())),
-        }
+    /// The workflow read as not in the store: whether the engine took its
+    /// request (`Error::Refused` when it refused it). Taken, the workflow
+    /// is read again: the reader follows the store's latest state, so the
+    /// request's result may be read from a later state than the absence
+    /// (the request taken in between), and a read after it sees the
+    /// workflow the taking wrote, unless retention removed it since
+    /// (`WorkflowNotFound`).
+    async fn taken(&self) -> Result<bool> {
+        Ok(self.request.result().await?.is_some())
     }
 }
