@@ -9,7 +9,7 @@
 //! retention) as a plain enqueue on the intake queue.
 //!
 //! The intake actor drains that queue and submits each request through the
-//! engine's own submit ([`Services::submit`]), so a client's job gets its run
+//! engine's own submit (`Services::submit` in gaffer-actors), so a client's job gets its run
 //! record, its keyed compare-and-commit and its reserved-header check exactly
 //! like an in-process one. The request carries its run id, chosen by the
 //! client (a fresh ULID, or the keyed run id of its idempotency key): a
