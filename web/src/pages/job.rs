@@ -62,7 +62,13 @@ pub async fn item(
 
 /// A job's (or an item's) page: its fields, the actions that apply, its
 /// error or output, payload and attempts.
-pub(super) fn job_page(app: &App, sh: &Shard, d: &JobDetail, q: &[(String, String)], title: &str) -> Response {
+pub(super) fn job_page(
+    app: &App,
+    sh: &Shard,
+    d: &JobDetail,
+    q: &[(String, String)],
+    title: &str,
+) -> Response {
     let item = d.batch.is_some() && d.key.is_some();
     // Retry only where the engine can apply it: a failed or cancelled job
     // whose payload the queue keeps, not a workflow step (retried with its

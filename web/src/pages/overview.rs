@@ -69,7 +69,12 @@ pub(super) fn internal_queues(stats: &Stats) -> Markup {
     }
 }
 
-pub(super) fn queue_table(app: &App, stats: &Stats, paused: &BTreeSet<String>, actions: bool) -> Markup {
+pub(super) fn queue_table(
+    app: &App,
+    stats: &Stats,
+    paused: &BTreeSet<String>,
+    actions: bool,
+) -> Markup {
     html! {
         @if stats.queues.iter().all(|r| r.kind == "intake") { p.note { "No queues yet." } } @else {
             table #queues {
