@@ -67,7 +67,7 @@ impl fmt::Display for Missed {
 ///
 /// ```
 /// use std::time::Duration;
-/// use gaffer_actors::maintenance::schedule::{Missed, Schedule};
+/// use gaffer_layout::schedule::{Missed, Schedule};
 ///
 /// // At the top of every hour, UTC.
 /// let hourly = Schedule::cron("0 * * * *").unwrap();

@@ -26,7 +26,7 @@ use crate::error::{EngineError, Result};
 /// an object store the caller built, or memory (tests, a scratch engine).
 ///
 /// ```
-/// use gaffer_actors::layout::store::Store;
+/// use gaffer_layout::store::Store;
 /// let here = Store::local_dir("gaffer-data");
 /// let there = Store::url("s3://my-bucket/app");
 /// assert_eq!(there.name(), "s3://my-bucket/app");

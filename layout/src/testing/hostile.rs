@@ -18,7 +18,7 @@
 //!   fails the test with its input instead of hanging it.
 //!
 //! ```
-//! use gaffer_actors::testing::hostile::{self, Mutation};
+//! use gaffer_layout::testing::hostile::{self, Mutation};
 //! let valid = rmp_serde::to_vec_named(&vec!["a".to_string()]).unwrap();
 //! let bombs = hostile::length_bombs(&valid);
 //! // The array's header and the string's, each claiming 4 GiB.
@@ -416,12 +416,12 @@ pub fn measure<T>(f: impl FnOnce() -> T) -> (T, Allocated) {
 
 /// Install the allocation meter [`measure`] reads as the global allocator
 /// of this test binary (the system allocator, counted). One line at the
-/// top of a test file: `gaffer_actors::count_allocations!();`.
+/// top of a test file: `gaffer_layout::count_allocations!();`.
 #[macro_export]
 macro_rules! count_allocations {
     () => {
         /// The system allocator, counted per thread for
-        /// `gaffer_actors::testing::hostile::measure`.
+        /// `gaffer_layout::testing::hostile::measure`.
         struct MeteredSystem;
 
         // SAFETY: every call is passed unchanged to the system allocator;
