@@ -325,15 +325,20 @@ async fn an_input_that_fails_to_encode_is_a_typed_error_naming_it() {
                 .run([Picky(3), Picky(0), Picky(5)]),
         )
         .await;
-    match run {
-        Err(Error::InputEncoding {
-            pipeline,
-            index,
-            reason,
-        }) => {
+    match &run {
+        Err(
+            e @ Error::InputEncoding {
+                pipeline,
+                index,
+                reason,
+            },
+        ) => {
             assert_eq!(pipeline, "takes-picky");
-            assert_eq!(index, 1, "the second input failed");
-            assert!(reason.contains("zero is refused"), "{reason}");
+            assert_eq!(*index, 1, "the second input failed");
+            assert!(reason.to_string().contains("zero is refused"), "{reason}");
+            // The encoder's error is the typed cause.
+            let source = std::error::Error::source(e).expect("a source");
+            assert!(source.to_string().contains("zero is refused"), "{source}");
         }
         other => panic!("expected InputEncoding, got {other:?}"),
     }

@@ -125,7 +125,7 @@ where
         }
         Err(EngineError::CorruptRecord { key, reason }) => {
             assert_eq!(key, "gaffer/v1/hostile");
-            assert!(!reason.is_empty());
+            assert!(!reason.to_string().is_empty());
             None
         }
         Err(other) => panic!("{what}: not a CorruptRecord: {other:?}"),

@@ -3,6 +3,15 @@
 
 use std::sync::Arc;
 
+/// The typed cause an error carries (its `source()`): the encoder's or
+/// decoder's error, or a message where there is none.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
+/// `e` as a [`Cause`]: an error, or a message (`&str`, `String`).
+pub fn cause(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Cause {
+    Arc::from(e.into())
+}
+
 /// Errors of the untyped engine. Cheap to clone (the store's own errors are
 /// shared), so one error can reach every party waiting on an operation.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -247,7 +256,8 @@ pub enum EngineError {
         /// The KV key or object path of the record.
         key: String,
         /// Why it failed to decode.
-        reason: String,
+        #[source]
+        reason: Cause,
     },
 
     /// A durable record failed to encode; nothing was written.
@@ -256,7 +266,8 @@ pub enum EngineError {
         /// The record's type.
         record: String,
         /// The encoder's message.
-        reason: String,
+        #[source]
+        reason: Cause,
     },
 
     /// No job type of this name is registered on this engine.
@@ -416,7 +427,8 @@ pub enum EngineError {
         /// The input's position (0-based).
         index: u64,
         /// The encoder's message.
-        reason: String,
+        #[source]
+        reason: Cause,
     },
 
     /// A task of the engine ended abnormally (it panicked): a bug in gaffer.
@@ -508,7 +520,8 @@ pub enum EngineError {
         /// What was being encoded.
         what: String,
         /// The encoder's message.
-        reason: String,
+        #[source]
+        reason: Cause,
     },
 
     /// A recorded value failed to decode as the expected type (the type
@@ -519,7 +532,8 @@ pub enum EngineError {
         /// What was being decoded.
         what: String,
         /// The decoder's message.
-        reason: String,
+        #[source]
+        reason: Cause,
     },
 
     /// A line of JSON input failed to decode.

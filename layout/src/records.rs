@@ -295,7 +295,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
             .next()
             .unwrap_or("record")
             .to_string(),
-        reason: e.to_string(),
+        reason: crate::error::cause(e),
     })
 }
 
@@ -323,7 +323,7 @@ pub fn from_msgpack<'a, T: Deserialize<'a>>(
 pub fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], bytes: &[u8]) -> Result<T> {
     from_msgpack(bytes).map_err(|e| EngineError::CorruptRecord {
         key: String::from_utf8_lossy(key).into_owned(),
-        reason: e.to_string(),
+        reason: crate::error::cause(e),
     })
 }
 
@@ -381,8 +381,13 @@ mod tests {
         let err = encode(&Unencodable).unwrap_err();
         assert!(
             matches!(&err, EngineError::RecordEncoding { record, reason }
-                if record == "Unencodable" && reason.contains("refuses to encode")),
+                if record == "Unencodable" && reason.to_string().contains("refuses to encode")),
             "{err}"
+        );
+        // The encoder's error is kept as the typed cause.
+        assert!(
+            std::error::Error::source(&err)
+                .is_some_and(|s| s.to_string().contains("refuses to encode"))
         );
     }
 
@@ -451,7 +456,7 @@ mod tests {
         for depth in [MAX_NESTING, 1000, 1023, 5000] {
             let err = decode(depth).unwrap_err();
             assert!(
-                matches!(&err, EngineError::CorruptRecord { reason, .. } if reason.contains("depth")),
+                matches!(&err, EngineError::CorruptRecord { reason, .. } if reason.to_string().contains("depth")),
                 "{err}"
             );
         }

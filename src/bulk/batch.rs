@@ -192,7 +192,7 @@ impl<P: Pipeline> Batch<P> {
                 .map_err(|e| gaffer_actors::EngineError::InputEncoding {
                     pipeline: P::NAME.to_string(),
                     index: i as u64,
-                    reason: e.to_string(),
+                    reason: gaffer_actors::layout::error::cause(e),
                 })
         });
         let items = Box::pin(items);

@@ -60,7 +60,7 @@ async fn with_chunk<T>(
         Some(raw) => f(&key, &raw),
         None => Err(EngineError::CorruptRecord {
             key: String::from_utf8_lossy(&key).into_owned(),
-            reason: "manifest chunk missing".into(),
+            reason: crate::layout::error::cause("manifest chunk missing"),
         }),
     }
 }

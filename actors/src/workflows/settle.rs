@@ -80,7 +80,7 @@ pub(crate) async fn read_step(
     let (g, h) = tokio::try_join!(queue.view().kv_get(&gk), queue.view().kv_get(&hk))?;
     let missing = |key: &[u8]| EngineError::CorruptRecord {
         key: String::from_utf8_lossy(key).into_owned(),
-        reason: "a workflow step's record is missing".into(),
+        reason: crate::layout::error::cause("a workflow step's record is missing"),
     };
     let g = g.ok_or_else(|| missing(&gk))?;
     let h = h.ok_or_else(|| missing(&hk))?;

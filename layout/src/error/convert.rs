@@ -13,18 +13,24 @@ impl From<std::io::Error> for EngineError {
 
 impl EngineError {
     /// `what` failed to encode.
-    pub fn encode(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+    pub fn encode(
+        what: impl Into<String>,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         Self::Encode {
             what: what.into(),
-            reason: e.to_string(),
+            reason: super::cause(e),
         }
     }
 
     /// `what` failed to decode.
-    pub fn decode(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+    pub fn decode(
+        what: impl Into<String>,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         Self::Decode {
             what: what.into(),
-            reason: e.to_string(),
+            reason: super::cause(e),
         }
     }
 }

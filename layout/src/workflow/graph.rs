@@ -126,7 +126,7 @@ impl Flow {
                     let end =
                         StepEnd::from_bytes(&value).ok_or_else(|| EngineError::CorruptRecord {
                             key: String::from_utf8_lossy(&key).into_owned(),
-                            reason: "not a step's end".into(),
+                            reason: crate::error::cause("not a step's end"),
                         })?;
                     ended.insert(step.to_string(), end);
                 }
