@@ -3,6 +3,7 @@
 //!
 //! Times are epoch milliseconds (`*_ms`) in JSON, UTC in tables.
 
+use gaffer_ops::ListedState;
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -270,7 +271,7 @@ impl Render for Jobs {
                 [
                     j.id.clone(),
                     ty,
-                    j.state.into(),
+                    j.state.to_string(),
                     j.attempts.to_string(),
                     j.at_ms.map(time).unwrap_or_default(),
                     j.error.clone().unwrap_or_default(),
@@ -324,7 +325,7 @@ impl Render for JobDetail {
         kv("id", self.id.clone());
         kv("job id", self.job_id.clone().unwrap_or_default());
         kv("type", self.job_type.clone());
-        kv("state", self.state.into());
+        kv("state", self.state.to_string());
         kv(
             "waiting for",
             self.waiting_for
@@ -364,7 +365,10 @@ impl Render for JobDetail {
         kv("failure", self.failure_kind.clone().unwrap_or_default());
         kv("error", self.error.clone().unwrap_or_default());
         kv("follow-ups", self.followups.join(" "));
-        if matches!(self.state, "failed" | "cancelled" | "dead") {
+        if matches!(
+            self.state,
+            ListedState::Failed | ListedState::Cancelled | ListedState::Dead
+        ) {
             let retry = if self.retryable {
                 "gaffer retry ID".to_string()
             } else if let Some(w) = &self.workflow {

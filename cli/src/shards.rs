@@ -253,11 +253,11 @@ async fn shard_part(
 mod tests {
     use super::*;
 
-    fn job(state: &'static str, at_ms: u64, shard: usize) -> report::JobRow {
+    fn job(state: &str, at_ms: u64, shard: usize) -> report::JobRow {
         report::JobRow {
             id: format!("{state}-{at_ms}"),
             job_type: "t".into(),
-            state,
+            state: state.parse().expect("a state"),
             attempts: 1,
             at_ms: Some(at_ms),
             batch: None,

@@ -32,5 +32,5 @@ mod unflushed;
 pub mod workflows;
 
 pub use error::OpsError;
-pub use listing::StateFilter;
+pub use listing::{ListedState, StateFilter};
 pub use store::{Reading, Store};

@@ -11,9 +11,10 @@ use crate::queries::{outcome_error, outcome_state, queue_row};
 use crate::report::{JobRow, Jobs};
 use crate::store::Store;
 
-/// A state to list jobs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateFilter {
+/// A job's state as a listing shows it, and a state to list jobs in
+/// (`gaffer jobs --state`, the dashboard's tabs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListedState {
     /// Waiting to be claimed.
     Queued,
     /// Waiting for its time (run_at or a retry's backoff), or for a signal.
@@ -31,6 +32,82 @@ pub enum StateFilter {
     Failed,
     /// Cancelled.
     Cancelled,
+}
+
+/// The name the filters have had (a state to list jobs in).
+pub type StateFilter = ListedState;
+
+impl ListedState {
+    /// Every state, in the order of a listing merged over shards.
+    pub const ALL: [ListedState; 8] = [
+        Self::Running,
+        Self::Queued,
+        Self::Scheduled,
+        Self::Waiting,
+        Self::Dead,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// Its name, as the command, the dashboard and `--json` show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Scheduled => "scheduled",
+            Self::Waiting => "waiting",
+            Self::Running => "running",
+            Self::Dead => "dead",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job has ended (its outcome is recorded).
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    /// Its place in a listing merged over shards: live jobs first (running,
+    /// queued, scheduled or waiting, dead), then finished ones.
+    pub fn rank(self) -> u8 {
+        match self {
+            Self::Running => 0,
+            Self::Queued => 1,
+            Self::Scheduled | Self::Waiting => 2,
+            Self::Dead => 3,
+            Self::Succeeded | Self::Failed | Self::Cancelled => 4,
+        }
+    }
+}
+
+impl std::fmt::Display for ListedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ListedState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "`{s}` is not a state: one of {}",
+                    Self::ALL.map(Self::as_str).join(", ")
+                )
+            })
+    }
+}
+
+impl serde::Serialize for ListedState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 impl Store {

@@ -170,7 +170,7 @@ pub struct JobRow {
     pub job_type: String,
     /// `queued`, `scheduled`, `running`, `dead`, `succeeded`, `failed`,
     /// `cancelled`.
-    pub state: &'static str,
+    pub state: crate::listing::ListedState,
     /// Attempts started (queue jobs) or used (finished jobs).
     pub attempts: u32,
     /// When it entered this state as far as known: enqueued, claimed, run
@@ -193,14 +193,7 @@ impl JobRow {
     /// scheduled or waiting, dead), each oldest first; then finished ones,
     /// newest first.
     pub fn merged_order(a: &JobRow, b: &JobRow) -> std::cmp::Ordering {
-        let rank = |state: &str| match state {
-            "running" => 0,
-            "queued" => 1,
-            "scheduled" | "waiting" => 2,
-            "dead" => 3,
-            _ => 4,
-        };
-        let (ra, rb) = (rank(a.state), rank(b.state));
+        let (ra, rb) = (a.state.rank(), b.state.rank());
         ra.cmp(&rb).then_with(|| {
             if ra == 4 {
                 b.at_ms.cmp(&a.at_ms)
@@ -242,7 +235,7 @@ pub struct JobDetail {
     /// The job type (or pipeline).
     pub job_type: String,
     /// As in [`JobRow::state`].
-    pub state: &'static str,
+    pub state: crate::listing::ListedState,
     /// Attempts started or used.
     pub attempts: u32,
     /// When it was submitted (live runs).

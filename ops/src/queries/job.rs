@@ -1,6 +1,7 @@
 //! A job's page and a batch item's, as the store holds them: its record, its attempts, its payload and output (`gaffer job`, `gaffer item`, the dashboard's job page), and the rows of listings.
 
 use super::*;
+use crate::listing::ListedState;
 
 impl Store {
     /// `gaffer job ID`.
@@ -86,7 +87,7 @@ impl Store {
         };
         // A job waiting for a signal: its run record names it, and when
         // the wait times out (the queue job's due time).
-        if d.state == "waiting"
+        if d.state == ListedState::Waiting
             && let Some(wait) = run.as_ref().and_then(|r| r.wait.as_ref())
         {
             d.waiting_for = Some(wait.name.clone());
@@ -282,11 +283,11 @@ impl Store {
 pub(super) const EARLIER_SCAN: usize = 2000;
 
 /// How a settled item ended, in words.
-pub(super) fn item_state(status: records::ItemStatus) -> &'static str {
+pub(super) fn item_state(status: records::ItemStatus) -> ListedState {
     match status {
-        records::ItemStatus::Succeeded => "succeeded",
-        records::ItemStatus::Failed => "failed",
-        records::ItemStatus::Cancelled => "cancelled",
+        records::ItemStatus::Succeeded => ListedState::Succeeded,
+        records::ItemStatus::Failed => ListedState::Failed,
+        records::ItemStatus::Cancelled => ListedState::Cancelled,
     }
 }
 
@@ -314,14 +315,14 @@ pub(super) fn attempts_of(job: &JobRecord) -> u32 {
 pub(crate) fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
     let h = |k: &str| job.headers.get(k).cloned();
     let (state, at_ms) = match status {
-        JobStatus::Pending => ("queued", Some(job.enqueued_at)),
+        JobStatus::Pending => (ListedState::Queued, Some(job.enqueued_at)),
         JobStatus::Scheduled if job.signal_wait => {
-            ("waiting", job.run_at.or(Some(job.enqueued_at)))
+            (ListedState::Waiting, job.run_at.or(Some(job.enqueued_at)))
         }
-        JobStatus::Scheduled => ("scheduled", job.run_at.or(Some(job.enqueued_at))),
-        JobStatus::Claimed => ("running", job.claimed_at),
-        JobStatus::Done => ("succeeded", Some(job.enqueued_at)),
-        JobStatus::Dead => ("dead", Some(job.enqueued_at)),
+        JobStatus::Scheduled => (ListedState::Scheduled, job.run_at.or(Some(job.enqueued_at))),
+        JobStatus::Claimed => (ListedState::Running, job.claimed_at),
+        JobStatus::Done => (ListedState::Succeeded, Some(job.enqueued_at)),
+        JobStatus::Dead => (ListedState::Dead, Some(job.enqueued_at)),
     };
     JobRow {
         // A job's run id; a bulk item (it carries no `gaffer.run`: it has
@@ -339,11 +340,11 @@ pub(crate) fn queue_row(job: &JobRecord, status: JobStatus) -> JobRow {
     }
 }
 
-pub(crate) fn outcome_state(o: &Outcome) -> &'static str {
+pub(crate) fn outcome_state(o: &Outcome) -> ListedState {
     match o {
-        Outcome::Succeeded(_) => "succeeded",
-        Outcome::Failed { .. } => "failed",
-        Outcome::Cancelled => "cancelled",
+        Outcome::Succeeded(_) => ListedState::Succeeded,
+        Outcome::Failed { .. } => ListedState::Failed,
+        Outcome::Cancelled => ListedState::Cancelled,
     }
 }
 

@@ -1,6 +1,7 @@
 //! A job's page, and a batch item's.
 
 use super::*;
+use gaffer_ops::ListedState;
 
 /// The job `id` and the shard that holds it: the shard of its id first;
 /// a batch item's delivery (its queue job id says nothing of its shard,
@@ -74,8 +75,14 @@ pub(super) fn job_page(
     // whose payload the queue keeps, not a workflow step (retried with its
     // workflow) nor a batch item (run the batch again).
     let retryable = d.retryable && !item;
-    let cancellable = matches!(d.state, "queued" | "scheduled" | "waiting" | "running");
-    let ended = matches!(d.state, "failed" | "cancelled" | "dead");
+    let cancellable = matches!(
+        d.state,
+        ListedState::Queued | ListedState::Scheduled | ListedState::Waiting | ListedState::Running
+    );
+    let ended = matches!(
+        d.state,
+        ListedState::Failed | ListedState::Cancelled | ListedState::Dead
+    );
     let opt = |v: Option<u64>| v.map(time);
     let due_label = if d.waiting_for.is_some() {
         "Times out at"
@@ -87,7 +94,7 @@ pub(super) fn job_page(
             dt { "Id" } dd #job-id { (d.id) }
             @if let Some(j) = d.job_id.as_ref().filter(|j| **j != d.id) { dt { "Queue job" } dd { (j) } }
             dt { "Type" } dd { a href=(link(app, "/jobs", &[("type", &d.job_type)])) { (d.job_type) } }
-            dt { "State" } dd #job-state { (state(d.state)) }
+            dt { "State" } dd #job-state { (state(d.state.as_str())) }
             @if let Some(signal) = &d.waiting_for { dt { "Waits for" } dd #waits-for { "the signal " code { (signal) } } }
             dt { "Attempts" } dd { (d.attempts) }
             @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
@@ -166,13 +173,13 @@ pub(super) fn job_page(
 /// Why a job's page shows no payload.
 pub(super) fn no_payload(d: &JobDetail) -> &'static str {
     match d.state {
-        "succeeded" if d.batch.is_some() => {
+        ListedState::Succeeded if d.batch.is_some() => {
             "Not kept: the queue deletes an item's delivery, and its payload, when it succeeds."
         }
-        "succeeded" => {
+        ListedState::Succeeded => {
             "Not kept: the queue deletes a job's delivery, and its payload, when it succeeds."
         }
-        "cancelled" => {
+        ListedState::Cancelled => {
             "Not kept: a job cancelled while it was queued or waiting leaves the queue with its payload."
         }
         _ => "Not kept: the queue no longer keeps its delivery (past its retention).",

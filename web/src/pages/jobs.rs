@@ -14,17 +14,7 @@ pub(super) const STATES: [&str; 8] = [
 ];
 
 pub(super) fn state_filter(s: &str) -> Option<StateFilter> {
-    Some(match s {
-        "queued" => StateFilter::Queued,
-        "scheduled" => StateFilter::Scheduled,
-        "waiting" => StateFilter::Waiting,
-        "running" => StateFilter::Running,
-        "dead" => StateFilter::Dead,
-        "succeeded" => StateFilter::Succeeded,
-        "failed" => StateFilter::Failed,
-        "cancelled" => StateFilter::Cancelled,
-        _ => return None,
-    })
+    s.parse().ok()
 }
 
 /// `GET /jobs`: by state (tabs with counts), type, a search by id or
@@ -208,7 +198,7 @@ pub(super) fn job_rows(app: &App, rows: &[(Option<usize>, JobRow)], sharded: boo
                                 " (" a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } " / " (k) ")"
                             }
                         }
-                        td { (state(j.state)) }
+                        td { (state(j.state.as_str())) }
                         td.n { (j.attempts) }
                         td.at { (j.at_ms.map(time).unwrap_or_default()) }
                         td.err { (j.error.as_deref().unwrap_or("")) }
