@@ -3,7 +3,6 @@
 //!
 //! Times are epoch milliseconds (`*_ms`) in JSON, UTC in tables.
 
-use gaffer_ops::ListedState;
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -365,10 +364,7 @@ impl Render for JobDetail {
         kv("failure", self.failure_kind.clone().unwrap_or_default());
         kv("error", self.error.clone().unwrap_or_default());
         kv("follow-ups", self.followups.join(" "));
-        if matches!(
-            self.state,
-            ListedState::Failed | ListedState::Cancelled | ListedState::Dead
-        ) {
+        if self.state.ended_unsuccessfully() {
             let retry = if self.retryable {
                 "gaffer retry ID".to_string()
             } else if let Some(w) = &self.workflow {

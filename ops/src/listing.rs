@@ -69,6 +69,20 @@ impl ListedState {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
     }
 
+    /// Whether it ended without succeeding (failed, cancelled or dead):
+    /// what a retry takes back.
+    pub fn ended_unsuccessfully(self) -> bool {
+        matches!(self, Self::Failed | Self::Cancelled | Self::Dead)
+    }
+
+    /// Whether the job is still to run or running: what a cancel can stop.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            Self::Queued | Self::Scheduled | Self::Waiting | Self::Running
+        )
+    }
+
     /// Its place in a listing merged over shards: live jobs first (running,
     /// queued, scheduled or waiting, dead), then finished ones.
     pub fn rank(self) -> u8 {

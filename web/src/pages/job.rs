@@ -75,14 +75,8 @@ pub(super) fn job_page(
     // whose payload the queue keeps, not a workflow step (retried with its
     // workflow) nor a batch item (run the batch again).
     let retryable = d.retryable && !item;
-    let cancellable = matches!(
-        d.state,
-        ListedState::Queued | ListedState::Scheduled | ListedState::Waiting | ListedState::Running
-    );
-    let ended = matches!(
-        d.state,
-        ListedState::Failed | ListedState::Cancelled | ListedState::Dead
-    );
+    let cancellable = d.state.is_live();
+    let ended = d.state.ended_unsuccessfully();
     let opt = |v: Option<u64>| v.map(time);
     let due_label = if d.waiting_for.is_some() {
         "Times out at"
