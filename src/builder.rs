@@ -55,6 +55,7 @@ struct PendingRegistration {
     fair_by: Option<Fairness>,
     key_concurrency: Option<Concurrency>,
     timeout: Option<Duration>,
+    max_snoozes: Option<u32>,
 }
 
 /// What a builder says without a store.
@@ -271,6 +272,7 @@ impl EngineBuilder {
             fair_by: options.fair_by,
             key_concurrency: options.key_concurrency,
             timeout: options.timeout,
+            max_snoozes: options.max_snoozes,
         });
         self
     }
@@ -303,6 +305,7 @@ impl EngineBuilder {
             fair_by: options.fair_by,
             key_concurrency: options.key_concurrency,
             timeout: options.timeout,
+            max_snoozes: options.max_snoozes,
         });
         self
     }
@@ -410,6 +413,7 @@ impl EngineBuilder {
         max_restarts: set usize,
         restart_window: set Duration,
         max_interruptions: set u32,
+        max_snoozes: set u32,
         interruption_window: set Duration,
         interruption_memory: set Duration,
         memo_writes: set gaffer_actors::MemoWrites,
@@ -455,6 +459,7 @@ impl EngineBuilder {
                 fair_by: r.fair_by,
                 key_concurrency: r.key_concurrency,
                 timeout: r.timeout,
+                max_snoozes: r.max_snoozes,
             })
             .collect();
         // A store only this process can see needs no liveness beat.

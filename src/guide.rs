@@ -12,6 +12,7 @@
 //! | [`batches`](crate::guide::batches) | pipelines and batches of items |
 //! | [`periodic`](crate::guide::periodic) | jobs on a cron expression or an interval |
 //! | [`signals`](crate::guide::signals) | a job that waits for an outside event |
+//! | [`control`](crate::guide::control) | a job's own verbs: sleep, snooze |
 //! | [`workflows`](crate::guide::workflows) | graphs of jobs |
 //! | [`client`](crate::guide::client) | submitting and operating from other processes |
 //! | [`shards`](crate::guide::shards) | one workload over several stores and machines |
@@ -36,6 +37,10 @@ pub mod periodic {
 
 pub mod signals {
     #![doc = include_str!("../docs/guide/signals.md")]
+}
+
+pub mod control {
+    #![doc = include_str!("../docs/guide/control.md")]
 }
 
 pub mod workflows {

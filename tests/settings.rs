@@ -43,6 +43,7 @@ fn every_setting_changed() -> Settings {
         max_restarts: 11,
         restart_window: Duration::from_secs(12),
         max_interruptions: 6,
+        max_snoozes: 17,
         interruption_window: Duration::from_secs(13),
         interruption_memory: Duration::from_secs(14),
         memo_writes: MemoWrites::Immediate,
@@ -104,6 +105,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
             "max_interruptions",
             want.max_interruptions == default.max_interruptions,
         ),
+        ("max_snoozes", want.max_snoozes == default.max_snoozes),
         (
             "interruption_window",
             want.interruption_window == default.interruption_window,
@@ -143,6 +145,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .max_restarts(want.max_restarts)
         .restart_window(want.restart_window)
         .max_interruptions(want.max_interruptions)
+        .max_snoozes(want.max_snoozes)
         .interruption_window(want.interruption_window)
         .interruption_memory(want.interruption_memory)
         .memo_writes(want.memo_writes)

@@ -60,11 +60,19 @@ pub struct Delivery {
     pub completes: Option<CompletedBatch>,
     /// The worker slot it runs in (a wait for another job parks it).
     pub(crate) parking: crate::exec::parking::Parking,
-    /// Where a wait for a signal suspends the attempt.
+    /// Where a pause (a wait for a signal, a sleep, a snooze) suspends the
+    /// attempt.
     pub suspend: crate::exec::suspend::Suspend,
     /// The signal the run waited for last (its deadline), from its run
     /// record: a wait on the same name keeps that deadline.
     pub wait: Option<crate::layout::records::WaitRecord>,
+    /// The run's latest sleep, from its run record: the sleeps before it
+    /// answer at once, and it answers at its end.
+    pub sleep: Option<crate::layout::records::SleepRecord>,
+    /// How many times its run snoozed before this attempt.
+    pub snoozes: u32,
+    /// The most snoozes its run may make (its type's, else the engine's).
+    pub max_snoozes: u32,
     /// The workflow step the job is, from its run record: its dependencies'
     /// outputs are read by their names (`JobContext::dep`).
     pub step: Option<crate::layout::records::StepOf>,
@@ -136,9 +144,9 @@ pub enum Verdict {
         /// Why.
         message: String,
     },
-    /// The job waits for a signal (or its timeout): the attempt ended
-    /// without an outcome and without spending itself.
-    Wait(crate::layout::records::WaitRecord),
+    /// The job paused its run (a wait for a signal, a sleep, a snooze): the
+    /// attempt ended without an outcome and without spending itself.
+    Pause(crate::exec::suspend::Pause),
 }
 
 impl Verdict {
@@ -227,6 +235,9 @@ pub struct Registration {
     /// Each attempt is cancelled past this and counted as failed (`None`:
     /// no limit); a job's own timeout beats it.
     pub timeout: Option<std::time::Duration>,
+    /// The most snoozes one job may make (`None`: the engine's
+    /// `Settings::max_snoozes`).
+    pub max_snoozes: Option<u32>,
 }
 
 /// Default workers of a pipeline (the reference's `max_concurrent`).

@@ -59,6 +59,28 @@ pub enum EngineEvent {
         /// The wait's deadline, epoch ms (queue clock).
         until_ms: u64,
     },
+    /// A job's attempt ended in a durable sleep (`JobContext::sleep`): it
+    /// runs again at the sleep's end, where the sleep answers at once.
+    JobSleeping {
+        /// Run id.
+        run_id: String,
+        /// Job type.
+        job_type: String,
+        /// When the sleep ends, epoch ms (queue clock).
+        until_ms: u64,
+    },
+    /// A job snoozed (`JobContext::snooze`): it runs again from the top at
+    /// `until_ms`, no attempt spent.
+    JobSnoozed {
+        /// Run id.
+        run_id: String,
+        /// Job type.
+        job_type: String,
+        /// How many times its run has snoozed, this one included.
+        snoozes: u32,
+        /// When it runs again, epoch ms (queue clock).
+        until_ms: u64,
+    },
     /// A job was cancelled.
     JobCancelled {
         /// Run id.

@@ -20,5 +20,5 @@ pub(crate) mod pool;
 pub mod rate;
 pub(crate) mod restarts;
 pub(crate) mod settle;
-pub(crate) mod suspend;
+pub mod suspend;
 pub(crate) mod worker;

@@ -96,6 +96,11 @@ pub struct Settings {
     /// are) still reaches `max_interruptions` well within it. Longer than
     /// `interruption_window`. Default 1 h.
     pub interruption_memory: Duration,
+    /// The most times one job may snooze (`JobContext::snooze`: run again
+    /// after a delay without spending an attempt); the snooze after that
+    /// fails the job permanently, saying so, so a job that snoozes forever
+    /// ends. A type's `JobOptions::max_snoozes` beats it. Default 1000.
+    pub max_snoozes: u32,
     /// When memo entries reach the object store. Default
     /// [`MemoWrites::OnFailure`].
     pub memo_writes: MemoWrites,
@@ -188,6 +193,7 @@ impl Default for Settings {
             max_restarts: 100,
             restart_window: Duration::from_secs(10),
             max_interruptions: 3,
+            max_snoozes: 1000,
             interruption_window: Duration::from_secs(60),
             interruption_memory: Duration::from_secs(3600),
             memo_writes: MemoWrites::OnFailure,

@@ -22,8 +22,8 @@ use gaffer_actors::layout::inspect;
 use gaffer_actors::layout::keys;
 use gaffer_actors::layout::records::{
     self, BatchHead, FailureKind, ItemMarker, ItemStatus, ManifestChunk, ManifestItem, Outcome,
-    OutcomeRecord, OutputRef, PastAttempt, PeriodicRecord, QueueCounts, RunRecord, StatsSnapshot,
-    StepOf, WaitRecord,
+    OutcomeRecord, OutputRef, PastAttempt, PeriodicRecord, QueueCounts, RunRecord, SleepRecord,
+    StatsSnapshot, StepOf, WaitRecord,
 };
 use gaffer_actors::layout::workflow::status::topological;
 use gaffer_actors::maintenance::schedule::{Missed, Schedule, ScheduleSpec};
@@ -214,6 +214,8 @@ fn run_record() -> impl Strategy<Value = RunRecord> {
                     since_ms,
                 }),
                 step: step.map(|(workflow, step)| StepOf { workflow, step }),
+                sleep: None,
+                snoozes: 0,
             },
         )
 }
@@ -863,6 +865,12 @@ fn samples() -> Vec<Sample> {
                     workflow: "w".into(),
                     step: "s".into(),
                 }),
+                sleep: Some(SleepRecord {
+                    index: 1,
+                    until_ms: 3,
+                    since_ms: 1,
+                }),
+                snoozes: 2,
             }),
             refused::<RunRecord>,
         ),

@@ -332,7 +332,14 @@ impl Render for JobDetail {
                 .map(|s| format!("the signal `{s}` (gaffer signal ID {s} JSON)"))
                 .unwrap_or_default(),
         );
+        if self.sleeping {
+            kv("sleeping", "until its due time (JobContext::sleep)".into());
+        }
         kv("attempts", self.attempts.to_string());
+        if self.snoozes > 0 {
+            let times = if self.snoozes == 1 { "time" } else { "times" };
+            kv("snoozed", format!("{} {times}", self.snoozes));
+        }
         kv("batch", self.batch.clone().unwrap_or_default());
         kv("key", self.key.clone().unwrap_or_default());
         kv(
@@ -348,6 +355,8 @@ impl Render for JobDetail {
         kv("claimed", opt(self.claimed_at_ms));
         let due = if self.waiting_for.is_some() {
             "times out"
+        } else if self.sleeping {
+            "wakes at"
         } else {
             "due at"
         };

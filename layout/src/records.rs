@@ -47,6 +47,33 @@ pub struct RunRecord {
     /// through the workflow's gate (see `workflows`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<StepOf>,
+    /// The run's latest durable sleep (`JobContext::sleep`): set by the
+    /// transaction that puts the job back to sleep, kept until the run
+    /// sleeps again or ends. Sleeps are counted in the order the run makes
+    /// them, so a run started again after it answers every earlier sleep
+    /// at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<SleepRecord>,
+    /// How many times the run snoozed (`JobContext::snooze`): each snooze
+    /// puts the job back after its delay without spending an attempt, and
+    /// adds one here in the same transaction.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub snoozes: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A run's durable sleep (`JobContext::sleep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SleepRecord {
+    /// Which of the run's sleeps, in the order it makes them (0 first).
+    pub index: u32,
+    /// When it ends, queue clock, epoch ms.
+    pub until_ms: u64,
+    /// When it began, epoch ms.
+    pub since_ms: u64,
 }
 
 /// Which step of which workflow a run is.

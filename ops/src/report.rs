@@ -277,6 +277,15 @@ pub struct JobDetail {
     /// its wait times out at `run_at_ms`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// A job in a durable sleep (`JobContext::sleep`): it wakes at
+    /// `run_at_ms`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sleeping: bool,
+    /// How many times its run snoozed (`JobContext::snooze`): its run
+    /// record's count while it lives; once it ended, its snoozed claims
+    /// among those its outcome record keeps (the last 64).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub snoozes: u32,
     /// Whether `gaffer retry ID` can run it again: it failed or was
     /// cancelled, the queue keeps its payload (its dead letter), and it is
     /// neither a workflow step (retry the workflow) nor a batch item (run
@@ -499,6 +508,11 @@ pub fn cost_text(cost: &BTreeMap<String, f64>) -> String {
         .map(|(k, v)| format!("{k}={}", number(*v)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Whether a count is zero (a field left out of the JSON then).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

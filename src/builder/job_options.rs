@@ -88,4 +88,10 @@ pub struct JobOptions {
     /// rightly take hours); set one for a type whose jobs can hang (a call
     /// with no deadline of its own) so a runaway attempt ends and retries.
     pub timeout: Option<std::time::Duration>,
+    /// The most times one job of this type may snooze
+    /// ([`JobContext::snooze`](crate::JobContext::snooze)): the snooze
+    /// after that fails the job, permanently, saying so. `None` (the
+    /// default): the engine's
+    /// [`Settings::max_snoozes`](crate::Settings::max_snoozes).
+    pub max_snoozes: Option<u32>,
 }

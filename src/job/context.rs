@@ -4,6 +4,8 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 use gaffer_actors::Delivery;
 use gaffer_actors::erased::CompletedBatch;
 use gaffer_actors::exec::effects::Effects;
+use gaffer_actors::exec::suspend::Pause;
 use gaffer_actors::layout::records::from_msgpack;
+use gaffer_actors::layout::records::{SleepRecord, WaitRecord};
 
 use crate::error::{Error, Result};
 use crate::job::handle::JobHandle;
@@ -28,11 +32,17 @@ use crate::job::typed::Job;
 pub struct JobContext {
     delivery: Delivery,
     state: Arc<StateMap>,
+    /// The sleeps this attempt made: the next one's place in the run's.
+    sleeps: AtomicU32,
 }
 
 impl JobContext {
     pub(crate) fn new(delivery: Delivery, state: Arc<StateMap>) -> Self {
-        Self { delivery, state }
+        Self {
+            delivery,
+            state,
+            sleeps: AtomicU32::new(0),
+        }
     }
 
     /// Registered application state of type `T`.
@@ -170,12 +180,90 @@ impl JobContext {
                 name: name.to_string(),
             });
         }
-        let wait = gaffer_actors::layout::records::WaitRecord {
+        let wait = WaitRecord {
             name: name.to_string(),
             until_ms,
             since_ms: now,
         };
-        self.delivery.suspend.suspend(wait).await
+        self.delivery.suspend.suspend(Pause::Signal(wait)).await
+    }
+
+    /// Sleep durably for `duration`: a reminder an hour on, a grace period,
+    /// a slow partner polled again tomorrow.
+    ///
+    /// The sleep holds no worker and spends no attempt: this attempt ends
+    /// here (the code after it does not run now), the job is scheduled for
+    /// the sleep's end (`JobState::Scheduled`; `gaffer job` and the
+    /// dashboard show "sleeping until"), and it then runs again from the
+    /// top, across restarts and crashes, where this call answers at once.
+    /// As with [`wait_signal`](Self::wait_signal), make the steps before it
+    /// memoized ([`memo`](Self::memo)) or idempotent, since they run again.
+    ///
+    /// A run's sleeps are told apart by their order: the first `sleep` the
+    /// code reaches is the run's sleep 0, the next one sleep 1, and so on,
+    /// so a run that reaches its sleep 2 answers sleeps 0 and 1 at once.
+    /// Keep the order the same on every run (sleep on every path, or on
+    /// none; a loop that sleeps a varying number of times before a sleep
+    /// moves the later one). Its end stands across retries: a failure after
+    /// a sleep does not sleep again. A zero `duration` answers at once. A
+    /// cancel while it sleeps cancels the job. In a batch item a sleep
+    /// fails the item (an item has no run record to sleep in).
+    ///
+    /// For "not now, try again later" (the whole job again, not the code
+    /// after a point), [`snooze`](Self::snooze) says it better.
+    pub async fn sleep(&self, duration: Duration) {
+        let index = self.sleeps.fetch_add(1, Ordering::Relaxed);
+        let now = self.delivery.engine.now_ms();
+        let sleep = match self.delivery.sleep {
+            // An earlier sleep of the run: it ended before this run began.
+            Some(latest) if index < latest.index => return,
+            // The run's latest sleep: at its end, or not yet (a signal or a
+            // retry ran the job early).
+            Some(latest) if index == latest.index => latest,
+            _ if duration.is_zero() => return,
+            _ => SleepRecord {
+                index,
+                until_ms: now
+                    .saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+                since_ms: now,
+            },
+        };
+        if now >= sleep.until_ms {
+            return;
+        }
+        self.delivery.suspend.suspend(Pause::Sleep(sleep)).await
+    }
+
+    /// How many times this job's run has snoozed ([`snooze`](Self::snooze))
+    /// before this attempt: 0 on its first.
+    pub fn snoozes(&self) -> u32 {
+        self.delivery.snoozes
+    }
+
+    /// Not now: end this attempt and run the job again from the top after
+    /// `delay`, without spending an attempt (River's `JobSnooze`, Oban's
+    /// `{:snooze, n}`), for a job that finds its resource busy, a partner
+    /// not ready, a lock taken.
+    ///
+    /// It never returns (its type is `!`, which fits any branch):
+    /// `if busy { ctx.snooze(Duration::from_secs(30)).await }` ends the
+    /// attempt where it stands. The job is put back in the
+    /// settlement's own transaction, scheduled `delay` ahead, its run's
+    /// snooze count one more (shown by `gaffer job` and the dashboard). A
+    /// job may snooze at most its type's
+    /// [`JobOptions::max_snoozes`](crate::JobOptions::max_snoozes) times
+    /// (default [`Settings::max_snoozes`](crate::Settings::max_snoozes),
+    /// 1000): the snooze after that fails it permanently, its error saying
+    /// so. A cancel asked during the attempt cancels it instead. Memoized
+    /// steps keep their memo across a snooze; sleeps that ended stay
+    /// ended. In a batch item a snooze fails the item.
+    pub async fn snooze(&self, delay: Duration) -> ! {
+        let now = self.delivery.engine.now_ms();
+        let pause = Pause::Snooze {
+            until_ms: now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
+            limit: self.delivery.max_snoozes,
+        };
+        self.delivery.suspend.suspend(pause).await
     }
 
     /// Submit another job now. It is independent of this one: it runs even if

@@ -70,3 +70,36 @@ impl Job for Approve {
         Ok(format!("order {} approved by {}", self.order, a.by))
     }
 }
+
+/// Sleeps an hour (`ctx.sleep`), then answers `rested`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Nap;
+
+impl Job for Nap {
+    const NAME: &'static str = "nap";
+    type Output = String;
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<String, gaffer::Error> {
+        ctx.sleep(Duration::from_secs(3600)).await;
+        Ok("rested".into())
+    }
+}
+
+/// Snoozes an hour (`ctx.snooze`) on its first run, then answers how many
+/// times it snoozed.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Snoozy;
+
+impl Job for Snoozy {
+    const NAME: &'static str = "snoozy";
+    type Output = u32;
+    type Error = gaffer::Error;
+
+    async fn run(&self, ctx: JobContext) -> Result<u32, gaffer::Error> {
+        if ctx.snoozes() == 0 {
+            ctx.snooze(Duration::from_secs(3600)).await
+        }
+        Ok(ctx.snoozes())
+    }
+}

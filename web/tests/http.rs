@@ -1254,3 +1254,34 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
     }
     engine.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_sleeping_job_shows_until_when_and_a_snoozed_one_how_often() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = Arc::new(Fix::default());
+    let engine = common::engine(dir.path(), &fix, Duration::from_millis(1)).await;
+    let app = router(dir.path()).await;
+    let nap = engine.submit(gaffer_testkit::jobs::Nap).await.unwrap();
+    let snoozy = engine.submit(gaffer_testkit::jobs::Snoozy).await.unwrap();
+    common::eventually("the page shows it asleep", LIMIT, async || {
+        get(&app, &format!("/jobs/{}", nap.id()))
+            .await
+            .body
+            .contains("Sleeping until")
+    })
+    .await;
+    let page = get(&app, &format!("/jobs/{}", nap.id())).await.body;
+    assert!(page.contains("state scheduled"), "{page}");
+    assert!(page.contains("id=\"cancel\""), "{page}");
+    common::eventually("the page shows it snoozed", LIMIT, async || {
+        get(&app, &format!("/jobs/{}", snoozy.id()))
+            .await
+            .body
+            .contains("<dd id=\"snoozes\">1 time</dd>")
+    })
+    .await;
+    let page = get(&app, &format!("/jobs/{}", snoozy.id())).await.body;
+    assert!(page.contains("state scheduled"), "{page}");
+    assert!(!page.contains("Sleeping until"), "{page}");
+    engine.shutdown().await.unwrap();
+}

@@ -294,6 +294,8 @@ pub(crate) struct PoolArguments {
     /// The type's timeout per attempt (`JobOptions::timeout`); a job's own
     /// (its `gaffer.timeout` header) beats it.
     pub timeout: Option<Duration>,
+    /// The most snoozes one job may make (its type's, else the engine's).
+    pub max_snoozes: u32,
     /// Where it says that the store closed: its supervisor.
     pub closed: DerivedActorRef<StoreClosed>,
 }

@@ -39,6 +39,7 @@ use tracing::{debug, warn};
 use crate::engine::notify::{JobEnd, Notify};
 use crate::events::EngineEvent;
 use crate::exec::effects::StagedEffects;
+use crate::exec::suspend::Pause;
 use crate::layout::records::{Cost, ItemStatus, Outcome, OutputRef};
 use crate::services::Services;
 use crate::telemetry::{AttemptResult, TypeMetrics};
@@ -133,8 +134,8 @@ pub(crate) async fn settle(ctx: Settler<'_>, settlement: Settlement) -> bool {
             retry(ctx, &queue, &claimed, owner, kind, message, started).await;
             false
         }
-        Decision::Wait { owner, wait } => {
-            wait_for_signal(ctx, &queue, &claimed, owner, wait, started).await;
+        Decision::Pause { owner, pause } => {
+            pause_run(ctx, &queue, &claimed, owner, pause, started).await;
             false
         }
         Decision::End { owner, end } => {
@@ -188,24 +189,51 @@ async fn retry(
     }
 }
 
-/// Put the job back to wait for its signal (taquba's `signal_wait`, at
-/// the wait's deadline), no attempt spent. A signal sent while the job ran
-/// found it not waiting yet and stayed in the job's signals
-/// (`jobs::signals`); so once the wait is durable the job's signals are
-/// read again, and one that came meanwhile is delivered now. A crash
-/// between the two is covered at the next start
-/// (`engine::startup::deliver_held_signals`).
-async fn wait_for_signal(
+/// Put the job back paused, no attempt spent: to wait for its signal
+/// (taquba's `signal_wait`, at the wait's deadline), to sleep or snoozed
+/// (a scheduled job, at its end). A signal sent while the job ran found it
+/// not waiting yet and stayed in the job's signals (`jobs::signals`); so
+/// once a wait is durable the job's signals are read again, and one that
+/// came meanwhile is delivered now. A crash between the two is covered at
+/// the next start (`engine::startup::deliver_held_signals`).
+async fn pause_run(
     ctx: Settler<'_>,
     queue: &taquba::Queue,
     claimed: &Claimed,
     owner: &Owner,
-    wait: crate::layout::records::WaitRecord,
+    pause: Pause,
     started: Instant,
 ) {
     let run_id = owner.target.run_id();
-    let (name, until_ms) = (wait.name.clone(), wait.until_ms);
-    let how = ("waited", "");
+    let until_ms = pause.until_ms();
+    let how = (pause.how(), "");
+    let event = match &pause {
+        Pause::Signal(wait) => EngineEvent::JobWaiting {
+            run_id: run_id.to_string(),
+            job_type: owner.job_type.clone(),
+            signal: wait.name.clone(),
+            until_ms,
+        },
+        Pause::Sleep(_) => EngineEvent::JobSleeping {
+            run_id: run_id.to_string(),
+            job_type: owner.job_type.clone(),
+            until_ms,
+        },
+        Pause::Snooze { .. } => EngineEvent::JobSnoozed {
+            run_id: run_id.to_string(),
+            job_type: owner.job_type.clone(),
+            snoozes: owner
+                .run
+                .as_ref()
+                .map_or(0, |r| r.snoozes)
+                .saturating_add(1),
+            until_ms,
+        },
+    };
+    let signal = match &pause {
+        Pause::Signal(wait) => Some(wait.name.clone()),
+        _ => None,
+    };
     #[cfg(feature = "testing")]
     crate::testing::panics::hold(
         crate::testing::panics::HoldPoint::BeforeWaitCommit,
@@ -213,27 +241,25 @@ async fn wait_for_signal(
     )
     .await;
     if let Err(e) =
-        commit::requeue(ctx.services, queue, claimed, owner, Back::Wait(wait), how).await
+        commit::requeue(ctx.services, queue, claimed, owner, Back::Pause(pause), how).await
     {
-        warn!(%run_id, error = %e, "putting the job back to wait failed; it runs again when its lease expires");
+        warn!(%run_id, error = %e, "putting the job back paused failed; it runs again when its lease expires");
         return;
     }
     ctx.metrics
         .attempt_ended(&owner.job_type, false, AttemptResult::Waited);
     ctx.metrics
         .settlement(&owner.job_type, started.elapsed().as_secs_f64());
-    ctx.services.emit(EngineEvent::JobWaiting {
-        run_id: run_id.to_string(),
-        job_type: owner.job_type.clone(),
-        signal: name.clone(),
-        until_ms,
-    });
+    ctx.services.emit(event);
     #[cfg(feature = "testing")]
     crate::testing::panics::hold(
         crate::testing::panics::HoldPoint::AfterWaitCommit,
         &claimed.claim.queue,
     )
     .await;
+    let Some(name) = signal else {
+        return;
+    };
     match queue
         .view()
         .kv_get(&crate::layout::keys::signal_key(run_id, &name))

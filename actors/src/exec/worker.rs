@@ -77,15 +77,16 @@ impl Actor for HandlerWorker {
         let (timeout, cancel) = (delivery.timeout, delivery.cancel.clone());
         // One instrumented future: the span is entered on each of its polls
         // (its first one logs the start), not also around the set-up above.
-        // A wait for a signal that has not come suspends the attempt: the
-        // user's future is dropped there, and the attempt ends waiting.
+        // A pause (a wait for a signal that has not come, a sleep, a
+        // snooze) suspends the attempt: the user's future is dropped there,
+        // and the attempt ends paused.
         let run = tracing::Instrument::instrument(
             async move {
                 tracing::debug!("attempt started");
                 tokio::select! {
                     biased;
                     verdict = self.handler.run(*delivery) => verdict,
-                    wait = suspend.suspended() => Verdict::Wait(wait),
+                    pause = suspend.suspended() => Verdict::Pause(pause),
                     () = past(timeout) => {
                         // Its token tells what the job spawned; its own
                         // future is dropped here, so the attempt ends now.

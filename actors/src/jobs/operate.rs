@@ -110,6 +110,8 @@ impl Services {
             past,
             wait: None,
             step: None,
+            sleep: None,
+            snoozes: 0,
         })?;
         // Back on its queue: a partition queue's pool may have forgotten
         // it, and finds it again by its mark and the event.

@@ -332,6 +332,8 @@ impl Services {
             past: Vec::new(),
             wait: None,
             step,
+            sleep: None,
+            snoozes: 0,
         })
     }
 

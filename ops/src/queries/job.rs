@@ -13,6 +13,7 @@ impl Store {
         if let Some(rec) = inspect::outcome_record(view, id).await? {
             let mut d = outcome_detail(id, &rec, self.keyring());
             d.history = self.history(&rec.job_id, Some(&rec)).await?;
+            d.snoozes = snoozed_claims(&d.history);
             let kept = match view.job_record(&rec.job_id).await? {
                 Some(job) => {
                     d.enqueued_at_ms = Some(job.enqueued_at);
@@ -80,6 +81,8 @@ impl Store {
             workflow: job.headers.get(HEADER_WORKFLOW).cloned(),
             step: job.headers.get(HEADER_STEP).cloned(),
             waiting_for: None,
+            sleeping: false,
+            snoozes: 0,
             retryable: false,
             payload: job.payload_ref.is_none().then(|| job.payload.clone()),
             payload_ref: job.payload_ref.clone(),
@@ -92,6 +95,12 @@ impl Store {
         {
             d.waiting_for = Some(wait.name.clone());
             d.run_at_ms = Some(wait.until_ms);
+        }
+        // A job asleep: scheduled for its run's latest sleep's end.
+        if let Some(run) = &run {
+            d.sleeping = d.state == ListedState::Scheduled
+                && run.sleep.is_some_and(|s| Some(s.until_ms) == job.run_at);
+            d.snoozes = run.snoozes;
         }
         // A job put back on its queue (a retry, a release) is a new queue
         // job under the same id: its run record keeps the claims before,
@@ -242,6 +251,8 @@ impl Store {
             workflow: None,
             step: None,
             waiting_for: None,
+            sleeping: false,
+            snoozes: 0,
             retryable: false,
             payload: None,
             payload_ref: None,
@@ -302,6 +313,12 @@ pub(super) fn rows(past: Vec<PastAttempt>) -> Vec<AttemptRow> {
             error: a.error,
         })
         .collect()
+}
+
+/// How many of `history`'s claims snoozed.
+fn snoozed_claims(history: &[AttemptRow]) -> u32 {
+    let n = history.iter().filter(|a| a.outcome == "snoozed").count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// A live queue job's attempts: its own claims, plus the real attempts its
@@ -432,6 +449,8 @@ pub(super) fn outcome_detail(
         workflow: None,
         step: None,
         waiting_for: None,
+        sleeping: false,
+        snoozes: 0,
         retryable: false,
         payload: None,
         payload_ref: None,

@@ -80,6 +80,8 @@ pub(super) fn job_page(
     let opt = |v: Option<u64>| v.map(time);
     let due_label = if d.waiting_for.is_some() {
         "Times out at"
+    } else if d.sleeping {
+        "Sleeping until"
     } else {
         "Due at"
     };
@@ -91,6 +93,7 @@ pub(super) fn job_page(
             dt { "State" } dd #job-state { (state(d.state.as_str())) }
             @if let Some(signal) = &d.waiting_for { dt { "Waits for" } dd #waits-for { "the signal " code { (signal) } } }
             dt { "Attempts" } dd { (d.attempts) }
+            @if d.snoozes > 0 { dt { "Snoozed" } dd #snoozes { (d.snoozes) @if d.snoozes == 1 { " time" } @else { " times" } } }
             @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
             @if let Some(b) = &d.batch { dt { "Batch" } dd { a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } } }
             @if let (Some(b), Some(k)) = (&d.batch, &d.key) { dt { "Item key" } dd { a href=(item_href(app, b, k)) { (k) } } }

@@ -148,6 +148,8 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
         .register::<Flaky>()
         .register::<Ping>()
         .register::<Approve>()
+        .register::<gaffer_testkit::jobs::Nap>()
+        .register::<gaffer_testkit::jobs::Snoozy>()
         .register::<Twice>()
         .register::<Keyed>()
         .pipeline_with(

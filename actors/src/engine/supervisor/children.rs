@@ -93,6 +93,7 @@ impl SupervisorState {
             rate,
             fair: None,
             timeout,
+            max_snoozes: self.services.settings().max_snoozes,
             closed: self.me.get_derived(),
         }
     }
@@ -170,6 +171,9 @@ impl SupervisorState {
                 });
                 let args = PoolArguments {
                     fair,
+                    max_snoozes: reg
+                        .max_snoozes
+                        .unwrap_or(self.services.settings().max_snoozes),
                     ..self.pool_args(
                         name,
                         route.queue,

@@ -245,6 +245,9 @@ impl PoolState {
             },
             suspend: Default::default(),
             wait: owner.run.as_ref().and_then(|run| run.wait.clone()),
+            sleep: owner.run.as_ref().and_then(|run| run.sleep),
+            snoozes: owner.run.as_ref().map_or(0, |run| run.snoozes),
+            max_snoozes: self.args.max_snoozes,
             step: owner.run.as_ref().and_then(|run| run.step.clone()),
         }
     }

@@ -9,6 +9,7 @@ use tracing::warn;
 use crate::exec::attempts::Attempts;
 use crate::exec::settle::decide::End;
 use crate::exec::settle::standing::{Owner, Standing, Target};
+use crate::exec::suspend::Pause;
 use crate::layout::keys;
 use crate::layout::records::{
     self, Cost, ItemMarker, ItemStatus, Outcome, OutcomeRecord, PastAttempt, RunRecord,
@@ -144,9 +145,10 @@ pub(crate) enum Back {
     Retry,
     /// Given back on purpose: at once, no attempt spent.
     Release,
-    /// To wait for a signal: scheduled at the wait's deadline and promoted
-    /// by the signal, no attempt spent.
-    Wait(crate::layout::records::WaitRecord),
+    /// Paused: to wait for a signal (scheduled at the wait's deadline and
+    /// promoted by the signal), to sleep or snoozed (scheduled at its
+    /// end); no attempt spent.
+    Pause(crate::exec::suspend::Pause),
 }
 
 /// Put a claimed job back on its queue as the same queue job (same id, so
@@ -185,8 +187,12 @@ pub(crate) async fn requeue(
     let at = |ms: u64| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     let (run_at, waits) = match &back {
         // A wait is a scheduled job that a signal promotes (taquba's
-        // `signal_wait`), or its deadline does.
-        Back::Wait(wait) => (Some(at(wait.until_ms.max(now))), true),
+        // `signal_wait`), or its deadline does; a sleep or a snooze is a
+        // scheduled job its time promotes.
+        Back::Pause(pause) => (
+            Some(at(pause.until_ms().max(now))),
+            matches!(pause, Pause::Signal(_)),
+        ),
         _ => ((!delay.is_zero()).then(|| at(now) + delay), false),
     };
     let mut fx = SettlementEffects::default().enqueue(EnqueueRequest {
@@ -220,17 +226,19 @@ pub(crate) async fn requeue(
             error: (!error.is_empty()).then_some(error),
         });
         let skip = past.len().saturating_sub(PAST_KEPT);
-        let wait = match back {
-            Back::Wait(wait) => Some(wait),
-            // A retry or a release keeps the deadline of the run's wait, so
-            // a wait on the same signal after it keeps its timeout.
-            _ => run.wait.clone(),
-        };
-        let run = RunRecord {
+        // A retry or a release keeps the deadline of the run's wait, so a
+        // wait on the same signal after it keeps its timeout; every pause
+        // keeps what the others wrote (a sleep done stays done).
+        let mut run = RunRecord {
             past: past.split_off(skip),
-            wait,
             ..(**run).clone()
         };
+        match back {
+            Back::Pause(Pause::Signal(wait)) => run.wait = Some(wait),
+            Back::Pause(Pause::Sleep(sleep)) => run.sleep = Some(sleep),
+            Back::Pause(Pause::Snooze { .. }) => run.snoozes = run.snoozes.saturating_add(1),
+            Back::Retry | Back::Release => {}
+        }
         fx = fx.kv_put(
             keys::run_key(run_id),
             records::encode(&run.sealed(services.keyring())?)?,

@@ -4,6 +4,7 @@
 
 use crate::erased::Verdict;
 use crate::exec::settle::standing::{Owner, Standing, Target};
+use crate::exec::suspend::Pause;
 use crate::layout::keys;
 use crate::layout::records::{FailureKind, OutputRef};
 
@@ -44,12 +45,9 @@ pub(crate) enum Decision<'a> {
         kind: FailureKind,
         message: String,
     },
-    /// Put the run's job back to wait for a signal (or its timeout): no
-    /// attempt spent.
-    Wait {
-        owner: &'a Owner,
-        wait: crate::layout::records::WaitRecord,
-    },
+    /// Put the run's job back paused (to wait for a signal or its timeout,
+    /// to sleep, snoozed): no attempt spent.
+    Pause { owner: &'a Owner, pause: Pause },
     /// End the run.
     End { owner: &'a Owner, end: End },
 }
@@ -78,15 +76,35 @@ pub(crate) fn decide(
     };
     let end = match verdict {
         _ if cancelled => End::Cancelled,
-        // A batch item has no run record to wait in and no id to signal.
-        Verdict::Wait(wait) if matches!(owner.target, Target::Item { .. }) => End::Failed {
+        // A batch item has no run record to pause in and no id to signal.
+        Verdict::Pause(pause) if matches!(owner.target, Target::Item { .. }) => End::Failed {
             kind: FailureKind::Permanent,
-            message: format!(
-                "a batch item cannot wait for a signal (it waited for `{}`)",
-                wait.name
-            ),
+            message: match pause {
+                Pause::Signal(wait) => format!(
+                    "a batch item cannot wait for a signal (it waited for `{}`)",
+                    wait.name
+                ),
+                Pause::Sleep(_) => {
+                    "a batch item cannot sleep (JobContext::sleep is for jobs)".into()
+                }
+                Pause::Snooze { .. } => {
+                    "a batch item cannot snooze (JobContext::snooze is for jobs)".into()
+                }
+            },
         },
-        Verdict::Wait(wait) => return Decision::Wait { owner, wait },
+        // A run that snoozed as often as it may ends instead.
+        Verdict::Pause(Pause::Snooze { limit, .. })
+            if owner.run.as_ref().map_or(0, |run| run.snoozes) >= limit =>
+        {
+            End::Failed {
+                kind: FailureKind::Permanent,
+                message: format!(
+                    "snoozed {limit} times, the most a job of `{}` may (JobOptions::max_snoozes, Settings::max_snoozes); it snoozed again and was ended",
+                    owner.job_type
+                ),
+            }
+        }
+        Verdict::Pause(pause) => return Decision::Pause { owner, pause },
         Verdict::Succeeded(output) => End::Succeeded(OutputRef::Inline(output)),
         Verdict::Failed { kind, message } if kind == FailureKind::Permanent || last => {
             End::Failed { kind, message }
@@ -193,6 +211,58 @@ mod tests {
     }
 
     #[test]
+    fn a_snooze_puts_a_job_back_until_its_run_snoozed_as_often_as_it_may() {
+        let snooze = || {
+            Ending::Verdict(Verdict::Pause(Pause::Snooze {
+                until_ms: 9,
+                limit: 2,
+            }))
+        };
+        let with = |snoozes: u32| {
+            Standing::Owner(Owner {
+                target: Target::Job { run_id: "r".into() },
+                job_type: "t".into(),
+                run: Some(Box::new(crate::layout::records::RunRecord {
+                    job_id: "j".into(),
+                    job_type: "t".into(),
+                    input_hash: [0; 32],
+                    submitted_at_ms: 0,
+                    past: Vec::new(),
+                    wait: None,
+                    step: None,
+                    sleep: None,
+                    snoozes,
+                })),
+                payload: std::sync::Arc::from(&[][..]),
+            })
+        };
+        for snoozes in [0, 1] {
+            assert!(matches!(
+                decide(snooze(), &with(snoozes), false, true),
+                Decision::Pause {
+                    pause: Pause::Snooze { until_ms: 9, .. },
+                    ..
+                }
+            ));
+        }
+        assert!(matches!(
+            decide(snooze(), &with(2), false, false),
+            Decision::End {
+                end: End::Failed { kind: FailureKind::Permanent, ref message },
+                ..
+            } if message.starts_with("snoozed 2 times")
+        ));
+        // A cancel beats it.
+        assert!(matches!(
+            decide(snooze(), &with(0), true, false),
+            Decision::End {
+                end: End::Cancelled,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn a_wait_puts_a_job_back_to_wait_but_fails_an_item_and_yields_to_a_cancel() {
         let wait = crate::layout::records::WaitRecord {
             name: "approval".into(),
@@ -201,12 +271,12 @@ mod tests {
         };
         let o = owner();
         assert!(matches!(
-            decide(Ending::Verdict(Verdict::Wait(wait.clone())), &o, false, true),
-            Decision::Wait { wait: ref w, .. } if *w == wait
+            decide(Ending::Verdict(Verdict::Pause(Pause::Signal(wait.clone()))), &o, false, true),
+            Decision::Pause { pause: Pause::Signal(ref w), .. } if *w == wait
         ));
         assert!(matches!(
             decide(
-                Ending::Verdict(Verdict::Wait(wait.clone())),
+                Ending::Verdict(Verdict::Pause(Pause::Signal(wait.clone()))),
                 &o,
                 true,
                 false
@@ -227,7 +297,12 @@ mod tests {
             payload: std::sync::Arc::from(&[][..]),
         });
         assert!(matches!(
-            decide(Ending::Verdict(Verdict::Wait(wait)), &item, false, false),
+            decide(
+                Ending::Verdict(Verdict::Pause(Pause::Signal(wait))),
+                &item,
+                false,
+                false
+            ),
             Decision::End {
                 end: End::Failed {
                     kind: FailureKind::Permanent,
