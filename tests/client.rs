@@ -122,8 +122,8 @@ async fn a_client_submits_and_joins_through_the_store() {
 }
 
 /// Every field of a submission set through the client arrives on the job:
-/// its type, payload, key (its id), headers, priority, attempt limit, due
-/// time and timeout, as the engine's queue job holds them (read back from
+/// its type, payload, key and period (its id), headers, priority, attempt
+/// limit, due time and timeout, as the engine's queue job holds them (read back from
 /// the store: the run's record names its queue job).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_field_set_through_the_client_arrives_on_the_job() {
@@ -136,6 +136,7 @@ async fn every_field_set_through_the_client_arrives_on_the_job() {
         x: 9,
         key: Some("every-field".into()),
     };
+    let before_send = std::time::SystemTime::now();
     let h = client
         .submit_with(
             Square {
@@ -148,11 +149,27 @@ async fn every_field_set_through_the_client_arrives_on_the_job() {
                 run_at: Some(later),
                 headers: [("tenant".to_string(), "acme".to_string())].into(),
                 timeout: Some(Duration::from_millis(1234)),
+                unique_for: Some(Duration::from_secs(3600)),
             },
         )
         .await
         .unwrap();
-    assert_eq!(h.id(), gaffer::job::keyed_job_id("every-field"));
+    // Unique for an hour: the key's slot is the hour it was sent in (this
+    // machine's clock), read before and after the send.
+    let hour = |at: std::time::SystemTime| {
+        at.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            / 3_600_000
+    };
+    let slots = [hour(before_send), hour(std::time::SystemTime::now())];
+    assert!(
+        slots
+            .iter()
+            .any(|n| h.id() == gaffer::job::keyed_job_id(&format!("every-field@3600000ms#{n}"))),
+        "{} is not the key's id in the hour it was sent",
+        h.id()
+    );
     eventually("the engine takes the request", LIMIT, async || {
         h.status().await.unwrap() == RequestState::Job(JobState::Scheduled)
     })

@@ -502,6 +502,7 @@ fn intake_request() -> impl Strategy<Value = SubmitRequest> {
                     run_at: run_at_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
                     traceparent,
                     timeout: timeout_ms.map(Duration::from_millis),
+                    unique_for: None,
                 }
             },
         )

@@ -183,6 +183,10 @@ pub enum EngineError {
         max: usize,
     },
 
+    /// A submission's options do not hold together (what and why in the
+    /// message): fix the options.
+    #[error("invalid submit options: {0}")]
+    InvalidSubmitOptions(String),
     /// A job id (run id) is not of the accepted form.
     #[error("invalid job id `{0}`: a job id is 1-128 characters of [A-Za-z0-9_-]")]
     InvalidJobId(String),

@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::EngineError;
+
 /// A job to create, as bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmitRequest {
@@ -58,6 +60,50 @@ pub struct SubmitRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
+    /// At most one job of its key per period of this length
+    /// (`SubmitOptions::unique_for`): the submitter or the engine fixes the
+    /// period with [`pin_period`](Self::pin_period) before the job's id is
+    /// known, which leaves this `None`. Travels as milliseconds.
+    #[serde(
+        default,
+        rename = "unique_for_ms",
+        with = "millis_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub unique_for: Option<Duration>,
+}
+
+impl SubmitRequest {
+    /// Fix the period of a request unique for one: its key (its
+    /// idempotency key, else `{type}:{hex sha256(payload)}`, the key
+    /// `payload_idempotency_key` derives) becomes `{key}@{period}ms#{n}`,
+    /// `n` the number of whole periods from the epoch to `now_ms`, so
+    /// submissions in one period are one job (its id that key's) and the
+    /// next period's run again. A request with no period is left as it is.
+    ///
+    /// Errors: [`EngineError::InvalidSubmitOptions`] for a period under a
+    /// millisecond.
+    pub fn pin_period(&mut self, now_ms: u64) -> Result<(), EngineError> {
+        let Some(period) = self.unique_for.take() else {
+            return Ok(());
+        };
+        let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
+        if period_ms == 0 {
+            return Err(EngineError::InvalidSubmitOptions(format!(
+                "unique_for must be at least 1 ms, not {period:?}"
+            )));
+        }
+        let key = match self.idempotency_key.take() {
+            Some(key) => key,
+            None => format!(
+                "{}:{}",
+                self.job_type,
+                crate::keys::hex_sha256(&self.payload)
+            ),
+        };
+        self.idempotency_key = Some(format!("{key}@{period_ms}ms#{}", now_ms / period_ms));
+        Ok(())
+    }
 }
 
 /// Milliseconds since the epoch of `t` (0 before it).
@@ -159,6 +205,7 @@ mod tests {
             run_at: Some(UNIX_EPOCH + Duration::from_millis(4_102_444_800_123)),
             traceparent: b.traceparent,
             timeout,
+            unique_for: None,
         }
     }
 

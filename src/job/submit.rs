@@ -32,6 +32,32 @@ pub struct SubmitOptions {
     ///
     /// [`JobOptions::timeout`]: crate::JobOptions::timeout
     pub timeout: Option<std::time::Duration>,
+    /// At most one job of its key per period of this length (River's
+    /// `ByPeriod`, Sidekiq's `unique_for`): the key's slot is the period
+    /// that holds the submission, counted in whole periods from the epoch
+    /// (an hour's periods start on the hour, UTC), so a submission in the
+    /// same period is the same job (joined while it lives, answered from
+    /// its record once it ended) and the next period's runs again. The key
+    /// is the job's [`Job::idempotency_key`], else one of its type and
+    /// payload (as [`payload_idempotency_key`](crate::job::payload_idempotency_key)
+    /// derives); the job's id is that key's in that period. The engine
+    /// takes the period from its queue's clock; a `Client` or a shard set
+    /// from the submitting machine's. Duplicates are answered while the
+    /// outcome record is kept: with `Settings::retention` shorter than the
+    /// period, a submission after its job's record was removed runs again.
+    /// See [`unique_for`](Self::unique_for).
+    pub unique_for: Option<std::time::Duration>,
+}
+
+impl SubmitOptions {
+    /// At most one job of its key per `period` (see the field
+    /// [`unique_for`](Self#structfield.unique_for)). A zero period is
+    /// refused at submission (`InvalidSubmitOptions`).
+    #[must_use]
+    pub fn unique_for(mut self, period: std::time::Duration) -> Self {
+        self.unique_for = Some(period);
+        self
+    }
 }
 
 /// The bytes-level request for a typed job.
@@ -49,7 +75,15 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
         // Taken from the current span at `submit`, in the submitting task.
         traceparent: None,
         timeout: opts.timeout,
+        unique_for: opts.unique_for,
     })
+}
+
+/// Fix `req`'s period, if it is unique for one, on this machine's clock
+/// (a submitter outside the engine, which must know the job's id first).
+pub(crate) fn pin_period_now(req: &mut SubmitRequest) -> Result<()> {
+    let now_ms = gaffer_actors::layout::request::epoch_ms(SystemTime::now());
+    req.pin_period(now_ms)
 }
 
 /// The id `req`'s job will have: its idempotency key's
@@ -64,12 +98,13 @@ pub(crate) fn job_id_of(req: &SubmitRequest, fresh: &str) -> String {
 
 /// Fix `req`'s job id before it is sent (an unkeyed job gets `fresh`, a
 /// new ULID, as its `run_id`) and answer it: the id a shard set routes by.
-pub(crate) fn pin_job_id(req: &mut SubmitRequest, fresh: String) -> String {
+pub(crate) fn pin_job_id(req: &mut SubmitRequest, fresh: String) -> Result<String> {
+    pin_period_now(req)?;
     let id = job_id_of(req, &fresh);
     if req.idempotency_key.is_none() {
         req.run_id = Some(id.clone());
     }
-    id
+    Ok(id)
 }
 
 pub(crate) async fn submit_typed<J: Job>(

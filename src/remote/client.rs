@@ -266,6 +266,7 @@ impl Client {
         {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
+        crate::job::submit::pin_period_now(&mut req)?;
         let run_id = crate::job::submit::job_id_of(&req, &request_id);
         req.run_id = Some(run_id.clone());
         if req.traceparent.is_none() {

@@ -371,7 +371,7 @@ impl ClusterRouter {
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
         let mut req = submit_request(&job, opts)?;
         let fresh = self.set.fresh_id(&req)?;
-        let id = pin_job_id(&mut req, fresh);
+        let id = pin_job_id(&mut req, fresh)?;
         if req.traceparent.is_none() {
             req.traceparent = gaffer_actors::telemetry::current_traceparent();
         }

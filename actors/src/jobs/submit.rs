@@ -82,6 +82,9 @@ impl Services {
         if req.traceparent.is_none() {
             req.traceparent = crate::telemetry::current_traceparent();
         }
+        // A job unique for a period: its key's slot is the period now, on
+        // the queue's clock (a client fixed it on its own).
+        req.pin_period(self.clock().now_ms())?;
         self.job_queue(&req.job_type)?;
         let queue = self.queue()?;
         let hash = keys::input_hash(&req.job_type, &req.payload);

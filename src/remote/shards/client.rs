@@ -75,7 +75,8 @@ impl ShardedClient {
         job: J,
         opts: SubmitOptions,
     ) -> Result<ClientHandle<J>> {
-        let req = submit_request(&job, opts)?;
+        let mut req = submit_request(&job, opts)?;
+        crate::job::submit::pin_period_now(&mut req)?;
         // An unkeyed job's id is its request's: fresh, and of its value's
         // shard when its type is routed by a header.
         let request_id = self.set.fresh_id(&req)?;
