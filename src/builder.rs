@@ -414,6 +414,7 @@ impl EngineBuilder {
         restart_window: set Duration,
         max_interruptions: set u32,
         max_snoozes: set u32,
+        debounce_max_delay: set Duration,
         interruption_window: set Duration,
         interruption_memory: set Duration,
         memo_writes: set gaffer_actors::MemoWrites,

@@ -12,7 +12,7 @@
 //! | [`batches`](crate::guide::batches) | pipelines and batches of items |
 //! | [`periodic`](crate::guide::periodic) | jobs on a cron expression or an interval |
 //! | [`signals`](crate::guide::signals) | a job that waits for an outside event |
-//! | [`control`](crate::guide::control) | a job's own verbs: sleep, snooze; unique for a period |
+//! | [`control`](crate::guide::control) | a job's own verbs: sleep, snooze; debounce, unique for a period |
 //! | [`workflows`](crate::guide::workflows) | graphs of jobs |
 //! | [`client`](crate::guide::client) | submitting and operating from other processes |
 //! | [`shards`](crate::guide::shards) | one workload over several stores and machines |

@@ -98,7 +98,7 @@ pub use gaffer_actors::layout::store::Store;
 pub use gaffer_actors::{EngineEvent, Settings};
 pub use job::context::JobContext;
 pub use job::handle::JobHandle;
-pub use job::submit::SubmitOptions;
+pub use job::submit::{Debounce, SubmitOptions};
 pub use job::typed::Job;
 
 /// The guides (docs/guide/ in the repository), one module per topic.

@@ -150,6 +150,9 @@ async fn every_field_set_through_the_client_arrives_on_the_job() {
                 headers: [("tenant".to_string(), "acme".to_string())].into(),
                 timeout: Some(Duration::from_millis(1234)),
                 unique_for: Some(Duration::from_secs(3600)),
+                // Not with a key: a debounced job through a client is
+                // `debounce.rs`'s.
+                debounce: None,
             },
         )
         .await

@@ -44,6 +44,7 @@ fn every_setting_changed() -> Settings {
         restart_window: Duration::from_secs(12),
         max_interruptions: 6,
         max_snoozes: 17,
+        debounce_max_delay: Duration::from_secs(18),
         interruption_window: Duration::from_secs(13),
         interruption_memory: Duration::from_secs(14),
         memo_writes: MemoWrites::Immediate,
@@ -107,6 +108,10 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         ),
         ("max_snoozes", want.max_snoozes == default.max_snoozes),
         (
+            "debounce_max_delay",
+            want.debounce_max_delay == default.debounce_max_delay,
+        ),
+        (
             "interruption_window",
             want.interruption_window == default.interruption_window,
         ),
@@ -146,6 +151,7 @@ async fn every_builder_setter_reaches_the_engines_settings() {
         .restart_window(want.restart_window)
         .max_interruptions(want.max_interruptions)
         .max_snoozes(want.max_snoozes)
+        .debounce_max_delay(want.debounce_max_delay)
         .interruption_window(want.interruption_window)
         .interruption_memory(want.interruption_memory)
         .memo_writes(want.memo_writes)

@@ -3,6 +3,7 @@
 //! job to create is ([`request::SubmitRequest`]), the operator's actions on
 //! the records, and the waiters actor that answers callers when a job ends.
 
+pub mod debounce;
 pub(crate) mod operate;
 pub use crate::layout::request;
 pub(crate) mod signals;

@@ -91,6 +91,10 @@ pub enum EngineMessage {
     /// decides, or reports its transaction's end: engine-internal, sent
     /// through the services' `DerivedActorRef<GateMessage>`.
     Gate(crate::workflows::GateMessage),
+    /// A debounced submission, a debounce timer come due, or the end of a
+    /// batch of a key's operations: engine-internal, sent through the
+    /// services' `DerivedActorRef<DebounceMessage>`.
+    Debounce(crate::jobs::debounce::DebounceMessage),
     /// A pool found the store closed under it (fenced by another writer,
     /// or closed): engine-internal, sent through the pool's
     /// `DerivedActorRef<StoreClosed>`. The engine stops.
@@ -186,6 +190,22 @@ impl TryFrom<EngineMessage> for crate::workflows::GateMessage {
     fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
         match m {
             EngineMessage::Gate(m) => Ok(m),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<crate::jobs::debounce::DebounceMessage> for EngineMessage {
+    fn from(m: crate::jobs::debounce::DebounceMessage) -> Self {
+        Self::Debounce(m)
+    }
+}
+
+impl TryFrom<EngineMessage> for crate::jobs::debounce::DebounceMessage {
+    type Error = EngineMessage;
+    fn try_from(m: EngineMessage) -> std::result::Result<Self, EngineMessage> {
+        match m {
+            EngineMessage::Debounce(m) => Ok(m),
             other => Err(other),
         }
     }

@@ -121,6 +121,9 @@ pub struct Services {
     /// Where workflow steps' settlements ask their plans (the supervisor):
     /// set once when the supervisor starts (an address, not state).
     gates: std::sync::OnceLock<ractor::DerivedActorRef<crate::workflows::GateMessage>>,
+    /// Where debounced submissions go (the supervisor's debounce lines):
+    /// set once when the supervisor starts (an address, not state).
+    debounce: std::sync::OnceLock<ractor::DerivedActorRef<crate::jobs::debounce::DebounceMessage>>,
 }
 
 impl std::fmt::Debug for Services {
@@ -163,11 +166,27 @@ impl Services {
             marks: Default::default(),
             partitions: tokio::sync::broadcast::channel(1024).0,
             gates: std::sync::OnceLock::new(),
+            debounce: std::sync::OnceLock::new(),
         }
     }
 
     pub(crate) fn set_gates(&self, to: ractor::DerivedActorRef<crate::workflows::GateMessage>) {
         let _ = self.gates.set(to);
+    }
+
+    pub(crate) fn set_debounce(
+        &self,
+        to: ractor::DerivedActorRef<crate::jobs::debounce::DebounceMessage>,
+    ) {
+        let _ = self.debounce.set(to);
+    }
+
+    /// Where debounced submissions go (`ShutDown` before the supervisor
+    /// started).
+    pub(crate) fn debounce(
+        &self,
+    ) -> Result<&ractor::DerivedActorRef<crate::jobs::debounce::DebounceMessage>> {
+        self.debounce.get().ok_or(EngineError::ShutDown)
     }
 
     /// Where the gates of workflows are (`ShutDown` before the supervisor

@@ -101,6 +101,11 @@ pub struct Settings {
     /// fails the job permanently, saying so, so a job that snoozes forever
     /// ends. A type's `JobOptions::max_snoozes` beats it. Default 1000.
     pub max_snoozes: u32,
+    /// The longest a debounced burst is put off from its first submission
+    /// when its submissions do not say (`Debounce::max_delay`): a stream of
+    /// submissions closer than the window still runs the job this long
+    /// after the stream began. Default 1 h.
+    pub debounce_max_delay: Duration,
     /// When memo entries reach the object store. Default
     /// [`MemoWrites::OnFailure`].
     pub memo_writes: MemoWrites,
@@ -194,6 +199,7 @@ impl Default for Settings {
             restart_window: Duration::from_secs(10),
             max_interruptions: 3,
             max_snoozes: 1000,
+            debounce_max_delay: Duration::from_secs(3600),
             interruption_window: Duration::from_secs(60),
             interruption_memory: Duration::from_secs(3600),
             memo_writes: MemoWrites::OnFailure,

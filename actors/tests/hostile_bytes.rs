@@ -21,9 +21,9 @@ use gaffer_actors::erased::CompletedBatch;
 use gaffer_actors::layout::inspect;
 use gaffer_actors::layout::keys;
 use gaffer_actors::layout::records::{
-    self, BatchHead, FailureKind, ItemMarker, ItemStatus, ManifestChunk, ManifestItem, Outcome,
-    OutcomeRecord, OutputRef, PastAttempt, PeriodicRecord, QueueCounts, RunRecord, SleepRecord,
-    StatsSnapshot, StepOf, WaitRecord,
+    self, BatchHead, DebounceRecord, FailureKind, ItemMarker, ItemStatus, ManifestChunk,
+    ManifestItem, Outcome, OutcomeRecord, OutputRef, PastAttempt, PeriodicRecord, QueueCounts,
+    RunRecord, SleepRecord, StatsSnapshot, StepOf, WaitRecord,
 };
 use gaffer_actors::layout::workflow::status::topological;
 use gaffer_actors::maintenance::schedule::{Missed, Schedule, ScheduleSpec};
@@ -485,11 +485,21 @@ fn intake_request() -> impl Strategy<Value = SubmitRequest> {
             option::of(text()),
             option::of(any::<u64>()),
         ),
+        (
+            option::of(any::<u64>()),
+            option::of((
+                text(),
+                any::<u64>(),
+                any::<bool>(),
+                option::of(any::<u64>()),
+            )),
+        ),
     )
         .prop_map(
             |(
                 (run_id, job_type, payload, idempotency_key, headers),
                 (priority, max_attempts, run_at_ms, traceparent, timeout_ms),
+                (unique_for_ms, debounce),
             )| {
                 SubmitRequest {
                     run_id: Some(run_id),
@@ -502,7 +512,37 @@ fn intake_request() -> impl Strategy<Value = SubmitRequest> {
                     run_at: run_at_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
                     traceparent,
                     timeout: timeout_ms.map(Duration::from_millis),
-                    unique_for: None,
+                    unique_for: unique_for_ms.map(Duration::from_millis),
+                    debounce: debounce.map(|(key, window_ms, leading, max_delay_ms)| {
+                        gaffer_actors::layout::request::Debounce {
+                            key,
+                            window_ms,
+                            leading,
+                            max_delay_ms,
+                        }
+                    }),
+                }
+            },
+        )
+}
+
+fn debounce_record() -> impl Strategy<Value = DebounceRecord> {
+    (
+        (text(), text(), any::<u64>(), any::<u64>()),
+        (any::<u64>(), any::<u64>(), any::<u32>()),
+        intake_request(),
+    )
+        .prop_map(
+            |((run_id, timer_id, first_ms, last_ms), (due_ms, until_ms, submits), request)| {
+                DebounceRecord {
+                    run_id,
+                    timer_id,
+                    first_ms,
+                    last_ms,
+                    due_ms,
+                    until_ms,
+                    submits,
+                    request,
                 }
             },
         )
@@ -546,7 +586,7 @@ fn intake_workflow() -> impl Strategy<Value = IntakeWorkflow> {
 
 fn intake_op() -> impl Strategy<Value = IntakeOp> {
     prop_oneof![
-        intake_request().prop_map(IntakeOp::Submit),
+        intake_request().prop_map(|r| IntakeOp::Submit(Box::new(r))),
         text().prop_map(|run_id| IntakeOp::Cancel { run_id }),
         text().prop_map(|run_id| IntakeOp::Retry { run_id }),
         (text(), any::<u64>())
@@ -610,6 +650,11 @@ proptest! {
             let key = rec.ended_key("01J");
             prop_assert!(key.starts_with(keys::ENDED_ROOT));
         }
+    }
+
+    #[test]
+    fn debounce_records_decode_or_refuse(bytes in hostile(debounce_record())) {
+        survives::<DebounceRecord>("a debounce record", bytes);
     }
 
     #[test]

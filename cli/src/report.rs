@@ -335,6 +335,13 @@ impl Render for JobDetail {
         if self.sleeping {
             kv("sleeping", "until its due time (JobContext::sleep)".into());
         }
+        if let Some(key) = &self.debounced {
+            let burst = self
+                .debounced_submits
+                .map(|n| format!(" (its burst open: {n} submissions so far)"))
+                .unwrap_or_default();
+            kv("debounced by", format!("the key `{key}`{burst}"));
+        }
         kv("attempts", self.attempts.to_string());
         if self.snoozes > 0 {
             let times = if self.snoozes == 1 { "time" } else { "times" };

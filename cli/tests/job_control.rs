@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use common::{LIMIT, json, ok};
 use gaffer::Engine;
-use gaffer_testkit::jobs::{Nap, Snoozy};
+
+const HOUR: Duration = Duration::from_secs(3600);
+use gaffer_testkit::jobs::{Greet, Nap, Snoozy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_shows_a_sleeping_job_until_when_and_a_snoozed_one_how_often() {
@@ -18,6 +20,7 @@ async fn job_shows_a_sleeping_job_until_when_and_a_snoozed_one_how_often() {
         .flush_interval(Duration::from_millis(1))
         .register::<Nap>()
         .register::<Snoozy>()
+        .register::<Greet>()
         .start()
         .await
         .unwrap();
@@ -50,5 +53,25 @@ async fn job_shows_a_sleeping_job_until_when_and_a_snoozed_one_how_often() {
     assert!(shown.get("sleeping").is_none(), "{shown}");
     let text = ok(dir, &["job", snoozy.id()]);
     assert!(text.contains("1 time"), "{text}");
+
+    // A debounced run: its key, and its open burst's submissions.
+    let hourly = || gaffer::SubmitOptions::default().debounce("greet-ada", HOUR);
+    let greet = || Greet { name: "ada".into() };
+    let first = engine.submit_with(greet(), hourly()).await.unwrap();
+    let second = engine.submit_with(greet(), hourly()).await.unwrap();
+    assert_eq!(first.id(), second.id());
+    common::eventually("the job shows its burst", LIMIT, async || {
+        json(dir, &["job", first.id()])["debounced_submits"] == 2
+    })
+    .await;
+    let shown = json(dir, &["job", first.id()]);
+    assert_eq!(shown["state"], "scheduled", "{shown}");
+    assert_eq!(shown["debounced"], "greet-ada", "{shown}");
+    assert_eq!(shown["debounced_submits"], 2, "{shown}");
+    let text = ok(dir, &["job", first.id()]);
+    assert!(
+        text.contains("the key `greet-ada` (its burst open: 2 submissions so far)"),
+        "{text}"
+    );
     engine.shutdown().await.unwrap();
 }

@@ -41,7 +41,7 @@ pub fn intake_queue(queue_name: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IntakeOp {
     /// Submit a job.
-    Submit(SubmitRequest),
+    Submit(Box<SubmitRequest>),
     /// Cancel a job.
     Cancel {
         /// Its id.

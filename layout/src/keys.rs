@@ -29,6 +29,9 @@ pub const RESERVED_HEADER_PREFIX: &str = "gaffer.";
 pub const HEADER_TYPE: &str = "gaffer.type";
 /// Header carrying the run id (the id a handle answers to).
 pub const HEADER_RUN: &str = "gaffer.run";
+/// Header carrying the debounce key a job's run was debounced by (on its
+/// timer and on its job).
+pub const HEADER_DEBOUNCED: &str = "gaffer.debounced";
 /// Header carrying the job's attempt limit when it is not its queue's default
 /// (gaffer counts attempts itself: the queue's own limit is set out of reach,
 /// see [`QUEUE_ATTEMPTS`]).
@@ -143,6 +146,28 @@ pub const BARRIER_KEY: &[u8] = b"gaffer/v1/barrier";
 /// deleted by the terminal settlement.
 pub fn run_key(run_id: &str) -> Vec<u8> {
     format!("gaffer/v1/runs/{run_id}").into_bytes()
+}
+
+/// `gaffer/v1/debounce/{hex sha256(job_type NUL key)}`: the open burst of
+/// the debounce key `key` of `job_type` (`records::DebounceRecord`),
+/// written by each debounced submission of the burst and deleted by the
+/// transaction that closes it (see `jobs::debounce`).
+pub fn debounce_key(job_type: &str, key: &str) -> Vec<u8> {
+    let mut named = Vec::with_capacity(job_type.len() + 1 + key.len());
+    named.extend_from_slice(job_type.as_bytes());
+    named.push(0);
+    named.extend_from_slice(key.as_bytes());
+    format!("{DEBOUNCE_PREFIX}{}", hex_sha256(&named)).into_bytes()
+}
+
+/// Prefix of [`debounce_key`].
+pub const DEBOUNCE_PREFIX: &str = "gaffer/v1/debounce/";
+
+/// The queue of the debounce timers of an engine whose jobs queue prefix is
+/// `queue_name` (a timer is a scheduled job there, its payload the burst's
+/// [`debounce_key`]; its time is the burst's end).
+pub fn debounce_queue(queue_name: &str) -> String {
+    format!("{queue_name}-debounce")
 }
 
 /// `gaffer/v1/signals/{run_id}/{name}`: a signal sent to a job (its

@@ -71,9 +71,68 @@ pub struct SubmitRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub unique_for: Option<Duration>,
+    /// Debounce (`SubmitOptions::debounce`): submissions of one key within
+    /// a window are one run, after the burst. `None`: a job of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<Debounce>,
+}
+
+/// How a submission is debounced: the burst of its key it joins (or
+/// starts), and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Debounce {
+    /// The key: submissions of one job type and key within a window are
+    /// one burst.
+    pub key: String,
+    /// The quiet the burst waits for: its run starts this long after its
+    /// last submission, milliseconds.
+    pub window_ms: u64,
+    /// Keep the burst's first submission (its payload and options), not
+    /// its last.
+    #[serde(default)]
+    pub leading: bool,
+    /// The longest a burst is put off from its first submission,
+    /// milliseconds; `None`: the engine's `Settings::debounce_max_delay`.
+    #[serde(default)]
+    pub max_delay_ms: Option<u64>,
 }
 
 impl SubmitRequest {
+    /// Refuse a debounced request whose other options its burst decides:
+    /// a key, a run id of its own (a client's request names one; pass
+    /// `allow_run_id`), a due time; and a key not of 1-256 bytes.
+    pub fn check_debounce(&self, allow_run_id: bool) -> Result<(), EngineError> {
+        let Some(d) = &self.debounce else {
+            return Ok(());
+        };
+        let refuse = |what: &str| {
+            Err(EngineError::InvalidSubmitOptions(format!(
+                "a debounced submission cannot have {what}: its burst decides its job"
+            )))
+        };
+        if self.idempotency_key.is_some() {
+            return refuse("an idempotency key");
+        }
+        if self.run_id.is_some() && !allow_run_id {
+            return refuse("a run id");
+        }
+        if self.run_at.is_some() {
+            return refuse("a due time (run_at)");
+        }
+        if d.key.is_empty() || d.key.len() > 256 {
+            return Err(EngineError::InvalidSubmitOptions(format!(
+                "a debounce key is 1-256 bytes, not {}",
+                d.key.len()
+            )));
+        }
+        if d.window_ms == 0 {
+            return Err(EngineError::InvalidSubmitOptions(
+                "a debounce window is at least 1 ms".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Fix the period of a request unique for one: its key (its
     /// idempotency key, else `{type}:{hex sha256(payload)}`, the key
     /// `payload_idempotency_key` derives) becomes `{key}@{period}ms#{n}`,
@@ -206,6 +265,7 @@ mod tests {
             traceparent: b.traceparent,
             timeout,
             unique_for: None,
+            debounce: None,
         }
     }
 

@@ -30,14 +30,14 @@ pub fn submit_op_at(
         Some(k) => keys::keyed_run_id(k),
         None => request_id.clone(),
     };
-    let op = IntakeOp::Submit(SubmitRequest {
+    let op = IntakeOp::Submit(Box::new(SubmitRequest {
         run_id: Some(run_id.clone()),
         job_type: job_type.to_string(),
         payload,
         idempotency_key: key.map(str::to_string),
         run_at: run_at_ms.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
         ..SubmitRequest::default()
-    });
+    }));
     Ok((op, request_id, run_id))
 }
 

@@ -286,6 +286,13 @@ pub struct JobDetail {
     /// among those its outcome record keeps (the last 64).
     #[serde(skip_serializing_if = "is_zero")]
     pub snoozes: u32,
+    /// The debounce key its run was debounced by (`SubmitOptions::debounce`),
+    /// while the queue keeps its job (or its burst's timer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debounced: Option<String>,
+    /// An open burst's submissions so far (its run has not started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debounced_submits: Option<u32>,
     /// Whether `gaffer retry ID` can run it again: it failed or was
     /// cancelled, the queue keeps its payload (its dead letter), and it is
     /// neither a workflow step (retry the workflow) nor a batch item (run

@@ -301,12 +301,16 @@ impl Store {
     /// What a queue of the store is: `(kind, name)`, a job type's (a
     /// partition queue under its type), a pipeline's, or the intake's (the
     /// engine's own: requests from other processes; its dead jobs are
-    /// requests an older engine refused, with the reason); `None` for a
+    /// requests an older engine refused, with the reason), the debounce
+    /// timers' (the engine's own: one per open burst); `None` for a
     /// queue that is not the engine's.
     pub(crate) fn classify(&self, q: &str) -> Option<(&'static str, String)> {
         let base = keys::partition_base(q).unwrap_or(q);
         if q == gaffer_layout::intake::intake_queue(&self.jobs_prefix) {
             return Some(("intake", "client requests".to_string()));
+        }
+        if q == keys::debounce_queue(&self.jobs_prefix) {
+            return Some(("debounce", "debounce timers".to_string()));
         }
         if let Some(name) = base.strip_prefix(&format!("{}.", self.jobs_prefix)) {
             return Some(("job", name.to_string()));

@@ -47,6 +47,69 @@ pub struct SubmitOptions {
     /// period, a submission after its job's record was removed runs again.
     /// See [`unique_for`](Self::unique_for).
     pub unique_for: Option<std::time::Duration>,
+    /// Debounce: submissions of this job type with one key within a window
+    /// are one job, run after the burst (see [`Debounce`] and
+    /// [`debounce`](Self::debounce)).
+    pub debounce: Option<Debounce>,
+}
+
+/// How a submission is debounced ([`SubmitOptions::debounce`]): "re-index
+/// this document" fired 40 times while a user types becomes one run after
+/// the typing stops.
+///
+/// The first submission of a key starts a **burst**: its job is scheduled
+/// `window` ahead. Each later submission within the burst pushes the run
+/// back to `window` after it and replaces the job's payload and options
+/// (trailing, the default: the last wins), or keeps the first's
+/// ([`leading`](Self::leading)). The run starts once the burst has been
+/// quiet for `window`, or at the latest [`max_delay`](Self::max_delay)
+/// after its first submission, so a stream of submissions cannot put it
+/// off forever. Every submission of a burst answers the handle of its one
+/// job. Once that job has started, the next submission starts a new burst.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Debounce {
+    key: String,
+    window: std::time::Duration,
+    leading: bool,
+    max_delay: Option<std::time::Duration>,
+}
+
+impl Debounce {
+    /// Debounce by `key` (1-256 bytes; per job type) over `window`.
+    pub fn new(key: impl Into<String>, window: std::time::Duration) -> Self {
+        Self {
+            key: key.into(),
+            window,
+            leading: false,
+            max_delay: None,
+        }
+    }
+
+    /// Keep the burst's first submission (its payload and options), not
+    /// its last.
+    #[must_use]
+    pub fn leading(mut self) -> Self {
+        self.leading = true;
+        self
+    }
+
+    /// Run at the latest this long after the burst's first submission
+    /// (default: the engine's `Settings::debounce_max_delay`, 1 h).
+    #[must_use]
+    pub fn max_delay(mut self, max_delay: std::time::Duration) -> Self {
+        self.max_delay = Some(max_delay);
+        self
+    }
+
+    fn wire(&self) -> gaffer_actors::layout::request::Debounce {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        gaffer_actors::layout::request::Debounce {
+            key: self.key.clone(),
+            window_ms: ms(self.window),
+            leading: self.leading,
+            max_delay_ms: self.max_delay.map(ms),
+        }
+    }
 }
 
 impl SubmitOptions {
@@ -56,6 +119,22 @@ impl SubmitOptions {
     #[must_use]
     pub fn unique_for(mut self, period: std::time::Duration) -> Self {
         self.unique_for = Some(period);
+        self
+    }
+
+    /// Debounce by `key` over `window`, trailing (the last submission of a
+    /// burst wins): see [`Debounce`]. A debounced job has no idempotency
+    /// key and no `run_at` of its own (`InvalidSubmitOptions`): its burst
+    /// decides both.
+    #[must_use]
+    pub fn debounce(self, key: impl Into<String>, window: std::time::Duration) -> Self {
+        self.debounce_with(Debounce::new(key, window))
+    }
+
+    /// Debounce as `debounce` says (leading, a max delay).
+    #[must_use]
+    pub fn debounce_with(mut self, debounce: Debounce) -> Self {
+        self.debounce = Some(debounce);
         self
     }
 }
@@ -76,7 +155,19 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
         traceparent: None,
         timeout: opts.timeout,
         unique_for: opts.unique_for,
+        debounce: opts.debounce.as_ref().map(Debounce::wire),
     })
+}
+
+/// Refuse a debounced `req` where its burst could not be one job: a shard
+/// set routes a job by its id, which a burst's engine picks.
+pub(crate) fn refuse_debounce(req: &SubmitRequest, door: &str) -> Result<()> {
+    match req.debounce {
+        Some(_) => Err(Error::InvalidSubmitOptions(format!(
+            "a debounced submission through {door} is not supported: submit it to the shard's engine or a Client of it"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Fix `req`'s period, if it is unique for one, on this machine's clock

@@ -35,8 +35,10 @@ use crate::job::submit::{SubmitOptions, submit_request};
 use crate::job::typed::Job;
 use gaffer_actors::layout::store::Store;
 
+mod handle;
 mod requests;
 mod workflows;
+pub use handle::ClientHandle;
 pub use requests::Request;
 pub use workflows::ClientWorkflow;
 
@@ -267,15 +269,20 @@ impl Client {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
         crate::job::submit::pin_period_now(&mut req)?;
+        req.check_debounce(true)?;
+        let debounced = req.debounce.is_some();
         let run_id = crate::job::submit::job_id_of(&req, &request_id);
         req.run_id = Some(run_id.clone());
         if req.traceparent.is_none() {
             req.traceparent = gaffer_actors::telemetry::current_traceparent();
         }
-        self.inner.send(&request_id, &IntakeOp::Submit(req)).await?;
+        self.inner
+            .send(&request_id, &IntakeOp::Submit(Box::new(req)))
+            .await?;
         Ok(ClientHandle {
             id: run_id,
             request_id,
+            debounced,
             inner: self.inner.clone(),
             _job: PhantomData,
         })
@@ -420,111 +427,4 @@ fn entry_size(request_id: &str, op: &IntakeOp) -> Result<usize> {
     rmp_serde::to_vec_named(&entry)
         .map(|body| body.len())
         .map_err(|e| Error::encode("the client's inbox entry", e))
-}
-
-/// A job submitted by a [`Client`].
-pub struct ClientHandle<J: Job> {
-    id: String,
-    request_id: String,
-    inner: Arc<Inner>,
-    _job: PhantomData<fn() -> J>,
-}
-
-impl<J: Job> std::fmt::Debug for ClientHandle<J> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientHandle")
-            .field("job_type", &J::NAME)
-            .field("id", &self.id)
-            .field("request_id", &self.request_id)
-            .finish()
-    }
-}
-
-impl<J: Job> ClientHandle<J> {
-    /// The job's id (as in-process: a ULID, or the hex SHA-256 of its key).
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The id of this submission's request (the intake queue job's id).
-    pub fn request_id(&self) -> &str {
-        &self.request_id
-    }
-
-    /// Where the submission stands: sent, refused, or the job's state.
-    pub async fn status(&self) -> Result<RequestState> {
-        self.inner.request_state(&self.request_id, &self.id).await
-    }
-
-    /// The job's result if it has ended.
-    pub async fn outcome(&self) -> Result<Option<Result<J::Output, JobError>>> {
-        self.inner.outcome::<J>(&self.id).await
-    }
-
-    /// Wait for the job to end (reading the store every poll interval).
-    /// Ends with [`Error::Refused`] if the engine refused the request.
-    pub async fn join(&self) -> Result<Result<J::Output, JobError>> {
-        // When the request reads as taken but its job reads as absent, the
-        // job is past retention. This was also seen under load across an
-        // engine restart, from `request_progress` reading the intake job
-        // before the inbox record (a request still queued read as taken);
-        // it reads them the other way round now. Only an absence that
-        // lasts `MISSING_GRACE` ends the wait, in case a reader can still
-        // see a taken request before its job.
-        let mut missing_since: Option<tokio::time::Instant> = None;
-        loop {
-            // A read can fail for a moment (the engine restarting, the
-            // store briefly unavailable): only a permanent error ends the
-            // wait.
-            let status = match self.status().await {
-                Ok(status) => {
-                    missing_since = None;
-                    status
-                }
-                Err(Error::JobNotFound(_))
-                    if missing_since
-                        .get_or_insert_with(tokio::time::Instant::now)
-                        .elapsed()
-                        < MISSING_GRACE =>
-                {
-                    tokio::time::sleep(self.inner.poll).await;
-                    continue;
-                }
-                Err(e) if !e.is_permanent() => {
-                    tokio::time::sleep(self.inner.poll).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            match status {
-                RequestState::Refused(reason) => {
-                    return Err(Error::Refused {
-                        request: self.request_id.clone(),
-                        reason,
-                    });
-                }
-                RequestState::Job(state) if state.is_terminal() => match self.outcome().await {
-                    Ok(Some(result)) => return Ok(result),
-                    Ok(None) => {}
-                    Err(e) if !e.is_permanent() => {}
-                    Err(e) => return Err(e),
-                },
-                _ => {}
-            }
-            tokio::time::sleep(self.inner.poll).await;
-        }
-    }
-
-    /// [`join`](Self::join) for at most `timeout`; `Ok(None)` if the job
-    /// has not ended by then (as [`JobHandle::join_timeout`](crate::JobHandle::join_timeout)),
-    /// also when no engine has taken the request yet.
-    pub async fn join_timeout(
-        &self,
-        timeout: Duration,
-    ) -> Result<Option<Result<J::Output, JobError>>> {
-        match tokio::time::timeout(timeout, self.join()).await {
-            Ok(r) => r.map(Some),
-            Err(_) => Ok(None),
-        }
-    }
 }

@@ -371,6 +371,7 @@ impl ClusterRouter {
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<String> {
         let mut req = submit_request(&job, opts)?;
         let fresh = self.set.fresh_id(&req)?;
+        crate::job::submit::refuse_debounce(&req, "a cluster router")?;
         let id = pin_job_id(&mut req, fresh)?;
         if req.traceparent.is_none() {
             req.traceparent = gaffer_actors::telemetry::current_traceparent();

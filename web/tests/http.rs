@@ -1283,5 +1283,16 @@ async fn a_sleeping_job_shows_until_when_and_a_snoozed_one_how_often() {
     let page = get(&app, &format!("/jobs/{}", snoozy.id())).await.body;
     assert!(page.contains("state scheduled"), "{page}");
     assert!(!page.contains("Sleeping until"), "{page}");
+    // A debounced run names its key and its open burst.
+    let hourly =
+        || gaffer::SubmitOptions::default().debounce("ping-<b>", Duration::from_secs(3600));
+    let ping = engine.submit_with(Ping { n: 1 }, hourly()).await.unwrap();
+    engine.submit_with(Ping { n: 2 }, hourly()).await.unwrap();
+    common::eventually("the page names its key and its burst", LIMIT, async || {
+        get(&app, &format!("/jobs/{}", ping.id())).await.body.contains(
+            "<dd id=\"debounced\">the key <code>ping-&lt;b&gt;</code> (its burst open: 2 submissions so far)</dd>",
+        )
+    })
+    .await;
     engine.shutdown().await.unwrap();
 }

@@ -203,7 +203,7 @@ async fn take(services: &Services, engine: &crate::EngineRef, claim: Claim) {
     };
     // `Ok(Some(text))`: an operator request's result, recorded with the ack.
     let applied: Result<Option<String>> = match op {
-        IntakeOp::Submit(request) => submit(services, &claim.id, request).await.map(|()| None),
+        IntakeOp::Submit(request) => submit(services, &claim.id, *request).await,
         IntakeOp::Cancel { run_id } => engine.cancel(&run_id).await.map(|r| Some(format!("{r:?}"))),
         IntakeOp::Retry { run_id } => engine
             .retry(&run_id)
@@ -358,7 +358,13 @@ async fn wait_for_key(services: &Services, queue: &taquba::Queue, claim: &Claim)
 }
 
 /// Submit a client's job through the engine's own submit.
-async fn submit(services: &Services, request_id: &str, mut request: SubmitRequest) -> Result<()> {
+/// Apply a client's submission. A debounced one answers its burst's run id,
+/// recorded as the request's result (its client learns the id from it).
+async fn submit(
+    services: &Services,
+    request_id: &str,
+    mut request: SubmitRequest,
+) -> Result<Option<String>> {
     // A request from another process names its job's id: its submitter
     // answers with it before the engine sees the request.
     let Some(run_id) = request.run_id.clone() else {
@@ -386,7 +392,12 @@ async fn submit(services: &Services, request_id: &str, mut request: SubmitReques
         // Keyed: the id is the key's (checked above).
         request.run_id = None;
     }
+    if request.debounce.is_some() {
+        let submitted = services.submit(request).await?;
+        debug!(request = %request_id, run_id = %submitted.run_id, "client request debounced");
+        return Ok(Some(submitted.run_id));
+    }
     services.submit(request).await?;
     debug!(request = %request_id, %run_id, "client request submitted");
-    Ok(())
+    Ok(None)
 }

@@ -66,6 +66,9 @@ pub(crate) struct SupervisorState {
     /// The gates of workflows: which settlement decides a waiting step.
     /// Here because what is in flight must outlive every other actor.
     gates: crate::workflows::Gates,
+    /// The debounce lines: each key's operations, one batch at a time.
+    /// Here because a batch in flight must outlive every other actor.
+    debounce: crate::jobs::debounce::Debouncer,
     /// Pools by job type or pipeline name (stray pools by queue name).
     pools: HashMap<String, PoolRef>,
     /// The periodic jobs scheduled on this engine (handed to the periodic
@@ -169,6 +172,7 @@ impl Actor for Supervisor {
             events.clone(),
         ));
         services.set_gates(myself.get_derived());
+        services.set_debounce(myself.get_derived());
         let cell = myself.get_cell();
         let waiters_args = WaitersArguments {
             services: services.clone(),
@@ -205,6 +209,7 @@ impl Actor for Supervisor {
             sweeper: SweeperRef(sweeper),
             claims: Default::default(),
             gates: Default::default(),
+            debounce: Default::default(),
             waiters: WaitersRef(waiters),
             pools: HashMap::new(),
             periodic,
@@ -234,6 +239,8 @@ impl Actor for Supervisor {
             state.spawn_child(Child::Intake, false).await?;
         }
         state.spawn_child(Child::Periodic, false).await?;
+        let me = myself.get_derived();
+        state.debounce.start(&me, &state.services);
         for queue in state.strays.clone() {
             warn!(%queue, "a queue of an unregistered job type or pipeline holds jobs; they fail as unregistered");
             state.spawn_child(Child::Stray(queue), false).await?;
@@ -271,6 +278,13 @@ impl Actor for Supervisor {
             EngineMessage::Gate(message) => {
                 let me = myself.get_derived();
                 state.gates.handle(message, &me, &state.services)
+            }
+            EngineMessage::Debounce(message) => {
+                let me = myself.get_derived();
+                let notify = state.notify();
+                state
+                    .debounce
+                    .handle(message, &me, &state.services, &notify)
             }
             EngineMessage::ResumeBatch(spec, reply) => state.resume_batch(*spec, reply),
             EngineMessage::BatchProgress(batch_id, reply) => state.batch_progress(batch_id, reply),

@@ -86,6 +86,9 @@ impl Services {
         // the queue's clock (a client fixed it on its own).
         req.pin_period(self.clock().now_ms())?;
         self.job_queue(&req.job_type)?;
+        if req.debounce.is_some() {
+            return self.debounced(req).await;
+        }
         let queue = self.queue()?;
         let hash = keys::input_hash(&req.job_type, &req.payload);
         let given = match (&req.idempotency_key, &req.run_id) {
@@ -320,7 +323,7 @@ impl Services {
             }))
     }
 
-    fn run_record(
+    pub(crate) fn run_record(
         &self,
         job_id: &str,
         job_type: &str,

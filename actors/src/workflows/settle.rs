@@ -105,6 +105,7 @@ pub(crate) fn request(wf: &str, name: &str, record: StepRecord, job: HeldJob) ->
         traceparent: None,
         timeout: job.timeout_ms.map(std::time::Duration::from_millis),
         unique_for: None,
+        debounce: None,
     }
 }
 

@@ -37,6 +37,7 @@ impl Store {
                 None => None,
             };
             if let Some(job) = kept {
+                d.debounced = job.headers.get(keys::HEADER_DEBOUNCED).cloned();
                 d.workflow = job.headers.get(HEADER_WORKFLOW).cloned();
                 d.step = job.headers.get(HEADER_STEP).cloned();
                 d.payload_ref = job.payload_ref.clone();
@@ -83,6 +84,8 @@ impl Store {
             waiting_for: None,
             sleeping: false,
             snoozes: 0,
+            debounced: None,
+            debounced_submits: None,
             retryable: false,
             payload: job.payload_ref.is_none().then(|| job.payload.clone()),
             payload_ref: job.payload_ref.clone(),
@@ -95,6 +98,18 @@ impl Store {
         {
             d.waiting_for = Some(wait.name.clone());
             d.run_at_ms = Some(wait.until_ms);
+        }
+        // A debounced run: its key, and while its burst is open (its timer
+        // is the run's queue job), the burst's submissions.
+        d.debounced = job.headers.get(keys::HEADER_DEBOUNCED).cloned();
+        if let Some(key) = &d.debounced
+            && job.queue.as_str() == keys::debounce_queue(&self.jobs_prefix)
+        {
+            let burst = keys::debounce_key(&d.job_type, key);
+            if let Some(raw) = view.kv_get(&burst).await? {
+                let rec: records::DebounceRecord = records::decode(&burst, &raw)?;
+                d.debounced_submits = (rec.run_id == d.id).then_some(rec.submits);
+            }
         }
         // A job asleep: scheduled for its run's latest sleep's end.
         if let Some(run) = &run {
@@ -253,6 +268,8 @@ impl Store {
             waiting_for: None,
             sleeping: false,
             snoozes: 0,
+            debounced: None,
+            debounced_submits: None,
             retryable: false,
             payload: None,
             payload_ref: None,
@@ -451,6 +468,8 @@ pub(super) fn outcome_detail(
         waiting_for: None,
         sleeping: false,
         snoozes: 0,
+        debounced: None,
+        debounced_submits: None,
         retryable: false,
         payload: None,
         payload_ref: None,

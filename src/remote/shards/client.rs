@@ -77,6 +77,7 @@ impl ShardedClient {
     ) -> Result<ClientHandle<J>> {
         let mut req = submit_request(&job, opts)?;
         crate::job::submit::pin_period_now(&mut req)?;
+        crate::job::submit::refuse_debounce(&req, "a shard set")?;
         // An unkeyed job's id is its request's: fresh, and of its value's
         // shard when its type is routed by a header.
         let request_id = self.set.fresh_id(&req)?;

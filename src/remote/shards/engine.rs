@@ -243,6 +243,7 @@ impl ShardedEngine {
     pub async fn submit_with<J: Job>(&self, job: J, opts: SubmitOptions) -> Result<JobHandle<J>> {
         let mut req = submit_request(&job, opts)?;
         let fresh = self.set.fresh_id(&req)?;
+        crate::job::submit::refuse_debounce(&req, "a shard set")?;
         let id = pin_job_id(&mut req, fresh)?;
         let engine = self.engine_of(&id)?;
         let submitted = engine.jobs.submit(req).await?;

@@ -93,6 +93,10 @@ pub(super) fn job_page(
             dt { "State" } dd #job-state { (state(d.state.as_str())) }
             @if let Some(signal) = &d.waiting_for { dt { "Waits for" } dd #waits-for { "the signal " code { (signal) } } }
             dt { "Attempts" } dd { (d.attempts) }
+            @if let Some(key) = &d.debounced {
+                dt { "Debounced by" }
+                dd #debounced { "the key " code { (key) } @if let Some(n) = d.debounced_submits { " (its burst open: " (n) " submissions so far)" } }
+            }
             @if d.snoozes > 0 { dt { "Snoozed" } dd #snoozes { (d.snoozes) @if d.snoozes == 1 { " time" } @else { " times" } } }
             @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
             @if let Some(b) = &d.batch { dt { "Batch" } dd { a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } } }
