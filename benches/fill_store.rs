@@ -8,7 +8,9 @@
 //! standard input closes, then shuts down: the store a `gaffer` command meets
 //! beside a live engine, whose writes since the last memtable flush are still
 //! only in the WAL (a clean shutdown flushes them, a `kill -9` of the holding
-//! process leaves them, as a crash does).
+//! process leaves them, as a crash does). With `--backlog K` as well, `work`
+//! is paused after the fill and K more `work` jobs are submitted: they stay
+//! ready (a backlog whose oldest job `gaffer stats` shows).
 //!
 //! ```sh
 //! cargo bench --bench fill_store -- /tmp/store-100k 100000
@@ -61,9 +63,19 @@ async fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let hold = args.iter().any(|a| a == "--hold");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--hold").collect();
+    let mut backlog = 0u64;
+    let mut positional: Vec<&String> = Vec::new();
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "--hold" => {}
+            "--backlog" => backlog = rest.next().and_then(|k| k.parse().ok()).unwrap_or(0),
+            _ => positional.push(a),
+        }
+    }
+    let args = positional;
     let Some(dir) = args.first() else {
-        eprintln!("usage: cargo bench --bench fill_store -- DIR [N] [--hold]");
+        eprintln!("usage: cargo bench --bench fill_store -- DIR [N] [--hold] [--backlog K]");
         std::process::exit(2);
     };
     let n: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
@@ -101,6 +113,13 @@ async fn main() {
         n / 1000,
         t0.elapsed().as_secs_f64()
     );
+    if backlog > 0 {
+        engine.pause(Work::NAME).await.expect("paused");
+        for i in 0..backlog {
+            engine.submit(Work(n + i)).await.expect("submitted");
+        }
+        println!("{backlog} more `work` jobs ready, the type paused");
+    }
     if hold {
         println!("holding: the engine stays up until standard input closes");
         // Blocking reads on a thread of their own: the engine's tasks keep

@@ -93,6 +93,8 @@ pub(crate) struct TypeMetrics {
 #[derive(Default)]
 struct Handles {
     job_type: String,
+    /// This pool's place among the samples of its type ([`SAMPLES`]).
+    place: Place,
     /// `gaffer_attempts_total`, by kind (job, item) and result.
     attempts: [[OnceLock<Counter>; 6]; 2],
     run: OnceLock<Histogram>,
@@ -105,6 +107,80 @@ struct Handles {
     crashes: OnceLock<Counter>,
     /// `gaffer_batch_items_total`, by result.
     items: [OnceLock<Counter>; 3],
+}
+
+/// The latest sample of every pool alive in the process, by job type then
+/// pool: `(ready, oldest ready age in seconds)`. A process that runs
+/// several engines (a `ShardedEngine`: one per owned shard) has a pool of
+/// each type in each, and one `gaffer_jobs_ready` and one
+/// `gaffer_oldest_ready_seconds` series per type: they are the sum of the
+/// pools' ready jobs and the oldest of their ages, not the pool that
+/// sampled last. A pool's sample leaves with the pool (its engine shut
+/// down, or fenced when its shard moved to another process, whose own
+/// series then count those jobs).
+#[cfg(feature = "metrics")]
+static SAMPLES: std::sync::Mutex<std::collections::BTreeMap<String, PoolSamples>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The last sample of each live pool of one type, by pool: `(ready, oldest
+/// ready age in seconds)`.
+#[cfg(feature = "metrics")]
+type PoolSamples = std::collections::BTreeMap<u64, (i64, f64)>;
+
+/// The next pool's number in [`SAMPLES`].
+#[cfg(feature = "metrics")]
+static NEXT_POOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A pool's place among the samples of its type in [`SAMPLES`]; dropped
+/// with the pool's metrics, it takes the pool's sample out. `pool` 0: the
+/// metrics were made without [`TypeMetrics::new`] and sample nothing.
+#[cfg(feature = "metrics")]
+#[derive(Default)]
+struct Place {
+    job_type: String,
+    pool: u64,
+}
+
+#[cfg(feature = "metrics")]
+impl Place {
+    /// Record this pool's sample (`None`: the pool is gone) and, when the
+    /// samples of the type changed, `set` its gauges to the sum of the
+    /// ready jobs of every pool of the type alive and the oldest of their
+    /// ages (under the lock: two pools' sets land in the order of their
+    /// sums).
+    fn record(&self, sample: Option<(i64, f64)>, set: impl FnOnce(i64, f64)) {
+        let mut samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+        let of_type = samples.entry(self.job_type.clone()).or_default();
+        let changed = match sample {
+            Some(s) => {
+                of_type.insert(self.pool, s);
+                true
+            }
+            None => of_type.remove(&self.pool).is_some(),
+        };
+        let ready: i64 = of_type.values().map(|s| s.0).sum();
+        let oldest = of_type.values().map(|s| s.1).fold(0.0, f64::max);
+        if of_type.is_empty() {
+            samples.remove(&self.job_type);
+        }
+        if changed {
+            set(ready, oldest);
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.pool != 0 {
+            self.record(None, |ready, oldest| {
+                metrics::gauge!("gaffer_jobs_ready", "job_type" => self.job_type.clone())
+                    .set(ready as f64);
+                metrics::gauge!("gaffer_oldest_ready_seconds", "job_type" => self.job_type.clone())
+                    .set(oldest);
+            });
+        }
+    }
 }
 
 #[cfg(feature = "metrics")]
@@ -174,6 +250,10 @@ impl TypeMetrics {
         return Self {
             handles: Arc::new(Handles {
                 job_type: job_type.to_string(),
+                place: Place {
+                    job_type: job_type.to_string(),
+                    pool: NEXT_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                },
                 ..Handles::default()
             }),
         };
@@ -282,19 +362,27 @@ impl TypeMetrics {
 
     /// A sample of the type's ready jobs over its queues (every value's):
     /// `gaffer_jobs_ready` and `gaffer_oldest_ready_seconds` (0 with none
-    /// ready).
+    /// ready), over every pool of the type in the process ([`SAMPLES`]).
+    /// `gaffer_jobs_running` exists from then on too, at 0 for a type that
+    /// has run nothing: an autoscaler's query adds ready and running, and
+    /// a sum with a missing series has no value.
     pub(crate) fn ready(&self, ready: i64, oldest_seconds: f64) {
         #[cfg(feature = "metrics")]
         {
             let h = &*self.handles;
-            h.ready
-                .get_or_init(
-                    || metrics::gauge!("gaffer_jobs_ready", "job_type" => h.job_type.clone()),
-                )
-                .set(ready as f64);
-            h.oldest_ready
-                .get_or_init(|| metrics::gauge!("gaffer_oldest_ready_seconds", "job_type" => h.job_type.clone()))
-                .set(oldest_seconds);
+            h.running
+                .get_or_init(|| running_gauge(&h.job_type))
+                .increment(0.0);
+            h.place.record(Some((ready, oldest_seconds)), |ready, oldest| {
+                h.ready
+                    .get_or_init(
+                        || metrics::gauge!("gaffer_jobs_ready", "job_type" => h.job_type.clone()),
+                    )
+                    .set(ready as f64);
+                h.oldest_ready
+                    .get_or_init(|| metrics::gauge!("gaffer_oldest_ready_seconds", "job_type" => h.job_type.clone()))
+                    .set(oldest);
+            });
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (ready, oldest_seconds);

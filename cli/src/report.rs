@@ -148,6 +148,7 @@ impl Render for Stats {
             "RUNNING",
             "DONE",
             "DEAD",
+            "OLDEST READY",
         ]);
         for q in &self.queues {
             t.row([
@@ -159,6 +160,7 @@ impl Render for Stats {
                 q.running.to_string(),
                 q.done.to_string(),
                 q.dead.to_string(),
+                q.oldest_ready_age_ms.map(age).unwrap_or_default(),
             ]);
         }
         if self.queues.is_empty() {

@@ -910,6 +910,228 @@ async fn stats_and_jobs_list_a_tenants_queue_under_its_type() {
     engine.shutdown().await.unwrap();
 }
 
+/// Stays running until the test lets it end ([`HOLD_END`]); says it
+/// started ([`HOLD_STARTED`]).
+#[derive(Debug, Serialize, Deserialize)]
+struct Hold(u32);
+
+static HOLD_STARTED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static HOLD_END: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+impl Job for Hold {
+    const NAME: &'static str = "hold";
+    type Output = u32;
+    type Error = gaffer::Error;
+
+    async fn run(&self, _ctx: JobContext) -> Result<u32, gaffer::Error> {
+        HOLD_STARTED.add_permits(1);
+        HOLD_END.acquire().await.expect("never closed").forget();
+        Ok(self.0)
+    }
+}
+
+/// The row of `queue` in a `stats --json` document's `queues`.
+fn stats_row<'a>(stats: &'a Value, queue: &str) -> &'a Value {
+    stats["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == queue)
+        .unwrap_or_else(|| panic!("no {queue} in {stats}"))
+}
+
+/// #39 §6, an autoscaler's signals: `stats` gives each queue's ready and
+/// running jobs and the age of its oldest ready job (claim order), from the
+/// WAL beside a live engine as from the flushed state, and after the
+/// flushed state's first ready job was claimed since. The jobs are enqueued
+/// on a mock clock two hours behind this machine's, one a minute apart, so
+/// each one's enqueue time is known and its age at least two hours (less
+/// its minutes); no engine claims them until the test resumes the type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_gives_ready_running_and_the_oldest_ready_jobs_age() {
+    use gaffer::taquba::MockClock;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hour = 3_600_000;
+    let minute = 60_000;
+    let t0 = gaffer_ops::format::now_ms() - 2 * hour;
+    let clock = std::sync::Arc::new(MockClock::new(t0));
+    let builder = |clock: Option<std::sync::Arc<MockClock>>| {
+        let b = Engine::builder()
+            .store(gaffer::Store::local_dir(dir))
+            .flush_interval(Duration::from_millis(1))
+            .register_with::<Hold>(gaffer::JobOptions {
+                concurrency: Some(1),
+                ..Default::default()
+            })
+            .register::<Greet>();
+        match clock {
+            Some(c) => b.clock(c),
+            None => b,
+        }
+    };
+    // Paused by an engine before: the next one's pool starts paused and
+    // claims nothing (a pool paused while it waits for a claim may take one
+    // job, then gives it back: enqueued again, at the time of its release).
+    let engine = builder(None).start().await.unwrap();
+    assert!(engine.pause(Hold::NAME).await.unwrap());
+    engine.shutdown().await.unwrap();
+    let engine = builder(Some(clock.clone())).start().await.unwrap();
+    let greeted = engine.submit(Greet { name: "a".into() }).await.unwrap();
+    greeted.join().await.unwrap().unwrap();
+    for i in 0..3 {
+        engine.submit(Hold(i)).await.unwrap();
+        clock.advance(Duration::from_secs(60));
+    }
+
+    // Beside the live engine: every job is in the WAL only.
+    for args in [&["stats", "--exact"][..], &["stats"]] {
+        let stats = json(dir, args);
+        let hold = stats_row(&stats, "jobs.hold");
+        if args.len() == 2 {
+            // The snapshot's counts may trail by a commit; --exact's not.
+            assert_eq!((&hold["pending"], &hold["running"]), (&3.into(), &0.into()));
+        }
+        assert_eq!(hold["oldest_ready_ms"], t0, "{args:?}: {stats}");
+        assert!(
+            hold["oldest_ready_age_ms"].as_u64().unwrap() >= 2 * hour,
+            "{stats}"
+        );
+        let greet = stats_row(&stats, "jobs.greet");
+        assert_eq!(greet["pending"], 0, "{stats}");
+        assert_eq!(greet["oldest_ready_ms"], Value::Null, "{stats}");
+        assert_eq!(greet["oldest_ready_age_ms"], Value::Null, "{stats}");
+    }
+    // Shut down (the memtable flushed): from the flushed state.
+    engine.shutdown().await.unwrap();
+    let stats = json(dir, &["stats"]);
+    assert_eq!(stats_row(&stats, "jobs.hold")["oldest_ready_ms"], t0);
+
+    // A new engine on the system clock claims the first job (concurrency
+    // 1), which then runs until the test ends it: 2 ready, 1 running. The
+    // flushed state's first ready job is the one claimed since, in the
+    // WAL: the oldest ready job is the second.
+    let engine = builder(None).start().await.unwrap();
+    assert!(engine.resume(Hold::NAME).await.unwrap());
+    within(HOLD_STARTED.acquire())
+        .await
+        .expect("never closed")
+        .forget();
+    let flushed = reader(dir, false).await;
+    let first = flushed
+        .view()
+        .list_jobs("jobs.hold", gaffer::taquba::JobStatus::Pending, None, 1)
+        .await
+        .unwrap();
+    flushed.close().await.unwrap();
+    assert_eq!(
+        first.jobs.first().map(|j| j.enqueued_at),
+        Some(t0),
+        "the test's premise: the flushed state still has the claimed job ready"
+    );
+    for args in [&["stats", "--exact"][..], &["stats"]] {
+        let stats = json(dir, args);
+        let hold = stats_row(&stats, "jobs.hold");
+        if args.len() == 2 {
+            // The snapshot's counts may trail by a commit; --exact's not.
+            assert_eq!((&hold["pending"], &hold["running"]), (&2.into(), &1.into()));
+        }
+        assert_eq!(hold["oldest_ready_ms"], t0 + minute, "{args:?}: {stats}");
+        assert!(
+            hold["oldest_ready_age_ms"].as_u64().unwrap() >= 2 * hour - minute,
+            "{stats}"
+        );
+    }
+    let text = ok(dir, &["stats"]);
+    assert!(text.contains("OLDEST READY"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("jobs.hold"))
+        .unwrap_or_else(|| panic!("no jobs.hold in {text}"));
+    let age = line.split_whitespace().last().unwrap();
+    assert!(
+        age.starts_with("1h5") || age.starts_with("2h"),
+        "{age} in {text}"
+    );
+    HOLD_END.add_permits(3);
+    engine.shutdown().await.unwrap();
+}
+
+/// `stats` over a shard set: each shard's oldest ready job, and the set's
+/// (`total`) the oldest of them. The jobs wait (their type paused), one
+/// enqueued a minute after the other on a mock clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_sets_stats_give_the_oldest_ready_job_of_the_set() {
+    use gaffer::taquba::MockClock;
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        std::fs::create_dir_all(tmp.path().join(format!("shard-{i:02}"))).unwrap();
+    }
+    let template = format!("file://{}/shard-{{shard}}", tmp.path().display());
+    let set = gaffer::remote::ShardSet::from_template(&template, 3).unwrap();
+    let t0 = gaffer_ops::format::now_ms() - 3_600_000;
+    let clock = std::sync::Arc::new(MockClock::new(t0));
+    let start = async |clock: Option<std::sync::Arc<MockClock>>| {
+        gaffer::remote::ShardedEngine::start(
+            set.clone(),
+            &gaffer::remote::Placement::Listed(vec![0, 1, 2]),
+            move |_, url| {
+                let b = Engine::builder()
+                    .store(gaffer::Store::url(url))
+                    .flush_interval(Duration::from_millis(1))
+                    .register::<Greet>();
+                match &clock {
+                    Some(c) => b.clock(c.clone()),
+                    None => b,
+                }
+            },
+        )
+        .await
+        .unwrap()
+    };
+    // Paused by the engines before: the next ones' pools claim nothing.
+    let engines = start(None).await;
+    engines.pause(Greet::NAME).await.unwrap();
+    engines.shutdown().await;
+    let engines = start(Some(clock.clone())).await;
+    let mut oldest = [None; 3];
+    for i in 0..6u64 {
+        let h = engines
+            .submit(Greet {
+                name: format!("n{i}"),
+            })
+            .await
+            .unwrap();
+        let shard = set.shard_of(h.id());
+        oldest[shard].get_or_insert(t0 + i * 60_000);
+        clock.advance(Duration::from_secs(60));
+    }
+    let out = on_shards(&template, &["stats", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (shard, part) in stats["shards"].as_array().unwrap().iter().enumerate() {
+        let greet = part["report"]["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["queue"] == "jobs.greet");
+        let shown = greet.and_then(|g| g["oldest_ready_ms"].as_u64());
+        assert_eq!(shown, oldest[shard], "shard {shard}: {stats}");
+    }
+    let total = stats_row(&stats["total"], "jobs.greet");
+    assert_eq!(total["pending"], 6, "{stats}");
+    assert_eq!(total["oldest_ready_ms"], t0, "{stats}");
+    assert!(
+        total["oldest_ready_age_ms"].as_u64().unwrap() >= 3_600_000,
+        "{stats}"
+    );
+    engines.shutdown().await;
+}
+
 /// `gaffer --shards TEMPLATE --shard-count N …`: its stdout, or panic.
 fn on_shards(template: &str, args: &[&str]) -> Output {
     bin()

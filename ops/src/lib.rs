@@ -7,8 +7,8 @@
 //! role:
 //!
 //! - [`store`]: opening, the layout and shard checks, the engine's queues;
-//! - [`queries`]: stats, a job, dead letters, batches, periodic jobs, the
-//!   writer's health, paused types;
+//! - [`queries`]: stats (with each queue's oldest ready job), a job, dead
+//!   letters, batches, periodic jobs, the writer's health, paused types;
 //! - [`listing`]: the listing of jobs with its cursor;
 //! - [`tenants`]: the values of a type spread over partition queues (its
 //!   top values, their oldest ready job, the paused ones);
@@ -16,7 +16,8 @@
 //! - [`act`]: requests through the store's inbox and their fate;
 //! - [`report`]: what each read answers (the command's `--json` documents);
 //! - `unflushed` (private): the WAL past the last memtable flush, read raw
-//!   ([`Reading::Flushed`]: `health` and `stats` of the command).
+//!   ([`Reading::Flushed`]: `health` and `stats` of the command: the beat,
+//!   the counters, the changes to the ready jobs).
 
 #![warn(missing_docs, missing_debug_implementations)]
 

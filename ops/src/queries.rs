@@ -1,7 +1,7 @@
 //! Queries: what each read of the store answers, one file per subject:
 //! a job (`job.rs`), the failed and dead (`ended.rs`), batches and periodic
-//! jobs (`batches.rs`); the store's whole state (stats, paused types, the
-//! writer's health) here.
+//! jobs (`batches.rs`), each queue's oldest ready job (`ready.rs`); the
+//! store's whole state (stats, paused types, the writer's health) here.
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -26,6 +26,7 @@ use gaffer_layout::workflow::{HEADER_STEP, HEADER_WORKFLOW};
 mod batches;
 mod ended;
 mod job;
+mod ready;
 
 pub use ended::{EndedScan, FAILED_KEYS_SHOWN};
 use job::*;
@@ -33,12 +34,16 @@ pub use job::{json_of, output, output_with};
 pub(crate) use job::{outcome_error, outcome_state, queue_row};
 
 impl Store {
-    /// `gaffer stats`: each queue's counters; read [`crate::Reading::Flushed`],
-    /// the flushed counters with the WAL's changes to them applied (the
-    /// same counts as a replaying reader's).
+    /// `gaffer stats`: each queue's counters and its oldest ready job; read
+    /// [`crate::Reading::Flushed`], the flushed counters with the WAL's
+    /// changes to them applied (the same counts as a replaying reader's),
+    /// and the first ready job of each queue that has one from the flushed
+    /// state with the WAL's changes to the ready jobs applied
+    /// (`queries/ready.rs`). The dashboard reads it through a replaying
+    /// reader, whose state is whole.
     pub async fn stats(&self, exact: bool) -> Result<Stats, OpsError> {
         let above = self.reader.last_store_activity().durable_seq;
-        let changes = match &self.unflushed {
+        let (mut stats, pending) = match &self.unflushed {
             // Beside a live engine, its latest snapshot of the counters is
             // among the newest WAL objects: read back to it, not through
             // every one.
@@ -46,13 +51,35 @@ impl Store {
                 Newest::Found { value, since } => {
                     let snapshot: records::StatsSnapshot =
                         records::decode(keys::STATS_KEY, &value)?;
-                    return Ok(self.rows_from_snapshot(snapshot, &since));
+                    (self.rows_from_snapshot(snapshot, &since), None)
                 }
-                Newest::Counters(changes) => changes,
+                Newest::Counters(changes, pending) => {
+                    (self.rows_from_counters(&changes).await?, Some(pending))
+                }
             },
-            Some(u) => u.counters(above).await?,
-            None => Default::default(),
+            Some(u) => {
+                let (changes, pending) = u.changes(above).await?;
+                (self.rows_from_counters(&changes).await?, Some(pending))
+            }
+            None => (self.rows_from_counters(&BTreeMap::new()).await?, None),
         };
+        let pending = match (&self.unflushed, pending) {
+            (Some(u), None) if stats.queues.iter().any(|r| r.pending > 0) => {
+                Some(u.pending(above).await?)
+            }
+            (_, pending) => pending,
+        };
+        self.oldest_ready(&mut stats, pending.as_ref(), crate::format::now_ms())
+            .await?;
+        Ok(stats)
+    }
+
+    /// The rows of every queue from the flushed counters with `changes`
+    /// (the WAL's past them) applied.
+    async fn rows_from_counters(
+        &self,
+        changes: &BTreeMap<(String, String), Counter>,
+    ) -> Result<Stats, OpsError> {
         let more = changes.keys().map(|(queue, _)| queue.clone()).collect();
         let mut queues = Vec::new();
         for (queue, kind, name) in self.queues_and(None, more).await? {
@@ -71,6 +98,8 @@ impl Store {
                 queue,
                 kind,
                 name,
+                oldest_ready_ms: None,
+                oldest_ready_age_ms: None,
             });
         }
         Ok(Stats {
@@ -122,6 +151,8 @@ impl Store {
                     queue: c.queue,
                     kind,
                     name,
+                    oldest_ready_ms: None,
+                    oldest_ready_age_ms: None,
                 })
             })
             .collect();

@@ -40,6 +40,34 @@ pub struct QueueRow {
     pub done: i64,
     /// Dead letters kept.
     pub dead: i64,
+    /// When the queue's first ready job in claim order (priority, then
+    /// enqueue order: without priorities, its oldest) was enqueued, epoch
+    /// ms by the engine's clock; `null` with no ready job. A job scheduled
+    /// for later (`run_at`, a retry's backoff) keeps its enqueue time, so
+    /// once due it is as old as its wait. Over a shard set, the oldest of
+    /// the shards'.
+    pub oldest_ready_ms: Option<u64>,
+    /// That job's age when read (ms); `null` with no ready job. With
+    /// `pending` and `running`, an autoscaler's signals (#39 §6; the
+    /// engine's gauges `gaffer_jobs_ready`, `gaffer_jobs_running` and
+    /// `gaffer_oldest_ready_seconds` say the same per type).
+    pub oldest_ready_age_ms: Option<u64>,
+}
+
+impl QueueRow {
+    /// Take `other`'s oldest ready job when it is older than this row's (a
+    /// shard set's rows of one queue).
+    fn take_older(&mut self, other: &QueueRow) {
+        if let Some(at) = other.oldest_ready_ms
+            && self.oldest_ready_ms.is_none_or(|o| at < o)
+        {
+            self.oldest_ready_ms = Some(at);
+        }
+        self.oldest_ready_age_ms = match (self.oldest_ready_age_ms, other.oldest_ready_age_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 impl Stats {
@@ -54,6 +82,7 @@ impl Stats {
                     q.running += row.running;
                     q.done += row.done;
                     q.dead += row.dead;
+                    q.take_older(row);
                 }
                 None => self.queues.push(row.clone()),
             }
@@ -541,5 +570,62 @@ mod tests {
             ("calls".into(), 3.0),
         ]);
         assert_eq!(cost_text(&cost), "calls=3 usd=0.8");
+    }
+
+    fn row(queue: &str, pending: i64, oldest: Option<(u64, u64)>) -> QueueRow {
+        QueueRow {
+            queue: queue.into(),
+            kind: "job",
+            name: queue.trim_start_matches("jobs.").into(),
+            pending,
+            scheduled: 0,
+            running: 1,
+            done: 0,
+            dead: 0,
+            oldest_ready_ms: oldest.map(|o| o.0),
+            oldest_ready_age_ms: oldest.map(|o| o.1),
+        }
+    }
+
+    /// A shard set's stats: counts added, and each queue's oldest ready job
+    /// the oldest of the shards' (an earlier enqueue, a larger age).
+    #[test]
+    fn stats_added_over_shards_keep_each_queues_oldest_ready_job() {
+        let mut total = Stats::default();
+        let shards = [
+            vec![row("jobs.a", 2, Some((1_000, 50))), row("jobs.b", 0, None)],
+            vec![
+                row("jobs.a", 3, Some((900, 70))),
+                row("jobs.b", 1, Some((5, 9))),
+            ],
+            vec![row("jobs.a", 0, None), row("jobs.c", 0, None)],
+        ];
+        for rows in shards {
+            total.add(&Stats {
+                queues: rows,
+                snapshot_at_ms: None,
+            });
+        }
+        let got: Vec<String> = total
+            .queues
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {} {:?} {:?}",
+                    r.queue, r.pending, r.running, r.oldest_ready_ms, r.oldest_ready_age_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "jobs.a 5 3 Some(900) Some(70)",
+                "jobs.b 1 2 Some(5) Some(9)",
+                "jobs.c 0 1 None None",
+            ]
+        );
+        let json = serde_json::to_value(&total.queues[2]).unwrap();
+        assert_eq!(json["oldest_ready_ms"], serde_json::Value::Null);
+        assert_eq!(json["oldest_ready_age_ms"], serde_json::Value::Null);
     }
 }

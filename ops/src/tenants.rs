@@ -212,9 +212,10 @@ impl Store {
 
     /// Fill each shown row's value, header and oldest ready job from this
     /// store: the first ready job of its queue (claim order: priority, then
-    /// enqueue order; without priorities, the oldest), else its first
-    /// running one for the value alone. A row this store already described
-    /// keeps its value; an older ready job here lowers its age.
+    /// enqueue order; without priorities, the oldest; as `gaffer stats`
+    /// reads it, `queries/ready.rs`, through this replaying reader), else
+    /// its first running one for the value alone. A row this store already
+    /// described keeps its value; an older ready job here lowers its age.
     pub async fn describe_values(&self, report: &mut Tenants, now_ms: u64) -> Result<(), OpsError> {
         let own = keys::queue_for(&self.jobs_prefix, &report.job_type);
         for row in &mut report.values {
@@ -242,16 +243,6 @@ impl Store {
             }
         }
         Ok(())
-    }
-
-    /// The first job of `queue` in `status` (one row read).
-    async fn first_job(
-        &self,
-        queue: &str,
-        status: JobStatus,
-    ) -> Result<Option<taquba::JobRecord>, OpsError> {
-        let page = self.view().list_jobs(queue, status, None, 1).await?;
-        Ok(page.jobs.into_iter().next())
     }
 
     /// The values of `job_type` an operator paused, with the header each

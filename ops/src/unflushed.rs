@@ -7,18 +7,20 @@
 //! flushes (`l0_sst_size_bytes`, `max_wal_flushes_before_l0_flush`; taquba
 //! 0.16 sets neither), so beside a live engine that is up to thousands of
 //! objects, about a millisecond of CPU each, whatever the command. `health`
-//! and `stats` need two things of them: the newest liveness beat and the
-//! job counters' changes. Those commands open the reader without the replay
-//! (it then sees the flushed state) and read the two here through SlateDB's
-//! [`WalReader`]: `health` the newest objects back to the first with a beat
-//! (a live writer beats every few seconds), `stats` every unflushed object,
-//! several at once, keeping only the counter rows.
+//! and `stats` need three things of them: the newest liveness beat, the
+//! job counters' changes and, for a queue with ready jobs, the changes to
+//! its ready (pending) jobs, whose first is its oldest ready job. Those
+//! commands open the reader without the replay (it then sees the flushed
+//! state) and read them here through SlateDB's [`WalReader`]: `health` the
+//! newest objects back to the first with a beat (a live writer beats every
+//! few seconds), `stats` every unflushed object, several at once, keeping
+//! only the counter rows and the pending rows.
 //!
-//! Both mirror taquba 0.16's private layout (the heartbeat key and its
+//! They mirror taquba 0.16's private layout (the heartbeat key and its
 //! MessagePack record, the stats keys and their i64 counters, summed by
-//! merge). `cli/tests/cli.rs` compares what they give with a replaying
-//! `QueueReader`'s answer on a live engine, so a taquba that moves them
-//! fails there.
+//! merge, the pending keys in claim order). `cli/tests/cli.rs` compares
+//! what they give with a replaying `QueueReader`'s answer on a live engine,
+//! so a taquba that moves them fails there.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -35,6 +37,10 @@ use crate::error::OpsError;
 
 /// taquba 0.16's key version byte (`keys::KEY_VERSION`).
 const KEY_VERSION: u8 = 1;
+/// taquba 0.16's pending key tag: `[tag, ver, qlen, queue, priority (u32
+/// BE), enqueued_at (u64 BE), id]`, so in claim order within a queue; the
+/// value is the job's record (not read here).
+const TAG_PENDING: u8 = 0x01;
 /// taquba 0.16's stats key tag: `[tag, ver, qlen, queue, metric]`, an i64
 /// (little-endian) that merges add to.
 const TAG_STATS: u8 = 0x09;
@@ -187,13 +193,13 @@ impl Unflushed {
     /// written since the last memtable flush, with the counter changes
     /// committed after it: the newest objects are read first, back to the
     /// first that holds the key. When none does, every object was read, and
-    /// the counter changes are all those above `above_seq` (as
-    /// [`Self::counters`] gives them, without a second read).
+    /// the counter and pending changes are all those above `above_seq` (as
+    /// [`Self::changes`] gives them, without a second read).
     pub async fn newest_or_counters(&self, key: &[u8], above_seq: u64) -> Result<Newest, OpsError> {
         let mut user_key = vec![TAG_USER];
         user_key.extend_from_slice(key);
         let user_key: Arc<[u8]> = user_key.into();
-        let mut counters = Vec::new();
+        let mut rows = Vec::new();
         let mut end = self.ids.end;
         let mut chunk = 1u64;
         while end > self.ids.start {
@@ -202,41 +208,63 @@ impl Unflushed {
             let wanted = user_key.clone();
             let read = self
                 .read(start..end, move |r| {
-                    r.key.as_ref() == &wanted[..] || is_counter(r)
+                    r.key.as_ref() == &wanted[..] || is_counter(r) || is_pending(r)
                 })
                 .await?;
             let (found, rest): (Vec<RowEntry>, Vec<RowEntry>) = read
                 .into_iter()
                 .flat_map(|o| o.rows)
                 .partition(|r| r.key.as_ref() == &user_key[..]);
-            counters.extend(rest);
+            rows.extend(rest);
             if let Some(row) = found.into_iter().max_by_key(|r| r.seq)
                 && let ValueDeletable::Value(v) = row.value
             {
+                rows.retain(is_counter);
                 return Ok(Newest::Found {
                     value: v.to_vec(),
-                    since: fold_counters(counters, row.seq)?,
+                    since: fold_counters(rows, row.seq)?,
                 });
             }
             end = start;
         }
-        Ok(Newest::Counters(fold_counters(counters, above_seq)?))
+        let (counters, pending) = rows.into_iter().partition(is_counter);
+        Ok(Newest::Counters(
+            fold_counters(counters, above_seq)?,
+            fold_pending(pending, above_seq),
+        ))
     }
 
     /// Every counter row the WAL holds above `above_seq` (the flushed
     /// state's sequence number), folded per `(queue, metric)` in commit
-    /// order.
-    pub async fn counters(
+    /// order, and every pending row, as [`Self::pending`] folds them: one
+    /// read.
+    pub async fn changes(
         &self,
         above_seq: u64,
-    ) -> Result<BTreeMap<(String, String), Counter>, OpsError> {
+    ) -> Result<(BTreeMap<(String, String), Counter>, PendingChanges), OpsError> {
+        let (counters, pending): (Vec<RowEntry>, Vec<RowEntry>) = self
+            .read(self.ids.clone(), |r| is_counter(r) || is_pending(r))
+            .await?
+            .into_iter()
+            .flat_map(|r| r.rows)
+            .partition(is_counter);
+        Ok((
+            fold_counters(counters, above_seq)?,
+            fold_pending(pending, above_seq),
+        ))
+    }
+
+    /// Every pending row the WAL holds above `above_seq`, folded per queue
+    /// and entry in commit order: which ready jobs were added and which
+    /// left (claimed, cancelled, removed) since the flushed state.
+    pub async fn pending(&self, above_seq: u64) -> Result<PendingChanges, OpsError> {
         let rows: Vec<RowEntry> = self
-            .read(self.ids.clone(), is_counter)
+            .read(self.ids.clone(), is_pending)
             .await?
             .into_iter()
             .flat_map(|r| r.rows)
             .collect();
-        fold_counters(rows, above_seq)
+        Ok(fold_pending(rows, above_seq))
     }
 
     /// The objects of `ids`, each with the rows `keep` keeps, several read
@@ -296,8 +324,47 @@ pub enum Newest {
         /// The counters' changes since, per `(queue, metric)`.
         since: BTreeMap<(String, String), Counter>,
     },
-    /// The key is not in the WAL: every counter change it holds.
-    Counters(BTreeMap<(String, String), Counter>),
+    /// The key is not in the WAL: every counter change it holds, and every
+    /// change to the ready jobs.
+    Counters(BTreeMap<(String, String), Counter>, PendingChanges),
+}
+
+/// A ready job's place in its queue's claim order, as taquba 0.16's
+/// pending key orders it: priority (lower first), then enqueue time, then
+/// id (the derived order is the key's byte order).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PendingKey {
+    /// Its priority bucket.
+    pub priority: u32,
+    /// When it was enqueued (epoch ms, the queue's clock).
+    pub enqueued_at: u64,
+    /// Its id.
+    pub id: Vec<u8>,
+}
+
+impl PendingKey {
+    /// The place of a ready job read from the store.
+    pub fn of(job: &taquba::JobRecord) -> Self {
+        Self {
+            priority: job.priority,
+            enqueued_at: job.enqueued_at,
+            id: job.id.as_bytes().to_vec(),
+        }
+    }
+}
+
+/// The WAL's changes to the ready jobs past the flushed state: per queue,
+/// each entry changed and whether it is there after its last change (a
+/// put: enqueued, promoted, given back) or gone (a delete: claimed,
+/// cancelled, removed).
+#[derive(Debug, Clone, Default)]
+pub struct PendingChanges(BTreeMap<String, BTreeMap<PendingKey, bool>>);
+
+impl PendingChanges {
+    /// The changes to `queue`'s ready jobs, in claim order (`None`: none).
+    pub fn of(&self, queue: &str) -> Option<&BTreeMap<PendingKey, bool>> {
+        self.0.get(queue)
+    }
 }
 
 /// Counter rows above `above_seq` (the flushed state's sequence number),
@@ -331,6 +398,27 @@ fn fold_counters(
     Ok(out)
 }
 
+/// Pending rows above `above_seq`, folded per queue and entry in commit
+/// order (a row whose key does not parse is left out).
+fn fold_pending(mut rows: Vec<RowEntry>, above_seq: u64) -> PendingChanges {
+    rows.retain(|r| r.seq > above_seq);
+    rows.sort_by_key(|r| r.seq);
+    let mut out = PendingChanges::default();
+    for row in rows {
+        let Some((queue, key)) = pending_entry(&row.key) else {
+            continue;
+        };
+        let there = match row.value {
+            ValueDeletable::Value(_) => true,
+            ValueDeletable::Tombstone => false,
+            // taquba writes a pending key and deletes it; never merges.
+            ValueDeletable::Merge(_) => continue,
+        };
+        out.0.entry(queue).or_default().insert(key, there);
+    }
+    out
+}
+
 /// One WAL object read.
 struct Object {
     id: u64,
@@ -346,6 +434,28 @@ fn is_beat(row: &RowEntry) -> bool {
 
 fn is_counter(row: &RowEntry) -> bool {
     row.key.starts_with(&[TAG_STATS, KEY_VERSION])
+}
+
+fn is_pending(row: &RowEntry) -> bool {
+    row.key.starts_with(&[TAG_PENDING, KEY_VERSION])
+}
+
+/// The queue and the place in claim order of a pending key.
+fn pending_entry(key: &[u8]) -> Option<(String, PendingKey)> {
+    let rest = key.strip_prefix(&[TAG_PENDING, KEY_VERSION])?;
+    let (&len, rest) = rest.split_first()?;
+    let queue = rest.get(..len as usize)?;
+    let rest = rest.get(len as usize..)?;
+    let priority = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    let enqueued_at = u64::from_be_bytes(rest.get(4..12)?.try_into().ok()?);
+    Some((
+        String::from_utf8(queue.to_vec()).ok()?,
+        PendingKey {
+            priority,
+            enqueued_at,
+            id: rest.get(12..)?.to_vec(),
+        },
+    ))
 }
 
 /// `(queue, metric)` of a stats key.
@@ -484,6 +594,84 @@ mod tests {
         assert_eq!(Counter::Set(3).over(4), 3);
     }
 
+    /// taquba 0.16's `pending_key(queue, priority, enqueued_at, id)`.
+    fn pending_key(queue: &str, priority: u32, enqueued_at: u64, id: &str) -> Vec<u8> {
+        let mut key = vec![TAG_PENDING, KEY_VERSION, queue.len() as u8];
+        key.extend_from_slice(queue.as_bytes());
+        key.extend_from_slice(&priority.to_be_bytes());
+        key.extend_from_slice(&enqueued_at.to_be_bytes());
+        key.extend_from_slice(id.as_bytes());
+        key
+    }
+
+    fn place(priority: u32, enqueued_at: u64, id: &str) -> PendingKey {
+        PendingKey {
+            priority,
+            enqueued_at,
+            id: id.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_pending_key_names_its_queue_and_its_place_in_claim_order() {
+        let key = pending_key("jobs.greet", 7, 1_234, "01ABC");
+        assert_eq!(
+            pending_entry(&key),
+            Some(("jobs.greet".to_string(), place(7, 1_234, "01ABC")))
+        );
+        // Shorter than a priority and a time: not a pending key.
+        assert_eq!(pending_entry(&key[..3 + 10 + 11]), None);
+        assert_eq!(pending_entry(&[TAG_STATS, KEY_VERSION, 1, b'q']), None);
+        // The derived order is the key's byte order: priority, time, id.
+        let keys = [
+            pending_key("q", 1, 9, "b"),
+            pending_key("q", 2, 1, "a"),
+            pending_key("q", 2, 1, "b"),
+            pending_key("q", 2, 3, "a"),
+        ];
+        for pair in keys.windows(2) {
+            assert!(pair[0] < pair[1]);
+            assert!(pending_entry(&pair[0]).unwrap().1 < pending_entry(&pair[1]).unwrap().1);
+        }
+    }
+
+    #[test]
+    fn pending_rows_fold_to_each_entrys_last_change_above_the_flushed_state() {
+        let row = |key: Vec<u8>, value: ValueDeletable, seq: u64| RowEntry {
+            key: key.into(),
+            value,
+            seq,
+            create_ts: None,
+            expire_ts: None,
+        };
+        let put = || ValueDeletable::Value(b"record".to_vec().into());
+        let rows = vec![
+            // Claimed after it was enqueued (rows out of commit order).
+            row(pending_key("q", 0, 5, "a"), ValueDeletable::Tombstone, 12),
+            row(pending_key("q", 0, 5, "a"), put(), 11),
+            // Enqueued.
+            row(pending_key("q", 0, 7, "b"), put(), 13),
+            // Flushed already: left out.
+            row(pending_key("q", 0, 1, "old"), ValueDeletable::Tombstone, 10),
+            row(pending_key("r", 0, 2, "c"), ValueDeletable::Tombstone, 14),
+        ];
+        let folded = fold_pending(rows, 10);
+        let q: Vec<(PendingKey, bool)> = folded
+            .of("q")
+            .unwrap()
+            .iter()
+            .map(|(k, t)| (k.clone(), *t))
+            .collect();
+        assert_eq!(q, vec![(place(0, 5, "a"), false), (place(0, 7, "b"), true)]);
+        assert_eq!(
+            folded
+                .of("r")
+                .map(|r| r.values().copied().collect::<Vec<_>>()),
+            Some(vec![false])
+        );
+        assert!(folded.of("s").is_none());
+    }
+
     /// Found writing the decoders' property tests: objects named as WAL
     /// objects `1, 2, 4, …, 2^62` after the flushed one (which a probe for
     /// the newest takes for a run) made a read of the run ask for a
@@ -504,7 +692,7 @@ mod tests {
         }
         let unflushed = Unflushed::find(store, "q", 0).await.unwrap();
         assert_eq!(unflushed.objects(), 1 << 62);
-        assert!(unflushed.counters(0).await.is_err());
+        assert!(unflushed.changes(0).await.is_err());
         assert!(unflushed.newest_beat().await.is_err());
     }
 
@@ -528,6 +716,13 @@ mod tests {
             for k in [&key, &stats_key] {
                 if let Some((queue, metric)) = counter_name(k) {
                     proptest::prop_assert_eq!(queue.len() + metric.len() + 3, k.len());
+                }
+            }
+            let mut pending = vec![TAG_PENDING, KEY_VERSION];
+            pending.extend_from_slice(&key);
+            for k in [&key, &pending] {
+                if let Some((queue, place)) = pending_entry(k) {
+                    proptest::prop_assert_eq!(queue.len() + 12 + place.id.len() + 3, k.len());
                 }
             }
             proptest::prop_assert_eq!(read_i64(&value).is_ok(), value.len() == 8);

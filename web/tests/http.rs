@@ -1155,6 +1155,17 @@ async fn a_queue_page_shows_the_top_values_and_pauses_one() {
         "{}",
         queues.body
     );
+    // Each queue's oldest ready job's age (#39 §6), in the rows of the
+    // type's queues that hold ready jobs.
+    let cell = "<td class=\"n oldest\">";
+    assert!(
+        queues
+            .body
+            .match_indices(cell)
+            .any(|(at, _)| queues.body[at + cell.len()..].starts_with(|c: char| c.is_ascii_digit())),
+        "{}",
+        queues.body
+    );
     let page = get(&app, "/queues/tenanted/values").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(!page.body.contains(EVIL), "escaped");

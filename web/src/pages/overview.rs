@@ -80,7 +80,7 @@ pub(super) fn queue_table(
             table #queues {
                 tr {
                     th { "Queue" } th { "Kind" } th.n { "Pending" } th.n { "Scheduled" } th.n { "Running" }
-                    th.n { "Done" } th.n { "Dead" } th { "Paused" }
+                    th.n { "Done" } th.n { "Dead" } th.n { "Oldest ready" } th { "Paused" }
                     @if actions && !app.read_only { th {} }
                 }
                 @for row in stats.queues.iter().filter(|r| r.kind != "intake") {
@@ -98,6 +98,7 @@ pub(super) fn queue_table(
                         td.n.running { (row.running) }
                         td.n.done { (row.done) }
                         td.n.dead { (row.dead) }
+                        td.n.oldest { @if let Some(a) = row.oldest_ready_age_ms { (age(a)) } }
                         td.paused { @if is_paused { (state("paused")) } @else { "no" } }
                         @if actions && !app.read_only {
                             td {
