@@ -214,6 +214,7 @@ fn run_record() -> impl Strategy<Value = RunRecord> {
                     since_ms,
                 }),
                 step: step.map(|(workflow, step)| StepOf { workflow, step }),
+                tags: None,
             },
         )
 }
@@ -272,6 +273,7 @@ fn outcome_record() -> impl Strategy<Value = OutcomeRecord> {
                     history,
                     followups,
                     reason,
+                    tags: None,
                 }
             },
         )
@@ -469,6 +471,7 @@ fn held_job() -> impl Strategy<Value = HeldJob> {
                 priority,
                 max_attempts,
                 timeout_ms,
+                tags: Vec::new(),
             },
         )
 }
@@ -500,6 +503,7 @@ fn intake_request() -> impl Strategy<Value = SubmitRequest> {
                     run_at: run_at_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
                     traceparent,
                     timeout: timeout_ms.map(Duration::from_millis),
+                    tags: Vec::new(),
                 }
             },
         )
@@ -531,6 +535,7 @@ fn intake_workflow() -> impl Strategy<Value = IntakeWorkflow> {
                     deps,
                     regardless,
                     timeout_ms,
+                    tags: Vec::new(),
                 }
             },
         );
@@ -863,6 +868,10 @@ fn samples() -> Vec<Sample> {
                     workflow: "w".into(),
                     step: "s".into(),
                 }),
+                tags: Some(gaffer_actors::layout::tags::Tags {
+                    names: vec!["order:42".into()],
+                    at_ms: 1,
+                }),
             }),
             refused::<RunRecord>,
         ),
@@ -878,6 +887,10 @@ fn samples() -> Vec<Sample> {
                 history: vec![past],
                 followups: vec!["f".into()],
                 reason: Some("r".into()),
+                tags: Some(gaffer_actors::layout::tags::Tags {
+                    names: vec!["order:42".into()],
+                    at_ms: 1,
+                }),
             }),
             refused::<OutcomeRecord>,
         ),
@@ -978,6 +991,7 @@ fn samples() -> Vec<Sample> {
                 priority: Some(1),
                 max_attempts: Some(2),
                 timeout_ms: Some(3),
+                tags: Vec::new(),
             }),
             refused::<HeldJob>,
         ),
@@ -996,6 +1010,7 @@ fn samples() -> Vec<Sample> {
                     deps: vec!["b".into()],
                     regardless: false,
                     timeout_ms: Some(3),
+                    tags: Vec::new(),
                 }],
             })),
             |b| records::from_msgpack::<IntakeOp>(b).is_err(),

@@ -58,6 +58,11 @@ pub struct SubmitRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
+    /// The job's tags (`SubmitOptions::tags`): stored with it and indexed
+    /// (see [`tags`](crate::tags)). Left out when empty, so an untagged
+    /// request encodes as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// Milliseconds since the epoch of `t` (0 before it).
@@ -159,6 +164,7 @@ mod tests {
             run_at: Some(UNIX_EPOCH + Duration::from_millis(4_102_444_800_123)),
             traceparent: b.traceparent,
             timeout,
+            tags: Vec::new(),
         }
     }
 

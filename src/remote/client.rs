@@ -36,6 +36,7 @@ use crate::job::typed::Job;
 use gaffer_actors::layout::store::Store;
 
 mod requests;
+mod tags;
 mod workflows;
 pub use requests::Request;
 pub use workflows::ClientWorkflow;

@@ -110,6 +110,8 @@ impl Services {
             past,
             wait: None,
             step: None,
+            // The same tags at the same time: its index entries stay.
+            tags: record.tags.clone(),
         })?;
         // Back on its queue: a partition queue's pool may have forgotten
         // it, and finds it again by its mark and the event.

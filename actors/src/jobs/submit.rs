@@ -79,6 +79,7 @@ impl Services {
         {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
+        req.tags = crate::layout::tags::checked(&req.tags)?;
         if req.traceparent.is_none() {
             req.traceparent = crate::telemetry::current_traceparent();
         }
@@ -97,9 +98,11 @@ impl Services {
             let job_id = queue.next_job_id();
             let job_queue = self.job_queue_of(&req.job_type, &req.headers)?;
             let marking = self.begin_marking(&job_queue);
-            let mut effects = SettlementEffects::default().kv_put(
+            let (effects, tags) =
+                self.tag_effects(SettlementEffects::default(), &req.tags, &job_id)?;
+            let mut effects = effects.kv_put(
                 keys::run_key(&job_id),
-                self.run_record(&job_id, &req.job_type, hash, None)?,
+                self.run_record(&job_id, &req.job_type, hash, None, tags)?,
             );
             if marking.writes() {
                 effects =
@@ -305,10 +308,11 @@ impl Services {
         } else {
             fx
         };
+        let (fx, tags) = self.tag_effects(fx, &req.tags, run_id)?;
         Ok(fx
             .kv_put(
                 keys::run_key(run_id),
-                self.run_record(&job_id, &req.job_type, hash, step)?,
+                self.run_record(&job_id, &req.job_type, hash, step, tags)?,
             )
             .enqueue(EnqueueRequest {
                 queue: job_queue,
@@ -323,6 +327,7 @@ impl Services {
         job_type: &str,
         input_hash: [u8; 32],
         step: Option<records::StepOf>,
+        tags: Option<crate::layout::tags::Tags>,
     ) -> Result<Vec<u8>> {
         records::encode(&RunRecord {
             job_id: job_id.to_string(),
@@ -332,6 +337,7 @@ impl Services {
             past: Vec::new(),
             wait: None,
             step,
+            tags,
         })
     }
 
@@ -449,6 +455,7 @@ impl Services {
                 history: Vec::new(),
                 followups: Vec::new(),
                 reason: None,
+                tags: run.tags.clone(),
             };
             let mut effects = self.terminal_effects(run_id, &record)?;
             if run.wait.is_some() {

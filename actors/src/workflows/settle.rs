@@ -104,6 +104,7 @@ pub(crate) fn request(wf: &str, name: &str, record: StepRecord, job: HeldJob) ->
         run_at: None,
         traceparent: None,
         timeout: job.timeout_ms.map(std::time::Duration::from_millis),
+        tags: job.tags,
     }
 }
 
@@ -149,6 +150,8 @@ pub(crate) fn cancel_held(
         history: Vec::new(),
         followups: Vec::new(),
         reason: Some(reason.to_string()),
+        // Its job was never created, so its tags were never indexed.
+        tags: None,
     };
     let mut fx = fx;
     let end = services.terminal_effects(&run_id, &outcome)?;
