@@ -333,6 +333,7 @@ impl Render for JobDetail {
                 .unwrap_or_default(),
         );
         kv("attempts", self.attempts.to_string());
+        kv("tags", self.tags.join(" "));
         kv("batch", self.batch.clone().unwrap_or_default());
         kv("key", self.key.clone().unwrap_or_default());
         kv(

@@ -175,14 +175,19 @@ pub async fn job_state(view: &QueueView, run_id: &str) -> Result<Option<JobState
 /// Where the live run `run` is: its queue job's state (one read).
 pub async fn live_state(view: &QueueView, run: &RunRecord) -> Result<JobState> {
     let record = view.job_record(&run.job_id).await?;
-    Ok(match record.map(|r| (r.status, r.signal_wait)) {
+    Ok(live_state_of(record.as_ref()))
+}
+
+/// Where a live run is, as its queue job `record` says.
+pub fn live_state_of(record: Option<&taquba::JobRecord>) -> JobState {
+    match record.map(|r| (r.status, r.signal_wait)) {
         Some((JobStatus::Scheduled, true)) => JobState::Waiting,
         Some((JobStatus::Scheduled, false)) => JobState::Scheduled,
         Some((JobStatus::Pending, _)) | None => JobState::Queued,
         // Done/Dead with the run record still present: the settlement is in
         // progress.
         Some((JobStatus::Claimed | JobStatus::Done | JobStatus::Dead, _)) => JobState::Running,
-    })
+    }
 }
 
 /// The head of a batch, if it exists.

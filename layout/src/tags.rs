@@ -125,7 +125,7 @@ pub fn tag_key(tag: &str, at_ms: u64, run_id: &str) -> Vec<u8> {
 }
 
 /// One job of a tag, as its records say.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TaggedEntry {
     /// The job's id (its run id).
     pub run_id: String,
@@ -133,6 +133,8 @@ pub struct TaggedEntry {
     pub state: JobState,
     /// Its run record, while it lives.
     pub run: Option<RunRecord>,
+    /// Its live queue job, as the queue keeps it (while it lives).
+    pub queue_job: Option<taquba::JobRecord>,
     /// Its outcome record, once it ended (as stored: texts may be sealed).
     pub outcome: Option<OutcomeRecord>,
     /// Its tags (the tag listed among them).
@@ -151,7 +153,7 @@ impl TaggedEntry {
 }
 
 /// A page of a tag's jobs (see [`page`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TaggedPage {
     /// The jobs, newest (by creation) first.
     pub jobs: Vec<TaggedEntry>,
@@ -276,10 +278,11 @@ async fn entry_at(view: &QueueView, tag: &str, pos: &str) -> Result<Option<Tagge
         let Some(tags) = carries(&run.tags) else {
             return Ok(None);
         };
-        let state = inspect::live_state(view, &run).await?;
+        let queue_job = view.job_record(&run.job_id).await?;
         return Ok(Some(TaggedEntry {
             run_id: run_id.to_string(),
-            state,
+            state: inspect::live_state_of(queue_job.as_ref()),
+            queue_job,
             run: Some(run),
             outcome: None,
             tags,
@@ -296,6 +299,7 @@ async fn entry_at(view: &QueueView, tag: &str, pos: &str) -> Result<Option<Tagge
     Ok(Some(TaggedEntry {
         run_id: run_id.to_string(),
         state: JobState::of(&rec.outcome),
+        queue_job: None,
         run: None,
         outcome: Some(rec),
         tags,

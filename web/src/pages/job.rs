@@ -91,6 +91,10 @@ pub(super) fn job_page(
             dt { "State" } dd #job-state { (state(d.state.as_str())) }
             @if let Some(signal) = &d.waiting_for { dt { "Waits for" } dd #waits-for { "the signal " code { (signal) } } }
             dt { "Attempts" } dd { (d.attempts) }
+            @if !d.tags.is_empty() {
+                dt { "Tags" }
+                dd #job-tags { @for t in &d.tags { a.tag href=(link(app, "/jobs", &[("tag", t)])) { (t) } " " } }
+            }
             @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
             @if let Some(b) = &d.batch { dt { "Batch" } dd { a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } } }
             @if let (Some(b), Some(k)) = (&d.batch, &d.key) { dt { "Item key" } dd { a href=(item_href(app, b, k)) { (k) } } }
