@@ -1,9 +1,9 @@
 //! A tag's jobs (`gaffer jobs --tag`, the dashboard's search): the tag's
 //! index entries newest first, a page at a time, each job read by id
-//! (`gaffer_layout::tags::page`): never a scan of the other jobs.
+//! (`gaffer_layout::tags::listing::page`): never a scan of the other jobs.
 
 use gaffer_layout::records::JobState;
-use gaffer_layout::tags::{self, TaggedEntry};
+use gaffer_layout::tags::listing::{self, TaggedEntry};
 
 use crate::error::OpsError;
 use crate::listing::ListedState;
@@ -34,7 +34,7 @@ impl Store {
             ),
             None => None,
         };
-        let page = tags::page(self.view(), tag, before, limit).await?;
+        let page = listing::page(self.view(), tag, before, limit).await?;
         let mut jobs: Vec<JobRow> = page.jobs.iter().map(tagged_row).collect();
         for job in &mut jobs {
             job.error = job.error.take().map(|e| self.keyring().show_text(&e));

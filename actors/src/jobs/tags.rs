@@ -7,7 +7,8 @@
 use taquba::SettlementEffects;
 
 use crate::error::Result;
-use crate::layout::tags::{self, TaggedJobs, Tags};
+use crate::layout::tags::listing::{self, TaggedJobs};
+use crate::layout::tags::{self, Tags};
 use crate::services::Services;
 
 impl Services {
@@ -43,7 +44,7 @@ impl Services {
         before: Option<&str>,
         limit: usize,
     ) -> Result<TaggedJobs> {
-        Ok(tags::page(self.queue()?.view(), tag, before, limit)
+        Ok(listing::page(self.queue()?.view(), tag, before, limit)
             .await?
             .into())
     }

@@ -1,6 +1,6 @@
 //! A tag's jobs, read through the client's reader.
 
-use gaffer_actors::layout::tags;
+use gaffer_actors::layout::tags::listing;
 
 use super::Client;
 use crate::error::Result;
@@ -16,7 +16,7 @@ impl Client {
         before: Option<&str>,
         limit: usize,
     ) -> Result<TaggedJobs> {
-        Ok(tags::page(self.inner.reader.view(), tag, before, limit)
+        Ok(listing::page(self.inner.reader.view(), tag, before, limit)
             .await?
             .into())
     }
