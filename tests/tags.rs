@@ -3,7 +3,8 @@
 //! (`Engine::jobs_by_tag`, `Client::jobs_by_tag`), newest first and a page
 //! at a time; tags refused at submit; a retry keeping them; their index
 //! entries removed with the outcome records under retention (on the
-//! engine's mock clock), and a workflow's retry leaving the index exact.
+//! engine's mock clock); a follow-up's and a workflow step's tags, and a
+//! workflow's retry leaving the index exact.
 
 mod common;
 
@@ -23,7 +24,13 @@ enum End {
     Fail,
     /// Waits for the engine's gate, then succeeds.
     Hold,
+    /// Fails until the engine's `Fixed` is set.
+    FailUntilFixed,
 }
+
+/// Whether [`End::FailUntilFixed`] succeeds yet.
+#[derive(Default)]
+struct Fixed(std::sync::atomic::AtomicBool);
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Order {
@@ -42,6 +49,14 @@ impl Job for Order {
             End::Hold => {
                 ctx.state::<Gate>().wait().await;
                 Ok(self.n)
+            }
+            End::FailUntilFixed => {
+                let fixed = ctx.state::<std::sync::Arc<Fixed>>();
+                if fixed.0.load(std::sync::atomic::Ordering::SeqCst) {
+                    Ok(self.n)
+                } else {
+                    Err(std::io::Error::other("not fixed yet"))
+                }
             }
         }
     }
@@ -293,5 +308,47 @@ async fn a_follow_up_is_indexed_under_its_tags() {
     assert_eq!(within(engine.join::<Order>(&child)).await.unwrap(), Ok(9));
     let page = engine.jobs_by_tag("order:9", None, 10).await.unwrap();
     assert_eq!(listed(&page), [(child, JobState::Succeeded)]);
+    shut_down_cleanly(&engine).await;
+}
+
+/// A workflow step is indexed under its tags when its job is created; a
+/// retry of the workflow removes the failed step's entry with its outcome
+/// record, and its new job writes it again at its new time: one entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_steps_tags_stay_exact_through_its_retry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = common::mock_clock();
+    let fixed = std::sync::Arc::new(Fixed::default());
+    let engine = common::disk_builder(tmp.path(), clock.clone())
+        .register::<Order>()
+        .state(Gate::opened())
+        .state(fixed.clone())
+        .start()
+        .await
+        .unwrap();
+    let flow = gaffer::workflow::Workflow::new("checkout").step_with(
+        "charge",
+        Order {
+            n: 8,
+            end: End::FailUntilFixed,
+        },
+        tagged(&["order:8"]),
+        Vec::<String>::new(),
+        false,
+    );
+    let wf = engine.submit_workflow(flow).await.unwrap();
+    assert!(within(wf.join()).await.unwrap().is_err());
+    let page = engine.jobs_by_tag("order:8", None, 10).await.unwrap();
+    assert_eq!(page.jobs.len(), 1);
+    let step = page.jobs[0].id.clone();
+    assert_eq!(page.jobs[0].state, JobState::Failed);
+
+    fixed.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    clock.advance(Duration::from_millis(5));
+    engine.retry_workflow(wf.id()).await.unwrap();
+    assert!(within(wf.join()).await.unwrap().is_ok());
+    let page = engine.jobs_by_tag("order:8", None, 10).await.unwrap();
+    assert_eq!(listed(&page), [(step, JobState::Succeeded)]);
+    assert_eq!(entries(&engine, "order:8").await, 1);
     shut_down_cleanly(&engine).await;
 }
