@@ -194,3 +194,87 @@ async fn entry_at(view: &QueueView, tag: &str, pos: &str) -> Result<Option<Tagge
         tags,
     }))
 }
+
+/// The pages of one tag read in several stores (a shard set: each asked
+/// for `limit` jobs before the same `before`) as one page: their jobs
+/// newest first, at most `limit`, and the position to go on from. A store
+/// with more to list bounds the page at its own cursor, so no job of
+/// it between that cursor and the page's end is passed over.
+pub fn merge(pages: Vec<TaggedJobs>, limit: usize) -> TaggedJobs {
+    let limit = limit.clamp(1, MAX_PAGE);
+    let floor = pages.iter().filter_map(|p| p.next.clone()).max();
+    let mut jobs: Vec<(String, TaggedJob)> = pages
+        .into_iter()
+        .flat_map(|p| p.jobs)
+        .map(|j| (tag_position(j.created_at_ms, &j.id), j))
+        .filter(|(pos, _)| floor.as_ref().is_none_or(|f| pos >= f))
+        .collect();
+    jobs.sort_by(|a, b| b.0.cmp(&a.0));
+    let next = if jobs.len() > limit {
+        jobs.truncate(limit);
+        jobs.last().map(|(pos, _)| pos.clone())
+    } else {
+        floor
+    };
+    TaggedJobs {
+        jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+        next,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(at: u64, id: &str) -> TaggedJob {
+        TaggedJob {
+            id: id.into(),
+            job_type: "t".into(),
+            state: JobState::Queued,
+            created_at_ms: at,
+            finished_at_ms: None,
+            tags: vec!["x".into()],
+        }
+    }
+
+    fn ids(page: &TaggedJobs) -> Vec<&str> {
+        page.jobs.iter().map(|j| j.id.as_str()).collect()
+    }
+
+    #[test]
+    fn pages_of_several_stores_merge_newest_first_without_passing_a_job_over() {
+        // Store a has more than its page: nothing older than its cursor is
+        // listed from b, and the next page starts at a's cursor.
+        let a = TaggedJobs {
+            jobs: vec![job(10, "A10"), job(9, "A9")],
+            next: Some(tag_position(9, "A9")),
+        };
+        let b = TaggedJobs {
+            jobs: vec![job(8, "B8"), job(7, "B7")],
+            next: None,
+        };
+        let page = merge(vec![a, b], 4);
+        assert_eq!(ids(&page), ["A10", "A9"]);
+        assert_eq!(page.next, Some(tag_position(9, "A9")));
+        // Cut at the limit: the next page starts after the last listed.
+        let a = TaggedJobs {
+            jobs: vec![job(10, "A10"), job(6, "A6")],
+            next: None,
+        };
+        let b = TaggedJobs {
+            jobs: vec![job(8, "B8"), job(7, "B7")],
+            next: None,
+        };
+        let page = merge(vec![a, b], 3);
+        assert_eq!(ids(&page), ["A10", "B8", "B7"]);
+        assert_eq!(page.next, Some(tag_position(7, "B7")));
+        let page = merge(
+            vec![TaggedJobs {
+                jobs: vec![],
+                next: None,
+            }],
+            3,
+        );
+        assert!(page.jobs.is_empty() && page.next.is_none());
+    }
+}
