@@ -108,7 +108,7 @@ impl From<TaggedPage> for TaggedJobs {
 /// has no record carrying it (removed between the scan and the read, or a
 /// record that did not decode at retention) is skipped, so a page may hold
 /// fewer jobs than `limit` with more to come. An unacceptable `tag` is
-/// [`EngineError::InvalidTag`].
+/// [`EngineError::InvalidTag`](crate::EngineError::InvalidTag).
 pub async fn page(
     view: &QueueView,
     tag: &str,

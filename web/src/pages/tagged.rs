@@ -25,29 +25,29 @@ pub(super) async fn tagged(
         return Err(bad(app, "a cursor pages one shard: pass shard too"));
     }
     let sharded = app.shards.len() > 1;
-    let (rows, next): (Vec<(Option<usize>, JobRow)>, Option<(usize, String)>) =
-        match (shard, app.shards.len()) {
-            (Some(_), _) | (None, 1) => {
-                let i = shard.unwrap_or(0);
-                let sh = app.shard(i).ok_or_else(|| bad(app, "no such shard"))?;
-                let page = sh.store.jobs_by_tag(tag, PAGE, after).await.or_fail(app)?;
-                let mark = sharded.then_some(i);
-                (
-                    page.jobs.into_iter().map(|j| (mark, j)).collect(),
-                    page.next.map(|n| (i, n)),
-                )
+    type Listed = (Vec<(Option<usize>, JobRow)>, Option<(usize, String)>);
+    let (rows, next): Listed = match (shard, app.shards.len()) {
+        (Some(_), _) | (None, 1) => {
+            let i = shard.unwrap_or(0);
+            let sh = app.shard(i).ok_or_else(|| bad(app, "no such shard"))?;
+            let page = sh.store.jobs_by_tag(tag, PAGE, after).await.or_fail(app)?;
+            let mark = sharded.then_some(i);
+            (
+                page.jobs.into_iter().map(|j| (mark, j)).collect(),
+                page.next.map(|n| (i, n)),
+            )
+        }
+        _ => {
+            let mut all = Vec::new();
+            for sh in &app.shards {
+                let page = sh.store.jobs_by_tag(tag, PAGE, None).await.or_fail(app)?;
+                all.extend(page.jobs.into_iter().map(|j| (Some(sh.index), j)));
             }
-            _ => {
-                let mut all = Vec::new();
-                for sh in &app.shards {
-                    let page = sh.store.jobs_by_tag(tag, PAGE, None).await.or_fail(app)?;
-                    all.extend(page.jobs.into_iter().map(|j| (Some(sh.index), j)));
-                }
-                merge_jobs(&mut all);
-                all.truncate(PAGE);
-                (all, None)
-            }
-        };
+            merge_jobs(&mut all);
+            all.truncate(PAGE);
+            (all, None)
+        }
+    };
     let head = html! {
         form.filters method="get" action=(app.href("/jobs")) {
             div { label for="tag" { "Tag" } input #tag name="tag" value=(tag) size="40"; }
