@@ -91,3 +91,72 @@ async fn jobs_by_tag_lists_a_tags_jobs_and_job_shows_its_tags() {
     assert!(!out.status.success());
     engine.shutdown().await.unwrap();
 }
+
+/// Over a shard set, `gaffer --shards … jobs --tag` asks every shard and
+/// prints one listing merged over them, each row with its shard; the
+/// engines' own listing (`ShardedEngine::jobs_by_tag`) pages the set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_sets_tag_listing_is_merged_over_its_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        std::fs::create_dir_all(tmp.path().join(format!("shard-{i:02}"))).unwrap();
+    }
+    let template = format!("file://{}/shard-{{shard}}", tmp.path().display());
+    let set = gaffer::remote::ShardSet::from_template(&template, 3).unwrap();
+    let engines = gaffer::remote::ShardedEngine::start(
+        set,
+        &gaffer::remote::Placement::Listed(vec![0, 1, 2]),
+        |_, url| {
+            Engine::builder()
+                .store(gaffer::Store::url(url))
+                .flush_interval(Duration::from_millis(1))
+                .register::<Greet>()
+        },
+    )
+    .await
+    .unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    for name in ["ada", "bob", "cy", "dee", "eve", "fay"] {
+        let opts = SubmitOptions::default().tags(["team:blue"]);
+        let h = engines
+            .submit_with(Greet { name: name.into() }, opts)
+            .await
+            .unwrap();
+        h.join().await.unwrap().unwrap();
+        ids.insert(h.id().to_string());
+    }
+    let mut paged = std::collections::BTreeSet::new();
+    let mut before: Option<String> = None;
+    loop {
+        let page = engines
+            .jobs_by_tag("team:blue", before.as_deref(), 4)
+            .await
+            .unwrap();
+        paged.extend(page.jobs.into_iter().map(|j| j.id));
+        match page.next {
+            Some(next) => before = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids);
+
+    let out = common::bin()
+        .args(["--shards", &template, "--shard-count", "3"])
+        .run(&["jobs", "--tag", "team:blue", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = listed["all"]["jobs"].as_array().unwrap();
+    let shown: std::collections::BTreeSet<String> = rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(shown, ids, "{listed}");
+    assert!(rows.iter().all(|r| r["shard"].is_u64()), "{listed}");
+    for (shard, report) in engines.shutdown().await {
+        report.unwrap_or_else(|e| panic!("shard {shard}: {e}"));
+    }
+}
