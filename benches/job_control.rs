@@ -79,7 +79,10 @@ async fn submit(variant: &str, n: u64) -> f64 {
                         "debounce-1key" => SubmitOptions::default().debounce("one", HOUR),
                         _ => SubmitOptions::default(),
                     };
-                    engine.submit_with(Work { n, pause: 0 }, opts).await.unwrap();
+                    engine
+                        .submit_with(Work { n, pause: 0 }, opts)
+                        .await
+                        .unwrap();
                 }
             })
         })
@@ -136,7 +139,10 @@ fn median_and_range(mut v: Vec<f64>) -> (f64, f64, f64) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let n: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     println!("job_control: N = {n}, {rounds} rounds");

@@ -145,6 +145,23 @@ impl Engine {
         self.inner.services().workflows(after, limit).await
     }
 
+    /// The jobs submitted with the tag `tag`
+    /// ([`SubmitOptions::tags`](crate::SubmitOptions::tags)), in any state,
+    /// newest first: up to `limit` (1 to 1000) created before `before` (a
+    /// previous page's [`TaggedJobs::next`](crate::job::TaggedJobs::next);
+    /// from the newest with `None`). Reads the tag's index and each listed
+    /// job by id, never the other jobs. A job leaves the listing when its
+    /// outcome record passes retention. `Error::InvalidTag` for a tag no
+    /// job can have.
+    pub async fn jobs_by_tag(
+        &self,
+        tag: &str,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::job::TaggedJobs> {
+        self.inner.services().jobs_by_tag(tag, before, limit).await
+    }
+
     /// Send the signal `name` with `payload` to the job `id`: a job waiting
     /// for it ([`JobContext::wait_signal`](crate::JobContext::wait_signal))
     /// runs again now; a job that has not reached its wait yet finds it

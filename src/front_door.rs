@@ -342,4 +342,16 @@ pub trait FrontDoor: Send + Sync {
     /// Run the workflow `id`'s failed and cancelled steps again; answers
     /// how many steps were set back.
     fn retry_workflow(&self, id: &str) -> impl Future<Output = Result<Answer<usize>>> + Send;
+
+    /// The jobs submitted with the tag `tag`
+    /// ([`SubmitOptions::tags`](crate::SubmitOptions::tags)), in any state,
+    /// newest first: up to `limit` before `before` (a previous page's
+    /// `next`). A shard set lists its shards together (a `ShardedEngine`
+    /// the shards it owns).
+    fn jobs_by_tag(
+        &self,
+        tag: &str,
+        before: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<crate::job::TaggedJobs>> + Send;
 }

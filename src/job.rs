@@ -17,5 +17,7 @@ pub use crate::error::{JobError, JoinError};
 pub use context::Memo;
 pub use gaffer_actors::erased::CompletedBatch;
 pub use gaffer_actors::exec::effects::{Effects, MAX_EFFECT_VALUE};
+pub use gaffer_actors::layout::tags::listing::{TaggedJob, TaggedJobs};
+pub use gaffer_actors::layout::tags::{MAX_TAG_LEN, MAX_TAGS};
 pub use gaffer_actors::{CancelResult, FailureKind, JobState, MemoWrites, Signalled};
 pub use typed::{Job, keyed_job_id, payload_idempotency_key};

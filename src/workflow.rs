@@ -109,7 +109,7 @@ impl Workflow {
         self.add(name, job, SubmitOptions::default(), deps, true)
     }
 
-    /// A step with options (priority, attempt limit, headers; `run_at` is
+    /// A step with options (priority, attempt limit, headers, tags; `run_at` is
     /// not used) that needs `deps` (none: it starts with the workflow) and
     /// runs `regardless` of how they end, or only when they all succeed.
     pub fn step_with<J: Job, D: Into<String>>(

@@ -123,7 +123,7 @@ async fn a_client_submits_and_joins_through_the_store() {
 
 /// Every field of a submission set through the client arrives on the job:
 /// its type, payload, key and period (its id), headers, priority, attempt
-/// limit, due time and timeout, as the engine's queue job holds them (read back from
+/// limit, due time, timeout and tags, as the engine's queue job (and run record) holds them (read back from
 /// the store: the run's record names its queue job).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_field_set_through_the_client_arrives_on_the_job() {
@@ -153,6 +153,7 @@ async fn every_field_set_through_the_client_arrives_on_the_job() {
                 // Not with a key: a debounced job through a client is
                 // `debounce.rs`'s.
                 debounce: None,
+                tags: vec!["order:42".into(), "customer:acme".into()],
             },
         )
         .await
@@ -187,6 +188,10 @@ async fn every_field_set_through_the_client_arrives_on_the_job() {
         .expect("a run record");
     let run: records::RunRecord = records::decode(&key, &bytes).unwrap();
     assert_eq!(run.job_type, "square");
+    assert_eq!(
+        run.tags.map(|t| t.names),
+        Some(vec!["order:42".to_string(), "customer:acme".to_string()])
+    );
     let queued = queue
         .view()
         .get_job(&run.job_id)

@@ -1,8 +1,9 @@
 //! One front door: a service written once against `gaffer::FrontDoor`
-//! (submit, join, outcome, status, cancel, retry, signal, pause and resume
-//! a type, and submit, read, join, cancel and retry a workflow) runs
-//! unchanged, from a tokio task of its own, on an `Engine`, a `Client`, a
-//! `ShardedEngine` and a `ShardedClient`, over local directories.
+//! (submit, join, outcome, status, a tag's jobs, cancel, retry, signal,
+//! pause and resume a type, and submit, read, join, cancel and retry a
+//! workflow) runs unchanged, from a tokio task of its own, on an `Engine`,
+//! a `Client`, a `ShardedEngine` and a `ShardedClient`, over local
+//! directories.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -186,6 +187,38 @@ async fn service<F: FrontDoor>(f: &F, shards: usize) {
         f.status("no-such-job").await,
         Err(gaffer::Error::JobNotFound(_))
     ));
+
+    note::<F>("Tags");
+    // A tag's jobs, over every shard, a page at a time.
+    let mut tagged = HashSet::new();
+    for n in 0..5 {
+        let opts = gaffer::SubmitOptions::default().tags(["order:42"]);
+        let h = f.submit_with(Double { n }, opts).await.unwrap();
+        assert_eq!(h.join().await.unwrap(), Ok(n * 2));
+        tagged.insert(h.id().to_string());
+    }
+    loop {
+        let (mut listed, mut before) = (Vec::new(), None::<String>);
+        loop {
+            let page = f
+                .jobs_by_tag("order:42", before.as_deref(), 2)
+                .await
+                .unwrap();
+            listed.extend(page.jobs.into_iter().map(|j| (j.id, j.state)));
+            match page.next {
+                Some(next) => before = Some(next),
+                None => break,
+            }
+        }
+        let ids: HashSet<String> = listed.iter().map(|(id, _)| id.clone()).collect();
+        if ids == tagged {
+            assert_eq!(listed.len(), tagged.len(), "each job once: {listed:?}");
+            assert!(listed.iter().all(|(_, s)| *s == JobState::Succeeded));
+            break;
+        }
+        // A client reads the store as its reader last saw it.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     note::<F>("Signal");
     // Signal: a job waiting for `go` runs again with its payload.

@@ -707,6 +707,7 @@ async fn a_record_without_a_job_type_decodes_as_not_submitted_through_gaffer_not
         history: Vec::new(),
         followups: Vec::new(),
         reason: None,
+        tags: None,
     };
     let decoded = engine.decode_outcome::<Counted>(&record).await;
     assert!(

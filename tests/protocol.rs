@@ -71,8 +71,8 @@ impl Job for AlwaysFails {
 enum CollectorMsg {
     /// Submit these jobs, answer with `(input, output)` once all have ended.
     Start(Vec<u64>, RpcReplyPort<Vec<(u64, u64)>>),
-    /// A watched job ended.
-    Finished(JobFinished),
+    /// A watched job ended (boxed: it carries the outcome record).
+    Finished(Box<JobFinished>),
 }
 
 // With feature `cluster`, ractor has no blanket `Message` impl.
@@ -81,7 +81,7 @@ impl ractor::Message for CollectorMsg {}
 
 impl From<JobFinished> for CollectorMsg {
     fn from(f: JobFinished) -> Self {
-        Self::Finished(f)
+        Self::Finished(Box::new(f))
     }
 }
 
@@ -89,7 +89,7 @@ impl TryFrom<CollectorMsg> for JobFinished {
     type Error = CollectorMsg;
     fn try_from(m: CollectorMsg) -> Result<Self, CollectorMsg> {
         match m {
-            CollectorMsg::Finished(f) => Ok(f),
+            CollectorMsg::Finished(f) => Ok(*f),
             other => Err(other),
         }
     }
@@ -149,7 +149,8 @@ impl Actor for Collector {
                         .map_err(|e| format!("WatchJob cast failed: {e}"))?;
                 }
             }
-            CollectorMsg::Finished(JobFinished { run_id, result }) => {
+            CollectorMsg::Finished(finished) => {
+                let JobFinished { run_id, result } = *finished;
                 let input = state.pending.remove(&run_id).ok_or_else(|| {
                     format!("told of a job not watched (or told twice): {run_id}")
                 })?;

@@ -216,6 +216,7 @@ fn run_record() -> impl Strategy<Value = RunRecord> {
                 step: step.map(|(workflow, step)| StepOf { workflow, step }),
                 sleep: None,
                 snoozes: 0,
+                tags: None,
             },
         )
 }
@@ -274,6 +275,7 @@ fn outcome_record() -> impl Strategy<Value = OutcomeRecord> {
                     history,
                     followups,
                     reason,
+                    tags: None,
                 }
             },
         )
@@ -471,6 +473,7 @@ fn held_job() -> impl Strategy<Value = HeldJob> {
                 priority,
                 max_attempts,
                 timeout_ms,
+                tags: Vec::new(),
             },
         )
 }
@@ -512,6 +515,7 @@ fn intake_request() -> impl Strategy<Value = SubmitRequest> {
                     run_at: run_at_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
                     traceparent,
                     timeout: timeout_ms.map(Duration::from_millis),
+                    tags: Vec::new(),
                     unique_for: unique_for_ms.map(Duration::from_millis),
                     debounce: debounce.map(|(key, window_ms, leading, max_delay_ms)| {
                         gaffer_actors::layout::request::Debounce {
@@ -574,6 +578,7 @@ fn intake_workflow() -> impl Strategy<Value = IntakeWorkflow> {
                     deps,
                     regardless,
                     timeout_ms,
+                    tags: Vec::new(),
                 }
             },
         );
@@ -917,6 +922,10 @@ fn samples() -> Vec<Sample> {
                     since_ms: 1,
                 }),
                 snoozes: 2,
+                tags: Some(gaffer_actors::layout::tags::Tags {
+                    names: vec!["order:42".into()],
+                    at_ms: 1,
+                }),
             }),
             refused::<RunRecord>,
         ),
@@ -932,6 +941,10 @@ fn samples() -> Vec<Sample> {
                 history: vec![past],
                 followups: vec!["f".into()],
                 reason: Some("r".into()),
+                tags: Some(gaffer_actors::layout::tags::Tags {
+                    names: vec!["order:42".into()],
+                    at_ms: 1,
+                }),
             }),
             refused::<OutcomeRecord>,
         ),
@@ -1032,6 +1045,7 @@ fn samples() -> Vec<Sample> {
                 priority: Some(1),
                 max_attempts: Some(2),
                 timeout_ms: Some(3),
+                tags: Vec::new(),
             }),
             refused::<HeldJob>,
         ),
@@ -1050,6 +1064,7 @@ fn samples() -> Vec<Sample> {
                     deps: vec!["b".into()],
                     regardless: false,
                     timeout_ms: Some(3),
+                    tags: Vec::new(),
                 }],
             })),
             |b| records::from_msgpack::<IntakeOp>(b).is_err(),

@@ -102,7 +102,8 @@ pub enum Command {
         #[arg(long)]
         exact: bool,
     },
-    /// Jobs: running, queued and scheduled, then finished ones newest first.
+    /// Jobs: running, queued and scheduled, then finished ones newest
+    /// first; or a tag's jobs (`--tag`).
     Jobs {
         /// Only jobs in this state.
         #[arg(long)]
@@ -116,6 +117,11 @@ pub enum Command {
         /// Start after this cursor: the `next` a previous page printed.
         #[arg(long, value_name = "CURSOR")]
         after: Option<String>,
+        /// Only the jobs submitted with this tag (`SubmitOptions::tags`),
+        /// in any state, newest first: read from the tag's index, not a
+        /// scan of the store.
+        #[arg(long, value_name = "TAG", conflicts_with_all = ["state", "job_type"])]
+        tag: Option<String>,
     },
     /// One job: its run or outcome record, attempts, output or error; a
     /// waiting job's signal and timeout; whether it can be retried.

@@ -152,10 +152,20 @@ async fn command(store: &read::Store, cli: &Cli) -> Result<ExitCode, CliError> {
             ..
         } => report::print(json, &store.tenants(t, usize::from(*top)).await?)?,
         Command::Jobs {
+            tag: Some(tag),
+            limit,
+            after,
+            ..
+        } => report::print(
+            json,
+            &store.jobs_by_tag(tag, *limit, after.as_deref()).await?,
+        )?,
+        Command::Jobs {
             state,
             job_type,
             limit,
             after,
+            tag: None,
         } => report::print(
             json,
             &store

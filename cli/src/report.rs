@@ -349,6 +349,7 @@ impl Render for JobDetail {
             let times = if self.snoozes == 1 { "time" } else { "times" };
             kv("snoozed", format!("{} {times}", self.snoozes));
         }
+        kv("tags", self.tags.join(" "));
         kv("batch", self.batch.clone().unwrap_or_default());
         kv("key", self.key.clone().unwrap_or_default());
         kv(

@@ -199,11 +199,17 @@ async fn shard_part(
             state,
             job_type,
             limit,
+            tag,
             ..
         } => {
-            let jobs = store
-                .jobs(state.map(Into::into), job_type.as_deref(), *limit, None)
-                .await?;
+            let jobs = match tag {
+                Some(tag) => store.jobs_by_tag(tag, *limit, None).await?,
+                None => {
+                    store
+                        .jobs(state.map(Into::into), job_type.as_deref(), *limit, None)
+                        .await?
+                }
+            };
             let part = report::ShardPart::new(shard, url, json, &jobs);
             over.more |= jobs.more;
             over.jobs.extend(jobs.jobs.into_iter().map(|mut j| {

@@ -315,6 +315,16 @@ pub enum EngineError {
         reason: String,
     },
 
+    /// A job's tag is not acceptable (`SubmitOptions::tags`), or a job has
+    /// too many.
+    #[error("invalid tag `{tag}`: {reason}")]
+    InvalidTag {
+        /// The tag (cut to 80 characters).
+        tag: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+
     /// Two items of one batch have the same key.
     #[error("two items of the batch have the key `{0}`; item keys must be unique (check key_fn)")]
     DuplicateItemKey(String),

@@ -163,21 +163,31 @@ pub async fn outcome_record(view: &QueueView, run_id: &str) -> Result<Option<Out
 /// `None` when neither exists (never submitted, or past retention).
 pub async fn job_state(view: &QueueView, run_id: &str) -> Result<Option<JobState>> {
     if let Some(run) = run_record(view, run_id).await? {
-        let record = view.job_record(&run.job_id).await?;
-        return Ok(Some(match record.map(|r| (r.status, r.signal_wait)) {
-            Some((JobStatus::Scheduled, true)) => JobState::Waiting,
-            Some((JobStatus::Scheduled, false)) => JobState::Scheduled,
-            Some((JobStatus::Pending, _)) | None => JobState::Queued,
-            // Done/Dead with the run record still present: the settlement
-            // is in progress.
-            Some((JobStatus::Claimed | JobStatus::Done | JobStatus::Dead, _)) => JobState::Running,
-        }));
+        return Ok(Some(live_state(view, &run).await?));
     }
     // The run may have ended between the two reads: its outcome record
     // was committed with the deletion of its run record.
     Ok(outcome_record(view, run_id)
         .await?
         .map(|r| JobState::of(&r.outcome)))
+}
+
+/// Where the live run `run` is: its queue job's state (one read).
+pub async fn live_state(view: &QueueView, run: &RunRecord) -> Result<JobState> {
+    let record = view.job_record(&run.job_id).await?;
+    Ok(live_state_of(record.as_ref()))
+}
+
+/// Where a live run is, as its queue job `record` says.
+pub fn live_state_of(record: Option<&taquba::JobRecord>) -> JobState {
+    match record.map(|r| (r.status, r.signal_wait)) {
+        Some((JobStatus::Scheduled, true)) => JobState::Waiting,
+        Some((JobStatus::Scheduled, false)) => JobState::Scheduled,
+        Some((JobStatus::Pending, _)) | None => JobState::Queued,
+        // Done/Dead with the run record still present: the settlement is in
+        // progress.
+        Some((JobStatus::Claimed | JobStatus::Done | JobStatus::Dead, _)) => JobState::Running,
+    }
 }
 
 /// The head of a batch, if it exists.

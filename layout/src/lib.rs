@@ -8,7 +8,8 @@
 //! ([`store`]); the keyring every user value is sealed and opened with
 //! ([`sealed`]); the request that creates a job ([`request`]) and the
 //! intake's wire types ([`intake`]); a workflow's records, spec and status
-//! ([`workflow`]); periodic schedules ([`schedule`]); a batch's report
+//! ([`workflow`]); a job's tags and their index ([`tags`]); periodic
+//! schedules ([`schedule`]); a batch's report
 //! ([`report`]); and the error vocabulary ([`error`]).
 //!
 //! Nothing here names an actor. This crate is internal to gaffer and
@@ -28,6 +29,7 @@ pub mod request;
 pub mod schedule;
 pub mod sealed;
 pub mod store;
+pub mod tags;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod workflow;

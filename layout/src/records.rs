@@ -47,6 +47,10 @@ pub struct RunRecord {
     /// through the workflow's gate (see `workflows`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<StepOf>,
+    /// The job's tags (`SubmitOptions::tags`), left out when it has none;
+    /// its index entries are at [`Tags::keys`](crate::tags::Tags::keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<crate::tags::Tags>,
     /// The run's latest durable sleep (`JobContext::sleep`): set by the
     /// transaction that puts the job back to sleep, kept until the run
     /// sleeps again or ends. Sleeps are counted in the order the run makes
@@ -233,6 +237,10 @@ pub struct OutcomeRecord {
     /// workflow step cancelled because a step it needs failed names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The job's tags, from its run record: the retention pass removes
+    /// their index entries with this record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<crate::tags::Tags>,
 }
 
 impl OutcomeRecord {
@@ -413,6 +421,7 @@ mod tests {
             history: Vec::new(),
             followups: vec!["f".into()],
             reason: None,
+            tags: None,
         };
         let bytes = encode(&rec).unwrap();
         let back: OutcomeRecord = decode(b"k", &bytes).unwrap();

@@ -60,6 +60,11 @@ pub struct SubmitRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
+    /// The job's tags (`SubmitOptions::tags`): stored with it and indexed
+    /// (see [`tags`](crate::tags)). Left out when empty, so an untagged
+    /// request encodes as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// At most one job of its key per period of this length
     /// (`SubmitOptions::unique_for`): the submitter or the engine fixes the
     /// period with [`pin_period`](Self::pin_period) before the job's id is
@@ -264,6 +269,7 @@ mod tests {
             run_at: Some(UNIX_EPOCH + Duration::from_millis(4_102_444_800_123)),
             traceparent: b.traceparent,
             timeout,
+            tags: Vec::new(),
             unique_for: None,
             debounce: None,
         }

@@ -160,6 +160,9 @@ pub struct HeldJob {
     /// Each attempt's timeout, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Its tags, indexed when its job is created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl HeldJob {

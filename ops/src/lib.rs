@@ -10,6 +10,7 @@
 //! - [`queries`]: stats (with each queue's oldest ready job), a job, dead
 //!   letters, batches, periodic jobs, the writer's health, paused types;
 //! - [`listing`]: the listing of jobs with its cursor;
+//! - [`tagged`]: a tag's jobs, through the tag's index;
 //! - [`tenants`]: the values of a type spread over partition queues (its
 //!   top values, their oldest ready job, the paused ones);
 //! - [`workflows`]: the listing of workflows and one workflow's graph;
@@ -28,6 +29,7 @@ pub mod listing;
 pub mod queries;
 pub mod report;
 pub mod store;
+pub mod tagged;
 pub mod tenants;
 mod unflushed;
 pub mod workflows;

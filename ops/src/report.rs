@@ -339,6 +339,9 @@ pub struct JobDetail {
     /// letter of an attempt series an operator retried): its queue job id.
     #[serde(skip)]
     pub payload_source: Option<String>,
+    /// Its tags (`SubmitOptions::tags`), from its run or outcome record.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// One settled attempt.

@@ -179,6 +179,15 @@ macro_rules! in_process_door {
             async fn retry_workflow(&self, id: &str) -> Result<Answer<usize>> {
                 $door::retry_workflow(self, id).await.map(Answer::Applied)
             }
+
+            fn jobs_by_tag(
+                &self,
+                tag: &str,
+                before: Option<&str>,
+                limit: usize,
+            ) -> impl Future<Output = Result<crate::job::TaggedJobs>> + Send {
+                $door::jobs_by_tag(self, tag, before, limit)
+            }
         }
     };
 }

@@ -194,6 +194,15 @@ macro_rules! remote_door {
             async fn retry_workflow(&self, id: &str) -> Result<Answer<usize>> {
                 sent($door::retry_workflow(self, id).await)
             }
+
+            fn jobs_by_tag(
+                &self,
+                tag: &str,
+                before: Option<&str>,
+                limit: usize,
+            ) -> impl Future<Output = Result<crate::job::TaggedJobs>> + Send {
+                $door::jobs_by_tag(self, tag, before, limit)
+            }
         }
     };
 }

@@ -32,6 +32,13 @@ pub struct SubmitOptions {
     ///
     /// [`JobOptions::timeout`]: crate::JobOptions::timeout
     pub timeout: Option<std::time::Duration>,
+    /// The job's tags: a few short strings (at most 8, each 1 to 64
+    /// characters of `[A-Za-z0-9_.:@=-]`, e.g. `order:42`) stored with it
+    /// and indexed, so [`Engine::jobs_by_tag`](crate::Engine::jobs_by_tag)
+    /// and the command's `gaffer jobs --tag` list a tag's jobs in any state.
+    /// Checked at submit (`Error::InvalidTag`). Stored in the clear, also
+    /// under a keyring. See [`tags`](Self::tags).
+    pub tags: Vec<String>,
     /// At most one job of its key per period of this length (River's
     /// `ByPeriod`, Sidekiq's `unique_for`): the key's slot is the period
     /// that holds the submission, counted in whole periods from the epoch
@@ -139,8 +146,19 @@ impl SubmitOptions {
     }
 }
 
-/// The bytes-level request for a typed job.
+impl SubmitOptions {
+    /// These options with `tags` (see [`SubmitOptions::tags`], the field):
+    /// `SubmitOptions::default().tags(["order:42", "customer:acme"])`.
+    pub fn tags<T: Into<String>>(mut self, tags: impl IntoIterator<Item = T>) -> Self {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// The bytes-level request for a typed job. Its tags are checked here,
+/// before it is sent anywhere (`Error::InvalidTag`).
 pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequest> {
+    let tags = gaffer_actors::layout::tags::checked(&opts.tags)?;
     let payload = rmp_serde::to_vec_named(job).map_err(|e| Error::encode(J::NAME, e))?;
     Ok(SubmitRequest {
         job_type: J::NAME.to_string(),
@@ -154,6 +172,7 @@ pub fn submit_request<J: Job>(job: &J, opts: SubmitOptions) -> Result<SubmitRequ
         // Taken from the current span at `submit`, in the submitting task.
         traceparent: None,
         timeout: opts.timeout,
+        tags,
         unique_for: opts.unique_for,
         debounce: opts.debounce.as_ref().map(Debounce::wire),
     })

@@ -37,6 +37,7 @@ use gaffer_actors::layout::store::Store;
 
 mod handle;
 mod requests;
+mod tags;
 mod workflows;
 pub use handle::ClientHandle;
 pub use requests::Request;

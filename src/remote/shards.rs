@@ -32,6 +32,7 @@ mod engine;
 mod keeper;
 mod operations;
 mod set;
+mod tags;
 mod workflows;
 
 pub use client::ShardedClient;

@@ -27,6 +27,7 @@ mod jobs;
 mod overview;
 mod periodic;
 mod queues;
+mod tagged;
 mod values;
 mod workflows;
 pub use actions::*;
@@ -101,7 +102,9 @@ impl<T> OrFail<T> for Result<T, OpsError> {
                     | EngineError::InvalidJobId(_)
                     | EngineError::InvalidBatchId(_),
                 ) => StatusCode::NOT_FOUND,
-                OpsError::BadCursor(_) | OpsError::BadInput(_) => StatusCode::BAD_REQUEST,
+                OpsError::BadCursor(_)
+                | OpsError::BadInput(_)
+                | OpsError::Engine(EngineError::InvalidTag { .. }) => StatusCode::BAD_REQUEST,
                 OpsError::IndexNotReady => StatusCode::SERVICE_UNAVAILABLE,
                 _ => {
                     tracing::warn!(error = %e, "dashboard read failed");

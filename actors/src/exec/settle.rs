@@ -320,6 +320,7 @@ async fn end_run(
         attempts: &claimed.attempts,
         history: claimed.history.clone(),
         followups: followups.iter().map(|(id, _)| id.clone()).collect(),
+        tags: owner.run.as_ref().and_then(|run| run.tags.clone()),
     };
     let succeeded = matches!(end, End::Succeeded(_));
     let parts = commit::terminal(services, target, &owner.job_type, delivery, end, &cost).and_then(

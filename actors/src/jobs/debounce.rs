@@ -355,6 +355,7 @@ async fn apply(
                     history: Vec::new(),
                     followups: Vec::new(),
                     reason: None,
+                    tags: None,
                 };
                 let ended = services.terminal_effects(&rec.run_id, &record)?;
                 fx.kv_writes.extend(ended.kv_writes);
@@ -467,7 +468,8 @@ fn submit(
         request,
     };
     let job_type = rec.request.job_type.clone();
-    let run = services.run_record(&rec.timer_id, &job_type, hash, None)?;
+    // Its tags (and their index entries) come with its job, at the close.
+    let run = services.run_record(&rec.timer_id, &job_type, hash, None, None)?;
     let key = keys::debounce_key(&job_type, &debounce.key);
     let staged = std::mem::take(fx)
         .kv_put(keys::run_key(&rec.run_id), run)

@@ -112,6 +112,8 @@ impl Services {
             step: None,
             sleep: None,
             snoozes: 0,
+            // The same tags at the same time: its index entries stay.
+            tags: record.tags.clone(),
         })?;
         // Back on its queue: a partition queue's pool may have forgotten
         // it, and finds it again by its mark and the event.

@@ -79,6 +79,7 @@ impl Services {
         {
             return Err(EngineError::ReservedHeader(h.clone()));
         }
+        req.tags = crate::layout::tags::checked(&req.tags)?;
         if req.traceparent.is_none() {
             req.traceparent = crate::telemetry::current_traceparent();
         }
@@ -103,9 +104,11 @@ impl Services {
             let job_id = queue.next_job_id();
             let job_queue = self.job_queue_of(&req.job_type, &req.headers)?;
             let marking = self.begin_marking(&job_queue);
-            let mut effects = SettlementEffects::default().kv_put(
+            let (effects, tags) =
+                self.tag_effects(SettlementEffects::default(), &req.tags, &job_id)?;
+            let mut effects = effects.kv_put(
                 keys::run_key(&job_id),
-                self.run_record(&job_id, &req.job_type, hash, None)?,
+                self.run_record(&job_id, &req.job_type, hash, None, tags)?,
             );
             if marking.writes() {
                 effects =
@@ -311,10 +314,11 @@ impl Services {
         } else {
             fx
         };
+        let (fx, tags) = self.tag_effects(fx, &req.tags, run_id)?;
         Ok(fx
             .kv_put(
                 keys::run_key(run_id),
-                self.run_record(&job_id, &req.job_type, hash, step)?,
+                self.run_record(&job_id, &req.job_type, hash, step, tags)?,
             )
             .enqueue(EnqueueRequest {
                 queue: job_queue,
@@ -329,6 +333,7 @@ impl Services {
         job_type: &str,
         input_hash: [u8; 32],
         step: Option<records::StepOf>,
+        tags: Option<crate::layout::tags::Tags>,
     ) -> Result<Vec<u8>> {
         records::encode(&RunRecord {
             job_id: job_id.to_string(),
@@ -340,6 +345,7 @@ impl Services {
             step,
             sleep: None,
             snoozes: 0,
+            tags,
         })
     }
 
@@ -457,6 +463,7 @@ impl Services {
                 history: Vec::new(),
                 followups: Vec::new(),
                 reason: None,
+                tags: run.tags.clone(),
             };
             let mut effects = self.terminal_effects(run_id, &record)?;
             if run.wait.is_some() {

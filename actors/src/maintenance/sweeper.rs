@@ -2,7 +2,8 @@
 //! the pass so ticks never pile up) it runs a retention pass, in a task that
 //! reports its end even if it panics (the actor never awaits inside
 //! `handle`): under retention it removes expired outcome records (and the
-//! run's memo entries and output blobs) through taquba's `ExpiryIndex`,
+//! run's index entries, memo entries and output blobs) through taquba's
+//! `ExpiryIndex`,
 //! forgets batches whose retention ended, and removes operator request
 //! records past `request_retention`. A pass in flight when the sweeper stops
 //! is aborted (the shutdown closes the queue, which the pass holds); the
@@ -295,12 +296,19 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
     };
     // An entry of an earlier run of this id (the id ran again after it) only
     // removes itself.
-    let index_entry = match records::decode::<OutcomeRecord>(&key, &raw) {
+    // Its index entries go with it: the finished-jobs index's and its
+    // tags'. A record that does not decode leaves its tags' entries, which
+    // a listing skips (no record carries them).
+    let index_entries = match records::decode::<OutcomeRecord>(&key, &raw) {
         Ok(rec) if rec.finished_at_ms != at_ms => {
             return Expired::Delete(SettlementEffects::default());
         }
-        Ok(rec) => Some(rec.ended_key(&run_id)),
-        Err(_) => None,
+        Ok(rec) => {
+            let mut entries = vec![rec.ended_key(&run_id)];
+            entries.extend(rec.tags.iter().flat_map(|t| t.keys(&run_id)));
+            entries
+        }
+        Err(_) => Vec::new(),
     };
     let blob = &services.settings().blob_prefix;
     for prefix in [
@@ -313,7 +321,7 @@ async fn expire_one(services: &Services, queue: &Queue, at_ms: u64, suffix: Vec<
         }
     }
     let mut effects = SettlementEffects::default().kv_delete(key.clone());
-    if let Some(entry) = index_entry {
+    for entry in index_entries {
         effects = effects.kv_delete(entry);
     }
     Expired::DeleteIf {

@@ -106,6 +106,7 @@ pub(crate) fn request(wf: &str, name: &str, record: StepRecord, job: HeldJob) ->
         timeout: job.timeout_ms.map(std::time::Duration::from_millis),
         unique_for: None,
         debounce: None,
+        tags: job.tags,
     }
 }
 
@@ -151,6 +152,8 @@ pub(crate) fn cancel_held(
         history: Vec::new(),
         followups: Vec::new(),
         reason: Some(reason.to_string()),
+        // Its job was never created, so its tags were never indexed.
+        tags: None,
     };
     let mut fx = fx;
     let end = services.terminal_effects(&run_id, &outcome)?;

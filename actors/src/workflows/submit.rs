@@ -99,6 +99,7 @@ fn records_of(
             priority: step.job.priority,
             max_attempts: step.job.max_attempts,
             timeout_ms: step.job.timeout.map(crate::workflows::wire::millis),
+            tags: crate::layout::tags::checked(&step.job.tags)?,
         };
         jobs.insert(step.name.clone(), job);
     }
@@ -266,6 +267,10 @@ impl Services {
             if let Some(bytes) = queue.view().kv_get(&okey).await? {
                 let rec: OutcomeRecord = records::decode(&okey, &bytes)?;
                 fx = fx.kv_delete(rec.ended_key(&run_id));
+                // Its release writes its tags' entries again, at its new time.
+                for key in rec.tags.iter().flat_map(|t| t.keys(&run_id)) {
+                    fx = fx.kv_delete(key);
+                }
             }
             fx = fx
                 .kv_delete(okey)

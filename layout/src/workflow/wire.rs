@@ -51,6 +51,9 @@ pub struct IntakeStep {
     /// Run once every step it needs ended, whichever way.
     #[serde(default)]
     pub regardless: bool,
+    /// Its job's tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl IntakeWorkflow {
@@ -69,6 +72,7 @@ impl IntakeWorkflow {
                 timeout_ms: s.job.timeout.map(millis),
                 deps: s.deps,
                 regardless: s.regardless,
+                tags: s.job.tags,
             })
             .collect();
         Self {
@@ -92,6 +96,7 @@ impl IntakeWorkflow {
                     priority: s.priority,
                     max_attempts: s.max_attempts,
                     timeout: s.timeout_ms.map(std::time::Duration::from_millis),
+                    tags: s.tags,
                     ..Default::default()
                 },
                 deps: s.deps,

@@ -90,6 +90,11 @@ impl Store {
             payload: job.payload_ref.is_none().then(|| job.payload.clone()),
             payload_ref: job.payload_ref.clone(),
             payload_source: None,
+            tags: run
+                .as_ref()
+                .and_then(|r| r.tags.as_ref())
+                .map(|t| t.names.clone())
+                .unwrap_or_default(),
         };
         // A job waiting for a signal: its run record names it, and when
         // the wait times out (the queue job's due time).
@@ -274,6 +279,7 @@ impl Store {
             payload: None,
             payload_ref: None,
             payload_source: None,
+            tags: Vec::new(),
         })
     }
 
@@ -474,5 +480,10 @@ pub(super) fn outcome_detail(
         payload: None,
         payload_ref: None,
         payload_source: None,
+        tags: rec
+            .tags
+            .as_ref()
+            .map(|t| t.names.clone())
+            .unwrap_or_default(),
     }
 }

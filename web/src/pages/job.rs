@@ -98,6 +98,10 @@ pub(super) fn job_page(
                 dd #debounced { "the key " code { (key) } @if let Some(n) = d.debounced_submits { " (its burst open: " (n) " submissions so far)" } }
             }
             @if d.snoozes > 0 { dt { "Snoozed" } dd #snoozes { (d.snoozes) @if d.snoozes == 1 { " time" } @else { " times" } } }
+            @if !d.tags.is_empty() {
+                dt { "Tags" }
+                dd #job-tags { @for t in &d.tags { a.tag href=(link(app, "/jobs", &[("tag", t)])) { (t) } " " } }
+            }
             @if app.shards.len() > 1 { dt { "Shard" } dd { (sh.index) } }
             @if let Some(b) = &d.batch { dt { "Batch" } dd { a href=(app.href(&format!("/batches/{}", seg(b)))) { (b) } } }
             @if let (Some(b), Some(k)) = (&d.batch, &d.key) { dt { "Item key" } dd { a href=(item_href(app, b, k)) { (k) } } }

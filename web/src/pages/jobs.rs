@@ -18,8 +18,12 @@ pub(super) fn state_filter(s: &str) -> Option<StateFilter> {
 }
 
 /// `GET /jobs`: by state (tabs with counts), type, a search by id or
-/// idempotency key, newest finished first, a page at a time.
+/// idempotency key (or `tag:T`), newest finished first, a page at a time;
+/// with `tag`, that tag's jobs (`tagged`).
 pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
+    if let Some(tag) = arg(&q, "tag") {
+        return super::tagged::tagged(&app, &q, tag).await;
+    }
     let st = arg(&q, "state").unwrap_or("");
     let filter = match st {
         "" => None,
@@ -38,6 +42,9 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
     }
     if let Some(search) = arg(&q, "q") {
         let search = search.trim();
+        if let Some(tag) = search.strip_prefix("tag:") {
+            return Ok(Redirect::to(&link(&app, "/jobs", &[("tag", tag.trim())])).into_response());
+        }
         for id in [search.to_string(), keys::keyed_run_id(search)] {
             if !keys::is_valid_id(&id) {
                 continue;
@@ -143,7 +150,7 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
             button type="submit" { "Filter" }
         }
         form.filters method="get" action=(app.href("/jobs")) {
-            div { label for="q" { "Job id or idempotency key" } input #q name="q" size="50"; }
+            div { label for="q" { "Job id, idempotency key, or tag:T" } input #q name="q" size="50" placeholder="tag:order:42"; }
             button.secondary type="submit" { "Find" }
         }
         p.note { "Live jobs first (running, queued, scheduled: the queues' counters count them), then finished ones newest first (counted up to " (COUNT_CAP) " per type). Batch items are listed while queued, running or dead; a batch's page lists its settled items." }

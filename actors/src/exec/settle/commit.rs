@@ -50,6 +50,8 @@ pub(crate) struct Delivery<'a> {
     pub(crate) history: Vec<PastAttempt>,
     /// The run ids of the follow-ups a success creates.
     pub(crate) followups: Vec<String>,
+    /// The run's tags, from its run record (its outcome record keeps them).
+    pub(crate) tags: Option<crate::layout::tags::Tags>,
 }
 
 /// The effects that end a target, and the notification to send once they commit.
@@ -67,6 +69,7 @@ pub(crate) fn terminal(
         attempts,
         history,
         followups,
+        tags,
     } = delivery;
     match target {
         Target::Job { run_id } => {
@@ -91,6 +94,7 @@ pub(crate) fn terminal(
                 },
                 history,
                 reason: None,
+                tags,
             };
             Ok((
                 services.terminal_effects(run_id, &record)?,

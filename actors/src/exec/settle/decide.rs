@@ -232,6 +232,7 @@ mod tests {
                     step: None,
                     sleep: None,
                     snoozes,
+                    tags: None,
                 })),
                 payload: std::sync::Arc::from(&[][..]),
             })

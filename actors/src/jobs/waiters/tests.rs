@@ -22,6 +22,7 @@ fn record(output: u8) -> OutcomeRecord {
         history: Vec::new(),
         followups: Vec::new(),
         reason: None,
+        tags: None,
     }
 }
 
