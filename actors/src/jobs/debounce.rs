@@ -127,6 +127,12 @@ impl Debouncer {
         });
     }
 
+    /// Stop the timers' claim loop (the engine is stopping): it lets go of
+    /// the queue at its next await.
+    pub(crate) fn stop_timers(&mut self) {
+        self.timers = None;
+    }
+
     pub(crate) fn handle(
         &mut self,
         message: DebounceMessage,
@@ -160,7 +166,8 @@ impl Debouncer {
                 return;
             }
             DebounceMessage::TimersEnded(why) => {
-                if let Some(why) = why {
+                // Not after a stop (the engine is stopping).
+                if let (Some(why), Some(_)) = (why, &self.timers) {
                     warn!(%why, "the debounce timers' loop ended; started again");
                     self.start(me, services);
                 }

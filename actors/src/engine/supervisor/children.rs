@@ -204,6 +204,7 @@ impl SupervisorState {
     pub(super) async fn store_closed(&mut self, myself: &ActorRef<EngineMessage>, reason: String) {
         error!(%reason, "the engine's store closed; stopping the engine");
         self.shutting_down = true;
+        self.debounce.stop_timers();
         self.services.emit(crate::events::EngineEvent::StoreClosed {
             reason: reason.clone(),
         });

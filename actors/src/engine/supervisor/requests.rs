@@ -158,6 +158,10 @@ impl SupervisorState {
         self.shutting_down = true;
         // No batch run starts any more.
         self.registry().close();
+        // No debounce timer is claimed any more (the loop lets go of the
+        // queue, which the shutdown closes once every holder let go): a
+        // burst that comes due meanwhile closes after the next start.
+        self.debounce.stop_timers();
         let closing = Closing {
             cell: myself.get_cell(),
             pools: self
