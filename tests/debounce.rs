@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use common::{LIMIT, within};
 
 const WINDOW: Duration = Duration::from_secs(2);
+const HOUR: Duration = Duration::from_secs(3600);
 
 /// Re-indexes a document: answers the version it was given, counting runs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,13 +60,6 @@ async fn engine(
         .unwrap()
 }
 
-/// Move the clock on by `by` and have the queue promote what is due.
-async fn time_passes(engine: &gaffer::Engine, clock: &gaffer::taquba::MockClock, by: Duration) {
-    clock.advance(by);
-    let queue = gaffer::testing::raw_queue(engine).unwrap();
-    queue.promote_scheduled_now().await.unwrap();
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_burst_runs_once_after_its_quiet_window_with_its_last_payload() {
     let tmp = tempfile::tempdir().unwrap();
@@ -86,13 +80,13 @@ async fn a_burst_runs_once_after_its_quiet_window_with_its_last_payload() {
             assert_eq!(state, JobState::Scheduled);
         }
         // Closer than the window: each pushes the run back.
-        time_passes(&engine, &clock, WINDOW / 4).await;
+        common::time_passes(&engine, &clock, WINDOW / 4).await;
     }
     let id = handles[0].id().to_string();
     assert!(handles.iter().all(|h| h.id() == id));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 
-    time_passes(&engine, &clock, WINDOW).await;
+    common::time_passes(&engine, &clock, WINDOW).await;
     for h in &handles {
         assert_eq!(within(h.join()).await.unwrap().unwrap(), 40);
     }
@@ -101,7 +95,7 @@ async fn a_burst_runs_once_after_its_quiet_window_with_its_last_payload() {
     // Once it ran, the next submission starts a new burst.
     let next = engine.submit_with(reindex(41), trailing()).await.unwrap();
     assert_ne!(next.id(), id);
-    time_passes(&engine, &clock, WINDOW).await;
+    common::time_passes(&engine, &clock, WINDOW).await;
     assert_eq!(within(next.join()).await.unwrap().unwrap(), 41);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     common::shut_down_cleanly(&engine).await;
@@ -131,7 +125,7 @@ async fn a_leading_burst_keeps_its_first_payload_and_another_key_is_its_own_burs
         .await
         .unwrap();
     assert_ne!(other.id(), handles[0].id());
-    time_passes(&engine, &clock, WINDOW).await;
+    common::time_passes(&engine, &clock, WINDOW).await;
     for h in &handles {
         assert_eq!(within(h.join()).await.unwrap().unwrap(), 1);
     }
@@ -158,7 +152,7 @@ async fn a_stream_of_submissions_runs_at_its_max_delay() {
                 .await
                 .unwrap(),
         );
-        time_passes(&engine, &clock, Duration::from_secs(1)).await;
+        common::time_passes(&engine, &clock, Duration::from_secs(1)).await;
     }
     // Five seconds after the first: it runs, though the stream goes on.
     assert_eq!(within(handles[0].join()).await.unwrap().unwrap(), 5);
@@ -179,7 +173,7 @@ async fn a_cancelled_burst_ends_and_the_next_submission_starts_another() {
     assert!(within(h.join()).await.unwrap().unwrap_err().is_cancelled());
     let next = engine.submit_with(reindex(2), trailing()).await.unwrap();
     assert_ne!(next.id(), h.id());
-    time_passes(&engine, &clock, WINDOW).await;
+    common::time_passes(&engine, &clock, WINDOW).await;
     assert_eq!(within(next.join()).await.unwrap().unwrap(), 2);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
@@ -287,7 +281,7 @@ async fn two_hundred_racing_submissions_from_two_processes_are_one_run() {
     assert_eq!(theirs.lines().count(), 100);
     assert!(theirs.lines().all(|l| l == id), "{theirs}");
 
-    time_passes(&engine, &clock, WINDOW).await;
+    common::time_passes(&engine, &clock, WINDOW).await;
     let output = within(handles[0].join()).await.unwrap().unwrap();
     for h in &handles {
         assert_eq!(within(h.join()).await.unwrap().unwrap(), output);
@@ -320,7 +314,7 @@ async fn debounce_engine_child() {
         .start()
         .await
         .unwrap();
-    let hourly = SubmitOptions::default().debounce("doc-1", Duration::from_secs(3600));
+    let hourly = SubmitOptions::default().debounce("doc-1", HOUR);
     let mut id = String::new();
     for version in 1..=3 {
         id = engine
@@ -349,14 +343,7 @@ async fn a_burst_survives_a_kill_and_runs_once_with_its_last_payload() {
     let id = std::fs::read_to_string(&burst).unwrap();
 
     // The next engine's clock starts two hours on: the burst is over.
-    let now_ms = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
-    let clock = Arc::new(gaffer::taquba::MockClock::new(now_ms + 2 * 3_600_000));
+    let clock = common::clock_ahead(2 * HOUR);
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = engine(&tmp.path().join("store"), clock, &runs).await;
     let handle = engine.handle::<Reindex>(&id).unwrap();

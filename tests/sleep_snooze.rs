@@ -106,13 +106,6 @@ fn one_attempt() -> SubmitOptions {
     }
 }
 
-/// Move the clock on by `by` and have the queue promote what is due.
-async fn time_passes(engine: &gaffer::Engine, clock: &gaffer::taquba::MockClock, by: Duration) {
-    clock.advance(by);
-    let queue = gaffer::testing::raw_queue(engine).unwrap();
-    queue.promote_scheduled_now().await.unwrap();
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_job_sleeps_without_a_worker_and_runs_on_past_each_sleep_when_its_time_comes() {
     let tmp = tempfile::tempdir().unwrap();
@@ -136,16 +129,16 @@ async fn a_job_sleeps_without_a_worker_and_runs_on_past_each_sleep_when_its_time
     assert_eq!(handle.outcome().await.unwrap(), None);
 
     // Not before its time.
-    time_passes(&engine, &clock, HOUR / 2).await;
+    common::time_passes(&engine, &clock, HOUR / 2).await;
     assert_eq!(engine.status(&id).await.unwrap(), JobState::Scheduled);
     assert_eq!(counts.runs.load(Ordering::SeqCst), 1);
 
     // Past the first sleep, into the second (measured from when it began).
-    time_passes(&engine, &clock, HOUR / 2 + Duration::from_secs(1)).await;
+    common::time_passes(&engine, &clock, HOUR / 2 + Duration::from_secs(1)).await;
     common::wait_event(&mut events, LIMIT, slept(T0_MS + 5_401_000)).await;
     assert_eq!(counts.runs.load(Ordering::SeqCst), 2);
 
-    time_passes(&engine, &clock, HOUR / 2).await;
+    common::time_passes(&engine, &clock, HOUR / 2).await;
     assert_eq!(
         within(handle.join()).await.unwrap().unwrap(),
         vec!["dear ada".to_string(), "sent to ada".to_string()]
@@ -209,7 +202,7 @@ async fn a_snooze_runs_the_job_again_later_without_spending_an_attempt() {
             JobState::Scheduled
         );
         assert_eq!(handle.outcome().await.unwrap(), None);
-        time_passes(&engine, &clock, HOUR).await;
+        common::time_passes(&engine, &clock, HOUR).await;
     }
     assert_eq!(within(handle.join()).await.unwrap().unwrap(), 2);
     assert_eq!(counts.runs.load(Ordering::SeqCst), 3);
@@ -235,7 +228,7 @@ async fn a_job_that_snoozes_past_its_limit_fails_saying_so() {
             |e| matches!(e, EngineEvent::JobSnoozed { snoozes, .. } if *snoozes == n),
         )
         .await;
-        time_passes(&engine, &clock, HOUR).await;
+        common::time_passes(&engine, &clock, HOUR).await;
     }
     let err = within(handle.join()).await.unwrap().unwrap_err();
     assert_eq!(err.kind, gaffer::job::FailureKind::Permanent);
@@ -307,14 +300,7 @@ async fn sleeping_and_snoozed_jobs_survive_a_kill() {
 
     // The next engine's clock starts two hours on: the first sleep and the
     // first snooze are over when it opens.
-    let now_ms = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
-    let clock = Arc::new(gaffer::taquba::MockClock::new(now_ms + 2 * 3_600_000));
+    let clock = common::clock_ahead(2 * HOUR);
     let counts = Arc::new(Counts::default());
     let engine = builder(&tmp.path().join("store"), clock.clone(), &counts)
         .start()
@@ -330,7 +316,7 @@ async fn sleeping_and_snoozed_jobs_survive_a_kill() {
             && engine.status(busy.id()).await.ok() == Some(JobState::Scheduled)
     })
     .await;
-    time_passes(&engine, &clock, HOUR).await;
+    common::time_passes(&engine, &clock, HOUR).await;
     assert_eq!(
         within(remind.join()).await.unwrap().unwrap(),
         vec!["dear cy".to_string(), "sent to cy".to_string()]

@@ -182,6 +182,24 @@ pub fn a_minute_later() -> gaffer::SubmitOptions {
     }
 }
 
+/// Move `clock` on by `by` and have `engine`'s queue promote what is due.
+pub async fn time_passes(engine: &gaffer::Engine, clock: &MockClock, by: Duration) {
+    clock.advance(by);
+    let queue = gaffer::testing::raw_queue(engine).unwrap();
+    queue.promote_scheduled_now().await.unwrap();
+}
+
+/// A mock clock `by` ahead of the wall clock: an engine opened on it after
+/// a killed one finds the waits the killed one began (on the wall clock)
+/// over.
+pub fn clock_ahead(by: Duration) -> Arc<MockClock> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        + by;
+    Arc::new(MockClock::new(u64::try_from(now.as_millis()).unwrap()))
+}
+
 /// Move `clock` past [`a_minute_later`] and have `engine`'s queue promote what
 /// was scheduled for then.
 pub async fn a_minute_passes(engine: &gaffer::Engine, clock: &MockClock) {
