@@ -352,10 +352,12 @@ async fn apply(
         match open.take() {
             // Cancelled while it was handed over: the run ends so.
             Some(rec) if rec.timer_id == claim.id && claim.cancel_token().is_cancelled() => {
+                // The hash of the plain payload, as every record's.
+                let payload = services.keyring().open(&rec.request.payload)?;
                 let record = OutcomeRecord {
                     job_id: claim.id.clone(),
                     job_type: rec.request.job_type.clone(),
-                    input_hash: keys::input_hash(&rec.request.job_type, &rec.request.payload),
+                    input_hash: keys::input_hash(&rec.request.job_type, &payload),
                     attempts: 0,
                     finished_at_ms: now,
                     outcome: Outcome::Cancelled,
