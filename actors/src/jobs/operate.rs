@@ -3,11 +3,14 @@
 //! job type (the pools and the supervisor act on it; see the supervisor's
 //! requests).
 
-use taquba::{EnqueueOptions, EnqueueRequest, SettlementEffects};
+use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, SettlementEffects};
 
 use crate::error::{EngineError, Result};
+use crate::events::EngineEvent;
+use crate::jobs::submit::{CancelResult, JobState, MAX_SUBMIT_ROUNDS};
 use crate::layout::inspect::{self, EndedState};
 use crate::layout::keys;
+use crate::layout::records::OutcomeRecord;
 use crate::layout::records::{self, Outcome};
 use crate::services::Services;
 
@@ -49,6 +52,66 @@ fn ended_series(
 }
 
 impl Services {
+    /// Cancel a job. A queued job is removed and recorded as cancelled in one
+    /// transaction; a running job's cancel token fires and its handler's return
+    /// is recorded as cancelled.
+    pub async fn cancel(&self, run_id: &str) -> Result<(CancelResult, Option<OutcomeRecord>)> {
+        let queue = self.queue()?;
+        for _ in 0..MAX_SUBMIT_ROUNDS {
+            let Some(run) = self.run_record_of(run_id).await? else {
+                return match self.outcome(run_id).await? {
+                    Some(rec) => Ok((
+                        CancelResult::AlreadyFinished(JobState::of(&rec.outcome)),
+                        None,
+                    )),
+                    None => Err(self.unknown(run_id).await),
+                };
+            };
+            let record = OutcomeRecord {
+                job_id: run.job_id.clone(),
+                job_type: run.job_type.clone(),
+                input_hash: run.input_hash,
+                attempts: 0,
+                finished_at_ms: self.clock().now_ms(),
+                outcome: Outcome::Cancelled,
+                history: Vec::new(),
+                followups: Vec::new(),
+                reason: None,
+                tags: run.tags.clone(),
+            };
+            let mut effects = self.terminal_effects(run_id, &record)?;
+            if run.wait.is_some() {
+                // A run that waited keeps its signals until it ends.
+                effects.kv_deletes.extend(self.signal_keys(run_id).await?);
+            }
+            // A workflow step's cancel decides the steps that need it.
+            let (effects, plan) = match &run.step {
+                Some(step) => {
+                    crate::exec::settle::with_step_plan(self, effects, step, &Outcome::Cancelled)
+                        .await?
+                }
+                None => (effects, None),
+            };
+            match queue.cancel_with(&run.job_id, effects).await?.0 {
+                CancelOutcome::Removed => {
+                    if let Some(plan) = plan {
+                        plan.guard.committed();
+                    }
+                    self.emit(EngineEvent::JobCancelled {
+                        run_id: run_id.to_string(),
+                    });
+                    return Ok((CancelResult::Cancelled, Some(record)));
+                }
+                CancelOutcome::Requested => return Ok((CancelResult::Requested, None)),
+                // Ended between our read and the cancel: look again.
+                CancelOutcome::NotFound => continue,
+            }
+        }
+        Err(EngineError::Contended {
+            operation: format!("the cancel of `{run_id}`"),
+        })
+    }
+
     /// Run a failed or cancelled job again: a new attempt series under the
     /// same id, from its original payload and headers, in one transaction
     /// that removes its outcome record (and index entry) and writes its run

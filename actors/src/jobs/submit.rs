@@ -4,12 +4,11 @@
 
 use taquba::object_store::ObjectStoreExt;
 use taquba::object_store::path::Path;
-use taquba::{CancelOutcome, EnqueueOptions, EnqueueRequest, SettlementEffects};
+use taquba::{EnqueueOptions, EnqueueRequest, SettlementEffects};
 
 use crate::error::{EngineError, Result};
-use crate::events::EngineEvent;
 use crate::layout::keys;
-use crate::layout::records::{self, Outcome, OutcomeRecord, OutputRef, RunRecord};
+use crate::layout::records::{self, OutcomeRecord, OutputRef, RunRecord};
 use crate::services::Services;
 
 pub use crate::jobs::request::SubmitRequest;
@@ -44,7 +43,7 @@ pub enum CancelResult {
 }
 
 /// Rounds of a submit or cancel that keeps racing concurrent changes.
-const MAX_SUBMIT_ROUNDS: usize = 16;
+pub(crate) const MAX_SUBMIT_ROUNDS: usize = 16;
 
 /// A submission with a larger payload reads the outcome record before it
 /// prepares its job, whatever the duplicate rate.
@@ -436,66 +435,6 @@ impl Services {
     pub async fn state(&self, run_id: &str) -> Result<Option<JobState>> {
         check_id(run_id)?;
         crate::layout::inspect::job_state(self.queue()?.view(), run_id).await
-    }
-
-    /// Cancel a job. A queued job is removed and recorded as cancelled in one
-    /// transaction; a running job's cancel token fires and its handler's return
-    /// is recorded as cancelled.
-    pub async fn cancel(&self, run_id: &str) -> Result<(CancelResult, Option<OutcomeRecord>)> {
-        let queue = self.queue()?;
-        for _ in 0..MAX_SUBMIT_ROUNDS {
-            let Some(run) = self.run_record_of(run_id).await? else {
-                return match self.outcome(run_id).await? {
-                    Some(rec) => Ok((
-                        CancelResult::AlreadyFinished(JobState::of(&rec.outcome)),
-                        None,
-                    )),
-                    None => Err(self.unknown(run_id).await),
-                };
-            };
-            let record = OutcomeRecord {
-                job_id: run.job_id.clone(),
-                job_type: run.job_type.clone(),
-                input_hash: run.input_hash,
-                attempts: 0,
-                finished_at_ms: self.clock().now_ms(),
-                outcome: Outcome::Cancelled,
-                history: Vec::new(),
-                followups: Vec::new(),
-                reason: None,
-                tags: run.tags.clone(),
-            };
-            let mut effects = self.terminal_effects(run_id, &record)?;
-            if run.wait.is_some() {
-                // A run that waited keeps its signals until it ends.
-                effects.kv_deletes.extend(self.signal_keys(run_id).await?);
-            }
-            // A workflow step's cancel decides the steps that need it.
-            let (effects, plan) = match &run.step {
-                Some(step) => {
-                    crate::exec::settle::with_step_plan(self, effects, step, &Outcome::Cancelled)
-                        .await?
-                }
-                None => (effects, None),
-            };
-            match queue.cancel_with(&run.job_id, effects).await?.0 {
-                CancelOutcome::Removed => {
-                    if let Some(plan) = plan {
-                        plan.guard.committed();
-                    }
-                    self.emit(EngineEvent::JobCancelled {
-                        run_id: run_id.to_string(),
-                    });
-                    return Ok((CancelResult::Cancelled, Some(record)));
-                }
-                CancelOutcome::Requested => return Ok((CancelResult::Requested, None)),
-                // Ended between our read and the cancel: look again.
-                CancelOutcome::NotFound => continue,
-            }
-        }
-        Err(EngineError::Contended {
-            operation: format!("the cancel of `{run_id}`"),
-        })
     }
 
     /// Read a committed value from the caller KV namespace (opened, if
