@@ -12,10 +12,12 @@
 //! - [`http`]: one HTTP request to a served dashboard or endpoint.
 //! - [`jobs`]: the test jobs more than one test file runs.
 //! - [`s3`]: moto's S3 server on loopback.
+//! - [`etcd`]: an etcd cluster on loopback (Debian's `etcd-server`).
 //!
 //! A dev-dependency only (`publish = false`): nothing here is API.
 
 pub mod command;
+pub mod etcd;
 pub mod events;
 pub mod http;
 pub mod jobs;
