@@ -1,5 +1,8 @@
 //! A sharded gaffer service, as `deploy/kubernetes/` runs it: one engine per
-//! shard this replica owns, until SIGTERM. A shard whose engine stops (its
+//! shard this replica owns, until SIGTERM. The shards are fixed per replica
+//! (a StatefulSet, `deploy/kubernetes/statefulset.yaml`) or elastic, moved
+//! between interchangeable replicas through etcd leases (a Deployment,
+//! `deploy/kubernetes/elastic/deployment.yaml`). A shard whose engine stops (its
 //! store taken by another replica during a rollout, or the engine crashed)
 //! comes back on its own once the store is this replica's again; the
 //! service logs each shard's down, held and back.
@@ -8,7 +11,10 @@
 //! - `GAFFER_SHARDS`: the shard set's URL template, `{shard}` replaced by
 //!   each index (`s3://bucket/app/shard-{shard}`, `file:///data/shard-{shard}`);
 //! - `GAFFER_SHARD_COUNT`: how many shards (fixed at deploy);
-//! - `GAFFER_REPLICAS`: the StatefulSet's replicas; this pod owns every
+//! - `GAFFER_ETCD`: etcd's endpoints, comma-separated
+//!   (`http://etcd:2379`): elastic placement (built with `--features
+//!   etcd`); each shard gained and lost is logged with its reason;
+//! - else `GAFFER_REPLICAS`: the StatefulSet's replicas; this pod owns every
 //!   shard `s` with `s % replicas == ordinal`, the ordinal read from
 //!   `HOSTNAME` (`gaffer-2` → 2). Or `GAFFER_OWNED=0,3` to list them.
 //!
@@ -19,6 +25,16 @@
 //! GAFFER_SHARDS='file:///tmp/gaffer-shards/shard-{shard}' GAFFER_SHARD_COUNT=2 \
 //!   GAFFER_OWNED=0,1 cargo run --example sharded
 //! gaffer --shards 'file:///tmp/gaffer-shards/shard-{shard}' --shard-count 2 stats
+//! ```
+//!
+//! Elastic, with an etcd on loopback (Debian's `etcd-server`): start as
+//! many as you like, each in its own terminal, and watch the shards spread
+//! over them and come back when one stops.
+//!
+//! ```sh
+//! etcd --data-dir /tmp/gaffer-etcd &
+//! GAFFER_SHARDS='file:///tmp/gaffer-shards/shard-{shard}' GAFFER_SHARD_COUNT=2 \
+//!   GAFFER_ETCD=http://127.0.0.1:2379 cargo run --features etcd --example sharded
 //! ```
 
 use std::time::Duration;
@@ -58,14 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_target(false).init();
     let count: usize = env("GAFFER_SHARD_COUNT")?.parse()?;
     let set = ShardSet::from_template(&env("GAFFER_SHARDS")?, count)?;
-    let placement = match std::env::var("GAFFER_OWNED") {
-        Ok(list) => Placement::Listed(
-            list.split(',')
-                .map(|s| s.trim().parse())
-                .collect::<Result<_, _>>()?,
-        ),
-        Err(_) => Placement::from_hostname(env("GAFFER_REPLICAS")?.parse()?)?,
-    };
+    let placement = placement()?;
     let engines = ShardedEngine::start(set, &placement, |_, url| {
         Engine::builder()
             .store(gaffer::Store::url(url))
@@ -73,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .shutdown_grace(Duration::from_secs(20))
     })
     .await?;
-    tracing::info!(owned = ?engines.owned(), "engines started");
+    tracing::info!(owned = ?engines.owned(), member = ?engines.member(), "engines started");
     // Each shard's ups and downs, until the engines shut down.
     let mut shard_events = engines.subscribe();
     tokio::spawn(async move {
@@ -90,6 +99,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Ok(ShardEvent::Back { shard, down_for }) => {
                     tracing::info!(shard, ?down_for, "shard back")
+                }
+                Ok(ShardEvent::Gained { shard, reason }) => {
+                    tracing::info!(shard, %reason, "shard gained")
+                }
+                Ok(ShardEvent::Lost { shard, reason }) => {
+                    tracing::info!(shard, %reason, "shard lost")
                 }
                 Ok(other) => tracing::info!(?other, "shard event"),
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -111,6 +126,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!(shard, ok = result.is_ok(), "shard stopped");
     }
     Ok(())
+}
+
+/// Elastic on etcd when `GAFFER_ETCD` is set; else the listed shards, or
+/// the StatefulSet ordinal's.
+fn placement() -> Result<Placement, Box<dyn std::error::Error>> {
+    if let Ok(endpoints) = std::env::var("GAFFER_ETCD") {
+        #[cfg(feature = "etcd")]
+        return Ok(Placement::Etcd(
+            gaffer::remote::EtcdPlacement::from_endpoint_list(&endpoints)?,
+        ));
+        #[cfg(not(feature = "etcd"))]
+        return Err(format!(
+            "GAFFER_ETCD={endpoints} asks for elastic placement: build with `--features etcd`"
+        )
+        .into());
+    }
+    Ok(match std::env::var("GAFFER_OWNED") {
+        Ok(list) => Placement::Listed(
+            list.split(',')
+                .map(|s| s.trim().parse())
+                .collect::<Result<_, _>>()?,
+        ),
+        Err(_) => Placement::from_hostname(env("GAFFER_REPLICAS")?.parse()?)?,
+    })
 }
 
 async fn shutdown_signal() {

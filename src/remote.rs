@@ -18,7 +18,9 @@ pub use cluster::{BatchCounts, ClusterRouter, Gateway, GatewayMessage, shard_gro
 /// for joining a ractor cluster.
 #[cfg(feature = "cluster")]
 pub use ractor_cluster;
+#[cfg(feature = "etcd")]
+pub use shards::EtcdPlacement;
 pub use shards::{
-    MAX_SHARDS, Placement, ShardError, ShardEvent, ShardSet, ShardStatus, ShardedClient,
-    ShardedEngine, ShardedEngineBuilder,
+    MAX_SHARDS, MoveReason, Placement, ShardError, ShardEvent, ShardSet, ShardStatus,
+    ShardedClient, ShardedEngine, ShardedEngineBuilder,
 };

@@ -31,12 +31,16 @@ mod client;
 mod engine;
 mod keeper;
 mod operations;
+#[cfg(feature = "etcd")]
+mod placer;
 mod set;
 mod tags;
 mod workflows;
 
 pub use client::ShardedClient;
 pub use engine::{ShardedEngine, ShardedEngineBuilder};
+#[cfg(feature = "etcd")]
+pub use placer::EtcdPlacement;
 pub use set::{MAX_SHARDS, Placement, ShardSet};
 
 use std::collections::BTreeMap;
@@ -148,4 +152,138 @@ pub enum ShardEvent {
         /// Why.
         reason: String,
     },
+    /// Elastic placement gave the shard to this process and its engine
+    /// runs here now.
+    Gained {
+        /// The shard.
+        shard: usize,
+        /// Why it came here.
+        reason: MoveReason,
+    },
+    /// The shard left this process under elastic placement: its engine was
+    /// shut down (drained first when the move was planned).
+    Lost {
+        /// The shard.
+        shard: usize,
+        /// Why it left.
+        reason: MoveReason,
+    },
+}
+
+/// Why a shard moved to or from a process under elastic placement
+/// ([`ShardEvent::Gained`], [`ShardEvent::Lost`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MoveReason {
+    /// Nobody held the shard and the assignment gives it to this process:
+    /// the set's first start, or its last owner let it go (`previous`, as
+    /// last seen: it drained and released it, or its lease ended).
+    Free {
+        /// The owner seen before, if any was.
+        previous: Option<String>,
+    },
+    /// The assignment over the live members gives the shard to another
+    /// member (one joined, or came back): drained, then released to it.
+    Rebalanced {
+        /// The member it goes to.
+        to: String,
+    },
+    /// This process could not renew its lease (etcd unreachable) and
+    /// stopped the shard before the lease could have expired.
+    LeaseExpiring,
+    /// etcd says this process's lease ended (it was paused or cut off past
+    /// its TTL): the shard may be another's already.
+    LeaseLost,
+    /// Another member holds the shard's key (or nobody does, while this
+    /// process ran it: its key was deleted under it).
+    KeyLost {
+        /// The member that holds it now, if any.
+        by: Option<String>,
+    },
+    /// This process shut its shards down.
+    ShutDown,
+}
+
+impl MoveReason {
+    /// A short label (`free`, `rebalanced`, `lease_expiring`, `lease_lost`,
+    /// `key_lost`, `shut_down`), as the moves metric carries it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Free { .. } => "free",
+            Self::Rebalanced { .. } => "rebalanced",
+            Self::LeaseExpiring => "lease_expiring",
+            Self::LeaseLost => "lease_lost",
+            Self::KeyLost { .. } => "key_lost",
+            Self::ShutDown => "shut_down",
+        }
+    }
+}
+
+impl std::fmt::Display for MoveReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Free { previous: None } => f.write_str("it was free"),
+            Self::Free { previous: Some(p) } => write!(
+                f,
+                "it was free (its last owner, {p}, let it go or its lease ended)"
+            ),
+            Self::Rebalanced { to } => write!(f, "rebalanced to {to}"),
+            Self::LeaseExpiring => f.write_str(
+                "this process could not renew its lease and stopped the shard before the lease \
+                 could expire",
+            ),
+            Self::LeaseLost => f.write_str("this process's lease ended"),
+            Self::KeyLost { by: Some(m) } => write!(f, "{m} holds its key"),
+            Self::KeyLost { by: None } => f.write_str("its key was deleted"),
+            Self::ShutDown => f.write_str("shut down"),
+        }
+    }
+}
+
+/// An owned shard: its keeper, and what the keeper publishes.
+#[derive(Debug, Clone)]
+pub(crate) struct Kept {
+    keeper: ActorRef<KeeperMessage>,
+    slot: watch::Receiver<keeper::Slot>,
+}
+
+/// Start the keeper of `shard`, whose engine `opened` just started.
+pub(crate) async fn keep(
+    shard: usize,
+    set: &ShardSet,
+    make: Arc<MakeFn>,
+    supervision: Supervision,
+    events: broadcast::Sender<ShardEvent>,
+    opened: keeper::Opened,
+    owner: Option<String>,
+) -> Result<Kept> {
+    let engine = opened.engine.clone();
+    let (slot, slot_rx) = watch::channel(Slot {
+        engine: Some(engine.clone()),
+        status: ShardStatus::Up,
+    });
+    let args = KeeperArgs {
+        shard,
+        count: set.len(),
+        url: set.urls[shard].clone(),
+        make,
+        supervision,
+        events,
+        slot,
+        opened,
+        owner,
+    };
+    match Actor::spawn(None, Keeper, args).await {
+        Ok((keeper, _)) => Ok(Kept {
+            keeper,
+            slot: slot_rx,
+        }),
+        Err(e) => {
+            let _ = engine.shutdown().await;
+            Err(crate::Error::ActorUnavailable {
+                actor: "shard keeper",
+                reason: format!("shard {shard}'s keeper did not start: {e}"),
+            })
+        }
+    }
 }

@@ -206,6 +206,51 @@ impl EtcdCluster {
         self.wait_or_panic(&all);
     }
 
+    /// The index of the member that leads the cluster now, asked of every
+    /// running member (`etcdctl endpoint status`): the leader's id as the
+    /// members report it, matched to the member that reports it as its
+    /// own. Panics with the logs if no running member names a leader
+    /// within [`LIMIT`].
+    pub fn leader(&self) -> usize {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let running: Vec<usize> = (0..self.members.len())
+                .filter(|i| self.members[*i].child.is_some())
+                .collect();
+            let endpoints: Vec<String> = running.iter().map(|i| self.endpoint(*i)).collect();
+            let status = etcdctl("2s", &endpoints, &["endpoint", "status", "-w", "json"]);
+            let found = status.ok().and_then(|out| {
+                let rows: Vec<serde_json::Value> = serde_json::from_str(&out).ok()?;
+                let ids: Vec<(u64, u64)> = rows
+                    .iter()
+                    .filter_map(|r| {
+                        let s = &r["Status"];
+                        Some((s["header"]["member_id"].as_u64()?, s["leader"].as_u64()?))
+                    })
+                    .collect();
+                let leader = ids.iter().map(|(_, l)| *l).find(|l| *l != 0)?;
+                let at = ids.iter().position(|(me, _)| *me == leader)?;
+                running.get(at).copied()
+            });
+            match found {
+                Some(i) => return i,
+                None if Instant::now() < deadline => std::thread::sleep(POLL),
+                None => panic!("no running etcd member names a leader; {}", self.logs()),
+            }
+        }
+    }
+
+    /// `etcdctl` (API 3) with `args` against every running member: its
+    /// output, or what it said on failing (2 s to connect, 5 s for the
+    /// request).
+    pub fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
+        let endpoints: Vec<String> = (0..self.members.len())
+            .filter(|i| self.members[*i].child.is_some())
+            .map(|i| self.endpoint(i))
+            .collect();
+        etcdctl("5s", &endpoints, args)
+    }
+
     /// Kill member `member` if it runs, start it again on its data dir,
     /// name and ports, and wait until it answers. It answers only with a
     /// quorum: in a 3-member cluster, one other member must be running.
@@ -525,40 +570,40 @@ fn http(port: u16, request: &str, body: &str) -> std::io::Result<(u16, String)> 
     Ok((status, body.to_string()))
 }
 
+/// `etcdctl` (API 3, beside the server: Debian's `etcd-client`) with
+/// `args` against `endpoints`: its output, or what it said on failing.
+/// Bounded: 2 s to connect, `timeout` (`5s`) for the request; it waits
+/// that long when no endpoint answers.
+fn etcdctl(timeout: &str, endpoints: &[String], args: &[&str]) -> Result<String, String> {
+    let bin = etcd_server().with_file_name("etcdctl");
+    assert!(
+        bin.is_file(),
+        "{} is missing: `apt-get install etcd-client` (.ci/run installs it)",
+        bin.display()
+    );
+    let out = Command::new(&bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .arg("--dial-timeout=2s")
+        .arg(format!("--command-timeout={timeout}"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "etcdctl {args:?} on {endpoints:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `etcdctl` (API 3, beside the server: Debian's `etcd-client`) with
-    /// `args` against `endpoints`: its output, or what it said on failing.
-    /// Bounded: 2 s to connect, `timeout` (`5s`) for the request; it waits
-    /// that long when no endpoint answers.
-    fn etcdctl(timeout: &str, endpoints: &[String], args: &[&str]) -> Result<String, String> {
-        let bin = etcd_server().with_file_name("etcdctl");
-        assert!(
-            bin.is_file(),
-            "{} is missing: `apt-get install etcd-client` (.ci/run installs it)",
-            bin.display()
-        );
-        let out = Command::new(&bin)
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .arg("--dial-timeout=2s")
-            .arg(format!("--command-timeout={timeout}"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "etcdctl {args:?} on {endpoints:?}: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    }
 
     /// [`etcdctl`] again until it succeeds, within [`LIMIT`]: a request can
     /// fail while the members elect a leader (after a kill, or on a loaded

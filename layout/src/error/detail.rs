@@ -50,6 +50,13 @@ pub enum ShardError {
     /// out of range …).
     #[error("invalid placement: {0}")]
     InvalidPlacement(String),
+    /// The placement's coordinator (etcd) could not be reached or refused
+    /// this process's joining.
+    #[error(
+        "the placement's coordinator: {0}; check that etcd answers at the endpoints given \
+         (and that this process's member name is not taken)"
+    )]
+    Coordinator(String),
     /// The job or batch belongs to a shard this process does not own.
     #[error(
         "`{id}` belongs to shard {shard}, which this process does not own (it owns {owned:?}); \

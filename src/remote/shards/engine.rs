@@ -13,6 +13,7 @@ pub struct ShardedEngineBuilder {
     set: ShardSet,
     placement: Placement,
     supervision: Supervision,
+    events: broadcast::Sender<ShardEvent>,
 }
 
 impl ShardedEngineBuilder {
@@ -44,6 +45,14 @@ impl ShardedEngineBuilder {
         self
     }
 
+    /// The shards' events from the start on ([`ShardedEngine::subscribe`]
+    /// gives them from its call on): under elastic placement, the first
+    /// shards are gained while `start` returns, so subscribe here to see
+    /// every one.
+    pub fn subscribe(&self) -> broadcast::Receiver<ShardEvent> {
+        self.events.subscribe()
+    }
+
     /// Start an engine on every shard the placement gives this process;
     /// `make(shard, url)` builds each (the same registrations on every
     /// shard: any job may land on any shard), at the start and again at
@@ -64,12 +73,26 @@ impl ShardedEngineBuilder {
         F: Fn(usize, &str) -> EngineBuilder + Send + Sync + 'static,
     {
         self.supervision.validate()?;
-        let owned = self.placement.owned(&self.set)?;
         let make: Arc<MakeFn> = Arc::new(make);
+        #[cfg(feature = "etcd")]
+        if let Placement::Etcd(etcd) = &self.placement {
+            let (placer, shards, member) =
+                super::placer::start(&self.set, etcd, make, self.supervision, self.events.clone())
+                    .await?;
+            return Ok(ShardedEngine {
+                set: self.set,
+                shards,
+                _fixed: None,
+                events: self.events.downgrade(),
+                placer: Some(placer),
+                member: Some(member),
+            });
+        }
+        let owned = self.placement.owned(&self.set)?;
         let count = self.set.len();
         let mut opened = Vec::new();
         for shard in owned {
-            match keeper::open(&*make, shard, count, &self.set.urls[shard]).await {
+            match keeper::open(&*make, shard, count, &self.set.urls[shard], None).await {
                 Ok(o) => opened.push((shard, o)),
                 Err(e) => {
                     for (_, o) in &opened {
@@ -79,67 +102,45 @@ impl ShardedEngineBuilder {
                 }
             }
         }
-        let (events, _) = broadcast::channel(SHARD_EVENTS);
+        let events = self.events;
         let mut shards = BTreeMap::new();
         let mut left = opened.into_iter();
         while let Some((shard, o)) = left.next() {
-            let engine = o.engine.clone();
-            let (slot, slot_rx) = watch::channel(Slot {
-                engine: Some(engine.clone()),
-                status: ShardStatus::Up,
-            });
-            let args = KeeperArgs {
+            let kept = keep(
                 shard,
-                count,
-                url: self.set.urls[shard].clone(),
-                make: make.clone(),
-                supervision: self.supervision.clone(),
-                events: events.clone(),
-                slot,
-                opened: o,
-            };
-            match Actor::spawn(None, Keeper, args).await {
-                Ok((keeper, _)) => {
-                    shards.insert(
-                        shard,
-                        Kept {
-                            keeper,
-                            slot: slot_rx,
-                        },
-                    );
+                &self.set,
+                make.clone(),
+                self.supervision.clone(),
+                events.clone(),
+                o,
+                None,
+            )
+            .await;
+            match kept {
+                Ok(kept) => {
+                    shards.insert(shard, kept);
                 }
                 Err(e) => {
                     // Everything started so far is shut down.
-                    let _ = engine.shutdown().await;
                     for (_, o) in left {
                         let _ = o.engine.shutdown().await;
                     }
-                    let started = ShardedEngine {
-                        set: self.set,
-                        shards,
-                        events: events.downgrade(),
-                    };
+                    let started = ShardedEngine::fixed(self.set, shards, &events);
                     started.shutdown().await;
-                    return Err(crate::Error::ActorUnavailable {
-                        actor: "shard keeper",
-                        reason: format!("shard {shard}'s keeper did not start: {e}"),
-                    });
+                    return Err(e);
                 }
             }
         }
-        Ok(ShardedEngine {
-            set: self.set,
-            shards,
-            events: events.downgrade(),
-        })
+        Ok(ShardedEngine::fixed(self.set, shards, &events))
     }
 }
 
-/// An owned shard: its keeper, and what the keeper publishes.
-#[derive(Debug)]
-struct Kept {
-    keeper: ActorRef<KeeperMessage>,
-    slot: watch::Receiver<Slot>,
+/// The shards a process keeps now, as their owner publishes them.
+pub(crate) type KeptShards = Arc<BTreeMap<usize, Kept>>;
+
+/// Shard events buffered per subscriber before a slow one lags.
+pub(crate) fn shard_events() -> broadcast::Sender<ShardEvent> {
+    broadcast::channel(SHARD_EVENTS).0
 }
 
 /// One engine per owned shard, each its own supervision tree: a shard
@@ -148,22 +149,59 @@ struct Kept {
 /// [`ShardedEngineBuilder`] and docs/guide/shards.md, *Shards that come back*).
 pub struct ShardedEngine {
     set: ShardSet,
-    shards: BTreeMap<usize, Kept>,
-    /// Weak: the keepers hold the senders, so the stream ends when they
-    /// have all stopped.
+    /// The shards kept now: fixed at the start, or published by the placer
+    /// as they move.
+    shards: watch::Receiver<KeptShards>,
+    /// A fixed placement's map (its sender, kept for the receiver).
+    _fixed: Option<watch::Sender<KeptShards>>,
+    /// Weak: the keepers (and the placer) hold the senders, so the stream
+    /// ends when they have all stopped.
     events: broadcast::WeakSender<ShardEvent>,
+    /// Elastic placement's actor, which takes, drains and releases shards.
+    #[cfg(feature = "etcd")]
+    placer: Option<ActorRef<super::placer::PlacerMessage>>,
+    /// This process's member name under elastic placement.
+    member: Option<String>,
 }
 
 impl std::fmt::Debug for ShardedEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShardedEngine")
             .field("set", &self.set)
-            .field("shards", &self.shards)
+            .field("shards", &*self.shards.borrow())
+            .field("member", &self.member)
             .finish_non_exhaustive()
     }
 }
 
 impl ShardedEngine {
+    fn fixed(
+        set: ShardSet,
+        shards: BTreeMap<usize, Kept>,
+        events: &broadcast::Sender<ShardEvent>,
+    ) -> Self {
+        let (fixed, shards) = watch::channel(Arc::new(shards));
+        Self {
+            set,
+            shards,
+            _fixed: Some(fixed),
+            events: events.downgrade(),
+            #[cfg(feature = "etcd")]
+            placer: None,
+            member: None,
+        }
+    }
+
+    fn kept(&self) -> KeptShards {
+        self.shards.borrow().clone()
+    }
+
+    /// This process's member name under elastic placement
+    /// ([`Placement::Etcd`](super::Placement)); `None` under a fixed one.
+    pub fn member(&self) -> Option<&str> {
+        self.member.as_deref()
+    }
+
     /// Configure a sharded engine over `set`, owning the shards `placement`
     /// gives this process.
     pub fn builder(set: ShardSet, placement: Placement) -> ShardedEngineBuilder {
@@ -171,6 +209,7 @@ impl ShardedEngine {
             set,
             placement,
             supervision: Supervision::default(),
+            events: shard_events(),
         }
     }
 
@@ -187,26 +226,29 @@ impl ShardedEngine {
         &self.set
     }
 
-    /// The shards this process owns (up or not).
+    /// The shards this process owns now (up or not). Under elastic
+    /// placement the answer changes as shards move ([`subscribe`](Self::subscribe)
+    /// says when).
     pub fn owned(&self) -> Vec<usize> {
-        self.shards.keys().copied().collect()
+        self.kept().keys().copied().collect()
     }
 
     /// The running engine of `shard`: `None` if this process does not own
     /// it or it is down. A shard that comes back has a new engine: take it
     /// again (handles and subscriptions of the old one end with it).
     pub fn engine(&self, shard: usize) -> Option<Engine> {
-        self.shards.get(&shard)?.slot.borrow().engine.clone()
+        self.kept().get(&shard)?.slot.borrow().engine.clone()
     }
 
     /// How `shard` stands here (`None` if this process does not own it).
     pub fn shard_status(&self, shard: usize) -> Option<ShardStatus> {
-        Some(self.shards.get(&shard)?.slot.borrow().status.clone())
+        Some(self.kept().get(&shard)?.slot.borrow().status.clone())
     }
 
     /// The shards' events from now on: down, held by another writer,
-    /// back, stopped. The stream ends once every shard's keeper has
-    /// stopped (after [`shutdown`](Self::shutdown)).
+    /// back, stopped; under elastic placement also gained and lost, with
+    /// the reason. The stream ends once every shard's keeper (and the
+    /// placer) has stopped (after [`shutdown`](Self::shutdown)).
     pub fn subscribe(&self) -> broadcast::Receiver<ShardEvent> {
         match self.events.upgrade() {
             Some(events) => events.subscribe(),
@@ -219,7 +261,8 @@ impl ShardedEngine {
     /// process owns that shard, `Down` while it is down here.
     pub fn engine_of(&self, id: &str) -> std::result::Result<Engine, ShardError> {
         let shard = self.set.shard_of(id);
-        let Some(kept) = self.shards.get(&shard) else {
+        let shards = self.kept();
+        let Some(kept) = shards.get(&shard) else {
             return Err(ShardError::NotOwned {
                 id: id.to_string(),
                 shard,
@@ -263,32 +306,58 @@ impl ShardedEngine {
 
     /// The keepers, for `serve_cluster`.
     #[cfg(feature = "cluster")]
-    pub(crate) fn keepers(&self) -> impl Iterator<Item = (usize, &ActorRef<KeeperMessage>)> {
-        self.shards.iter().map(|(s, k)| (*s, &k.keeper))
+    pub(crate) fn keepers(&self) -> Vec<(usize, ActorRef<KeeperMessage>)> {
+        self.kept()
+            .iter()
+            .map(|(s, k)| (*s, k.keeper.clone()))
+            .collect()
     }
 
     /// Shut every shard's engine down (all at once) and stop keeping them;
     /// answers each shard's result (`ShardError::Down` for a shard that was
     /// down, `ShutDown` for one already shut down).
     pub async fn shutdown(&self) -> Vec<(usize, Result<crate::protocol::ShutdownReport>)> {
-        let all = self.shards.iter().map(|(shard, kept)| async move {
-            // The keeper always answers: its shutdown task reports, also
-            // when it panics; a keeper gone drops the port.
-            let answer = kept.keeper.call(KeeperMessage::Shutdown, None).await;
-            let result = match answer {
-                Ok(ractor::rpc::CallResult::Success(result)) => result,
-                // A keeper that died (a bug) leaves the engine it last
-                // published: shut that down here.
-                _ => {
-                    let engine = kept.slot.borrow().engine.clone();
-                    match engine {
-                        Some(engine) => engine.shutdown().await,
-                        None => Err(crate::Error::ShutDown),
-                    }
-                }
-            };
-            (*shard, result)
-        });
-        futures_util::future::join_all(all).await
+        #[cfg(feature = "etcd")]
+        if let Some(placer) = &self.placer {
+            // The placer always answers: its closing task reports, also when
+            // it panics; a placer gone drops the port, and what it last
+            // published is shut down here.
+            if let Ok(ractor::rpc::CallResult::Success(all)) = placer
+                .call(super::placer::PlacerMessage::Shutdown, None)
+                .await
+            {
+                return all;
+            }
+        }
+        shut_down_kept(&self.kept()).await
+    }
+}
+
+/// Shut down every shard of `shards` (all at once): each shard's result.
+pub(crate) async fn shut_down_kept(
+    shards: &BTreeMap<usize, Kept>,
+) -> Vec<(usize, Result<crate::protocol::ShutdownReport>)> {
+    let all = shards
+        .iter()
+        .map(|(shard, kept)| async move { (*shard, shut_down(kept).await) });
+    futures_util::future::join_all(all).await
+}
+
+/// Shut one kept shard's engine down (gracefully) and stop its keeper.
+pub(crate) async fn shut_down(kept: &Kept) -> Result<crate::protocol::ShutdownReport> {
+    // The keeper always answers: its shutdown task reports, also when it
+    // panics; a keeper gone drops the port.
+    let answer = kept.keeper.call(KeeperMessage::Shutdown, None).await;
+    match answer {
+        Ok(ractor::rpc::CallResult::Success(result)) => result,
+        // A keeper that died (a bug) leaves the engine it last published:
+        // shut that down here.
+        _ => {
+            let engine = kept.slot.borrow().engine.clone();
+            match engine {
+                Some(engine) => engine.shutdown().await,
+                None => Err(crate::Error::ShutDown),
+            }
+        }
     }
 }

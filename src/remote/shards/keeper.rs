@@ -120,6 +120,8 @@ pub(crate) struct KeeperArgs {
     pub(crate) events: broadcast::Sender<ShardEvent>,
     pub(crate) slot: watch::Sender<Slot>,
     pub(crate) opened: Opened,
+    /// The owning process's name under elastic placement.
+    pub(crate) owner: Option<String>,
 }
 
 /// What the keeper is waiting for.
@@ -150,6 +152,7 @@ pub(crate) struct KeeperState {
     sup: Supervision,
     events: broadcast::Sender<ShardEvent>,
     slot: watch::Sender<Slot>,
+    owner: Option<String>,
     /// Counts the engines started; a watch report names its engine's.
     generation: u64,
     engine: Option<Engine>,
@@ -200,6 +203,7 @@ impl Actor for Keeper {
             sup: args.supervision,
             events: args.events,
             slot: args.slot,
+            owner: args.owner,
             generation: 0,
             engine: Some(engine.clone()),
             ours,
@@ -481,9 +485,10 @@ impl KeeperState {
         let reader = self.reader.take();
         let make = self.make.clone();
         let (shard, count, url) = (self.shard, self.count, self.url.clone());
+        let owner = self.owner.clone();
         let work = async move {
             close_reader(reader).await;
-            open(&*make, shard, count, &url).await
+            open(&*make, shard, count, &url, owner.as_deref()).await
         };
         spawn_reporting(myself, work, |opened| {
             KeeperMessage::Reopened(

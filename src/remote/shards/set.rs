@@ -182,7 +182,8 @@ impl ShardSet {
     }
 }
 
-/// Which shards a process owns, as its orchestrator says.
+/// Which shards a process owns: fixed, as its orchestrator says (a list, a
+/// StatefulSet ordinal), or elastic, through etcd leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
     /// These shards.
@@ -195,6 +196,11 @@ pub enum Placement {
         /// Replicas in all.
         replicas: usize,
     },
+    /// Whichever shards the assignment over the live members gives this
+    /// process, held through etcd leases and moved as processes come and
+    /// go (docs/guide/shards.md, *Elastic placement on etcd*).
+    #[cfg(feature = "etcd")]
+    Etcd(super::EtcdPlacement),
 }
 
 impl Placement {
@@ -228,7 +234,8 @@ impl Placement {
         Ok(Self::Ordinal { ordinal, replicas })
     }
 
-    /// The shards of `set` this process owns, ascending.
+    /// The shards of `set` this process owns, ascending (refused for an
+    /// elastic placement, whose shards move).
     pub fn owned(&self, set: &ShardSet) -> std::result::Result<Vec<usize>, ShardError> {
         let owned: Vec<usize> = match self {
             Self::Listed(shards) => {
@@ -253,6 +260,14 @@ impl Placement {
                 (0..set.len())
                     .filter(|s| s % replicas == *ordinal)
                     .collect()
+            }
+            #[cfg(feature = "etcd")]
+            Self::Etcd(_) => {
+                return Err(ShardError::InvalidPlacement(
+                    "an elastic placement's shards are not fixed: they move as processes come \
+                     and go (ShardedEngine::owned says which it holds now)"
+                        .into(),
+                ));
             }
         };
         Ok(owned)

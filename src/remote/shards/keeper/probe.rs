@@ -37,9 +37,17 @@ impl std::fmt::Debug for Opened {
     }
 }
 
-/// Start shard `shard`'s engine and read the writer epoch it holds.
-pub(crate) async fn open(make: &MakeFn, shard: usize, count: usize, url: &str) -> Result<Opened> {
+/// Start shard `shard`'s engine (as `owner`'s, when placement names the
+/// owning process) and read the writer epoch it holds.
+pub(crate) async fn open(
+    make: &MakeFn,
+    shard: usize,
+    count: usize,
+    url: &str,
+    owner: Option<&str>,
+) -> Result<Opened> {
     let builder = make(shard, url).in_shard(shard, count, url);
+    let _ = owner;
     let path = builder.queue_path_of().to_string();
     let events = builder.subscribe();
     let engine = builder.start().await?;
