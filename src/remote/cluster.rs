@@ -268,7 +268,9 @@ impl ShardedEngine {
     /// process group, so that senders anywhere in the ractor cluster reach
     /// it ([`ClusterRouter`]); answers them. Each gateway stops when its
     /// engine stops, and a shard that comes back (or is down now and comes
-    /// back later) gets a new one from its keeper.
+    /// back later) gets a new one from its keeper. Under elastic placement
+    /// these are the shards held at the call: a shard gained later is not
+    /// served until `serve_cluster` is called again.
     pub async fn serve_cluster(&self) -> Result<Vec<ActorRef<GatewayMessage>>> {
         let mut gateways = Vec::new();
         for (shard, keeper) in self.keepers() {

@@ -30,7 +30,9 @@
 mod client;
 mod engine;
 mod keeper;
+mod kept;
 mod operations;
+mod placement;
 #[cfg(feature = "etcd")]
 mod placer;
 mod set;
@@ -39,9 +41,10 @@ mod workflows;
 
 pub use client::ShardedClient;
 pub use engine::{ShardedEngine, ShardedEngineBuilder};
+pub use placement::Placement;
 #[cfg(feature = "etcd")]
 pub use placer::EtcdPlacement;
-pub use set::{MAX_SHARDS, Placement, ShardSet};
+pub use set::{MAX_SHARDS, ShardSet};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +59,7 @@ pub(crate) use keeper::KeeperMessage;
 #[cfg(not(feature = "cluster"))]
 use keeper::KeeperMessage;
 use keeper::{Keeper, KeeperArgs, MakeFn, Slot, Supervision};
+use kept::{Kept, KeptShards, keep, shard_events, shut_down_kept};
 
 use crate::builder::EngineBuilder;
 use crate::engine::Engine;
@@ -236,54 +240,6 @@ impl std::fmt::Display for MoveReason {
             Self::KeyLost { by: Some(m) } => write!(f, "{m} holds its key"),
             Self::KeyLost { by: None } => f.write_str("its key was deleted"),
             Self::ShutDown => f.write_str("shut down"),
-        }
-    }
-}
-
-/// An owned shard: its keeper, and what the keeper publishes.
-#[derive(Debug, Clone)]
-pub(crate) struct Kept {
-    keeper: ActorRef<KeeperMessage>,
-    slot: watch::Receiver<keeper::Slot>,
-}
-
-/// Start the keeper of `shard`, whose engine `opened` just started.
-pub(crate) async fn keep(
-    shard: usize,
-    set: &ShardSet,
-    make: Arc<MakeFn>,
-    supervision: Supervision,
-    events: broadcast::Sender<ShardEvent>,
-    opened: keeper::Opened,
-    owner: Option<String>,
-) -> Result<Kept> {
-    let engine = opened.engine.clone();
-    let (slot, slot_rx) = watch::channel(Slot {
-        engine: Some(engine.clone()),
-        status: ShardStatus::Up,
-    });
-    let args = KeeperArgs {
-        shard,
-        count: set.len(),
-        url: set.urls[shard].clone(),
-        make,
-        supervision,
-        events,
-        slot,
-        opened,
-        owner,
-    };
-    match Actor::spawn(None, Keeper, args).await {
-        Ok((keeper, _)) => Ok(Kept {
-            keeper,
-            slot: slot_rx,
-        }),
-        Err(e) => {
-            let _ = engine.shutdown().await;
-            Err(crate::Error::ActorUnavailable {
-                actor: "shard keeper",
-                reason: format!("shard {shard}'s keeper did not start: {e}"),
-            })
         }
     }
 }

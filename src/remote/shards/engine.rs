@@ -3,9 +3,6 @@
 
 use super::*;
 
-/// Shard events buffered per subscriber before a slow one lags.
-const SHARD_EVENTS: usize = 256;
-
 /// Configures and starts a [`ShardedEngine`]: the shard set, the
 /// placement, and how each shard's keeper brings a stopped shard back.
 #[derive(Debug, Clone)]
@@ -133,14 +130,6 @@ impl ShardedEngineBuilder {
         }
         Ok(ShardedEngine::fixed(self.set, shards, &events))
     }
-}
-
-/// The shards a process keeps now, as their owner publishes them.
-pub(crate) type KeptShards = Arc<BTreeMap<usize, Kept>>;
-
-/// Shard events buffered per subscriber before a slow one lags.
-pub(crate) fn shard_events() -> broadcast::Sender<ShardEvent> {
-    broadcast::channel(SHARD_EVENTS).0
 }
 
 /// One engine per owned shard, each its own supervision tree: a shard
@@ -330,34 +319,5 @@ impl ShardedEngine {
             }
         }
         shut_down_kept(&self.kept()).await
-    }
-}
-
-/// Shut down every shard of `shards` (all at once): each shard's result.
-pub(crate) async fn shut_down_kept(
-    shards: &BTreeMap<usize, Kept>,
-) -> Vec<(usize, Result<crate::protocol::ShutdownReport>)> {
-    let all = shards
-        .iter()
-        .map(|(shard, kept)| async move { (*shard, shut_down(kept).await) });
-    futures_util::future::join_all(all).await
-}
-
-/// Shut one kept shard's engine down (gracefully) and stop its keeper.
-pub(crate) async fn shut_down(kept: &Kept) -> Result<crate::protocol::ShutdownReport> {
-    // The keeper always answers: its shutdown task reports, also when it
-    // panics; a keeper gone drops the port.
-    let answer = kept.keeper.call(KeeperMessage::Shutdown, None).await;
-    match answer {
-        Ok(ractor::rpc::CallResult::Success(result)) => result,
-        // A keeper that died (a bug) leaves the engine it last published:
-        // shut that down here.
-        _ => {
-            let engine = kept.slot.borrow().engine.clone();
-            match engine {
-                Some(engine) => engine.shutdown().await,
-                None => Err(crate::Error::ShutDown),
-            }
-        }
     }
 }

@@ -47,9 +47,9 @@ use tracing::{debug, info, warn};
 pub use etcd::EtcdPlacement;
 use etcd::{Failed, Keys, View};
 
-use super::engine::{KeptShards, shut_down, shut_down_kept};
 use super::keeper::{MakeFn, Opened, Supervision, open};
-use super::{Kept, MoveReason, ShardError, ShardEvent, ShardSet, keep};
+use super::kept::{Kept, KeptShards, keep, shut_down, shut_down_kept};
+use super::{MoveReason, ShardError, ShardEvent, ShardSet};
 use crate::error::Result;
 use crate::protocol::ShutdownReport;
 
@@ -351,6 +351,15 @@ impl Actor for Placer {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
+        // Stopped other than by its shutdown (a bug): nothing renews the
+        // lease any more, so no shard may go on here.
+        for hold in std::mem::take(&mut state.held).into_values() {
+            if let Hold::Up(kept) | Hold::Dropping(kept) = hold {
+                warn!("the placer stopped with shards held; killing their engines");
+                moves::kill(&kept);
+            }
+        }
+        state.publish();
         Ok(())
     }
 }

@@ -385,3 +385,47 @@ pub(crate) struct View {
     /// Each held shard's owner.
     pub(crate) owners: BTreeMap<usize, String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_out_of_bounds_are_refused_with_the_reason() {
+        let ok = EtcdPlacement::new(["http://e:2379"]);
+        assert!(ok.validate().is_ok());
+        let refused = |p: EtcdPlacement| p.validate().unwrap_err().to_string();
+        assert!(refused(EtcdPlacement::new(Vec::<String>::new())).contains("no etcd endpoint"));
+        assert!(refused(ok.clone().lease_ttl(Duration::from_secs(1))).contains("at least 2"));
+        assert!(refused(ok.clone().lease_ttl(Duration::from_millis(5500))).contains("whole"));
+        assert!(refused(ok.clone().stop_margin(Duration::from_millis(2500))).contains("half"));
+        assert!(refused(ok.clone().stop_margin(Duration::ZERO)).contains("above zero"));
+        assert!(refused(ok.clone().poll_interval(Duration::from_secs(5))).contains("below the"));
+        assert!(refused(ok.clone().member_name("a/b")).contains("without `/`"));
+        assert!(refused(ok.clone().member_name("")).contains("1 to 128"));
+        assert!(EtcdPlacement::from_endpoint_list(" , ").is_err());
+        assert_eq!(
+            EtcdPlacement::from_endpoint_list("http://a:1, http://b:2")
+                .unwrap()
+                .endpoints,
+            vec!["http://a:1".to_string(), "http://b:2".to_string()]
+        );
+    }
+
+    #[test]
+    fn each_set_has_its_own_prefix_unless_one_is_given() {
+        let p = EtcdPlacement::new(["http://e:2379"]);
+        let a = ShardSet::from_template("s3://b/a/{shard}", 4).unwrap();
+        let b = ShardSet::from_template("s3://b/b/{shard}", 4).unwrap();
+        assert_eq!(p.prefix_of(&a), p.prefix_of(&a.clone()));
+        assert_ne!(p.prefix_of(&a), p.prefix_of(&b));
+        assert!(p.prefix_of(&a).starts_with("/gaffer/placement/"));
+        assert_eq!(p.clone().prefix("/mine/").prefix_of(&a), "/mine");
+        let keys = Keys {
+            prefix: "/p".into(),
+            limit: Duration::from_secs(1),
+        };
+        assert_eq!(keys.shard(7), "/p/shards/00007");
+        assert_eq!(keys.member("m"), "/p/members/m");
+    }
+}
