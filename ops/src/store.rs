@@ -168,6 +168,7 @@ impl Store {
             index,
             count,
             url: url.to_string(),
+            owner: None,
         };
         let found = self.store_marker(keys::SHARD_KEY).await?;
         inspect::shard_of(found.as_deref(), &place)?;
