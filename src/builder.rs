@@ -31,6 +31,7 @@ use crate::engine::Engine;
 
 mod job_options;
 mod open;
+mod shard;
 
 pub use job_options::JobOptions;
 
@@ -375,18 +376,6 @@ impl EngineBuilder {
     /// [`start`](Self::start)).
     pub fn effective_settings(&self) -> Settings {
         self.settings.clone()
-    }
-
-    /// Start as shard `index` of a set of `count` at `url` (see
-    /// `ShardedEngine::start`): the start checks the store's shard marker,
-    /// and writes it the first time.
-    pub(crate) fn in_shard(mut self, index: usize, count: usize, url: &str) -> Self {
-        self.shard = Some(gaffer_actors::ShardPlace {
-            index,
-            count,
-            url: url.to_string(),
-        });
-        self
     }
 
     /// The queue's path inside the store (a shard's keeper reads the store

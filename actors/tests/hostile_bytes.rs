@@ -23,7 +23,7 @@ use gaffer_actors::layout::keys;
 use gaffer_actors::layout::records::{
     self, BatchHead, DebounceRecord, FailureKind, ItemMarker, ItemStatus, ManifestChunk,
     ManifestItem, Outcome, OutcomeRecord, OutputRef, PastAttempt, PeriodicRecord, QueueCounts,
-    RunRecord, SleepRecord, StatsSnapshot, StepOf, WaitRecord,
+    RunRecord, ShardOwnerRecord, SleepRecord, StatsSnapshot, StepOf, WaitRecord,
 };
 use gaffer_actors::layout::workflow::status::topological;
 use gaffer_actors::maintenance::schedule::{Missed, Schedule, ScheduleSpec};
@@ -416,6 +416,17 @@ fn stats_snapshot() -> impl Strategy<Value = StatsSnapshot> {
         .prop_map(|(at_ms, queues)| StatsSnapshot { at_ms, queues })
 }
 
+fn shard_owner_record() -> impl Strategy<Value = ShardOwnerRecord> {
+    (text(), text(), any::<u32>(), any::<u64>()).prop_map(|(owner, host, pid, since_ms)| {
+        ShardOwnerRecord {
+            owner,
+            host,
+            pid,
+            since_ms,
+        }
+    })
+}
+
 fn workflow_record() -> impl Strategy<Value = WorkflowRecord> {
     (
         text(),
@@ -683,6 +694,11 @@ proptest! {
     }
 
     #[test]
+    fn shard_owner_records_decode_or_refuse(bytes in hostile(shard_owner_record())) {
+        survives::<ShardOwnerRecord>("a shard owner record", bytes);
+    }
+
+    #[test]
     fn periodic_records_decode_or_refuse_and_their_schedules_answer(
         bytes in hostile(periodic_record()),
         now in epoch_ms(),
@@ -861,7 +877,7 @@ proptest! {
         if let Some(n) = keys::layout_number(&text) {
             prop_assert_eq!(keys::layout_number(&format!("{}{n}", keys::LAYOUT_PREFIX)), Some(n));
         }
-        let place = gaffer_actors::ShardPlace { index, count, url: "memory://".into() };
+        let place = gaffer_actors::ShardPlace { index, count, url: "memory://".into(), owner: None };
         match inspect::shard_of(Some(&bytes), &place) {
             Ok(same) => prop_assert!(same && bytes == keys::shard_marker(index, count).into_bytes()),
             Err(e) => prop_assert!(matches!(e, EngineError::ShardMismatch { .. }), "{e:?}"),

@@ -5,8 +5,8 @@
 //! engine is never fenced or slowed. `health` and `stats` open it without
 //! replaying the WAL and read the beat and the counters from the WAL
 //! objects past the last memtable flush themselves (`gaffer_ops::unflushed`): the
-//! cost of `health` does not grow with the WAL the writer has not flushed
-//! yet, and `stats` costs about half a replay. Every command prints aligned tables, or
+//! WAL objects `health` reads are bounded however long the WAL the writer
+//! has not flushed yet (a shard's owner adds a listing of them), and `stats` costs about half a replay. Every command prints aligned tables, or
 //! with `--json` one JSON document whose field names are documented on the
 //! types in [`report`].
 //!

@@ -417,6 +417,18 @@ impl Render for Health {
     fn render(&self) -> String {
         let mut t = Table::new(["FIELD", "VALUE"]);
         t.row(["writer".into(), self.status.into()]);
+        if let Some(o) = &self.shard_owner {
+            t.row([
+                "owner".into(),
+                format!(
+                    "{} ({}, pid {}) since {}",
+                    o.owner,
+                    o.host,
+                    o.pid,
+                    time(o.since_ms)
+                ),
+            ]);
+        }
         if let (Some(at), Some(a)) = (self.heartbeat_at_ms, self.heartbeat_age_ms) {
             t.row(["heartbeat".into(), format!("{} ({} ago)", time(at), age(a))]);
         }

@@ -87,6 +87,10 @@ async fn the_command_reads_a_live_engine_in_a_bucket_without_disturbing_it() {
         gaffer(&server, &["health"]).status.success(),
         "a live writer"
     );
+    // A young store (nothing flushed): its WAL's listing is read for an
+    // owner record; a plain engine wrote none.
+    let health = json(&server, &["health"]);
+    assert!(health["shard_owner"].is_null(), "{health}");
 
     // Not fenced: the engine goes on.
     let again = engine.submit(Square(8)).await.unwrap();
@@ -96,4 +100,32 @@ async fn the_command_reads_a_live_engine_in_a_bucket_without_disturbing_it() {
         !gaffer(&server, &["health"]).status.success(),
         "no live writer after the shutdown"
     );
+}
+
+/// `gaffer --shards … health` on shards at prefixes of one bucket: each
+/// shard's owner, found past the flushed state by the WAL's listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_shows_each_shards_owner_in_a_bucket() {
+    use gaffer::remote::{Placement, ShardSet, ShardedEngine};
+    let server = S3Server::start();
+    let template = server.url("app/shard-{shard}");
+    let set = ShardSet::from_template(&template, 2).unwrap();
+    let env = server.env();
+    let engines = ShardedEngine::start(set, &Placement::Listed(vec![0, 1]), move |_, url| {
+        Engine::builder()
+            .store(gaffer::Store::url_with_env(url, env.clone()))
+            .flush_interval(Duration::from_millis(1))
+            .register::<Square>()
+    })
+    .await
+    .unwrap();
+    let health = bin()
+        .envs(server.env())
+        .args(["--shards", &template, "--shard-count", "2"])
+        .json(&["health"]);
+    let pid = std::process::id();
+    for part in health["shards"].as_array().unwrap() {
+        assert_eq!(part["report"]["shard_owner"]["pid"], pid, "{health}");
+    }
+    engines.shutdown().await;
 }

@@ -237,6 +237,13 @@ pub fn shard_of(id: &str, shards: usize) -> usize {
 /// count or order (which would route ids to the wrong stores) is refused.
 pub const SHARD_KEY: &[u8] = b"gaffer/v1/shard";
 
+/// `gaffer/v1/shard/owner`: which process writes the shard
+/// ([`ShardOwnerRecord`](crate::records::ShardOwnerRecord): its name in the
+/// placement, host, pid, and since when). Written by every start of an
+/// engine as a shard (with the marker on the first), whatever placed the
+/// shard on it; read by `gaffer health`. Overwritten, never removed.
+pub const SHARD_OWNER_KEY: &[u8] = b"gaffer/v1/shard/owner";
+
 /// `gaffer/v1/encryption`: the store's encryption record
 /// ([`EncryptionRecord`](crate::sealed::EncryptionRecord): the keys
 /// its values may be sealed under, each with a check value). Written by an

@@ -45,4 +45,9 @@ pub struct ShardPlace {
     pub count: usize,
     /// The shard's store URL (for the error that names it).
     pub url: String,
+    /// The name of the process that owns the shard in its placement (a
+    /// placement member's id), written in the shard's owner record
+    /// ([`keys::SHARD_OWNER_KEY`]) at each start; `None`: the engine names
+    /// itself `{host}/{pid}`.
+    pub owner: Option<String>,
 }

@@ -80,6 +80,8 @@ pub struct StepOf {
 
 mod pauses;
 pub use pauses::{DebounceRecord, SleepRecord, WaitRecord};
+mod shard;
+pub use shard::ShardOwnerRecord;
 
 impl RunRecord {
     /// The run's earlier claims: those this record keeps (its earlier queue

@@ -17,10 +17,10 @@ use crate::error::OpsError;
 use crate::listing::StateFilter;
 use crate::report::{
     AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Periodic, PeriodicRow,
-    QueueRow, RetryPreview, Stats,
+    QueueRow, RetryPreview, ShardOwnerRow, Stats,
 };
 use crate::store::Store;
-use crate::unflushed::{Counter, Newest};
+use crate::unflushed::{AtStart, Counter, Newest};
 use gaffer_layout::workflow::{HEADER_STEP, HEADER_WORKFLOW};
 
 mod batches;
@@ -230,6 +230,46 @@ impl Store {
             last_flush_at_ms: activity.last_flush_at_ms,
             durable_seq,
             unflushed_wal_objects: unflushed,
+            shard_owner: self.shard_owner().await?,
         })
+    }
+
+    /// The shard's owner record (`keys::SHARD_OWNER_KEY`), the newest
+    /// writer's. Each start of a sharded engine rewrites it, so read
+    /// [`crate::Reading::Flushed`] the flushed value can be an earlier
+    /// writer's while the newest one's is still only in the WAL (a shard
+    /// taken over seconds ago): the WAL is asked where the newest writer
+    /// started (`unflushed/start.rs`, a bounded read, so `health` does not
+    /// grow with the WAL either). A store that no sharded engine had
+    /// started on at its last flush has none to look for. A replaying
+    /// reader's view is whole.
+    async fn shard_owner(&self) -> Result<Option<ShardOwnerRow>, OpsError> {
+        let flushed = self.view().kv_get(keys::SHARD_OWNER_KEY).await?;
+        let raw = match &self.unflushed {
+            None => flushed.map(|v| v.to_vec()),
+            Some(_) if flushed.is_none() && !self.maybe_shard().await? => None,
+            Some(u) => match u.written_at_start(keys::SHARD_OWNER_KEY).await? {
+                AtStart::Flushed => flushed.map(|v| v.to_vec()),
+                AtStart::Written(newest) => newest,
+            },
+        };
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let record: records::ShardOwnerRecord = records::decode(keys::SHARD_OWNER_KEY, &raw)?;
+        Ok(Some(ShardOwnerRow {
+            owner: record.owner,
+            host: record.host,
+            pid: record.pid,
+            since_ms: record.since_ms,
+        }))
+    }
+
+    /// Whether the store can be a shard by its flushed state: it has the
+    /// shard marker, or it is young enough that its first start's
+    /// commits, the layout marker's among them, were never flushed.
+    async fn maybe_shard(&self) -> Result<bool, OpsError> {
+        Ok(self.view().kv_get(keys::SHARD_KEY).await?.is_some()
+            || self.view().kv_get(keys::LAYOUT_KEY).await?.is_none())
     }
 }

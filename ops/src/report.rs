@@ -358,6 +358,23 @@ pub struct Health {
     /// replaying reader's work; `health` reads the newest of them only).
     /// `None` when read through a replaying reader (`batch --watch`).
     pub unflushed_wal_objects: Option<u64>,
+    /// The process that owns the store as a shard, as the engine that
+    /// started on it last wrote it (`null`: no sharded engine wrote one, or
+    /// the newest writer, started since the last flush, wrote none).
+    pub shard_owner: Option<ShardOwnerRow>,
+}
+
+/// A shard's owner (its owner record, `gaffer/v1/shard/owner`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShardOwnerRow {
+    /// Its name in the shards' placement, else `{host}/{pid}`.
+    pub owner: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// When its engine started on the shard (its clock, epoch ms).
+    pub since_ms: u64,
 }
 
 /// `gaffer periodic`: `{"now_ms": …, "periodic": [...]}`.

@@ -21,7 +21,9 @@ pub enum Reading {
     /// The flushed state, and of the WAL past it only the liveness beat,
     /// the job counters and the store's markers, read from the WAL objects
     /// raw (see the private `unflushed` module): `health`, which then reads the WAL
-    /// of about one beat interval however long the unflushed WAL, and
+    /// of about one beat interval however long the unflushed WAL (on a
+    /// shard, also the WAL objects' listing, and at most a few hundred of
+    /// them after the newest writer's start, for its owner record), and
     /// `stats`, which reads every unflushed object but keeps only the
     /// counter rows (about half a replay's cost).
     Flushed,
@@ -168,6 +170,7 @@ impl Store {
             index,
             count,
             url: url.to_string(),
+            owner: None,
         };
         let found = self.store_marker(keys::SHARD_KEY).await?;
         inspect::shard_of(found.as_deref(), &place)?;

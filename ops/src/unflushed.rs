@@ -38,6 +38,8 @@ use crate::error::OpsError;
 mod pending;
 pub use pending::{PendingChanges, PendingKey};
 use pending::{fold_pending, is_pending};
+mod start;
+pub use start::AtStart;
 
 /// taquba 0.16's key version byte (`keys::KEY_VERSION`).
 const KEY_VERSION: u8 = 1;
@@ -69,6 +71,9 @@ struct BeatRecord {
 /// The WAL objects past the last memtable flush of the manifest read.
 pub struct Unflushed {
     wal: Arc<WalReader>,
+    /// The store and the queue's path in it (the WAL objects' listing).
+    store: Arc<dyn ObjectStore>,
+    path: String,
     /// Their ids: after the manifest's `replay_after_wal_id`, through the
     /// newest that existed when looked for.
     ids: Range<u64>,
@@ -111,10 +116,12 @@ impl Unflushed {
         path: &str,
         after: u64,
     ) -> Result<Self, OpsError> {
-        let wal = Arc::new(WalReader::new(path, store));
+        let wal = Arc::new(WalReader::new(path, store.clone()));
         let newest = newest_id(&wal, after).await?;
         Ok(Self {
             wal,
+            store,
+            path: path.to_string(),
             ids: after + 1..newest + 1,
         })
     }

@@ -110,6 +110,12 @@ async fn a_shard_set_is_one_dashboard() {
         b.contains("2 shards") && b.contains("<td class=\"n done\">8</td>")
     })
     .await;
+    // Each shard's owner, this process (named `{host}/{pid}`: no name
+    // from the placement), in the writers' table.
+    let (_, b) = get(&app, "/").await;
+    assert!(b.contains("<th>Owner</th>"), "{b}");
+    let pid = std::process::id();
+    assert_eq!(b.matches(&format!("/{pid}</span>")).count(), 2, "{b}");
     common::eventually("the merged listing has every job", LIMIT, async || {
         let (_, b) = get(&app, "/jobs?type=tagged").await;
         b.contains("<th>Shard</th>") && ids.iter().all(|id| b.contains(id.as_str()))

@@ -148,14 +148,49 @@ pub(crate) async fn check_encryption(
 }
 
 /// Check the store's shard marker against the engine's place in its set,
-/// and write it on the first start as a shard (see [`keys::SHARD_KEY`]).
+/// and write it on the first start as a shard (see [`keys::SHARD_KEY`]);
+/// write the shard's owner record ([`keys::SHARD_OWNER_KEY`]) at every
+/// start, in the marker's commit when there is one.
 pub(crate) async fn check_shard(queue: &Queue, place: &crate::ShardPlace) -> Result<()> {
+    let owner = shard_owner(place, queue.clock().now_ms());
+    let mut fx =
+        SettlementEffects::default().kv_put(keys::SHARD_OWNER_KEY, records::encode(&owner)?);
     if !crate::layout::inspect::check_shard(queue.view(), place).await? {
         let marker = keys::shard_marker(place.index, place.count);
-        let fx = SettlementEffects::default().kv_put(keys::SHARD_KEY, marker.into_bytes());
-        queue.commit_effects(fx).await?;
+        fx = fx.kv_put(keys::SHARD_KEY, marker.into_bytes());
     }
+    queue.commit_effects(fx).await?;
+    tracing::info!(shard = place.index, owner = %owner.owner, host = %owner.host, pid = owner.pid, "the shard's owner");
     Ok(())
+}
+
+/// This process as the owner of the shard at `place`, from `now_ms`: the
+/// name its placement gave it, else `{host}/{pid}`.
+fn shard_owner(place: &crate::ShardPlace, now_ms: u64) -> records::ShardOwnerRecord {
+    let host = host_name();
+    let pid = std::process::id();
+    records::ShardOwnerRecord {
+        owner: place
+            .owner
+            .clone()
+            .unwrap_or_else(|| format!("{host}/{pid}")),
+        host,
+        pid,
+        since_ms: now_ms,
+    }
+}
+
+/// This machine's name: `HOSTNAME` (set in a container, a pod), else
+/// `/etc/hostname`, else `unknown`.
+fn host_name() -> String {
+    let named = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok());
+    match named.as_deref().map(str::trim) {
+        Some(host) if !host.is_empty() => host.to_string(),
+        _ => "unknown".to_string(),
+    }
 }
 
 /// Check the store's layout marker (ARCHITECTURE.md, *Durable layout*): a

@@ -25,6 +25,7 @@ fn internal_keys_are_under_the_reserved_prefix() {
         ENDED_INDEX_READY.to_vec(),
         LAYOUT_KEY.to_vec(),
         SHARD_KEY.to_vec(),
+        SHARD_OWNER_KEY.to_vec(),
         BARRIER_KEY.to_vec(),
         periodic_key("a"),
         PERIODIC_PREFIX.to_vec(),

@@ -26,6 +26,7 @@ impl ShardedClient {
                 index: shard,
                 count: set.len(),
                 url: url.clone(),
+                owner: None,
             };
             let error = match make(shard, url).open().await {
                 Ok(client) => match client.check_shard(&place).await {

@@ -26,12 +26,17 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     let inner = html! {
         h2 { "Writer" }
         table {
-            tr { @if sharded { th { "Shard" } } th { "Store" } th { "Status" } th.n { "Heartbeat age" } th.n { "Writer epoch" } th.n { "Durable seq" } }
+            tr { @if sharded { th { "Shard" } } th { "Store" } th { "Status" } th { "Owner" } th.n { "Heartbeat age" } th.n { "Writer epoch" } th.n { "Durable seq" } }
             @for (i, url, h) in &health {
                 tr {
                     @if sharded { td { (i) } }
                     td { (url) }
                     td { (state(h.status)) }
+                    td {
+                        @if let Some(o) = &h.shard_owner {
+                            span title=(format!("{}, pid {}, since {}", o.host, o.pid, time(o.since_ms))) { (o.owner) }
+                        } @else { "-" }
+                    }
                     td.n { (h.heartbeat_age_ms.map(age).unwrap_or_else(|| "-".into())) }
                     td.n { (h.writer_epoch) }
                     td.n { (h.durable_seq) }
