@@ -422,6 +422,22 @@ impl Run {
     }
 }
 
+/// The owner a shard's store names, as `gaffer health` reads it.
+async fn owner_of(root: &Path, shard: usize) -> String {
+    let dir = root.join(format!("shard-{shard:02}"));
+    let ops = gaffer_ops::Store::open(
+        Some(&dir),
+        None,
+        "queue",
+        "jobs",
+        "bulk",
+        gaffer_ops::Reading::Flushed,
+    )
+    .await
+    .unwrap();
+    ops.health().await.unwrap().shard_owner.unwrap().owner
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -470,6 +486,8 @@ async fn a_join_a_leave_and_a_kill_move_shards_by_themselves() {
                 .any(|(_, g, s, r)| !g && s == shard && r == "rebalanced")
         });
         assert!(released, "shard {shard} was not released to d by its owner");
+        // `gaffer health` names d as its owner now.
+        assert_eq!(owner_of(&run.root, *shard).await, "d", "shard {shard}");
     }
     // d leaves gracefully: its shards return.
     common::write_whole(&run.root.join("stop-d"), b"");
@@ -711,6 +729,10 @@ async fn a_process_alone_takes_every_shard_and_its_shutdown_leaves_nothing_in_et
         }
     }
     assert_eq!(engines.owned(), (0..SHARDS).collect::<Vec<_>>());
+    // Each store names its owner, the member, as `gaffer health` reads it.
+    for shard in [0, SHARDS - 1] {
+        assert_eq!(owner_of(&run.root, shard).await, "solo", "shard {shard}");
+    }
     let keys = run
         .etcd
         .etcdctl(&["get", "--prefix", "/gaffer-test/placement/", "--keys-only"])

@@ -27,10 +27,6 @@ impl EngineBuilder {
     /// start (`gaffer health` shows it); without it the engine names itself
     /// `{host}/{pid}`. Nothing for an engine that is not a shard: call it
     /// after [`in_shard`](Self::in_shard).
-    #[allow(
-        dead_code,
-        reason = "the placement by leases (src/remote/shards) names its members with it"
-    )]
     pub(crate) fn shard_owner(mut self, owner: impl Into<String>) -> Self {
         if let Some(place) = &mut self.shard {
             place.owner = Some(owner.into());

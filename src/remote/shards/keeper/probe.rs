@@ -46,8 +46,10 @@ pub(crate) async fn open(
     url: &str,
     owner: Option<&str>,
 ) -> Result<Opened> {
-    let builder = make(shard, url).in_shard(shard, count, url);
-    let _ = owner;
+    let mut builder = make(shard, url).in_shard(shard, count, url);
+    if let Some(owner) = owner {
+        builder = builder.shard_owner(owner);
+    }
     let path = builder.queue_path_of().to_string();
     let events = builder.subscribe();
     let engine = builder.start().await?;
