@@ -23,6 +23,8 @@
 
 mod common;
 
+use common::lines;
+
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -169,14 +171,6 @@ fn child(test: &str, dir: &Path, extra: &[(&str, String)]) -> Child {
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]

@@ -20,6 +20,8 @@
 
 mod common;
 
+use common::lines;
+
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -225,14 +227,6 @@ async fn wait_until(root: &Path, what: &str, mut done: impl FnMut() -> bool) {
         || format!("child logs:\n{}", common::child_logs(root, 2000)),
     )
     .await;
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 /// The child processes' body (run by `spawn`, never on its own).

@@ -49,6 +49,16 @@ pub fn example_binary(name: &str) -> PathBuf {
     path
 }
 
+/// The lines of the file at `path` (none if it is missing): a log a child
+/// process appends to.
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Write `contents` to `path` whole: to a file beside it first, then
 /// renamed. For a file another process waits to see (it polls for it to
 /// exist): a plain `std::fs::write` creates the file before it writes to it,

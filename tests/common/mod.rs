@@ -15,7 +15,7 @@ pub mod jobs;
 
 pub use gaffer_testkit::events::{collect_events_until, wait_event};
 pub use gaffer_testkit::process::{
-    Children, child_logs, spawn_test_child, test_child, wait_for_child_file, write_whole,
+    Children, child_logs, lines, spawn_test_child, test_child, wait_for_child_file, write_whole,
 };
 pub use gaffer_testkit::{
     LIMIT, T0_MS, eventually, eventually_blocking, eventually_ok, eventually_or, mock_clock, s3,

@@ -65,6 +65,13 @@ impl ShardedEngineBuilder {
     ///
     /// A start takes its shards: opening a store fences whichever process
     /// wrote it. Only a reopen waits for the other writer to be gone.
+    ///
+    /// Under elastic placement ([`Placement::Etcd`](super::Placement)),
+    /// `start` joins etcd (failing with
+    /// [`ShardError::Coordinator`](super::ShardError::Coordinator) if it
+    /// cannot) and returns: the shards come as the process takes them,
+    /// each with a [`ShardEvent::Gained`] ([`subscribe`](Self::subscribe)
+    /// before `start` to see them all).
     pub async fn start<F>(self, make: F) -> Result<ShardedEngine>
     where
         F: Fn(usize, &str) -> EngineBuilder + Send + Sync + 'static,

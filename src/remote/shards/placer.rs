@@ -2,7 +2,7 @@
 //! lease and its shards' keys, and takes, drains and releases shards as the
 //! live members change (docs/guide/shards.md, *Elastic placement on etcd*).
 //!
-//! Every tick it renews the lease (every third of its TTL) and reads the
+//! Every tick it renews the lease (every fifth of its TTL) and reads the
 //! members and the owners (every poll interval), then compares the
 //! assignment over the live members ([`assign`]) with what it holds:
 //!
@@ -114,21 +114,6 @@ pub(crate) enum Taken {
 #[derive(Debug)]
 pub(crate) struct Placer;
 
-/// A joined process's start: everything the placer owns from then on.
-pub(crate) struct PlacerArgs {
-    set: ShardSet,
-    cfg: EtcdPlacement,
-    keys: Keys,
-    make: Arc<MakeFn>,
-    sup: Supervision,
-    events: broadcast::Sender<ShardEvent>,
-    published: watch::Sender<KeptShards>,
-    member: String,
-    about: String,
-    client: Client,
-    lease: Lease,
-}
-
 /// This process's lease, as last renewed.
 #[derive(Debug, Clone, Copy)]
 struct Lease {
@@ -225,20 +210,33 @@ pub(crate) async fn start(
         renewed_at: sent,
     };
     let (published, shards) = watch::channel(KeptShards::default());
-    let args = PlacerArgs {
+    let state = PlacerState {
         set: set.clone(),
         cfg: cfg.clone(),
         keys: keys.clone(),
         make,
         sup,
-        events: events.clone(),
+        events,
         published,
         member: member.clone(),
         about,
         client: client.clone(),
-        lease,
+        lease: Some(lease),
+        stale_lease: None,
+        joining: false,
+        next_join: None,
+        renewing: false,
+        reading: false,
+        last_read: None,
+        failures: 0,
+        owners_seen: BTreeMap::new(),
+        written: 0,
+        held: BTreeMap::new(),
+        closing: Vec::new(),
+        closed_started: false,
+        ticker: None,
     };
-    match Actor::spawn(None, Placer, args).await {
+    match Actor::spawn(None, Placer, state).await {
         Ok((placer, _)) => Ok((placer, shards, member)),
         Err(e) => {
             let _ = keys.revoke(&mut client, id).await;
@@ -253,44 +251,21 @@ pub(crate) async fn start(
 impl Actor for Placer {
     type Msg = PlacerMessage;
     type State = PlacerState;
-    type Arguments = PlacerArgs;
+    /// The state, built by [`start`] once the process joined (the ticker
+    /// starts here).
+    type Arguments = PlacerState;
 
     async fn pre_start(
         &self,
         myself: ActorRef<PlacerMessage>,
-        a: PlacerArgs,
+        mut state: PlacerState,
     ) -> std::result::Result<PlacerState, ActorProcessingErr> {
         // Often enough to stop the shards within the margin.
-        let tick = a.cfg.poll.min(a.cfg.stop_margin / 4);
-        let ticker = myself.send_interval(tick, || PlacerMessage::Tick);
+        let tick = state.cfg.poll.min(state.cfg.stop_margin / 4);
+        state.ticker = Some(myself.send_interval(tick, || PlacerMessage::Tick));
         let _ = myself.cast(PlacerMessage::Tick);
-        info!(member = %a.member, prefix = %a.keys.prefix, "joined the shard set's placement");
-        Ok(PlacerState {
-            set: a.set,
-            cfg: a.cfg,
-            keys: a.keys,
-            make: a.make,
-            sup: a.sup,
-            events: a.events,
-            published: a.published,
-            member: a.member,
-            about: a.about,
-            client: a.client,
-            lease: Some(a.lease),
-            stale_lease: None,
-            joining: false,
-            next_join: None,
-            failures: 0,
-            renewing: false,
-            reading: false,
-            last_read: None,
-            owners_seen: BTreeMap::new(),
-            written: 0,
-            held: BTreeMap::new(),
-            closing: Vec::new(),
-            closed_started: false,
-            ticker: Some(ticker),
-        })
+        info!(member = %state.member, prefix = %state.keys.prefix, "joined the shard set's placement");
+        Ok(state)
     }
 
     async fn handle(

@@ -87,7 +87,7 @@ impl EtcdPlacement {
 
     /// The lease's time to live, in whole seconds (at least 2; default
     /// 5 s): how long after a process stops renewing (killed, cut off,
-    /// paused) its shards are free for the others. Renewed every third of
+    /// paused) its shards are free for the others. Renewed every fifth of
     /// it.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;

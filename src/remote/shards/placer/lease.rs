@@ -41,7 +41,7 @@ impl PlacerState {
             self.lapse(myself, MoveReason::LeaseExpiring);
             return;
         }
-        if !self.renewing && now >= lease.renewed_at + lease.ttl / 3 {
+        if !self.renewing && now >= lease.renewed_at + lease.ttl / 5 {
             self.renewing = true;
             let (keys, mut client, id) = (self.keys.clone(), self.client.clone(), lease.id);
             spawn_reporting(
