@@ -27,6 +27,11 @@ pub enum Reading {
     /// `stats`, which reads every unflushed object but keeps only the
     /// counter rows (about half a replay's cost).
     Flushed,
+    /// As [`Replay`](Self::Replay), following the writer every given
+    /// interval instead of every 100 ms: the dashboard's reader, which
+    /// need not follow faster than its pages refresh (each look replays the
+    /// WAL objects written since the last one).
+    Following(std::time::Duration),
 }
 
 /// A store opened read-only.
@@ -94,6 +99,10 @@ impl Store {
         let after = match reading {
             Reading::Replay => {
                 options = options.manifest_poll_interval(std::time::Duration::from_millis(100));
+                None
+            }
+            Reading::Following(every) => {
+                options = options.manifest_poll_interval(every);
                 None
             }
             Reading::Flushed => {

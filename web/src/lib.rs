@@ -101,6 +101,12 @@ impl std::fmt::Debug for WebConfig {
 /// queue prefix (`EngineBuilder`'s defaults, the command's too).
 const DEFAULT_NAMES: (&str, &str, &str) = ("queue", "jobs", "bulk-items");
 
+/// How often the dashboard's reader follows the writer: about as often as
+/// an open tab refreshes (1.5 s), not faster. Each look replays the WAL
+/// objects the writer wrote since the last one, which a busy engine feels
+/// (benches/README.md, *Does an open dashboard slow the engine?*).
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl WebConfig {
     /// Open `store` (as the engine's builder names it: `gaffer::Store`)
     /// with the engine's default queue names: one `QueueReader` that the
@@ -118,8 +124,14 @@ impl WebConfig {
         jobs_prefix: &str,
         bulk_prefix: &str,
     ) -> Result<Self, WebError> {
-        let opened =
-            Store::open_named(store, queue_path, jobs_prefix, bulk_prefix, Reading::Replay).await?;
+        let opened = Store::open_named(
+            store,
+            queue_path,
+            jobs_prefix,
+            bulk_prefix,
+            Reading::Following(FOLLOW_EVERY),
+        )
+        .await?;
         Ok(Self::from_stores(vec![(store.name(), opened)]))
     }
 
@@ -149,7 +161,7 @@ impl WebConfig {
                 queue_path,
                 jobs_prefix,
                 bulk_prefix,
-                Reading::Replay,
+                Reading::Following(FOLLOW_EVERY),
             )
             .await?;
             if let Err(e) = opened.check_shard(shard, count, &url).await {
@@ -166,7 +178,7 @@ impl WebConfig {
     }
 
     /// Stores opened already (`gaffer_ops::Store::open*`, read
-    /// [`Reading::Replay`]), named for the page: one store, or shard `i`
+    /// [`Reading::Replay`] or [`Reading::Following`]), named for the page: one store, or shard `i`
     /// of a set at index `i`.
     pub fn from_stores(stores: Vec<(String, Store)>) -> Self {
         Self {
