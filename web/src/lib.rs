@@ -6,10 +6,15 @@
 //! with [`WebConfig::base_path`] the same prefix) behind its own tower
 //! layers; `gaffer web --dir|--url|--shards …` serves the same router.
 //!
-//! - Reads go through one long-lived taquba `QueueReader` (`FollowLatest`)
-//!   per store, opened once by [`WebConfig::open`] and held by the router's
-//!   state, and the read side the `gaffer` command uses (`gaffer-ops`): the
-//!   dashboard never opens a writer and never fences.
+//! - Reads go through one taquba `QueueReader` (`FollowLatest`, following
+//!   every second) per store, opened by [`WebConfig::open`] and held by the
+//!   router's state, and the read side the `gaffer` command uses
+//!   (`gaffer-ops`): the dashboard never opens a writer and never fences.
+//!   The reader closes after [`IDLE_CLOSE`] without a request (an idle
+//!   dashboard reads nothing) and the next request opens it again; one
+//!   older than [`REBASE_AFTER`] is replaced by a fresh one opened in the
+//!   background, so a page's time does not grow with the writer's
+//!   unflushed WAL.
 //! - Actions (retry, cancel, pause, resume, submit) are requests through
 //!   the store's inbox, as `gaffer retry|cancel|pause|resume|submit` send
 //!   them; the page shows each request's fate.
@@ -89,7 +94,7 @@ struct Shard {
     chart: tokio::sync::Mutex<chart::Counted>,
 }
 
-/// What the dashboard serves: the store (or a shard set), opened once, and
+/// What the dashboard serves: the store (or a shard set), opened, and
 /// how it is served.
 pub struct WebConfig {
     shards: Vec<Shard>,
@@ -117,8 +122,8 @@ const DEFAULT_NAMES: (&str, &str, &str) = ("queue", "jobs", "bulk-items");
 
 impl WebConfig {
     /// Open `store` (as the engine's builder names it: `gaffer::Store`)
-    /// with the engine's default queue names: one `QueueReader` that the
-    /// dashboard holds for its life.
+    /// with the engine's default queue names: one `QueueReader`, closed
+    /// when idle and opened again by the next request, rebased when old.
     pub async fn open(store: &NamedStore) -> Result<Self, WebError> {
         let (q, j, b) = DEFAULT_NAMES;
         Self::open_with(store, q, j, b).await
