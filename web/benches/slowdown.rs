@@ -14,10 +14,21 @@
 //! process (the engine): a ratio that does not depend on the machine's
 //! other load.
 //!
+//! With `AB=1` each pair is two runs with a tab instead, the dashboard as
+//! `WebConfig::open` makes it (its reader closed after `IDLE_CLOSE` without
+//! a request, rebased when old) and as it was before #41 §2 (a reader
+//! opened once and following every second for the dashboard's life), the
+//! order alternating; the ratio printed is then the tab's CPU, before ÷
+//! after. `IDLE_FIRST_S=S` waits S seconds after the tab's first request
+//! before the jobs start (the tab's CPU is counted from there): a
+//! dashboard looked at once and left open beside an engine that then gets
+//! busy.
+//!
 //! ```sh
 //! cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]
 //! TAB_EVERY_MS=600000 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # the open reader alone: one request at the start
-//! FOLLOW_MS=100 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # the reader following every 100 ms (before 2026-12-05)
+//! FOLLOW_MS=100 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # a reader held open following every 100 ms (before 2026-12-05)
+//! AB=1 IDLE_FIRST_S=50 TAB_EVERY_MS=600000 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # the idle close against a reader held open
 //! ```
 
 use std::sync::Arc;
@@ -59,9 +70,19 @@ fn cpu_secs(what: &str) -> f64 {
     (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
+/// The tab's dashboard: none, as `WebConfig::open` makes it, or a reader
+/// held open following every `ms` (`from_stores`).
+#[derive(Clone, Copy, PartialEq)]
+enum Tab {
+    None,
+    Open,
+    Held(u64),
+}
+
 /// One run: the seconds N keyed jobs took, the dashboard's requests, the
-/// tab thread's CPU seconds and the process's.
-fn run(n: u64, dashboard: bool) -> (f64, u64, f64, f64) {
+/// tab thread's CPU seconds and the process's, both while the jobs ran.
+fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
+    let dashboard = tab != Tab::None;
     let dir = tempfile::tempdir().expect("a temp dir");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -79,9 +100,10 @@ fn run(n: u64, dashboard: bool) -> (f64, u64, f64, f64) {
     });
     let stop = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicU64::new(0));
-    let cpu_at_start = cpu_secs("self");
+    // The tab thread's CPU, in µs, updated every 20 ms.
+    let tab_cpu_now = Arc::new(AtomicU64::new(0));
     let tab = dashboard.then(|| {
-        let (stop, requests) = (stop.clone(), requests.clone());
+        let (stop, requests, tab_cpu_now) = (stop.clone(), requests.clone(), tab_cpu_now.clone());
         let path = dir.path().to_path_buf();
         let every = Duration::from_millis(
             std::env::var("TAB_EVERY_MS")
@@ -96,11 +118,11 @@ fn run(n: u64, dashboard: bool) -> (f64, u64, f64, f64) {
                 .expect("a runtime");
             rt.block_on(async move {
                 let named = gaffer::Store::local_dir(&path);
-                let config = match std::env::var("FOLLOW_MS").ok().and_then(|v| v.parse().ok()) {
-                    None => gaffer_web::WebConfig::open(&named)
+                let config = match tab {
+                    Tab::None | Tab::Open => gaffer_web::WebConfig::open(&named)
                         .await
                         .expect("the dashboard opens the store"),
-                    Some(ms) => {
+                    Tab::Held(ms) => {
                         let reading = gaffer_ops::Reading::Following(Duration::from_millis(ms));
                         let store = gaffer_ops::Store::open_named(
                             &named,
@@ -127,15 +149,28 @@ fn run(n: u64, dashboard: bool) -> (f64, u64, f64, f64) {
                     let next = tokio::time::Instant::now() + every;
                     while !stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < next {
                         tokio::time::sleep(Duration::from_millis(20)).await;
+                        tab_cpu_now.store((cpu_secs("thread-self") * 1e6) as u64, Ordering::SeqCst);
                     }
                 }
             });
             // The reader's follow ran on this runtime: its CPU is this
             // thread's.
             drop(rt);
-            cpu_secs("thread-self")
         })
     });
+    if dashboard {
+        // The tab's first page, then maybe the dashboard left idle.
+        while requests.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let idle_first: u64 = std::env::var("IDLE_FIRST_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        std::thread::sleep(Duration::from_secs(idle_first) + Duration::from_millis(50));
+    }
+    let cpu_at_start = cpu_secs("self");
+    let tab_cpu_at_start = tab_cpu_now.load(Ordering::SeqCst) as f64 / 1e6;
     let secs = rt.block_on(async {
         let t0 = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -155,8 +190,12 @@ fn run(n: u64, dashboard: bool) -> (f64, u64, f64, f64) {
         t0.elapsed().as_secs_f64()
     });
     let cpu_at_end = cpu_secs("self");
+    let tab_cpu_at_end = tab_cpu_now.load(Ordering::SeqCst) as f64 / 1e6;
     stop.store(true, Ordering::SeqCst);
-    let tab_cpu = tab.map_or(0.0, |t| t.join().expect("the tab's thread"));
+    if let Some(t) = tab {
+        t.join().expect("the tab's thread");
+    }
+    let tab_cpu = (tab_cpu_at_end - tab_cpu_at_start).max(0.0);
     rt.block_on(async { engine.shutdown().await.expect("shut down") });
     (
         secs,
@@ -174,19 +213,47 @@ fn main() {
     let n: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(5000);
     let pairs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     println!("{n} keyed jobs per run, {pairs} pairs");
+    let held = std::env::var("FOLLOW_MS").ok().and_then(|v| v.parse().ok());
+    let ab = std::env::var("AB").is_ok_and(|v| v == "1");
+    // The two sides of a pair: (a, b), the ratio b ÷ a.
+    let (a_side, b_side) = if ab {
+        (Tab::Open, Tab::Held(held.unwrap_or(1000)))
+    } else {
+        (Tab::None, held.map_or(Tab::Open, Tab::Held))
+    };
     let mut ratios = Vec::new();
     let mut shares = Vec::new();
+    let mut a_shares = Vec::new();
     for p in 0..pairs {
-        let (alone, with) = if p % 2 == 0 {
-            let a = run(n, false);
-            (a, run(n, true))
+        let (a, b) = if p % 2 == 0 {
+            let a = run(n, a_side);
+            (a, run(n, b_side))
         } else {
-            let w = run(n, true);
-            (run(n, false), w)
+            let b = run(n, b_side);
+            (run(n, a_side), b)
         };
-        let ratio = with.0 / alone.0;
         // The tab's CPU against the engine's (the rest of the process).
-        let share = with.2 / (with.3 - with.2).max(1e-9);
+        let share = |r: (f64, u64, f64, f64)| r.2 / (r.3 - r.2).max(1e-9);
+        if ab {
+            println!(
+                "pair {p}: the tab's CPU, idle-closing {:.3} s = {:.2} % of the engine's \
+                 ({:.2} s, {} refreshes); held open {:.3} s = {:.2} % ({:.2} s); wall {:.2} / {:.2} s",
+                a.2,
+                share(a) * 100.0,
+                a.3 - a.2,
+                a.1,
+                b.2,
+                share(b) * 100.0,
+                b.3 - b.2,
+                a.0,
+                b.0
+            );
+            a_shares.push(share(a));
+            shares.push(share(b));
+            continue;
+        }
+        let (alone, with) = (a, b);
+        let ratio = with.0 / alone.0;
         println!(
             "pair {p}: alone {:.2} s, with a tab {:.2} s ({} refreshes), ratio {ratio:.3}; \
              the tab's thread {:.2} CPU s = {:.1} % of the engine's {:.2}",
@@ -194,22 +261,40 @@ fn main() {
             with.0,
             with.1,
             with.2,
-            share * 100.0,
+            share(with) * 100.0,
             with.3 - with.2
         );
         ratios.push(ratio);
-        shares.push(share);
+        shares.push(share(with));
     }
-    ratios.sort_by(f64::total_cmp);
-    shares.sort_by(f64::total_cmp);
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let shares = sorted(shares);
+    let mid = |v: &[f64]| {
+        format!(
+            "median {:.2} % ({:.2}–{:.2} %)",
+            v[v.len() / 2] * 100.0,
+            v[0] * 100.0,
+            v[v.len() - 1] * 100.0
+        )
+    };
+    if ab {
+        let a_shares = sorted(a_shares);
+        println!(
+            "the tab's CPU against the engine's: idle-closing {}; held open {}",
+            mid(&a_shares),
+            mid(&shares)
+        );
+        return;
+    }
+    let ratios = sorted(ratios);
     println!(
-        "median ratio (with / alone): {:.3} ({:.3}–{:.3}); the tab's CPU: median {:.1} % of the \
-         engine's ({:.1}–{:.1} %)",
+        "median ratio (with / alone): {:.3} ({:.3}–{:.3}); the tab's CPU: {} of the engine's",
         ratios[ratios.len() / 2],
         ratios[0],
         ratios[ratios.len() - 1],
-        shares[shares.len() / 2] * 100.0,
-        shares[0] * 100.0,
-        shares[shares.len() - 1] * 100.0
+        mid(&shares)
     );
 }

@@ -6,10 +6,15 @@
 //! with [`WebConfig::base_path`] the same prefix) behind its own tower
 //! layers; `gaffer web --dir|--url|--shards …` serves the same router.
 //!
-//! - Reads go through one long-lived taquba `QueueReader` (`FollowLatest`)
-//!   per store, opened once by [`WebConfig::open`] and held by the router's
-//!   state, and the read side the `gaffer` command uses (`gaffer-ops`): the
-//!   dashboard never opens a writer and never fences.
+//! - Reads go through one taquba `QueueReader` (`FollowLatest`, following
+//!   every second) per store, opened by [`WebConfig::open`] and held by the
+//!   router's state, and the read side the `gaffer` command uses
+//!   (`gaffer-ops`): the dashboard never opens a writer and never fences.
+//!   The reader closes after [`IDLE_CLOSE`] without a request (an idle
+//!   dashboard reads nothing) and the next request opens it again; one
+//!   older than [`REBASE_AFTER`] is replaced by a fresh one opened in the
+//!   background, so a page's time does not grow with the writer's
+//!   unflushed WAL.
 //! - Actions (retry, cancel, pause, resume, submit) are requests through
 //!   the store's inbox, as `gaffer retry|cancel|pause|resume|submit` send
 //!   them; the page shows each request's fate.
@@ -40,6 +45,7 @@
 
 mod chart;
 mod pages;
+mod reader;
 mod security;
 mod view;
 
@@ -52,7 +58,18 @@ use axum::routing::{get, post};
 use gaffer_layout::store::Store as NamedStore;
 use gaffer_ops::{Reading, Store};
 
+pub use reader::{IDLE_CLOSE, OPEN_LIMIT, REBASE_AFTER, ReaderError, ReaderState};
 pub use security::Auth;
+
+use reader::{FOLLOW_EVERY, Held, Opener};
+
+impl Shard {
+    /// The store's reader for a page (opened again if it was closed for
+    /// idleness: an error names the store).
+    async fn store(&self) -> Result<Arc<Store>, ReaderError> {
+        self.reader.store().await
+    }
+}
 
 /// Why the dashboard could not start.
 #[derive(Debug, thiserror::Error)]
@@ -69,13 +86,15 @@ pub enum WebError {
 struct Shard {
     index: usize,
     url: String,
-    store: Store,
+    /// Its reader, opened on demand, closed when idle, rebased when old
+    /// (`reader.rs`).
+    reader: Arc<Held>,
     /// What the overview's chart has counted of this store's
     /// finished-jobs index (one refresh counts at a time).
     chart: tokio::sync::Mutex<chart::Counted>,
 }
 
-/// What the dashboard serves: the store (or a shard set), opened once, and
+/// What the dashboard serves: the store (or a shard set), opened, and
 /// how it is served.
 pub struct WebConfig {
     shards: Vec<Shard>,
@@ -101,16 +120,10 @@ impl std::fmt::Debug for WebConfig {
 /// queue prefix (`EngineBuilder`'s defaults, the command's too).
 const DEFAULT_NAMES: (&str, &str, &str) = ("queue", "jobs", "bulk-items");
 
-/// How often the dashboard's reader follows the writer: about as often as
-/// an open tab refreshes (1.5 s), not faster. Each look replays the WAL
-/// objects the writer wrote since the last one, which a busy engine feels
-/// (benches/README.md, *Does an open dashboard slow the engine?*).
-const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
 impl WebConfig {
     /// Open `store` (as the engine's builder names it: `gaffer::Store`)
-    /// with the engine's default queue names: one `QueueReader` that the
-    /// dashboard holds for its life.
+    /// with the engine's default queue names: one `QueueReader`, closed
+    /// when idle and opened again by the next request, rebased when old.
     pub async fn open(store: &NamedStore) -> Result<Self, WebError> {
         let (q, j, b) = DEFAULT_NAMES;
         Self::open_with(store, q, j, b).await
@@ -124,6 +137,15 @@ impl WebConfig {
         jobs_prefix: &str,
         bulk_prefix: &str,
     ) -> Result<Self, WebError> {
+        let opener = Opener {
+            named: store.clone(),
+            queue_path: queue_path.to_string(),
+            jobs_prefix: jobs_prefix.to_string(),
+            bulk_prefix: bulk_prefix.to_string(),
+            shard: None,
+            keyring: None,
+            hold_rebase: None,
+        };
         let opened = Store::open_named(
             store,
             queue_path,
@@ -132,7 +154,7 @@ impl WebConfig {
             Reading::Following(FOLLOW_EVERY),
         )
         .await?;
-        Ok(Self::from_stores(vec![(store.name(), opened)]))
+        Ok(Self::held(vec![(store.name(), opened, Some(opener))]))
     }
 
     /// A shard set: the store of each shard from `template` (`{shard}` is
@@ -166,29 +188,44 @@ impl WebConfig {
             .await?;
             if let Err(e) = opened.check_shard(shard, count, &url).await {
                 opened.close().await;
-                for (_, s) in stores {
+                for (_, s, _) in stores {
                     let s: Store = s;
                     s.close().await;
                 }
                 return Err(e.into());
             }
-            stores.push((url, opened));
+            let opener = Opener {
+                named: NamedStore::url(url.clone()),
+                queue_path: queue_path.to_string(),
+                jobs_prefix: jobs_prefix.to_string(),
+                bulk_prefix: bulk_prefix.to_string(),
+                shard: Some((shard, count, url.clone())),
+                keyring: None,
+                hold_rebase: None,
+            };
+            stores.push((url, opened, Some(opener)));
         }
-        Ok(Self::from_stores(stores))
+        Ok(Self::held(stores))
     }
 
     /// Stores opened already (`gaffer_ops::Store::open*`, read
     /// [`Reading::Replay`] or [`Reading::Following`]), named for the page: one store, or shard `i`
-    /// of a set at index `i`.
+    /// of a set at index `i`. The dashboard cannot open these again, so
+    /// they stay open (and following) for its life: no idle close and no
+    /// rebase, which [`Self::open`] and [`Self::open_shards`] do.
     pub fn from_stores(stores: Vec<(String, Store)>) -> Self {
+        Self::held(stores.into_iter().map(|(u, s)| (u, s, None)).collect())
+    }
+
+    fn held(stores: Vec<(String, Store, Option<Opener>)>) -> Self {
         Self {
             shards: stores
                 .into_iter()
                 .enumerate()
-                .map(|(index, (url, store))| Shard {
+                .map(|(index, (url, store, opener))| Shard {
                     index,
+                    reader: Held::new(url.clone(), store, opener),
                     url,
-                    store,
                     chart: tokio::sync::Mutex::new(chart::Counted::default()),
                 })
                 .collect(),
@@ -199,6 +236,24 @@ impl WebConfig {
         }
     }
 
+    /// What the reader of shard `i` (0 for the only store) is doing: open
+    /// or closed for idleness, its opens and rebases.
+    pub fn reader_state(&self, i: usize) -> Option<tokio::sync::watch::Receiver<ReaderState>> {
+        self.shards.get(i).map(|s| s.reader.state())
+    }
+
+    /// Tests only: each rebase waits, its new reader open, for a permit of
+    /// `gate` (at most [`OPEN_LIMIT`]) before it is swapped in.
+    #[doc(hidden)]
+    pub fn hold_rebases(mut self, gate: Arc<tokio::sync::Semaphore>) -> Self {
+        for s in &mut self.shards {
+            if let Some(o) = s.reader.opener_mut() {
+                o.hold_rebase = Some(gate.clone());
+            }
+        }
+        self
+    }
+
     /// Show the values sealed under `keyring`'s keys (every store of the
     /// set); the others show as `encrypted (key ID)`, as they do without a
     /// keyring. A key the store names whose key here is another one is
@@ -207,25 +262,39 @@ impl WebConfig {
         mut self,
         keyring: gaffer_layout::sealed::Keyring,
     ) -> Result<Self, WebError> {
-        let mut shards = Vec::with_capacity(self.shards.len());
         let mut failed = None;
-        for shard in std::mem::take(&mut self.shards) {
+        for shard in &mut self.shards {
+            let Some(held) = shard.reader.take() else {
+                continue;
+            };
+            // Not shared before the router is built: the only pointer.
+            let store = match Arc::try_unwrap(held) {
+                Ok(store) => store,
+                Err(shared) => {
+                    shared.close().await;
+                    continue;
+                }
+            };
             if failed.is_some() {
-                shard.store.close().await;
+                store.close().await;
                 continue;
             }
-            match shard.store.with_keyring(keyring.clone()).await {
-                Ok(store) => shards.push(Shard { store, ..shard }),
+            match store.with_keyring(keyring.clone()).await {
+                Ok(store) => {
+                    shard.reader.put(store);
+                    if let Some(o) = shard.reader.opener_mut() {
+                        o.keyring = Some(keyring.clone());
+                    }
+                }
                 Err(e) => failed = Some(e),
             }
         }
         if let Some(e) = failed {
-            for shard in shards {
-                shard.store.close().await;
+            for shard in &self.shards {
+                shard.reader.close().await;
             }
             return Err(e.into());
         }
-        self.shards = shards;
         Ok(self)
     }
 
@@ -453,6 +522,6 @@ pub fn router(config: WebConfig) -> Router {
 /// Close the readers of `config` without serving it.
 pub async fn close(config: WebConfig) {
     for s in config.shards {
-        s.store.close().await;
+        s.reader.close().await;
     }
 }

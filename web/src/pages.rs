@@ -17,7 +17,7 @@ use gaffer_ops::{OpsError, StateFilter, act};
 use maud::{Markup, html};
 
 use crate::view::{age, error_page, live, now_ms, page, payload, progress, state, time};
-use crate::{App, Shard, chart};
+use crate::{App, ReaderError, Shard, chart};
 
 mod actions;
 mod batches;
@@ -116,6 +116,21 @@ impl<T> OrFail<T> for Result<T, OpsError> {
     }
 }
 
+impl<T> OrFail<T> for Result<T, ReaderError> {
+    /// 503: the store's reader could not be opened again (the message names
+    /// the store).
+    fn or_fail(self, app: &App) -> Result<T, Fail> {
+        self.map_err(|e| {
+            tracing::warn!(error = %e, "dashboard: no reader");
+            Fail::from(error_page(
+                app,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &e.to_string(),
+            ))
+        })
+    }
+}
+
 impl<T> OrFail<T> for Result<T, EngineError> {
     fn or_fail(self, app: &App) -> Result<T, Fail> {
         self.map_err(OpsError::from).or_fail(app)
@@ -183,7 +198,14 @@ fn seg(s: &str) -> String {
 async fn all_stats(app: &App) -> Result<Stats, Fail> {
     let mut stats = Stats::default();
     for sh in &app.shards {
-        stats.add(&sh.store.stats(false).await.or_fail(app)?);
+        stats.add(
+            &sh.store()
+                .await
+                .or_fail(app)?
+                .stats(false)
+                .await
+                .or_fail(app)?,
+        );
     }
     Ok(stats)
 }
@@ -191,7 +213,7 @@ async fn all_stats(app: &App) -> Result<Stats, Fail> {
 async fn all_paused(app: &App) -> Result<BTreeSet<String>, Fail> {
     let mut paused = BTreeSet::new();
     for sh in &app.shards {
-        paused.extend(sh.store.paused().await.or_fail(app)?);
+        paused.extend(sh.store().await.or_fail(app)?.paused().await.or_fail(app)?);
     }
     Ok(paused)
 }

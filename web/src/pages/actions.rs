@@ -12,7 +12,9 @@ pub(super) async fn send(
     job: Option<&str>,
 ) -> Result<String, Fail> {
     let request = ulid::Ulid::new().to_string();
-    act::send(&sh.store, &op, &request).await.or_fail(app)?;
+    act::send(&*sh.store().await.or_fail(app)?, &op, &request)
+        .await
+        .or_fail(app)?;
     Ok(format!("{}:{request}:{}", sh.index, job.unwrap_or("")))
 }
 
@@ -146,7 +148,9 @@ async fn confirm_page(app: &App, form: &[(String, String)]) -> Result<Response, 
         };
         for sh in &app.shards {
             let p = sh
-                .store
+                .store()
+                .await
+                .or_fail(app)?
                 .retry_preview(t, since_ms, PREVIEW_CAP)
                 .await
                 .or_fail(app)?;
@@ -358,13 +362,18 @@ pub async fn requests(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     }
     let mut rows = Vec::new();
     for (sh, rid, job) in &parsed {
-        let (status, detail) = match act::progress(&sh.store, rid).await.or_fail(&app)? {
+        let (status, detail) = match act::progress(&*sh.store().await.or_fail(&app)?, rid)
+            .await
+            .or_fail(&app)?
+        {
             RequestProgress::Sent => ("sent", String::new()),
             RequestProgress::Refused(reason) => ("refused", reason),
             RequestProgress::Applied(result) => ("applied", result.unwrap_or_default()),
         };
         let job_state = match job {
-            Some(j) => act::job_state(&sh.store, j).await.or_fail(&app)?,
+            Some(j) => act::job_state(&*sh.store().await.or_fail(&app)?, j)
+                .await
+                .or_fail(&app)?,
             None => None,
         };
         rows.push((sh.index, rid, job, status, detail, job_state));
@@ -474,10 +483,15 @@ pub async fn submit(
         Err(e) => return Ok(again(StatusCode::BAD_REQUEST, &e.to_string(), &types)),
     };
     let sh = app.shard_of(&run_id);
-    act::send(&sh.store, &op, &request).await.or_fail(&app)?;
+    act::send(&*sh.store().await.or_fail(&app)?, &op, &request)
+        .await
+        .or_fail(&app)?;
     let deadline = Instant::now() + SUBMIT_WAIT;
     loop {
-        match act::progress(&sh.store, &request).await.or_fail(&app)? {
+        match act::progress(&*sh.store().await.or_fail(&app)?, &request)
+            .await
+            .or_fail(&app)?
+        {
             RequestProgress::Refused(reason) => {
                 return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, &reason, &types));
             }

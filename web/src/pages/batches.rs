@@ -21,7 +21,13 @@ pub async fn batches(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respons
     let mut rows = Vec::new();
     let mut more = false;
     for sh in &app.shards {
-        let b = sh.store.batches(PAGE).await.or_fail(&app)?;
+        let b = sh
+            .store()
+            .await
+            .or_fail(&app)?
+            .batches(PAGE)
+            .await
+            .or_fail(&app)?;
         more |= b.more;
         for row in b.batches {
             let settled = row.succeeded + row.failed + row.cancelled;
@@ -65,9 +71,10 @@ pub async fn batch(
         return Err(missing(&app, format!("No batch `{id}`: not a batch id.")));
     }
     let sh = app.shard_of(&id);
-    let b = sh.store.batch(&id).await.or_fail(&app)?;
+    let store = sh.store().await.or_fail(&app)?;
+    let b = store.batch(&id).await.or_fail(&app)?;
     let after = arg(&q, "after");
-    let items = inspect::item_markers(sh.store.view(), &id, after, PAGE)
+    let items = inspect::item_markers(store.view(), &id, after, PAGE)
         .await
         .or_fail(&app)?;
     let settled = b.succeeded + b.failed + b.cancelled;
@@ -99,9 +106,9 @@ pub async fn batch(
                     tr {
                         td { a href=(item_href(&app, &id, key)) { (key) } }
                         td { (state(match m.status { records::ItemStatus::Succeeded => "succeeded", records::ItemStatus::Failed => "failed", records::ItemStatus::Cancelled => "cancelled" })) }
-                        td.err { (m.error.as_deref().map(|e| sh.store.keyring().show_text(e)).unwrap_or_default()) }
+                        td.err { (m.error.as_deref().map(|e| store.keyring().show_text(e)).unwrap_or_default()) }
                         td { @if let Some(o) = &m.output {
-                            @let (json, blob) = gaffer_ops::queries::output_with(o, sh.store.keyring());
+                            @let (json, blob) = gaffer_ops::queries::output_with(o, store.keyring());
                             @if let Some(j) = json { code { (j.to_string()) } }
                             @if let Some(b) = blob { "object " code { (b) } }
                         } }

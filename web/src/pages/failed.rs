@@ -12,7 +12,13 @@ pub async fn failed(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response
     let from = since.map(|m| now_ms().saturating_sub(m * 60_000));
     let mut rows: Vec<DeadRow> = Vec::new();
     for sh in &app.shards {
-        let dead = sh.store.dead(ty, PAGE).await.or_fail(&app)?;
+        let dead = sh
+            .store()
+            .await
+            .or_fail(&app)?
+            .dead(ty, PAGE)
+            .await
+            .or_fail(&app)?;
         rows.extend(dead.dead.into_iter().map(|mut d| {
             d.shard = (app.shards.len() > 1).then_some(sh.index);
             d

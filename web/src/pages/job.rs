@@ -14,7 +14,7 @@ pub(super) async fn find_job<'a>(app: &'a App, id: &str) -> Result<(&'a Shard, J
     let others = app.shards.iter().filter(|s| s.index != first.index);
     let mut last = None;
     for sh in std::iter::once(first).chain(others) {
-        match sh.store.job(id).await {
+        match sh.store().await.or_fail(app)?.job(id).await {
             Ok(d) => return Ok((sh, d)),
             Err(OpsError::JobNotFound(_)) => last = Some(OpsError::JobNotFound(id.to_string())),
             Err(e) => return Err(Err::<(), _>(e).or_fail(app).unwrap_err()),
@@ -51,7 +51,13 @@ pub async fn item(
         return Err(bad(&app, "name the item: ?key=…"));
     };
     let sh = app.shard_of(&id);
-    let d = sh.store.item(&id, &key).await.or_fail(&app)?;
+    let d = sh
+        .store()
+        .await
+        .or_fail(&app)?
+        .item(&id, &key)
+        .await
+        .or_fail(&app)?;
     Ok(job_page(
         &app,
         sh,

@@ -49,7 +49,14 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
             if !keys::is_valid_id(&id) {
                 continue;
             }
-            match app.shard_of(&id).store.job(&id).await {
+            match app
+                .shard_of(&id)
+                .store()
+                .await
+                .or_fail(&app)?
+                .job(&id)
+                .await
+            {
                 Ok(_) => return Ok(Redirect::to(&app.href(&format!("/jobs/{id}"))).into_response()),
                 Err(OpsError::JobNotFound(_)) => {}
                 Err(e) => return Err(Err::<(), _>(e).or_fail(&app).unwrap_err()),
@@ -101,7 +108,13 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
     ] {
         let (mut n, mut more) = (0, false);
         for sh in &app.shards {
-            match sh.store.count_ended(ty, f, COUNT_CAP).await {
+            match sh
+                .store()
+                .await
+                .or_fail(&app)?
+                .count_ended(ty, f, COUNT_CAP)
+                .await
+            {
                 Ok((c, m)) => {
                     n += c;
                     more |= m;
@@ -117,7 +130,13 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
         (Some(_), _) | (None, 1) => {
             let i = shard.unwrap_or(0);
             let sh = app.shard(i).ok_or_else(|| bad(&app, "no such shard"))?;
-            let page = sh.store.jobs(filter, ty, PAGE, after).await.or_fail(&app)?;
+            let page = sh
+                .store()
+                .await
+                .or_fail(&app)?
+                .jobs(filter, ty, PAGE, after)
+                .await
+                .or_fail(&app)?;
             let tag = (app.shards.len() > 1).then_some(i);
             (
                 page.jobs.into_iter().map(|j| (tag, j)).collect(),
@@ -127,7 +146,13 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
         _ => {
             let mut all = Vec::new();
             for sh in &app.shards {
-                let page = sh.store.jobs(filter, ty, PAGE, None).await.or_fail(&app)?;
+                let page = sh
+                    .store()
+                    .await
+                    .or_fail(&app)?
+                    .jobs(filter, ty, PAGE, None)
+                    .await
+                    .or_fail(&app)?;
                 all.extend(page.jobs.into_iter().map(|j| (Some(sh.index), j)));
             }
             merge_jobs(&mut all);

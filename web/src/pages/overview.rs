@@ -14,10 +14,19 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     let mut capped = false;
     let mut health = Vec::new();
     for sh in &app.shards {
-        health.push((sh.index, &sh.url, sh.store.health().await.or_fail(&app)?));
+        health.push((
+            sh.index,
+            &sh.url,
+            sh.store()
+                .await
+                .or_fail(&app)?
+                .health()
+                .await
+                .or_fail(&app)?,
+        ));
         let mut counted = sh.chart.lock().await;
         capped |= !counted
-            .update(&sh.store, from, CHART_BUDGET)
+            .update(&*sh.store().await.or_fail(&app)?, from, CHART_BUDGET)
             .await
             .or_fail(&app)?;
         counted.add_to(from, &mut total, &mut per_type);

@@ -9,7 +9,13 @@ pub async fn periodic(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
     let mut rows = Vec::new();
     let mut now = now_ms();
     for sh in &app.shards {
-        let p = sh.store.periodic().await.or_fail(&app)?;
+        let p = sh
+            .store()
+            .await
+            .or_fail(&app)?
+            .periodic()
+            .await
+            .or_fail(&app)?;
         now = p.now_ms;
         rows.extend(p.periodic.into_iter().map(|r| (sh.index, r)));
     }

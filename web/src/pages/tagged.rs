@@ -30,7 +30,13 @@ pub(super) async fn tagged(
         (Some(_), _) | (None, 1) => {
             let i = shard.unwrap_or(0);
             let sh = app.shard(i).ok_or_else(|| bad(app, "no such shard"))?;
-            let page = sh.store.jobs_by_tag(tag, PAGE, after).await.or_fail(app)?;
+            let page = sh
+                .store()
+                .await
+                .or_fail(app)?
+                .jobs_by_tag(tag, PAGE, after)
+                .await
+                .or_fail(app)?;
             let mark = sharded.then_some(i);
             (
                 page.jobs.into_iter().map(|j| (mark, j)).collect(),
@@ -40,7 +46,13 @@ pub(super) async fn tagged(
         _ => {
             let mut all = Vec::new();
             for sh in &app.shards {
-                let page = sh.store.jobs_by_tag(tag, PAGE, None).await.or_fail(app)?;
+                let page = sh
+                    .store()
+                    .await
+                    .or_fail(app)?
+                    .jobs_by_tag(tag, PAGE, None)
+                    .await
+                    .or_fail(app)?;
                 all.extend(page.jobs.into_iter().map(|j| (Some(sh.index), j)));
             }
             merge_jobs(&mut all);

@@ -32,20 +32,36 @@ pub async fn queue_values(
     let Some(first) = app.shards.first() else {
         return Err(missing(&app, "This dashboard serves no store."));
     };
-    let own = keys::queue_for(first.store.jobs_prefix(), &name);
+    let own = keys::queue_for(first.store().await.or_fail(&app)?.jobs_prefix(), &name);
     let mut counts = gaffer_ops::tenants::ValueCounts::default();
     for sh in &app.shards {
-        counts.add(&sh.store.value_counts(&name).await.or_fail(&app)?);
+        counts.add(
+            &sh.store()
+                .await
+                .or_fail(&app)?
+                .value_counts(&name)
+                .await
+                .or_fail(&app)?,
+        );
     }
     let mut report = counts.top(&name, &own, top);
     let now = now_ms();
     let mut paused_values = Vec::new();
     for sh in &app.shards {
-        sh.store
+        sh.store()
+            .await
+            .or_fail(&app)?
             .describe_values(&mut report, now)
             .await
             .or_fail(&app)?;
-        paused_values.extend(sh.store.paused_values(&name).await.or_fail(&app)?);
+        paused_values.extend(
+            sh.store()
+                .await
+                .or_fail(&app)?
+                .paused_values(&name)
+                .await
+                .or_fail(&app)?,
+        );
     }
     gaffer_ops::tenants::apply_paused(&mut report, &own, paused_values);
     let type_paused = all_paused(&app).await?.contains(&name);

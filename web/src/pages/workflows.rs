@@ -32,7 +32,13 @@ pub async fn workflows(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respo
         if shard.is_some_and(|i| i != sh.index) {
             continue;
         }
-        let page = sh.store.workflows(after, PAGE).await.or_fail(&app)?;
+        let page = sh
+            .store()
+            .await
+            .or_fail(&app)?
+            .workflows(after, PAGE)
+            .await
+            .or_fail(&app)?;
         more |= page.more;
         if let Some(n) = page.next {
             next = Some((sh.index, n));
@@ -105,7 +111,7 @@ async fn find(app: &App, id: &str) -> Result<(usize, WorkflowDetail), Fail> {
         ));
     }
     for sh in &app.shards {
-        match sh.store.workflow(id).await {
+        match sh.store().await.or_fail(app)?.workflow(id).await {
             Ok(d) => return Ok((sh.index, d)),
             Err(OpsError::WorkflowNotFound(_)) => {}
             Err(e) => return Err(Err::<(), _>(e).or_fail(app).unwrap_err()),
