@@ -68,7 +68,7 @@ pub const REBASE_AFTER: Duration = Duration::from_secs(60);
 
 /// The longest a page waits for the reader to open (after an idle close),
 /// and a rebase for its new reader: then the page is an error naming the
-/// store, and the rebase is dropped (the next page tries again).
+/// store, and the rebase is dropped (the next tries [`REBASE_AFTER`] later).
 pub const OPEN_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long a retired reader waits for the pages that still read through
@@ -180,6 +180,9 @@ pub(crate) struct Held {
     /// Whether the idle watch runs (set with `current` under `turn`).
     watching: AtomicBool,
     rebasing: AtomicBool,
+    /// When a rebase's open last failed, in ms after `born` (0: never): the
+    /// next rebase waits [`REBASE_AFTER`] after it, not the next page.
+    rebase_failed_ms: AtomicU64,
     state: watch::Sender<ReaderState>,
 }
 
@@ -199,6 +202,7 @@ impl Held {
             born,
             watching: AtomicBool::new(false),
             rebasing: AtomicBool::new(false),
+            rebase_failed_ms: AtomicU64::new(0),
             state: watch::Sender::new(ReaderState {
                 open: true,
                 opens: 1,
@@ -248,7 +252,11 @@ impl Held {
                 let _turn = self.turn.lock().await;
                 self.watch_idle();
             }
+            let failed_ms = self.rebase_failed_ms.load(Ordering::SeqCst);
+            let failed_long_ago = failed_ms == 0
+                || now.duration_since(self.born + Duration::from_millis(failed_ms)) >= REBASE_AFTER;
             if now.duration_since(c.at) >= REBASE_AFTER
+                && failed_long_ago
                 && !self.rebasing.swap(true, Ordering::SeqCst)
             {
                 self.rebase(opener.clone());
@@ -306,10 +314,12 @@ impl Held {
                 Ok(Ok(fresh)) => fresh,
                 Ok(Err(e)) => {
                     tracing::warn!(store = %name, error = %e, "dashboard: a rebase's open failed");
+                    failed(&held);
                     return;
                 }
                 Err(_) => {
                     tracing::warn!(store = %name, "dashboard: a rebase's open timed out");
+                    failed(&held);
                     return;
                 }
             };
@@ -350,6 +360,14 @@ impl Held {
             retire(c.store).await;
         }
         self.state.send_modify(|s| s.open = false);
+    }
+}
+
+/// Note a rebase's failed open: the next waits a while (`rebase_failed_ms`).
+fn failed(held: &Weak<Held>) {
+    if let Some(h) = held.upgrade() {
+        let ms = Instant::now().duration_since(h.born).as_millis() as u64;
+        h.rebase_failed_ms.store(ms.max(1), Ordering::SeqCst);
     }
 }
 
