@@ -161,6 +161,8 @@ struct Gate {
     /// Steps a plan in flight ends or decides, with how many plans do
     /// (two deliveries of one step may both plan).
     busy: HashMap<String, usize>,
+    /// Of those, the steps a plan in flight decides (releases or cancels).
+    decided: HashMap<String, usize>,
     asks: VecDeque<Ask>,
 }
 
@@ -212,6 +214,7 @@ impl Gates {
                         unbusy(&mut gate.busy, &plan.step);
                         for (name, _) in &plan.decided {
                             unbusy(&mut gate.busy, name);
+                            unbusy(&mut gate.decided, name);
                         }
                         match (&mut gate.flow, committed) {
                             (Some(flow), true) => flow.apply(&plan.step, plan.end, &plan.decided),
@@ -338,6 +341,16 @@ impl Gates {
                     }));
                 }
                 Ask::Begin { step, end, reply } => {
+                    // A step whose release is still being committed (its
+                    // job ran before that plan's `Finish` came) waits for
+                    // it: the plan would count the steps released with it
+                    // as ending, and re-planning it on every message costs
+                    // as many as they are (a fan-out's thousands).
+                    if gate.decided.contains_key(&step) {
+                        drop(guard_off(guard));
+                        waiting.push_back(Ask::Begin { step, end, reply });
+                        continue;
+                    }
                     let ending = gate
                         .in_flight
                         .values()
@@ -357,6 +370,7 @@ impl Gates {
                     *gate.busy.entry(step.clone()).or_default() += 1;
                     for (name, _) in &decided {
                         *gate.busy.entry(name.clone()).or_default() += 1;
+                        *gate.decided.entry(name.clone()).or_default() += 1;
                     }
                     let records = decided
                         .iter()
