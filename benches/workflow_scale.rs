@@ -76,7 +76,7 @@ fn phases() -> String {
 
 /// Whether workflow steps read their dependencies' outputs (the default).
 fn read_deps() -> bool {
-    std::env::var("WF_BENCH_DEPS").map_or(true, |v| v != "0")
+    !std::env::var("WF_BENCH_DEPS").is_ok_and(|v| v == "0")
 }
 
 /// The outputs of `names`, all read at once (or one by one).

@@ -32,7 +32,7 @@ impl Job for Node {
 
 /// The steps of workflow `i`: (name, deps), in submission order.
 pub fn shape(i: u64) -> Vec<(String, Vec<String>)> {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         let mids: Vec<String> = "bcdefghi".chars().map(|c| c.to_string()).collect();
         let mut steps = vec![("a".to_string(), Vec::new())];
         steps.extend(mids.iter().map(|m| (m.clone(), vec!["a".to_string()])));
@@ -54,7 +54,7 @@ pub fn shape(i: u64) -> Vec<(String, Vec<String>)> {
 
 /// What the last step of workflow `i` answers.
 fn expected(i: u64) -> u64 {
-    if i % 2 == 0 { 8 * 2 + 1 } else { 10 }
+    if i.is_multiple_of(2) { 8 * 2 + 1 } else { 10 }
 }
 
 /// `n` workflows of ten steps, submitted 64 at a time, every one joined;
@@ -83,7 +83,7 @@ pub async fn workflows(engine: &Engine, n: u64, started: std::time::Instant) -> 
             .await
             .expect("joined")
             .expect("succeeded");
-        let last = if i % 2 == 0 { "j" } else { "s9" };
+        let last = if i.is_multiple_of(2) { "j" } else { "s9" };
         if super::read_deps() {
             let got = outputs.get::<Node>(last).await.expect("an output");
             assert_eq!(got, expected(i));
