@@ -4,10 +4,20 @@
 //! alternated: wall time from the first submit to the last join, steps
 //! (jobs) per second, the workflow's submit alone, and peak RSS.
 //!
+//! The second shape (`many`): W workflows of ten steps at once, half a
+//! diamond (a → {b..i} → j), half a chain of ten, each step reading its
+//! dependencies' outputs, against the same 10 W jobs plain; and the state
+//! the gates keep for W running workflows (`benches/workflow_scale/many.rs`).
+//!
 //! ```sh
 //! cargo bench --bench workflow_scale -- 10000        # N, then reps (3)
 //! cargo bench --bench workflow_scale -- 10000 5
+//! cargo bench --bench workflow_scale -- many 1000 3  # W workflows, reps
 //! ```
+//!
+//! For a breakdown, `WF_BENCH_DEPS=0` runs the workflows without reading
+//! any dependency's output, and `WF_BENCH_ONE_BY_ONE=1` reads them one
+//! `ctx.dep` at a time rather than with `ctx.deps`.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +30,70 @@ use serde::{Deserialize, Serialize};
 #[allow(dead_code)]
 mod rss;
 
+#[path = "workflow_scale/many.rs"]
+mod many;
+
+/// When the child's clock started, and its phases (µs after it; for the
+/// breakdown): the root ran, the first and last leaf ran, the fan-in
+/// started and had read every output.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+static PHASES: [std::sync::atomic::AtomicU64; 5] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 5];
+const SPLIT_RAN: usize = 0;
+const LEAF_FIRST: usize = 1;
+const LEAF_LAST: usize = 2;
+const JOIN_START: usize = 3;
+const JOIN_READ: usize = 4;
+
+fn mark(phase: usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(t0) = STARTED.get() else { return };
+    let us = u64::try_from(t0.elapsed().as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    match phase {
+        LEAF_FIRST => {
+            let _ = PHASES[phase].compare_exchange(0, us, Relaxed, Relaxed);
+        }
+        LEAF_LAST => {
+            PHASES[phase].fetch_max(us, Relaxed);
+        }
+        _ => PHASES[phase].store(us, Relaxed),
+    }
+}
+
+fn phases() -> String {
+    let s = |i: usize| PHASES[i].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+    format!(
+        "split_ran={:.3} leaf_first={:.3} leaf_last={:.3} join_start={:.3} join_read={:.3}",
+        s(SPLIT_RAN),
+        s(LEAF_FIRST),
+        s(LEAF_LAST),
+        s(JOIN_START),
+        s(JOIN_READ)
+    )
+}
+
+/// Whether workflow steps read their dependencies' outputs (the default).
+fn read_deps() -> bool {
+    !std::env::var("WF_BENCH_DEPS").is_ok_and(|v| v == "0")
+}
+
+/// The outputs of `names`, all read at once (or one by one).
+async fn read_all<J: Job>(
+    ctx: &JobContext,
+    names: &[String],
+) -> Result<Vec<J::Output>, gaffer::Error> {
+    if std::env::var("WF_BENCH_ONE_BY_ONE").is_ok_and(|v| v == "1") {
+        let mut outputs = Vec::with_capacity(names.len());
+        for name in names {
+            outputs.push(ctx.dep::<J>(name).await?);
+        }
+        return Ok(outputs);
+    }
+    ctx.deps::<J, _>(names).await
+}
+
 /// The fan-out's root: answers a seed.
 #[derive(Serialize, Deserialize)]
 struct Split;
@@ -29,6 +103,7 @@ impl Job for Split {
     type Output = u64;
     type Error = gaffer::Error;
     async fn run(&self, _ctx: JobContext) -> Result<u64, gaffer::Error> {
+        mark(SPLIT_RAN);
         Ok(7)
     }
 }
@@ -42,9 +117,11 @@ impl Job for Leaf {
     type Output = u64;
     type Error = gaffer::Error;
     async fn run(&self, ctx: JobContext) -> Result<u64, gaffer::Error> {
+        mark(LEAF_FIRST);
+        mark(LEAF_LAST);
         let seed = match ctx.workflow_step() {
-            Some(_) => ctx.dep::<Split>("split").await?,
-            None => 7,
+            Some(_) if read_deps() => ctx.dep::<Split>("split").await?,
+            _ => 7,
         };
         Ok(self.0 * seed)
     }
@@ -59,13 +136,13 @@ impl Job for Join {
     type Output = u64;
     type Error = gaffer::Error;
     async fn run(&self, ctx: JobContext) -> Result<u64, gaffer::Error> {
-        if ctx.workflow_step().is_none() {
+        if ctx.workflow_step().is_none() || !read_deps() {
             return Ok(0);
         }
-        let mut sum = 0;
-        for n in 0..self.0 {
-            sum += ctx.dep::<Leaf>(&format!("leaf-{n}")).await?;
-        }
+        mark(JOIN_START);
+        let names: Vec<String> = (0..self.0).map(|n| format!("leaf-{n}")).collect();
+        let sum = read_all::<Leaf>(&ctx, &names).await?.iter().sum();
+        mark(JOIN_READ);
         Ok(sum)
     }
 }
@@ -76,6 +153,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
         .register::<Split>()
         .register::<Leaf>()
         .register::<Join>()
+        .register::<many::Node>()
         .start()
         .await
         .expect("the engine starts")
@@ -85,7 +163,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
 async fn child(mode: &str, n: u64) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let engine = engine(dir.path()).await;
-    let started = Instant::now();
+    let started = *STARTED.get_or_init(Instant::now);
     let submit_s;
     match mode {
         "workflow" => {
@@ -98,7 +176,16 @@ async fn child(mode: &str, n: u64) {
             submit_s = started.elapsed().as_secs_f64();
             let outputs = handle.join().await.expect("joined").expect("succeeded");
             let sum = outputs.get::<Join>("join").await.expect("the sum");
-            assert_eq!(sum, 7 * n * (n.saturating_sub(1)) / 2);
+            if read_deps() {
+                assert_eq!(sum, 7 * n * (n.saturating_sub(1)) / 2);
+            }
+        }
+        "many" | "plain10" => {
+            submit_s = if mode == "many" {
+                many::workflows(&engine, n, started).await
+            } else {
+                many::plain(&engine, n, started).await
+            };
         }
         _ => {
             let split = engine.submit(Split).await.expect("submitted");
@@ -122,10 +209,21 @@ async fn child(mode: &str, n: u64) {
     }
     let wall = started.elapsed().as_secs_f64();
     let (_, peak) = rss::rss_kib();
+    let steps = if mode == "many" || mode == "plain10" {
+        10 * n
+    } else {
+        n + 2
+    };
     println!(
-        "RESULT mode={mode} n={n} wall_s={wall:.3} submit_s={submit_s:.3} per_s={:.0} peak_rss_mib={:.0}",
-        (n + 2) as f64 / wall,
-        rss::mib(peak)
+        "RESULT mode={mode} n={n} wall_s={wall:.3} submit_s={submit_s:.3} per_s={:.0} peak_rss_mib={:.0} cpu_s={:.2} {}",
+        steps as f64 / wall,
+        rss::mib(peak),
+        rss::cpu_secs(),
+        if mode == "workflow" {
+            phases()
+        } else {
+            String::new()
+        }
     );
     engine.shutdown().await.expect("shut down");
 }
@@ -142,23 +240,58 @@ fn load() -> String {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if let (Ok(mode), Ok(n)) = (std::env::var("WF_BENCH_MODE"), std::env::var("WF_BENCH_N")) {
+        if mode == "gates" {
+            let n = n.parse().expect("W");
+            let (kib, kept) = many::gates_kib(n);
+            println!(
+                "RESULT mode=gates workflows={kept} rss_kib={kib} per_workflow_b={}",
+                kib * 1024 / (kept as u64).max(1)
+            );
+            return;
+        }
         child(&mode, n.parse().expect("N")).await;
         return;
     }
-    let args: Vec<String> = std::env::args()
+    let mut args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let n: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let shape_many = args.first().is_some_and(|a| a == "many");
+    if shape_many {
+        args.remove(0);
+    }
+    let default_n = if shape_many { 1_000 } else { 10_000 };
+    let n: u64 = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default_n);
     let reps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let me = std::env::current_exe().expect("this binary");
-    println!("workflow_scale: N = {n}, {reps} reps, alternated, each in a fresh process");
+    let (base, flows) = if shape_many {
+        ("plain10", "many")
+    } else {
+        ("plain", "workflow")
+    };
+    if shape_many {
+        println!(
+            "workflow_scale: {n} workflows of 10 steps (half diamonds, half chains) against {} plain jobs, {reps} reps, alternated, each in a fresh process",
+            10 * n
+        );
+        let out = std::process::Command::new(&me)
+            .env("WF_BENCH_MODE", "gates")
+            .env("WF_BENCH_N", n.to_string())
+            .output()
+            .expect("the child runs");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    } else {
+        println!("workflow_scale: N = {n}, {reps} reps, alternated, each in a fresh process");
+    }
     let mut results: Vec<(String, f64, f64, f64)> = Vec::new();
     for rep in 0..reps {
         let order = if rep % 2 == 0 {
-            ["plain", "workflow"]
+            [base, flows]
         } else {
-            ["workflow", "plain"]
+            [flows, base]
         };
         for mode in order {
             let out = std::process::Command::new(&me)
@@ -195,7 +328,7 @@ async fn main() {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
-    for mode in ["plain", "workflow"] {
+    for mode in [base, flows] {
         println!(
             "median {mode}: wall {:.2} s, {:.0} per s, peak RSS {:.0} MiB",
             median(mode, |r| r.1),
@@ -205,6 +338,6 @@ async fn main() {
     }
     println!(
         "workflow / plain steps per second: {:.2}",
-        median("workflow", |r| r.2) / median("plain", |r| r.2)
+        median(flows, |r| r.2) / median(base, |r| r.2)
     );
 }

@@ -295,16 +295,18 @@ impl WorkflowHandle {
     /// Wait until every step ended; answers every output, or the first
     /// step that did not succeed. Survives restarts (it reads the records).
     pub async fn join(&self) -> Result<Result<WorkflowOutputs, StepFailed>> {
-        let status = self.status().await?;
-        let mut records = HashMap::with_capacity(status.steps.len());
+        // The steps in order, without their jobs' states (each is waited
+        // for next).
+        let steps = self.engine.services().workflow_steps(&self.id).await?;
+        let mut records = HashMap::with_capacity(steps.len());
         // Dependencies first: by the time a step's dependencies have
         // ended, the transaction that ended the last of them created its
         // job or cancelled it.
-        for step in &status.steps {
+        for step in &steps {
             let record = self.await_step(&step.run_id).await?;
             records.insert(step.name.clone(), record);
         }
-        if let Some(failed) = step_failed(&status.steps, &records) {
+        if let Some(failed) = step_failed(&steps, &records) {
             return Ok(Err(failed));
         }
         Ok(Ok(WorkflowOutputs {

@@ -189,6 +189,15 @@ pub trait JobEngine: Send + Sync + std::fmt::Debug + 'static {
     /// The outcome of a job if it has durably ended (`None` while it exists
     /// and has not; `JobNotFound` if no record of it exists).
     fn outcome(&self, run_id: String) -> BoxFuture<Result<Option<OutcomeRecord>>>;
+    /// The steps workflow step `step` needs, by name (its record's).
+    fn step_deps(&self, step: crate::layout::records::StepOf) -> BoxFuture<Result<Vec<String>>>;
+    /// The outcome records of a running step's dependencies, as committed
+    /// (not waiting for their durability, which the step's own creation
+    /// implies), in order; `None` where there is none.
+    fn committed_outcomes(
+        &self,
+        run_ids: Vec<String>,
+    ) -> BoxFuture<Result<Vec<Option<OutcomeRecord>>>>;
     /// Where a job is now (`JobNotFound` if no record of it exists).
     fn status(&self, run_id: String) -> BoxFuture<Result<JobState>>;
     /// Cancel a job.

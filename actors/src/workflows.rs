@@ -5,11 +5,13 @@
 //! - `graph`: a workflow's state as read, and the plan of a step's end.
 //! - `gates`: which transaction decides a waiting step (the supervisor's).
 //! - `submit`: the submission, status, cancel and retry of a workflow.
+//! - `deps`: what a running step reads of the steps it needs.
 //! - `settle`: a plan turned into the effects of a step's transaction.
 //! - `wire`: a workflow as a client in another process sends it.
 //!
 //! See ARCHITECTURE.md, *Workflows*.
 
+mod deps;
 pub(crate) mod gates;
 pub use crate::layout::workflow as layout;
 pub use crate::layout::workflow::graph;

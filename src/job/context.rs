@@ -25,6 +25,8 @@ use crate::job::state::StateMap;
 use crate::job::submit::{SubmitOptions, submit_request, submit_typed};
 use crate::job::typed::Job;
 
+mod deps;
+
 /// The context of one delivery of a job: its id and attempt, the application
 /// state, the lease, the cancel token, the memo, the effects, KV reads and
 /// child submissions.
@@ -34,6 +36,8 @@ pub struct JobContext {
     state: Arc<StateMap>,
     /// The sleeps this attempt made: the next one's place in the run's.
     sleeps: AtomicU32,
+    /// The steps this workflow step needs, once read (`dep`, `deps`).
+    declared: std::sync::OnceLock<std::collections::HashSet<String>>,
 }
 
 impl JobContext {
@@ -42,6 +46,7 @@ impl JobContext {
             delivery,
             state,
             sleeps: AtomicU32::new(0),
+            declared: std::sync::OnceLock::new(),
         }
     }
 
@@ -304,46 +309,6 @@ impl JobContext {
             false,
             self.delivery.engine.clone(),
         ))
-    }
-
-    /// The output of step `name` of this job's workflow, a job of type
-    /// `J` (see [`Workflow`](crate::workflow::Workflow)). A step starts
-    /// only once the steps it needs succeeded, so their outputs are there;
-    /// a cleanup step ([`Workflow::cleanup_after`](crate::workflow::Workflow::cleanup_after))
-    /// gets `Error::NoDependencyOutput` for one that did not succeed, as
-    /// does a job that is not a workflow step or a name the workflow does
-    /// not have; `Error::WrongJobType` if the step is not a `J`.
-    pub async fn dep<J: Job>(&self, name: &str) -> Result<J::Output> {
-        let none = |reason: &str| crate::Error::NoDependencyOutput {
-            step: name.to_string(),
-            reason: reason.to_string(),
-        };
-        let Some(step) = &self.delivery.step else {
-            return Err(none("this job is not a workflow step"));
-        };
-        if !gaffer_actors::workflows::layout::is_valid_step_name(name) {
-            return Err(none("the workflow has no step of this name"));
-        }
-        let run_id = gaffer_actors::workflows::layout::step_run_id(&step.workflow, name);
-        let record = match self.delivery.engine.outcome(run_id).await {
-            Ok(Some(record)) => record,
-            Ok(None) => return Err(none("it has not ended")),
-            Err(crate::Error::JobNotFound(_)) => {
-                return Err(none(
-                    "the workflow has no step of this name, or it has not started",
-                ));
-            }
-            Err(e) => return Err(e),
-        };
-        match crate::job::handle::decode_outcome::<J>(self.delivery.engine.as_ref(), &record)
-            .await?
-        {
-            Ok(output) => Ok(output),
-            Err(e) => Err(none(&match record.reason {
-                Some(reason) => format!("{e} ({reason})"),
-                None => e.to_string(),
-            })),
-        }
     }
 
     /// The workflow step this job is (its workflow's id and its name), if

@@ -492,6 +492,19 @@ impl JobEngine for EngineRef {
         Box::pin(async move { this.outcome(&run_id).await })
     }
 
+    fn step_deps(&self, step: crate::layout::records::StepOf) -> BoxFuture<Result<Vec<String>>> {
+        let services = self.services.clone();
+        Box::pin(async move { services.step_deps(&step).await })
+    }
+
+    fn committed_outcomes(
+        &self,
+        run_ids: Vec<String>,
+    ) -> BoxFuture<Result<Vec<Option<OutcomeRecord>>>> {
+        let services = self.services.clone();
+        Box::pin(async move { services.committed_outcomes(&run_ids).await })
+    }
+
     fn status(&self, run_id: String) -> BoxFuture<Result<JobState>> {
         let this = self.clone();
         Box::pin(async move { this.status(&run_id).await })

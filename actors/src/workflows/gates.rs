@@ -30,13 +30,18 @@ use tracing::warn;
 use crate::error::{EngineError, Result};
 use crate::services::Services;
 use crate::workflows::graph::{Decision, Flow, Planned};
-use crate::workflows::layout::StepEnd;
+use crate::workflows::layout::{StepEnd, StepRecord};
 
 /// A plan, as the settlement that asked commits it.
 #[derive(Debug)]
 pub struct Plan {
     /// The steps decided with the ending step.
     pub decided: Vec<(String, Decision)>,
+    /// Their records, as the gates hold them (in `decided`'s order).
+    pub records: Vec<StepRecord>,
+    /// Whether their held jobs are many enough of the workflow's to be
+    /// read in one scan rather than one by one.
+    pub scan_held: bool,
     /// The workflow's record, when this transaction ends its last step
     /// (written back with its end time).
     pub completes: Option<crate::workflows::layout::WorkflowRecord>,
@@ -156,6 +161,8 @@ struct Gate {
     /// Steps a plan in flight ends or decides, with how many plans do
     /// (two deliveries of one step may both plan).
     busy: HashMap<String, usize>,
+    /// Of those, the steps a plan in flight decides (releases or cancels).
+    decided: HashMap<String, usize>,
     asks: VecDeque<Ask>,
 }
 
@@ -207,6 +214,7 @@ impl Gates {
                         unbusy(&mut gate.busy, &plan.step);
                         for (name, _) in &plan.decided {
                             unbusy(&mut gate.busy, name);
+                            unbusy(&mut gate.decided, name);
                         }
                         match (&mut gate.flow, committed) {
                             (Some(flow), true) => flow.apply(&plan.step, plan.end, &plan.decided),
@@ -224,7 +232,10 @@ impl Gates {
                 };
                 gate.loading = false;
                 match *flow {
-                    Ok(flow) => gate.flow = Some(flow),
+                    Ok(flow) => {
+                        gate.flow = Some(flow);
+                        self.bound_steps();
+                    }
                     Err(e) => {
                         // Every ask waiting for it gets the error.
                         for ask in gate.asks.drain(..) {
@@ -243,6 +254,22 @@ impl Gates {
             }
         };
         self.serve(&workflow, me, services);
+    }
+
+    /// Forget the idle workflows when those kept hold more than
+    /// [`MAX_KEPT_STEPS`] steps (checked when one is read: only a read
+    /// adds steps).
+    fn bound_steps(&mut self) {
+        let kept: usize = self
+            .gates
+            .values()
+            .filter_map(|g| g.flow.as_ref())
+            .map(|f| f.steps.len())
+            .sum();
+        if kept > MAX_KEPT_STEPS {
+            self.gates
+                .retain(|_, g| !(g.asks.is_empty() && g.in_flight.is_empty() && !g.loading));
+        }
     }
 
     /// Answer what can be answered for `workflow`, in order; read it when
@@ -314,6 +341,16 @@ impl Gates {
                     }));
                 }
                 Ask::Begin { step, end, reply } => {
+                    // A step whose release is still being committed (its
+                    // job ran before that plan's `Finish` came) waits for
+                    // it: the plan would count the steps released with it
+                    // as ending, and re-planning it on every message costs
+                    // as many as they are (a fan-out's thousands).
+                    if gate.decided.contains_key(&step) {
+                        drop(guard_off(guard));
+                        waiting.push_back(Ask::Begin { step, end, reply });
+                        continue;
+                    }
                     let ending = gate
                         .in_flight
                         .values()
@@ -333,9 +370,18 @@ impl Gates {
                     *gate.busy.entry(step.clone()).or_default() += 1;
                     for (name, _) in &decided {
                         *gate.busy.entry(name.clone()).or_default() += 1;
+                        *gate.decided.entry(name.clone()).or_default() += 1;
                     }
+                    let records = decided
+                        .iter()
+                        .filter_map(|(name, _)| flow.steps.get(name))
+                        .map(|s| s.record.clone())
+                        .collect();
                     let plan = Plan {
                         decided: decided.clone(),
+                        records,
+                        scan_held: decided.len() >= SCAN_HELD_FROM
+                            && decided.len() * 4 >= flow.steps.len(),
                         completes,
                         guard,
                     };
@@ -360,9 +406,19 @@ impl Gates {
     }
 }
 
+/// A plan that decides at least this many steps, and a quarter of its
+/// workflow's, reads their held jobs in one scan.
+const SCAN_HELD_FROM: usize = 64;
+
 /// Workflows whose state is kept between their steps' ends; idle ones
 /// beyond it are forgotten (and read again when a step of one ends).
 const MAX_KEPT: usize = 1024;
+
+/// Steps kept between their workflows' steps' ends (about 0.7 KiB each,
+/// `benches/workflow_scale.rs`): beyond them, idle workflows are forgotten
+/// as beyond [`MAX_KEPT`]. What a workflow with a settlement in flight
+/// holds is kept whatever its size (at most `MAX_STEPS` steps each).
+const MAX_KEPT_STEPS: usize = 1 << 18;
 
 fn unbusy(busy: &mut HashMap<String, usize>, name: &str) {
     if let Some(n) = busy.get_mut(name) {

@@ -52,21 +52,81 @@ pub(crate) async fn with_plan(
     if let Some(record) = &plan.completes {
         fx = completed(services, fx, wf, record.clone())?;
     }
-    let mut held: Vec<(StepRecord, HeldJob)> = Vec::with_capacity(decided.len());
-    for chunk in decided.chunks(READS_AT_ONCE) {
-        let reads: Vec<_> = chunk
-            .iter()
-            .map(|(name, _)| read_step(services, wf, name))
-            .collect();
-        held.extend(futures_util::future::try_join_all(reads).await?);
+    if plan.records.len() != decided.len() {
+        return Err(EngineError::CorruptRecord {
+            key: String::from_utf8_lossy(&crate::workflows::layout::workflow_dir(wf)).into_owned(),
+            reason: crate::layout::error::cause("a decided step has no record"),
+        });
     }
-    for ((name, decision), (record, job)) in decided.iter().zip(held) {
+    let held = if plan.scan_held {
+        scan_held(services, wf, decided).await?
+    } else {
+        let mut held = Vec::with_capacity(decided.len());
+        for chunk in decided.chunks(READS_AT_ONCE) {
+            let reads = chunk.iter().map(|(name, _)| read_held(services, wf, name));
+            held.extend(futures_util::future::try_join_all(reads).await?);
+        }
+        held
+    };
+    let records = plan.records.iter().cloned();
+    for (((name, decision), record), job) in decided.iter().zip(records).zip(held) {
         fx = match decision {
             Decision::Release => release(services, fx, wf, name, record, job)?,
             Decision::Cancel(reason) => cancel_held(services, fx, wf, name, &record, &job, reason)?,
         };
     }
     Ok(fx)
+}
+
+/// A step's job, opened.
+async fn read_held(services: &Services, wf: &str, name: &str) -> Result<HeldJob> {
+    let hk = StepKey::Held.of(wf, name);
+    let h = services.queue()?.view().kv_get(&hk).await?;
+    let h = h.ok_or_else(|| missing(&hk))?;
+    let job: HeldJob = records::decode(&hk, &h)?;
+    Ok(job.opened(services.keyring())?)
+}
+
+/// The jobs of the steps `decided`, in its order, opened: from one scan of
+/// the workflow's held jobs.
+async fn scan_held(
+    services: &Services,
+    wf: &str,
+    decided: &[(String, Decision)],
+) -> Result<Vec<HeldJob>> {
+    use futures_util::TryStreamExt;
+    let queue = services.queue()?;
+    let wanted: std::collections::HashSet<&str> =
+        decided.iter().map(|(name, _)| name.as_str()).collect();
+    let prefix = [crate::workflows::layout::workflow_dir(wf).as_slice(), b"h/"].concat();
+    let view = queue.view();
+    let entries = view.kv_entries(&prefix, .., taquba::KvOrder::Ascending, 1000);
+    let mut entries = std::pin::pin!(entries);
+    let mut found: HashMap<String, HeldJob> = HashMap::with_capacity(decided.len());
+    while let Some((key, value)) = entries.try_next().await? {
+        let Some((_, name)) = StepKey::parse(wf, &key) else {
+            continue;
+        };
+        if wanted.contains(name) {
+            let job: HeldJob = records::decode(&key, &value)?;
+            found.insert(name.to_string(), job.opened(services.keyring())?);
+        }
+    }
+    decided
+        .iter()
+        .map(|(name, _)| {
+            found
+                .remove(name)
+                .ok_or_else(|| missing(&StepKey::Held.of(wf, name)))
+        })
+        .collect()
+}
+
+fn missing(key: &[u8]) -> EngineError {
+    EngineError::CorruptRecord {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: crate::layout::error::cause("a workflow step's record is missing"),
+    }
 }
 
 /// A step's record and its job.
@@ -78,10 +138,6 @@ pub(crate) async fn read_step(
     let queue = services.queue()?;
     let (gk, hk) = (StepKey::Graph.of(wf, name), StepKey::Held.of(wf, name));
     let (g, h) = tokio::try_join!(queue.view().kv_get(&gk), queue.view().kv_get(&hk))?;
-    let missing = |key: &[u8]| EngineError::CorruptRecord {
-        key: String::from_utf8_lossy(key).into_owned(),
-        reason: crate::layout::error::cause("a workflow step's record is missing"),
-    };
     let g = g.ok_or_else(|| missing(&gk))?;
     let h = h.ok_or_else(|| missing(&hk))?;
     let job: HeldJob = records::decode(&hk, &h)?;

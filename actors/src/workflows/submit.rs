@@ -317,6 +317,12 @@ impl Services {
         status(self.queue()?.view(), id).await
     }
 
+    /// Workflow `id`'s steps, dependencies first, without their jobs'
+    /// states (what a join waits for).
+    pub async fn workflow_steps(&self, id: &str) -> Result<Vec<crate::workflows::StepStatus>> {
+        crate::layout::workflow::status::steps(self.queue()?.view(), id).await
+    }
+
     /// Up to `limit` workflows after the id `after`, in id order.
     pub async fn workflows(
         &self,

@@ -136,6 +136,45 @@ pub async fn status(view: &QueueView, id: &str) -> Result<WorkflowStatus> {
     })
 }
 
+/// Workflow `id`'s steps, dependencies first, without where their jobs
+/// are (`state` is `None`): its record and its steps' records alone, one
+/// scan (what a join needs to wait for each step in order).
+pub async fn steps(view: &QueueView, id: &str) -> Result<Vec<StepStatus>> {
+    if !keys::is_valid_id(id)
+        || crate::workflow::graph::read_record(view, id)
+            .await?
+            .is_none()
+    {
+        return Err(EngineError::WorkflowNotFound(id.to_string()));
+    }
+    let prefix = crate::workflow::StepKey::Graph.of(id, "");
+    let entries = view.kv_entries(&prefix, .., KvOrder::Ascending, 1000);
+    let mut entries = std::pin::pin!(entries);
+    let mut graph: HashMap<String, StepRecord> = HashMap::new();
+    while let Some((key, value)) = entries.try_next().await? {
+        if let Some((crate::workflow::StepKey::Graph, name)) =
+            crate::workflow::StepKey::parse(id, &key)
+        {
+            graph.insert(name.to_string(), records::decode(&key, &value)?);
+        }
+    }
+    let mut steps = Vec::with_capacity(graph.len());
+    for name in topological(&graph)? {
+        let Some(step) = graph.remove(&name) else {
+            continue;
+        };
+        steps.push(StepStatus {
+            run_id: step_run_id(id, &name),
+            name,
+            job_type: step.job_type,
+            deps: step.deps,
+            regardless: step.regardless,
+            state: None,
+        });
+    }
+    Ok(steps)
+}
+
 /// Up to `limit` workflows after the id `after` (in id order).
 pub async fn list(
     view: &QueueView,
