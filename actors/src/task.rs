@@ -4,17 +4,12 @@
 //! pass, a check of periodic jobs) runs in a task, and the actor learns the
 //! result by message. A plain `tokio::spawn` whose task panics never sends
 //! that message, and the actor waits for it forever (a pass "in flight" for
-//! good). [`spawn_reported`] runs the work in one task that always reports:
-//! the work's output, its panic (caught where the work is polled), or, when
-//! the task is aborted or dropped before it ended, that it was (a guard the
-//! task owns reports as it is dropped). The returned handle aborts the work
-//! (at its next await), which also reports. Used by the engine's actors
-//! (each settlement and each late waiter's read is one: one task each, not
-//! a second one awaiting the first) and by `gaffer`'s shard keepers.
+//! good). [`spawn_reported`] runs the work in one task and awaits it from a
+//! second, which always reports: the work's output, or how it ended without
+//! one. The returned handle aborts the work (at its next await), which also
+//! reports. Used by the engine's actors and by `gaffer`'s shard keepers.
 
 use std::future::Future;
-
-use futures_util::FutureExt;
 
 /// How a task ended without its output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,33 +28,17 @@ pub fn spawn_reported<T: Send + 'static>(
     work: impl Future<Output = T> + Send + 'static,
     report: impl FnOnce(Result<T, Ended>) + Send + 'static,
 ) -> tokio::task::AbortHandle {
-    let mut report = Report(Some(report), std::marker::PhantomData);
-    let task = tokio::spawn(async move {
-        let ended = match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+    let task = tokio::spawn(work);
+    let abort = task.abort_handle();
+    tokio::spawn(async move {
+        let ended = match task.await {
             Ok(output) => Ok(output),
-            Err(payload) => Err(Ended::Panicked(panic_message(payload))),
+            Err(e) if e.is_panic() => Err(Ended::Panicked(panic_message(e.into_panic()))),
+            Err(_) => Err(Ended::Aborted),
         };
-        report.send(ended);
+        report(ended);
     });
-    task.abort_handle()
-}
-
-/// A task's report, sent once: with how the work ended, or, if the task is
-/// dropped first (aborted, or its runtime stopped), as `Aborted`.
-struct Report<T, F: FnOnce(Result<T, Ended>)>(Option<F>, std::marker::PhantomData<fn(T)>);
-
-impl<T, F: FnOnce(Result<T, Ended>)> Report<T, F> {
-    fn send(&mut self, ended: Result<T, Ended>) {
-        if let Some(report) = self.0.take() {
-            report(ended);
-        }
-    }
-}
-
-impl<T, F: FnOnce(Result<T, Ended>)> Drop for Report<T, F> {
-    fn drop(&mut self) {
-        self.send(Err(Ended::Aborted));
-    }
+    abort
 }
 
 /// The text a panic carried (`panic!("…")`'s message, when it has one).
