@@ -387,10 +387,19 @@ impl Services {
     }
 
     pub(crate) fn emit(&self, event: EngineEvent) {
-        // No subscriber, or an engine that stopped, is fine: events are
-        // observations.
-        if let Some(events) = self.events.upgrade() {
-            let _ = events.send(event);
+        self.emit_with(|| event);
+    }
+
+    /// Emit the event `event` makes, making it only when someone listens
+    /// (the hot path's events: a job started, a run ended). No subscriber,
+    /// or an engine that stopped, is fine: events are observations, and one
+    /// that subscribes after the check misses this event as it would had it
+    /// subscribed after the send.
+    pub(crate) fn emit_with(&self, event: impl FnOnce() -> EngineEvent) {
+        if let Some(events) = self.events.upgrade()
+            && events.receiver_count() > 0
+        {
+            let _ = events.send(event());
         }
     }
 

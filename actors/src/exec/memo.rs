@@ -25,8 +25,10 @@ use crate::settings::MemoWrites;
 
 #[derive(Debug, Default)]
 struct Buffer {
-    /// Entries put by this attempt and not yet written, by object path.
-    entries: BTreeMap<Path, Vec<u8>>,
+    /// Entries put by this attempt and not yet written, by key (their
+    /// object paths are made only when they are written: a successful
+    /// attempt's never are).
+    entries: BTreeMap<String, Vec<u8>>,
     /// Taken by the pool (the attempt ended): later puts write at once.
     taken: bool,
 }
@@ -107,9 +109,8 @@ impl Memo {
     /// The entry at `key`, if any: this attempt's own unwritten entry first,
     /// then the store. Any string is a valid key (keys are hashed).
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        let path = self.path(key);
         if let Some(unwritten) = self.lock() {
-            if let Some(value) = unwritten.entries.get(&path) {
+            if let Some(value) = unwritten.entries.get(key) {
                 return Ok(Some(value.clone()));
             }
             // Until the attempt ends, every entry it put is in the buffer.
@@ -117,7 +118,7 @@ impl Memo {
                 return Ok(None);
             }
         }
-        match self.store.get(&path).await {
+        match self.store.get(&self.path(key)).await {
             Ok(found) => Ok(Some(found.bytes().await?.to_vec())),
             Err(taquba::object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -127,14 +128,15 @@ impl Memo {
     /// Put (or overwrite) the entry at `key`: kept for the attempt's end, or
     /// written now (immediate writes, or the attempt already ended).
     pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<()> {
-        let path = self.path(key);
         if let Some(mut unwritten) = self.lock()
             && !unwritten.taken
         {
-            unwritten.entries.insert(path, value);
+            unwritten.entries.insert(key.to_string(), value);
             return Ok(());
         }
-        self.store.put(&path, PutPayload::from(value)).await?;
+        self.store
+            .put(&self.path(key), PutPayload::from(value))
+            .await?;
         Ok(())
     }
 
@@ -150,6 +152,7 @@ impl Memo {
         };
         UnwrittenEntries {
             store: self.store.clone(),
+            dir: self.dir.clone(),
             entries,
         }
     }
@@ -159,7 +162,9 @@ impl Memo {
 #[derive(Debug)]
 pub struct UnwrittenEntries {
     store: Arc<dyn ObjectStore>,
-    entries: BTreeMap<Path, Vec<u8>>,
+    /// The memo's directory: an entry's path is made from it and its key.
+    dir: Arc<str>,
+    entries: BTreeMap<String, Vec<u8>>,
 }
 
 impl UnwrittenEntries {
@@ -176,10 +181,11 @@ impl UnwrittenEntries {
     /// Write every entry, a few at a time. Returns the first error; the
     /// entries that failed are lost (the next attempt computes them again).
     pub async fn write(self) -> Result<()> {
-        let store = self.store;
+        let (store, dir) = (self.store, self.dir);
         let mut writes = futures_util::stream::iter(self.entries)
-            .map(|(path, value)| {
+            .map(|(key, value)| {
                 let store = store.clone();
+                let path = Path::from(keys::memo_entry_path(&dir, &key));
                 async move { store.put(&path, PutPayload::from(value)).await }
             })
             .buffer_unordered(8);

@@ -61,7 +61,7 @@ impl Actor for HandlerWorker {
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(delivery) = message;
         if delivery.item.is_none() {
-            self.services.emit(EngineEvent::JobStarted {
+            self.services.emit_with(|| EngineEvent::JobStarted {
                 run_id: delivery.run_id.clone(),
                 job_type: delivery.job_type.clone(),
                 attempt: delivery.attempt,

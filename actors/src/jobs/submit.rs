@@ -161,6 +161,8 @@ impl Services {
                 None,
                 Creating::Submission {
                     mark: marking.writes(),
+                    queue: &job_queue,
+                    hash,
                 },
             )?;
             // The outcome record first: a finished id fails the compare at
@@ -297,16 +299,18 @@ impl Services {
         req: &SubmitRequest,
         run_id: &str,
         step: Option<records::StepOf>,
-        how: Creating,
+        how: Creating<'_>,
     ) -> Result<SettlementEffects> {
-        let (job_queue, mark) = match how {
-            Creating::Submission { mark } => {
-                (self.job_queue_of(&req.job_type, &req.headers)?, mark)
-            }
-            Creating::Effect => (self.queue_for_job(&req.job_type, &req.headers)?, true),
+        // A submission found its queue and hashed its payload already.
+        let (job_queue, mark, hash) = match how {
+            Creating::Submission { mark, queue, hash } => (queue.to_string(), mark, hash),
+            Creating::Effect => (
+                self.queue_for_job(&req.job_type, &req.headers)?,
+                true,
+                keys::input_hash(&req.job_type, &req.payload),
+            ),
         };
         let job_id = self.queue()?.next_job_id();
-        let hash = keys::input_hash(&req.job_type, &req.payload);
         let (options, payload) = self.enqueue_options(req, run_id, &job_id)?;
         let fx = if mark {
             self.mark_partition(fx, &req.job_type, &job_queue, &req.headers, &job_id)
@@ -483,12 +487,17 @@ pub(crate) fn check_id(run_id: &str) -> Result<()> {
 
 /// How a job's creation effects are made.
 #[derive(Clone, Copy)]
-enum Creating {
+enum Creating<'a> {
     /// By a submission that commits them itself: it tells the type's pool
     /// after its commit ([`Services::tell_partition`]), and writes the
     /// partition's mark only when `mark` (see `exec::marks`: a submission
-    /// that tracks its commit skips a mark known written).
-    Submission { mark: bool },
+    /// that tracks its commit skips a mark known written). It found its
+    /// job's `queue` and its payload's input `hash` already.
+    Submission {
+        mark: bool,
+        queue: &'a str,
+        hash: [u8; 32],
+    },
     /// As effects another commit carries (a follow-up, a workflow step, a
     /// periodic tick): the pool is told now, the mark always written.
     Effect,

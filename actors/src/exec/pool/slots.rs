@@ -213,8 +213,13 @@ impl PoolState {
             .headers
             .get(keys::HEADER_COMPLETES)
             .and_then(|v| crate::erased::CompletedBatch::decode(v));
-        let mut headers = claim.headers.clone();
-        headers.retain(|k, _| !k.starts_with(keys::RESERVED_HEADER_PREFIX));
+        // The user's headers only: gaffer's own are not copied.
+        let headers = claim
+            .headers
+            .iter()
+            .filter(|(k, _)| !k.starts_with(keys::RESERVED_HEADER_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         Delivery {
             completes,
             span: held.span.clone(),

@@ -45,7 +45,7 @@ pub(crate) fn ended(
     }
     match (told, target) {
         (Told::Job(record), Target::Job { .. }) => {
-            ctx.services.emit(match &record.outcome {
+            ctx.services.emit_with(|| match &record.outcome {
                 Outcome::Succeeded(_) => EngineEvent::JobSucceeded {
                     run_id: run_id.clone(),
                     job_type,
