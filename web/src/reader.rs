@@ -52,7 +52,7 @@ pub(crate) const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 pub const IDLE_CLOSE: Duration = Duration::from_secs(45);
 
 /// A reader older than this is replaced by a fresh one. A following reader
-/// adds at most one memtable per look ([`FOLLOW_EVERY`]), and every scan
+/// adds at most one memtable per look (every second), and every scan
 /// merges them all. Measured beside an engine at 4 jobs/s (`web/benches/age.rs`,
 /// benches/README.md, *Dashboard cost and page time at any store age*): at
 /// 4 000 unflushed WAL objects a reader held since the writer's last
