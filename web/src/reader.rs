@@ -115,6 +115,8 @@ pub struct ReaderState {
     pub rebases: u64,
     /// Whether a rebase is under way.
     pub rebasing: bool,
+    /// Rebases whose open failed (the next one waits [`REBASE_AFTER`]).
+    pub rebase_failures: u64,
     /// Idle closes so far.
     pub idle_closes: u64,
 }
@@ -368,6 +370,7 @@ fn failed(held: &Weak<Held>) {
     if let Some(h) = held.upgrade() {
         let ms = Instant::now().duration_since(h.born).as_millis() as u64;
         h.rebase_failed_ms.store(ms.max(1), Ordering::SeqCst);
+        h.state.send_modify(|s| s.rebase_failures += 1);
     }
 }
 

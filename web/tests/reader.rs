@@ -1,7 +1,8 @@
 //! The dashboard's reader (`web/src/reader.rs`): closed after
 //! `IDLE_CLOSE` without a page and opened again by the next one with the
 //! store's current data, rebased when old while pages go on answering, and
-//! a failed reopen shown as the page's error naming the store.
+//! a failed reopen shown as the page's error naming the store; a rebase
+//! whose open failed is tried again `REBASE_AFTER` later, not at once.
 //!
 //! The dashboard runs under paused tokio time (its idle close and its
 //! rebase are timers); the engine that writes the store runs on a thread
@@ -180,4 +181,47 @@ async fn a_failed_reopen_is_the_pages_error_naming_the_store() {
     std::fs::rename(&moved, &store_dir).unwrap();
     assert_eq!(get(&app, "/").await.0, StatusCode::OK);
     assert!(state.borrow().open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_rebase_is_tried_again_a_rebase_interval_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    pings(&store_dir, 1);
+    let config = WebConfig::open(&gaffer::Store::local_dir(&store_dir))
+        .await
+        .expect("the dashboard opens the store");
+    let mut state = config.reader_state(0).expect("one store");
+    let app = gaffer_web::router(config);
+    assert_eq!(get(&app, "/").await.0, StatusCode::OK);
+
+    // The store gone once the reader is old: the rebase's open fails (the
+    // pages' answers through the old reader do not matter here).
+    let moved = dir.path().join("moved");
+    std::fs::rename(&store_dir, &moved).unwrap();
+    tokio::time::advance(REBASE_AFTER).await;
+    within(get(&app, "/")).await;
+    within(state.wait_for(|s| s.rebase_failures == 1 && !s.rebasing))
+        .await
+        .expect("the state");
+
+    // The next pages start no rebase: the reader is as old, the failure new.
+    for _ in 0..3 {
+        tokio::time::advance(IDLE_CLOSE / 4).await;
+        within(get(&app, "/")).await;
+        let now = *state.borrow();
+        assert!(!now.rebasing, "{now:?}");
+        assert_eq!(now.rebase_failures, 1, "{now:?}");
+    }
+
+    // Back, and a rebase interval after the failure: the next page's
+    // rebase swaps a new reader in.
+    std::fs::rename(&moved, &store_dir).unwrap();
+    tokio::time::advance(REBASE_AFTER).await;
+    within(get(&app, "/")).await;
+    within(state.wait_for(|s| s.rebases == 1 && !s.rebasing))
+        .await
+        .expect("the state");
+    assert_eq!(state.borrow().rebase_failures, 1);
+    assert_eq!(get(&app, "/").await.0, StatusCode::OK);
 }
