@@ -1,6 +1,7 @@
 //! Queries: what each read of the store answers, one file per subject:
 //! a job (`job.rs`), the failed and dead (`ended.rs`), batches and periodic
-//! jobs (`batches.rs`), each queue's oldest ready job (`ready.rs`); the
+//! jobs (`batches.rs`), each queue's oldest ready job (`ready.rs`), the
+//! stats kept across rounds (`watch.rs`, `gaffer stats --watch`); the
 //! store's whole state (stats, paused types, the writer's health) here.
 
 use std::collections::BTreeMap;
@@ -27,11 +28,13 @@ mod batches;
 mod ended;
 mod job;
 mod ready;
+mod watch;
 
 pub use ended::{EndedScan, FAILED_KEYS_SHOWN};
 use job::*;
 pub use job::{json_of, output, output_with};
 pub(crate) use job::{outcome_error, outcome_state, queue_row};
+pub use watch::{REBASE_AFTER, Round, StatsWatch};
 
 impl Store {
     /// `gaffer stats`: each queue's counters and its oldest ready job; read

@@ -40,6 +40,8 @@ pub use pending::{PendingChanges, PendingKey};
 use pending::{fold_pending, is_pending};
 mod start;
 pub use start::AtStart;
+mod watch;
+pub use watch::{Advance, Tail};
 
 /// taquba 0.16's key version byte (`keys::KEY_VERSION`).
 const KEY_VERSION: u8 = 1;
@@ -284,6 +286,18 @@ impl Unflushed {
     where
         K: Fn(&RowEntry) -> bool + Clone + Send + 'static,
     {
+        self.read_objects(ids, keep).await.map_err(|e| match e {
+            ReadFailed::Missing(e) => taquba::Error::from(e).into(),
+            ReadFailed::Other(e) => e,
+        })
+    }
+
+    /// [`Self::read`], telling a missing object (deleted since it was
+    /// found) from other failures.
+    async fn read_objects<K>(&self, ids: Range<u64>, keep: K) -> Result<Vec<Object>, ReadFailed>
+    where
+        K: Fn(&RowEntry) -> bool + Clone + Send + 'static,
+    {
         // Not by the range: it is as long as the object names a store
         // holds make it (a run faked out to 2^62 ids asked for that much).
         let span = usize::try_from(ids.end - ids.start).unwrap_or(usize::MAX);
@@ -313,11 +327,15 @@ impl Unflushed {
             }
             match reads.join_next().await {
                 None => break,
-                Some(Ok(read)) => out.push(read.map_err(taquba::Error::from)?),
+                Some(Ok(Ok(read))) => out.push(read),
+                Some(Ok(Err(e))) if is_not_found(&e) => return Err(ReadFailed::Missing(e)),
+                Some(Ok(Err(e))) => {
+                    return Err(ReadFailed::Other(taquba::Error::from(e).into()));
+                }
                 Some(Err(e)) => {
-                    return Err(OpsError::BadRecord(format!(
+                    return Err(ReadFailed::Other(OpsError::BadRecord(format!(
                         "a WAL object's read failed: {e}"
-                    )));
+                    ))));
                 }
             }
         }
@@ -369,6 +387,14 @@ fn fold_counters(
         out.insert(name, next);
     }
     Ok(out)
+}
+
+/// Why [`Unflushed::read_objects`] failed.
+enum ReadFailed {
+    /// An object was not found.
+    Missing(slatedb::Error),
+    /// Any other failure.
+    Other(OpsError),
 }
 
 /// One WAL object read.

@@ -43,6 +43,23 @@ impl PendingChanges {
     pub fn of(&self, queue: &str) -> Option<&BTreeMap<PendingKey, bool>> {
         self.0.get(queue)
     }
+
+    /// How many entries changed, over every queue.
+    pub fn len(&self) -> usize {
+        self.0.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether no entry changed.
+    pub fn is_empty(&self) -> bool {
+        self.0.values().all(BTreeMap::is_empty)
+    }
+
+    /// `later`'s changes over these (each entry's last change wins).
+    pub fn extend(&mut self, later: PendingChanges) {
+        for (queue, entries) in later.0 {
+            self.0.entry(queue).or_default().extend(entries);
+        }
+    }
 }
 
 /// Pending rows above `above_seq`, folded per queue and entry in commit

@@ -1,0 +1,169 @@
+//! `gaffer stats --watch`: the stats of a store read once in full, then
+//! each round from the WAL objects written since the last one only.
+//!
+//! A [`StatsWatch`] keeps the flushed counters of the store's reader (its
+//! base, read [`crate::Reading::Flushed`]) and the WAL's changes past them
+//! (the private `unflushed::Tail`). A round folds the new WAL objects into
+//! the changes and lays them over the base: the counts and each queue's
+//! oldest ready job as the one-shot `gaffer stats --exact` gives them, at
+//! the cost of the objects written since the last round (a few per second
+//! beside a busy engine) instead of every object past the writer's last
+//! memtable flush (up to 4 096) each time.
+//!
+//! The one-shot command's shortcut, the engine's counters snapshot among
+//! the newest WAL objects, is not taken: the snapshot is a few seconds old
+//! (`snapshot_at_ms`), and finding it reads objects back from the newest
+//! every round, where the exact fold, once the first round is read, only
+//! reads the new ones: it is exact and no dearer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::OpsError;
+use crate::report::{QueueRow, Stats};
+use crate::store::Store;
+use crate::unflushed::{Advance, Tail};
+
+/// How long a watch keeps one base before it reopens the store and reads
+/// it in full again (its caller's to do: [`Round::Rebase`] says when it
+/// must sooner).
+///
+/// The base is a reader in `FollowLatest` mode that does not replay the
+/// WAL and stays on the manifest it opened on (taquba 0.16): nothing
+/// protects the SSTs of that manifest from the writer's garbage collector
+/// (SlateDB 0.17: every 10 minutes, it deletes the SSTs the latest manifest
+/// no longer names, once 5 minutes old). A compaction after the open can
+/// drop an SST the base reads from the manifest at once, and the next GC
+/// run delete it; the sooner a base is left, the less likely a round finds
+/// it gone (a round that fails is answered by a rebase, too). A minute
+/// also bounds the changes kept and the flushed ready entries walked past
+/// (those claimed since), at the cost of a full read a minute.
+pub const REBASE_AFTER: Duration = Duration::from_secs(60);
+
+/// The stats of a store kept across rounds (see the module's
+/// documentation).
+#[derive(Debug)]
+pub struct StatsWatch {
+    /// The flushed counters, per queue in queue order (no oldest ready
+    /// job).
+    base: Stats,
+    /// The WAL's changes past them (`None`: the store was not read
+    /// [`crate::Reading::Flushed`]; each round reads its view in full).
+    tail: Option<Tail>,
+}
+
+impl StatsWatch {
+    /// How many changes the watch keeps past its base.
+    pub fn kept(&self) -> usize {
+        self.tail.as_ref().map_or(0, Tail::kept)
+    }
+}
+
+/// What a round of [`Store::watch_round`] gives.
+#[derive(Debug)]
+pub enum Round {
+    /// The stats now.
+    Stats(Stats),
+    /// The watch cannot go on over this base (a WAL object it needs was
+    /// deleted, or it keeps too many changes): reopen the store and start
+    /// a new watch.
+    Rebase,
+}
+
+impl Store {
+    /// Start a watch of the stats: every WAL object past the flushed
+    /// state read. Gives the watch and the stats now.
+    pub async fn watch_stats(&self) -> Result<(StatsWatch, Stats), OpsError> {
+        let above = self.reader.last_store_activity().durable_seq;
+        let base = self.rows_from_counters(&BTreeMap::new()).await?;
+        let tail = match &self.unflushed {
+            Some(u) => Some(u.tail(above).await?),
+            None => None,
+        };
+        let watch = StatsWatch { base, tail };
+        let stats = self.watched(&watch).await?;
+        Ok((watch, stats))
+    }
+
+    /// A round of `watch`: the WAL objects written since the last one
+    /// folded in, and the stats now.
+    pub async fn watch_round(&self, watch: &mut StatsWatch) -> Result<Round, OpsError> {
+        if let (Some(u), Some(tail)) = (&self.unflushed, &mut watch.tail)
+            && u.advance(tail).await? == Advance::Rebase
+        {
+            return Ok(Round::Rebase);
+        }
+        self.watched(watch).await.map(Round::Stats)
+    }
+
+    /// The stats of `watch`: its base with its changes over it, and each
+    /// queue's oldest ready job from the base's ready jobs with the changes
+    /// to them over it.
+    async fn watched(&self, watch: &StatsWatch) -> Result<Stats, OpsError> {
+        let Some(tail) = &watch.tail else {
+            return self.stats(true).await;
+        };
+        let mut stats = over_base(&watch.base, tail, |q| self.classify(q));
+        self.oldest_ready(&mut stats, Some(tail.pending()), crate::format::now_ms())
+            .await?;
+        Ok(stats)
+    }
+}
+
+/// The rows of `base` with `tail`'s counter changes over them, and a row
+/// for each queue only the changes name (`classify`: its kind and name;
+/// `None`: not the engine's, left out).
+fn over_base(
+    base: &Stats,
+    tail: &Tail,
+    classify: impl Fn(&str) -> Option<(&'static str, String)>,
+) -> Stats {
+    let mut rows: BTreeMap<String, QueueRow> = base
+        .queues
+        .iter()
+        .map(|r| (r.queue.clone(), r.clone()))
+        .collect();
+    for (queue, _) in tail.counters().keys() {
+        if rows.contains_key(queue) {
+            continue;
+        }
+        if let Some((kind, name)) = classify(queue) {
+            rows.insert(
+                queue.clone(),
+                QueueRow {
+                    queue: queue.clone(),
+                    kind,
+                    name,
+                    pending: 0,
+                    scheduled: 0,
+                    running: 0,
+                    done: 0,
+                    dead: 0,
+                    oldest_ready_ms: None,
+                    oldest_ready_age_ms: None,
+                },
+            );
+        }
+    }
+    for row in rows.values_mut() {
+        let changes = tail.counters();
+        let count = |metric: &str, flushed: i64| {
+            changes
+                .get(&(row.queue.clone(), metric.to_string()))
+                .map_or(flushed, |c| c.over(flushed))
+        };
+        let (pending, scheduled, running, done, dead) = (
+            count("pending", row.pending),
+            count("scheduled", row.scheduled),
+            count("claimed", row.running),
+            count("done", row.done),
+            count("dead", row.dead),
+        );
+        (row.pending, row.scheduled, row.running, row.done, row.dead) =
+            (pending, scheduled, running, done, dead);
+    }
+    Stats {
+        queues: rows.into_values().collect(),
+        snapshot_at_ms: None,
+    }
+}
