@@ -101,6 +101,22 @@ pub enum Command {
         /// memtable flush (up to thousands: about 0.5 s after 100 000 jobs).
         #[arg(long)]
         exact: bool,
+        /// Keep the store open and print the stats again every `--every`
+        /// until Ctrl-C: a table redrawn on a terminal, else a block a
+        /// round; with `--json` one JSON document a line (NDJSON). Counts
+        /// exactly, as `--exact`, reading after its first round only the
+        /// WAL objects written since the last (reopened, and read in full,
+        /// every minute). Not with a TYPE: its values are read from the
+        /// whole state, not the WAL's changes.
+        #[arg(long, conflicts_with = "job_type")]
+        watch: bool,
+        /// With `--watch`: how often (`500ms`, `1s`, `2m`).
+        #[arg(long, default_value = "1s", requires = "watch", value_parser = parse_duration, value_name = "DURATION")]
+        every: std::time::Duration,
+        /// With `--watch`: how long one base is kept before the store is
+        /// reopened and read in full (default: a minute; for tests).
+        #[arg(long, hide = true, requires = "watch", value_parser = parse_duration, value_name = "DURATION")]
+        rebase_every: Option<std::time::Duration>,
     },
     /// Jobs: running, queued and scheduled, then finished ones newest
     /// first; or a tag's jobs (`--tag`).
@@ -326,4 +342,51 @@ pub struct WaitArgs {
     /// Wait at most this long for the engine to apply it (exit 3 after).
     #[arg(long, default_value_t = 30)]
     pub wait_secs: u64,
+}
+
+/// A duration as `--every` takes it: a whole number and a unit, `ms`,
+/// `s`, `m` or `h` (`500ms`, `1s`, `2m`); more than zero.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("`{text}`: a whole number and a unit, ms, s, m or h (500ms, 1s, 2m)");
+    let at = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = text.split_at(at);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if ms == 0 {
+        return Err(format!("`{text}`: more than zero"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_is_a_whole_number_and_a_unit() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("100ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "",
+            "1",
+            "s",
+            "1.5s",
+            "0s",
+            "-1s",
+            "1d",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -94,6 +94,16 @@ async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     if let Some(template) = &cli.shards {
         return shards::run_on_shards(template, &cli).await;
     }
+    if let Command::Stats {
+        watch: true,
+        every,
+        rebase_every,
+        ..
+    } = &cli.command
+    {
+        let sources = vec![watch::Source::One];
+        return watch::stats(&cli, sources, *every, *rebase_every).await;
+    }
     let store = open(&cli, cli.dir.as_deref(), cli.url.as_deref()).await?;
     let result = command(&store, &cli).await;
     store.close().await;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::args::{Cli, Command};
 use crate::error::CliError;
-use crate::{command, open, read, report};
+use crate::{command, open, read, report, watch};
 
 /// A command on a shard set: `stats` and `health` on every shard (or the
 /// `--shard`), one document with a part per shard; a command on an id on
@@ -28,6 +28,28 @@ pub async fn run_on_shards(template: &str, cli: &Cli) -> Result<ExitCode, CliErr
         )));
     }
     let url = |shard: usize| gaffer_layout::keys::shard_url(template, shard, count);
+    if let Command::Stats {
+        watch: true,
+        every,
+        rebase_every,
+        ..
+    } = &cli.command
+    {
+        // Each shard keeps its own watch; a round prints them all.
+        let shards = match cli.shard {
+            Some(s) => vec![s],
+            None => (0..count).collect(),
+        };
+        let sources = shards
+            .into_iter()
+            .map(|index| watch::Source::Shard {
+                index,
+                count,
+                url: url(index),
+            })
+            .collect();
+        return watch::stats(cli, sources, *every, *rebase_every).await;
+    }
     let by_id = match &cli.command {
         Command::Job { id }
         | Command::Item { batch: id, .. }
@@ -163,7 +185,7 @@ impl OverSet {
 
 /// Open shard `shard` of a set of `count` at `url`, refused if the store's
 /// shard marker says it is another shard or of another count.
-async fn open_shard(
+pub(crate) async fn open_shard(
     cli: &Cli,
     shard: usize,
     count: usize,

@@ -49,11 +49,6 @@ impl PendingChanges {
         self.0.values().map(BTreeMap::len).sum()
     }
 
-    /// Whether no entry changed.
-    pub fn is_empty(&self) -> bool {
-        self.0.values().all(BTreeMap::is_empty)
-    }
-
     /// `later`'s changes over these (each entry's last change wins).
     pub fn extend(&mut self, later: PendingChanges) {
         for (queue, entries) in later.0 {
