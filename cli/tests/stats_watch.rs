@@ -251,3 +251,76 @@ async fn stats_watch_over_a_shard_set_follows_every_shard() {
     child.kill().await.unwrap();
     engines.shutdown().await;
 }
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Hold(u32);
+
+static HOLD_STARTED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static HOLD_END: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+impl Job for Hold {
+    const NAME: &'static str = "hold";
+    type Output = u32;
+    type Error = gaffer::Error;
+
+    async fn run(&self, _ctx: gaffer::JobContext) -> Result<u32, gaffer::Error> {
+        HOLD_STARTED.add_permits(1);
+        HOLD_END.acquire().await.expect("never closed").forget();
+        Ok(self.0)
+    }
+}
+
+/// The watch's base holds ready jobs (flushed at a shutdown) that the next
+/// engine claims one at a time: each round's oldest ready job is the
+/// base's first not claimed since, as the claims go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_watch_passes_the_bases_ready_jobs_claimed_since() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let minute = 60_000;
+    let t0 = gaffer_ops::format::now_ms() - 3_600_000;
+    let clock = Arc::new(MockClock::new(t0));
+    let builder = || {
+        Engine::builder()
+            .store(gaffer::Store::local_dir(dir))
+            .flush_interval(Duration::from_millis(1))
+            .register_with::<Hold>(gaffer::JobOptions {
+                concurrency: Some(1),
+                ..Default::default()
+            })
+    };
+    let engine = builder().start().await.unwrap();
+    assert!(engine.pause(Hold::NAME).await.unwrap());
+    engine.shutdown().await.unwrap();
+    let engine = builder().clock(clock.clone()).start().await.unwrap();
+    for i in 0..3 {
+        engine.submit(Hold(i)).await.unwrap();
+        clock.advance(Duration::from_secs(60));
+    }
+    // Shut down: the memtable flushed, the three ready jobs in the base.
+    engine.shutdown().await.unwrap();
+    let mut child = at(dir).spawn(&["stats", "--watch", "--json", "--every", "100ms"]);
+    let mut out = lines(&mut child);
+    round_until(&mut out, "jobs.hold", |r| counts(r) == (3, 0, Some(t0))).await;
+
+    let engine = builder().start().await.unwrap();
+    assert!(engine.resume(Hold::NAME).await.unwrap());
+    within(HOLD_STARTED.acquire()).await.unwrap().forget();
+    round_until(&mut out, "jobs.hold", |r| {
+        counts(r) == (2, 0, Some(t0 + minute))
+    })
+    .await;
+    HOLD_END.add_permits(1);
+    within(HOLD_STARTED.acquire()).await.unwrap().forget();
+    round_until(&mut out, "jobs.hold", |r| {
+        counts(r) == (1, 1, Some(t0 + 2 * minute))
+    })
+    .await;
+    HOLD_END.add_permits(1);
+    within(HOLD_STARTED.acquire()).await.unwrap().forget();
+    round_until(&mut out, "jobs.hold", |r| counts(r) == (0, 2, None)).await;
+    HOLD_END.add_permits(1);
+    round_until(&mut out, "jobs.hold", |r| counts(r) == (0, 3, None)).await;
+    child.kill().await.unwrap();
+    engine.shutdown().await.unwrap();
+}

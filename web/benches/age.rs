@@ -14,11 +14,14 @@
 //! rebases so far. With `GAFFER_BIN` set (a release `gaffer`), it also
 //! runs `gaffer --dir DIR stats` every second as a child and prints the
 //! children's CPU against the engine's (the process's less the dashboards'
-//! thread).
+//! thread); with `STATS_WATCH=1` too, one `gaffer --dir DIR stats --watch
+//! --every 1s` child for the whole run instead, its CPU read from
+//! `/proc/PID/stat` before it is stopped.
 //!
 //! ```sh
 //! cargo bench -p gaffer-web --bench age -- [MINUTES] [JOBS_PER_SEC]
 //! GAFFER_BIN=target/release/gaffer cargo bench -p gaffer-web --bench age -- 15 4
+//! STATS_WATCH=1 GAFFER_BIN=target/release/gaffer cargo bench -p gaffer-web --bench age -- 3 500
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -124,27 +127,44 @@ fn main() {
             }
         })
     };
+    // `gaffer stats --watch`, one child for the run, when asked.
+    let watch = std::env::var("STATS_WATCH").is_ok_and(|v| v == "1");
+    let stats_watch = std::env::var("GAFFER_BIN")
+        .ok()
+        .filter(|_| watch)
+        .map(|bin| {
+            std::process::Command::new(bin)
+                .arg("--dir")
+                .arg(&path)
+                .args(["stats", "--watch", "--every", "1s"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("gaffer stats --watch starts")
+        });
     // `gaffer stats` every second, when a binary is given.
-    let stats_loop = std::env::var("GAFFER_BIN").ok().map(|bin| {
-        let (stop, path) = (stop.clone(), path.clone());
-        std::thread::spawn(move || {
-            let mut runs = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                let t = Instant::now();
-                let ok = std::process::Command::new(&bin)
-                    .arg("--dir")
-                    .arg(&path)
-                    .arg("stats")
-                    .stdout(std::process::Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                assert!(ok, "gaffer stats failed");
-                runs += 1;
-                std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
-            }
-            runs
-        })
-    });
+    let stats_loop = std::env::var("GAFFER_BIN")
+        .ok()
+        .filter(|_| !watch)
+        .map(|bin| {
+            let (stop, path) = (stop.clone(), path.clone());
+            std::thread::spawn(move || {
+                let mut runs = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let t = Instant::now();
+                    let ok = std::process::Command::new(&bin)
+                        .arg("--dir")
+                        .arg(&path)
+                        .arg("stats")
+                        .stdout(std::process::Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    assert!(ok, "gaffer stats failed");
+                    runs += 1;
+                    std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
+                }
+                runs
+            })
+        });
     // Each dashboard's page times of the current minute, [page], and its
     // thread's CPU in centiseconds.
     let windows: [Arc<Mutex<[Vec<Duration>; 2]>>; 2] = Default::default();
@@ -260,6 +280,18 @@ fn main() {
         t.join().expect("a dashboard's thread");
     }
     let runs = stats_loop.map(|t| t.join().expect("the stats loop"));
+    // The watch's CPU while it runs (it is not waited, so not a child's
+    // time yet), then it is stopped.
+    let watched = stats_watch.map(|mut child| {
+        assert!(
+            child.try_wait().expect("the watch's status").is_none(),
+            "gaffer stats --watch ended early"
+        );
+        let cpu = cpu_secs(&child.id().to_string(), false);
+        let _ = child.kill();
+        let _ = child.wait();
+        cpu
+    });
     let process = cpu_secs("self", false) - process_cpu_at_start;
     let children = cpu_secs("self", true);
     let dash =
@@ -271,6 +303,13 @@ fn main() {
              engine's {engine_cpu:.2} CPU s ({:.1} ms per run)",
             children / engine_cpu.max(1e-9) * 100.0,
             children / runs.max(1) as f64 * 1000.0
+        );
+    }
+    if let Some(cpu) = watched {
+        println!(
+            "`gaffer stats --watch --every 1s`: one child, {cpu:.2} CPU s = {:.1} % of the \
+             engine's {engine_cpu:.2} CPU s",
+            cpu / engine_cpu.max(1e-9) * 100.0,
         );
     }
     rt.block_on(async {

@@ -19,10 +19,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use taquba::JobStatus;
+
 use crate::error::OpsError;
 use crate::report::{QueueRow, Stats};
 use crate::store::Store;
-use crate::unflushed::{Advance, Tail};
+use crate::unflushed::{Advance, PendingKey, Tail};
+
+/// The base's ready entries read at first per queue; each page after
+/// reads twice as many as were read, up to 1 000.
+const FIRST_PAGE: usize = 16;
 
 /// How long a watch keeps one base before it reopens the store and reads
 /// it in full again (its caller's to do: [`Round::Rebase`] says when it
@@ -50,6 +56,72 @@ pub struct StatsWatch {
     /// The WAL's changes past them (`None`: the store was not read
     /// [`crate::Reading::Flushed`]; each round reads its view in full).
     tail: Option<Tail>,
+    /// Per queue, the base's first ready entries, as far as a round read
+    /// them.
+    ready: BTreeMap<String, BaseReady>,
+}
+
+/// A queue's first ready entries in the base (claim order), read once
+/// and kept: the base does not change, so a round need not walk again past
+/// the entries the WAL removed since (a scan over the base's tombstones
+/// too: the dearest part of a round before they were kept).
+#[derive(Debug, Default)]
+struct BaseReady {
+    /// The entries read, in claim order.
+    keys: Vec<PendingKey>,
+    /// How many of the first are removed by the changes (or put again:
+    /// then the changes' own entry stands for it). A removed entry stays
+    /// removed or comes back as a change, so this only grows.
+    passed: usize,
+    /// Where the next page starts (`None` and `read_all`: none left).
+    cursor: Option<Vec<u8>>,
+    read_all: bool,
+}
+
+impl BaseReady {
+    /// The first ready entry of `queue`: the base's first not removed by
+    /// `changes`, or the first entry `changes` added, whichever comes
+    /// first (as `Store::first_ready`).
+    async fn first(
+        &mut self,
+        store: &Store,
+        queue: &str,
+        changes: Option<&BTreeMap<PendingKey, bool>>,
+    ) -> Result<Option<PendingKey>, OpsError> {
+        let added = changes
+            .and_then(|c| c.iter().find(|(_, there)| **there))
+            .map(|(k, _)| k.clone());
+        let kept = loop {
+            while let Some(k) = self.keys.get(self.passed)
+                && changes.is_some_and(|c| c.contains_key(k))
+            {
+                self.passed += 1;
+            }
+            if let Some(k) = self.keys.get(self.passed) {
+                break Some(k.clone());
+            }
+            // Every base entry read is passed: one read later comes after
+            // them, so after `added` too if it comes before the last.
+            let past = matches!((&added, self.keys.last()), (Some(a), Some(l)) if a < l);
+            if self.read_all || past {
+                break None;
+            }
+            let limit = (self.keys.len() * 2).clamp(FIRST_PAGE, 1_000);
+            let page = store
+                .view()
+                .list_jobs(queue, JobStatus::Pending, self.cursor.as_deref(), limit)
+                .await?;
+            self.keys.extend(page.jobs.iter().map(PendingKey::of));
+            match page.next_cursor {
+                Some(next) => self.cursor = Some(next),
+                None => self.read_all = true,
+            }
+        };
+        Ok(match (added, kept) {
+            (Some(a), Some(k)) => Some(a.min(k)),
+            (a, k) => a.or(k),
+        })
+    }
 }
 
 impl StatsWatch {
@@ -80,8 +152,12 @@ impl Store {
             Some(u) => Some(u.tail(above).await?),
             None => None,
         };
-        let watch = StatsWatch { base, tail };
-        let stats = self.watched(&watch).await?;
+        let mut watch = StatsWatch {
+            base,
+            tail,
+            ready: BTreeMap::new(),
+        };
+        let stats = self.watched(&mut watch).await?;
         Ok((watch, stats))
     }
 
@@ -99,13 +175,23 @@ impl Store {
     /// The stats of `watch`: its base with its changes over it, and each
     /// queue's oldest ready job from the base's ready jobs with the changes
     /// to them over it.
-    async fn watched(&self, watch: &StatsWatch) -> Result<Stats, OpsError> {
+    async fn watched(&self, watch: &mut StatsWatch) -> Result<Stats, OpsError> {
         let Some(tail) = &watch.tail else {
             return self.stats(true).await;
         };
         let mut stats = over_base(&watch.base, tail, |q| self.classify(q));
-        self.oldest_ready(&mut stats, Some(tail.pending()), crate::format::now_ms())
-            .await?;
+        let now_ms = crate::format::now_ms();
+        for row in &mut stats.queues {
+            if row.pending <= 0 {
+                continue;
+            }
+            let base = watch.ready.entry(row.queue.clone()).or_default();
+            let changes = tail.pending().of(&row.queue);
+            if let Some(first) = base.first(self, &row.queue, changes).await? {
+                row.oldest_ready_ms = Some(first.enqueued_at);
+                row.oldest_ready_age_ms = Some(now_ms.saturating_sub(first.enqueued_at));
+            }
+        }
         Ok(stats)
     }
 }
