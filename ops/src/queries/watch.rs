@@ -64,7 +64,8 @@ pub struct StatsWatch {
 /// A queue's first ready entries in the base (claim order), read once
 /// and kept: the base does not change, so a round need not walk again past
 /// the entries the WAL removed since (a scan over the base's tombstones
-/// too: the dearest part of a round before they were kept).
+/// too: at 500 jobs/s, keeping them took the watch from 15–19.5 % of the
+/// engine's CPU to 9.7–10 %, benches/README.md).
 #[derive(Debug, Default)]
 struct BaseReady {
     /// The entries read, in claim order.
