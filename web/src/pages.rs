@@ -210,6 +210,33 @@ async fn all_stats(app: &App) -> Result<Stats, Fail> {
     Ok(stats)
 }
 
+/// [`all_stats`] for a page that refreshes (the overview, the queues):
+/// a page load reads the counters (and keeps what it read); a refresh
+/// (`fragment`) shows the engine's snapshot once it is newer than that
+/// (`Store::stats_recent`), which costs a busy engine far less to read.
+async fn all_stats_recent(app: &App, fragment: bool) -> Result<Stats, Fail> {
+    let mut stats = Stats::default();
+    for sh in &app.shards {
+        let store = sh.store().await.or_fail(app)?;
+        let read = if fragment {
+            let shown = sh.counted.lock().map(|c| c.clone()).unwrap_or_default();
+            store
+                .stats_recent(shown.as_ref().map(|(at, s)| (*at, s)))
+                .await
+                .or_fail(app)?
+        } else {
+            let at = gaffer_ops::format::now_ms();
+            let read = store.stats(false).await.or_fail(app)?;
+            if let Ok(mut c) = sh.counted.lock() {
+                *c = Some((at, read.clone()));
+            }
+            read
+        };
+        stats.add(&read);
+    }
+    Ok(stats)
+}
+
 async fn all_paused(app: &App) -> Result<BTreeSet<String>, Fail> {
     let mut paused = BTreeSet::new();
     for sh in &app.shards {

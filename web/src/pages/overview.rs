@@ -5,7 +5,7 @@ use super::*;
 /// `GET /`: per queue counts and paused state, the writers' health, and
 /// jobs finished per minute over the last hour.
 pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
-    let stats = all_stats(&app).await?;
+    let stats = all_stats_recent(&app, fragment(&q)).await?;
     let paused = all_paused(&app).await?;
     let now = now_ms();
     let from = (now - now % 60_000).saturating_sub(59 * 60_000);
@@ -91,6 +91,13 @@ pub(super) fn queue_table(
 ) -> Markup {
     html! {
         @if stats.queues.iter().all(|r| r.kind == "intake") { p.note { "No queues yet." } } @else {
+            @if let Some(at) = stats.snapshot_at_ms {
+                p.note #counted-at {
+                    "Counts as of " (time(at)) ": a refresh shows the engine's snapshot of its counters (taken every "
+                    (gaffer_ops::queries::SNAPSHOT_EVERY_MS / 1000) " s while they change), or what the page last read if newer; "
+                    "the oldest ready job is read now. Load the page to count now."
+                }
+            }
             table #queues {
                 tr {
                     th { "Queue" } th { "Kind" } th.n { "Pending" } th.n { "Scheduled" } th.n { "Running" }
