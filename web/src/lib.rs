@@ -97,11 +97,11 @@ struct Shard {
     /// What the overview's chart has counted of this store's
     /// finished-jobs index (one refresh counts at a time).
     chart: tokio::sync::Mutex<chart::Counted>,
-    /// The counts the last page load read (`Store::stats`) and when: a
-    /// refresh shows the engine's snapshot only once it is newer
-    /// (`Store::stats_recent`), so counts never step back. A plain
-    /// mutex: held only to clone or replace the value, never across an
-    /// await.
+    /// The counts its pages last showed (a page load's `Store::stats`, a
+    /// refresh's `Store::stats_recent`) and as of when: a refresh shows
+    /// the engine's snapshot only once it is newer, so counts never step
+    /// back, and reads nothing more until then. A plain mutex: held only
+    /// to clone or replace the value, never across an await.
     counted: Mutex<Option<(u64, gaffer_ops::report::Stats)>>,
 }
 

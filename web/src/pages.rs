@@ -211,14 +211,15 @@ async fn all_stats(app: &App) -> Result<Stats, Fail> {
 }
 
 /// [`all_stats`] for a page that refreshes (the overview, the queues):
-/// a page load reads the counters (and keeps what it read); a refresh
-/// (`fragment`) shows the engine's snapshot once it is newer than that
-/// (`Store::stats_recent`), which costs a busy engine far less to read.
+/// a page load reads the counters; a refresh (`fragment`) shows the
+/// engine's snapshot once it is newer than what the store's pages last
+/// showed, else that again (`Store::stats_recent`), which costs a busy
+/// engine far less to read.
 async fn all_stats_recent(app: &App, fragment: bool) -> Result<Stats, Fail> {
     let mut stats = Stats::default();
     for sh in &app.shards {
         let store = sh.store().await.or_fail(app)?;
-        let read = if fragment {
+        let (at, read) = if fragment {
             let shown = sh.counted.lock().map(|c| c.clone()).unwrap_or_default();
             store
                 .stats_recent(shown.as_ref().map(|(at, s)| (*at, s)))
@@ -226,13 +227,12 @@ async fn all_stats_recent(app: &App, fragment: bool) -> Result<Stats, Fail> {
                 .or_fail(app)?
         } else {
             let at = gaffer_ops::format::now_ms();
-            let read = store.stats(false).await.or_fail(app)?;
-            if let Ok(mut c) = sh.counted.lock() {
-                *c = Some((at, read.clone()));
-            }
-            read
+            (at, store.stats(false).await.or_fail(app)?)
         };
         stats.add(&read);
+        if let Ok(mut c) = sh.counted.lock() {
+            *c = Some((at, read));
+        }
     }
     Ok(stats)
 }

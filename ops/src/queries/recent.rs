@@ -31,22 +31,27 @@ pub const SNAPSHOT_EVERY_MS: u64 = 5_000;
 const FRESH_MS: u64 = 65_000;
 
 impl Store {
-    /// Each queue's counts and its oldest ready job, for a refresh of a
-    /// page that showed `read` (the counts [`Self::stats`] read at the
-    /// given epoch ms, or `None`), never older than those:
+    /// Each queue's counts and its oldest ready job for a refresh of a
+    /// page that last showed `shown` (as of the given epoch ms: a page
+    /// load's exact read, or this function's last answer), never older
+    /// than it; with the time the answer is as of:
     ///
-    /// - the engine's snapshot, when it is at most a minute old and not
-    ///   older than `read` ([`Stats::snapshot_at_ms`] then says when it was
-    ///   taken: up to [`SNAPSHOT_EVERY_MS`] behind);
-    /// - `read`'s counts, when the snapshot is recent but older (for the
-    ///   few seconds until the engine's next one);
+    /// - the engine's snapshot, when it is at most a minute old and newer
+    ///   than `shown`, with each queue's oldest ready job read now
+    ///   ([`Stats::snapshot_at_ms`] says when the snapshot was taken: up to
+    ///   [`SNAPSHOT_EVERY_MS`] behind);
+    /// - `shown` again, its ages brought to now, when the snapshot is
+    ///   recent but not newer: nothing is read but the snapshot's key until
+    ///   the engine takes its next one;
     /// - else (no engine wrote one lately: stopped, or over 2 000 queues)
-    ///   the counters read now, as [`Self::stats`] reads them.
+    ///   everything read now, as [`Self::stats`] reads it.
     ///
-    /// The oldest ready job is read now in every case. For the dashboard's
-    /// refreshes; what must be exact (a listing that skips a state its
-    /// counters call empty) reads [`Self::stats`].
-    pub async fn stats_recent(&self, read: Option<(u64, &Stats)>) -> Result<Stats, OpsError> {
+    /// For the dashboard's refreshes; what must be exact (a listing that
+    /// skips a state its counters call empty) reads [`Self::stats`].
+    pub async fn stats_recent(
+        &self,
+        shown: Option<(u64, &Stats)>,
+    ) -> Result<(u64, Stats), OpsError> {
         let now = crate::format::now_ms();
         let snapshot = match self.view().kv_get(keys::STATS_KEY).await? {
             Some(raw) => Some(records::decode::<records::StatsSnapshot>(
@@ -55,26 +60,24 @@ impl Store {
             )?),
             None => None,
         };
-        let mut stats = match (snapshot, read) {
-            (Some(s), read)
-                if self.unflushed.is_none() && now.saturating_sub(s.at_ms) <= FRESH_MS =>
-            {
-                match read {
-                    Some((at, shown)) if s.at_ms < at => {
-                        let mut shown = shown.clone();
-                        shown.snapshot_at_ms = Some(at);
-                        for row in &mut shown.queues {
-                            row.oldest_ready_ms = None;
-                            row.oldest_ready_age_ms = None;
-                        }
-                        shown
-                    }
-                    _ => self.rows_from_snapshot(s, &BTreeMap::new()),
+        let snapshot = snapshot
+            .filter(|s| self.unflushed.is_none() && now.saturating_sub(s.at_ms) <= FRESH_MS);
+        match (snapshot, shown) {
+            (Some(s), Some((at, shown))) if s.at_ms <= at => {
+                let mut again = shown.clone();
+                again.snapshot_at_ms = Some(at);
+                for row in &mut again.queues {
+                    row.oldest_ready_age_ms = row.oldest_ready_ms.map(|t| now.saturating_sub(t));
                 }
+                Ok((at, again))
             }
-            _ => return self.stats(false).await,
-        };
-        self.oldest_ready(&mut stats, None, now).await?;
-        Ok(stats)
+            (Some(s), _) => {
+                let at = s.at_ms;
+                let mut stats = self.rows_from_snapshot(s, &BTreeMap::new());
+                self.oldest_ready(&mut stats, None, now).await?;
+                Ok((at, stats))
+            }
+            (None, _) => Ok((now, self.stats(false).await?)),
+        }
     }
 }

@@ -93,9 +93,8 @@ pub(super) fn queue_table(
         @if stats.queues.iter().all(|r| r.kind == "intake") { p.note { "No queues yet." } } @else {
             @if let Some(at) = stats.snapshot_at_ms {
                 p.note #counted-at {
-                    "Counts as of " (time(at)) ": a refresh shows the engine's snapshot of its counters (taken every "
-                    (gaffer_ops::queries::SNAPSHOT_EVERY_MS / 1000) " s while they change), or what the page last read if newer; "
-                    "the oldest ready job is read now. Load the page to count now."
+                    "Counts and oldest ready jobs as of " (time(at)) ": a refresh reads them again when the engine takes its next snapshot of its counters (every "
+                    (gaffer_ops::queries::SNAPSHOT_EVERY_MS / 1000) " s while they change). Load the page to count now."
                 }
             }
             table #queues {
