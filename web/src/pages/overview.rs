@@ -47,8 +47,10 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
                         } @else { "-" }
                     }
                     td.n { (h.heartbeat_age_ms.map(age).unwrap_or_else(|| "-".into())) }
-                    td.n { (h.writer_epoch) }
-                    td.n { (h.durable_seq) }
+                    // Through the engine's own view (`WebConfig::live`)
+                    // neither is read: 0.
+                    td.n { @if h.writer_epoch > 0 { (h.writer_epoch) } @else { "-" } }
+                    td.n { @if h.durable_seq > 0 { (h.durable_seq) } @else { "-" } }
                 }
             }
         }
