@@ -244,9 +244,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(d) => std::path::PathBuf::from(d),
         None => std::env::temp_dir().join("gaffer-demo"),
     };
-    let store = Store::local_dir(&dir);
+
     let engine = Engine::builder()
-        .store(store.clone())
+        .store(Store::local_dir(&dir))
         .register::<SendEmail>()
         .register::<ChargeCard>()
         .register::<ApproveOrder>()
@@ -297,7 +297,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await
     });
 
-    // The dashboard beside it.
+    // The dashboard beside it, reading through the engine's own view (no
+    // reader of its own).
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = match tokio::net::TcpListener::bind(&addr).await {
         Ok(l) => l,
@@ -305,7 +306,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let local = listener.local_addr()?;
     let dashboard = gaffer_web::router(
-        gaffer_web::WebConfig::open(&store)
+        gaffer_web::WebConfig::live(&engine.live_store()?)
             .await?
             .listening_on(local),
     );

@@ -456,6 +456,7 @@ impl EngineBuilder {
         let Some(named) = self.store else {
             return Err(no_store());
         };
+        let place = Arc::new((named.name(), self.queue_path.clone()));
         let readable_elsewhere = !matches!(named, Store::InMemory);
         let default_flush = default_flush_interval(&named);
         let store = named.open()?;
@@ -508,6 +509,6 @@ impl EngineBuilder {
         })
         .await?;
         let jobs: Arc<dyn JobEngine> = Arc::new(inner.clone());
-        Ok(Engine { inner, jobs })
+        Ok(Engine { inner, jobs, place })
     }
 }

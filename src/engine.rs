@@ -32,9 +32,42 @@ pub struct Engine {
     pub(crate) inner: EngineRef,
     /// The same engine, as jobs and handles see it.
     pub(crate) jobs: Arc<dyn JobEngine>,
+    /// Where its store is: its name and the queue's path in it.
+    pub(crate) place: Arc<(String, String)>,
 }
 
 impl Engine {
+    /// The engine's store, read through the engine's own (writer's) view,
+    /// for a dashboard mounted in this process
+    /// (`gaffer_web::WebConfig::live`): it opens no reader, so it decodes
+    /// none of the WAL the engine writes, and it shows every commit at
+    /// once. `ShutDown` once the engine stopped; reads through one taken
+    /// before fail after the shutdown.
+    ///
+    /// ```
+    /// # async fn demo() -> gaffer::Result<()> {
+    /// let engine = gaffer::Engine::builder()
+    ///     .store(gaffer::Store::in_memory())
+    ///     .start()
+    ///     .await?;
+    /// let live = engine.live_store()?;
+    /// assert_eq!(live.name(), "memory");
+    /// # engine.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn live_store(&self) -> Result<crate::LiveStore> {
+        let (view, store) = self.inner.services().live_view()?;
+        let settings = self.inner.services().settings();
+        Ok(crate::LiveStore::new(
+            self.place.0.clone(),
+            view,
+            store,
+            self.place.1.clone(),
+            settings.queue_name.clone(),
+            settings.bulk_queue_name.clone(),
+        ))
+    }
+
     /// Submit a job.
     pub async fn submit<J: Job>(&self, job: J) -> Result<JobHandle<J>> {
         submit_typed(&self.jobs, job, SubmitOptions::default()).await

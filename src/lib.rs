@@ -94,6 +94,7 @@ pub use error::{Error, Result};
 pub use front_door::FrontDoor;
 pub use gaffer_actors::exec::fair::{Concurrency, Fairness};
 pub use gaffer_actors::exec::rate::RateLimit;
+pub use gaffer_actors::layout::live::LiveStore;
 pub use gaffer_actors::layout::store::Store;
 pub use gaffer_actors::{EngineEvent, Settings};
 pub use job::context::JobContext;

@@ -211,6 +211,15 @@ impl Services {
         self.queue()
     }
 
+    /// The writer's live view of the store and the object store the queue
+    /// is in, while the engine runs (`ShutDown` after): what a dashboard
+    /// in this process reads through (`gaffer::Engine::live_store`). The
+    /// view holds the store's handle, not the queue, so it never keeps the
+    /// engine from closing it.
+    pub fn live_view(&self) -> Result<(taquba::QueueView, Arc<dyn ObjectStore>)> {
+        Ok((self.queue()?.view().clone(), self.raw_store.clone()))
+    }
+
     /// The queues of every registered job type and pipeline.
     pub fn routes(&self) -> &HashMap<String, Route> {
         &self.routes

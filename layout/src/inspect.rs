@@ -415,7 +415,7 @@ pub async fn ended_types(view: &QueueView) -> Result<Vec<String>> {
 /// Finished jobs, newest first (by the time they ended), through the
 /// finished-jobs index: of the job types `job_types` (all with `None`), in
 /// `states` (all when empty), ended before the position `before` (a previous
-/// page's [`EndedPage::next`]; from the newest with `None`), up to `limit`
+/// page's [`EndedPage::next`]; from the newest with `None` or an empty one), up to `limit`
 /// (1 to 1000). Reads at most `limit` index entries per (type, state) and
 /// one outcome record per job listed: never the jobs it skips.
 pub async fn ended_page(
@@ -443,12 +443,15 @@ pub async fn ended_page(
         for state in states {
             let prefix = keys::ended_prefix(seg, state.letter());
             let end = match before {
-                Some(pos) => {
+                // An empty position is the newest's (`before` none): below
+                // the prefix itself, the range would be empty, which
+                // SlateDB's scan refuses with a panic.
+                Some(pos) if !pos.is_empty() => {
                     let mut k = prefix.clone();
                     k.extend_from_slice(pos.as_bytes());
                     Bound::Excluded(k)
                 }
-                None => Bound::Unbounded,
+                _ => Bound::Unbounded,
             };
             let page = view
                 .kv_scan(&prefix, (Bound::Unbounded, end), KvOrder::Descending, limit)

@@ -22,6 +22,7 @@ pub mod error;
 pub mod inspect;
 pub mod intake;
 pub mod keys;
+pub mod live;
 pub mod past;
 pub mod records;
 pub mod report;

@@ -20,7 +20,7 @@ use crate::report::{
     AttemptRow, BatchRow, Batches, Dead, DeadRow, Health, JobDetail, JobRow, Periodic, PeriodicRow,
     QueueRow, RetryPreview, ShardOwnerRow, Stats,
 };
-use crate::store::Store;
+use crate::store::{Source, Store};
 use crate::unflushed::{AtStart, Counter, Newest};
 use gaffer_layout::workflow::{HEADER_STEP, HEADER_WORKFLOW};
 
@@ -28,7 +28,9 @@ mod batches;
 mod ended;
 mod job;
 mod ready;
+mod recent;
 mod watch;
+pub use recent::SNAPSHOT_EVERY_MS;
 
 pub use ended::{EndedScan, FAILED_KEYS_SHOWN};
 use job::*;
@@ -45,7 +47,7 @@ impl Store {
     /// (`queries/ready.rs`). The dashboard reads it through a replaying
     /// reader, whose state is whole.
     pub async fn stats(&self, exact: bool) -> Result<Stats, OpsError> {
-        let above = self.reader.last_store_activity().durable_seq;
+        let above = self.activity().map_or(0, |a| a.durable_seq);
         let (mut stats, pending) = match &self.unflushed {
             // Beside a live engine, its latest snapshot of the counters is
             // among the newest WAL objects: read back to it, not through
@@ -192,8 +194,13 @@ impl Store {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let activity = self.reader.last_store_activity();
-        let flushed = self.reader.writer_heartbeat().await?;
+        let (activity, flushed) = match &self.reader {
+            Source::Reader(r) => (r.last_store_activity(), r.writer_heartbeat().await?),
+            // Through the writer's own view this process is the writer, and
+            // a read that answered shows it is open: alive, with no beat
+            // read (taquba keeps the writer's beat to its readers).
+            Source::Live(_) => return self.live_health(now_ms).await,
+        };
         // Read flushed: the newest beat is in the WAL past the flushed
         // state if any is, else the flushed one.
         let (beat, durable_seq, unflushed) = match &self.unflushed {
@@ -233,6 +240,24 @@ impl Store {
             last_flush_at_ms: activity.last_flush_at_ms,
             durable_seq,
             unflushed_wal_objects: unflushed,
+            shard_owner: self.shard_owner().await?,
+        })
+    }
+
+    /// `health` through the writer's own view ([`Source::Live`]).
+    async fn live_health(&self, now_ms: u64) -> Result<Health, OpsError> {
+        Ok(Health {
+            alive: true,
+            status: "alive",
+            now_ms,
+            heartbeat_at_ms: None,
+            heartbeat_age_ms: None,
+            heartbeat_interval_ms: None,
+            heartbeat_writer_epoch: None,
+            writer_epoch: 0,
+            last_flush_at_ms: None,
+            durable_seq: 0,
+            unflushed_wal_objects: None,
             shard_owner: self.shard_owner().await?,
         })
     }

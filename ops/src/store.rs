@@ -34,9 +34,17 @@ pub enum Reading {
     Following(std::time::Duration),
 }
 
+/// What a [`Store`] reads through.
+pub(crate) enum Source {
+    /// A reader of its own (`Store::open*`).
+    Reader(QueueReader),
+    /// The writer's view, in the engine's process (`Store::live`).
+    Live(QueueView),
+}
+
 /// A store opened read-only.
 pub struct Store {
-    pub(crate) reader: QueueReader,
+    pub(crate) reader: Source,
     /// With [`Reading::Flushed`]: the WAL past the reader's flushed state.
     pub(crate) unflushed: Option<Unflushed>,
     pub(crate) jobs_prefix: String,
@@ -138,7 +146,7 @@ impl Store {
             None => None,
         };
         let opened = Self {
-            reader,
+            reader: Source::Reader(reader),
             unflushed,
             jobs_prefix: jobs_prefix.to_string(),
             bulk_prefix: bulk_prefix.to_string(),
@@ -157,6 +165,36 @@ impl Store {
             return Err(e);
         }
         Ok(opened)
+    }
+
+    /// An engine's store in the engine's own process, read through its
+    /// writer's view (`gaffer::Engine::live_store`): no reader is opened,
+    /// so no WAL object is read, and every commit shows at once. Checked
+    /// as [`Self::open`] checks a store.
+    pub async fn live(live: &gaffer_layout::live::LiveStore) -> Result<Self, OpsError> {
+        let opened = Self {
+            reader: Source::Live(live.view().clone()),
+            unflushed: None,
+            jobs_prefix: live.jobs_prefix().to_string(),
+            bulk_prefix: live.bulk_prefix().to_string(),
+            sender: InboxSender::new(
+                live.object_store().clone(),
+                default_inbox_path(live.queue_path()),
+            ),
+            keyring: Keyring::new(),
+        };
+        let found = opened.store_marker(keys::LAYOUT_KEY).await?;
+        inspect::layout_of(found.as_deref()).readable(live.name())?;
+        Ok(opened)
+    }
+
+    /// What the reader last saw of the writer (`None` through the
+    /// writer's own view, which has no manifest of its own to read).
+    pub(crate) fn activity(&self) -> Option<taquba::StoreActivity> {
+        match &self.reader {
+            Source::Reader(r) => Some(r.last_store_activity()),
+            Source::Live(_) => None,
+        }
     }
 
     /// The value of a gaffer marker (written once, at the store's first
@@ -239,9 +277,12 @@ impl Store {
         }
     }
 
-    /// Close the reader.
+    /// Close the reader (nothing to close when read through the writer's
+    /// view).
     pub async fn close(&self) {
-        let _ = self.reader.close().await;
+        if let Source::Reader(r) = &self.reader {
+            let _ = r.close().await;
+        }
     }
 
     /// The inbox sender of operator requests.
@@ -254,9 +295,13 @@ impl Store {
         &self.jobs_prefix
     }
 
-    /// The reader's view of the store (it follows the writer).
+    /// The reader's view of the store (it follows the writer), or the
+    /// writer's own.
     pub fn view(&self) -> &QueueView {
-        self.reader.view()
+        match &self.reader {
+            Source::Reader(r) => r.view(),
+            Source::Live(v) => v,
+        }
     }
 
     /// The queues of the user's work, `(queue, kind, name)`, in name order:

@@ -22,13 +22,17 @@
 //! after. `IDLE_FIRST_S=S` waits S seconds after the tab's first request
 //! before the jobs start (the tab's CPU is counted from there): a
 //! dashboard looked at once and left open beside an engine that then gets
-//! busy.
+//! busy. With `AB=live` each pair is a tab through the engine's own view
+//! (`WebConfig::live`: no reader) and one through a reader
+//! (`WebConfig::open`), the ratio printed the tab's CPU, reader ÷ live.
 //!
 //! ```sh
 //! cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]
 //! TAB_EVERY_MS=600000 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # the open reader alone: one request at the start
 //! FOLLOW_MS=100 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # a reader held open following every 100 ms (before 2026-12-05)
 //! AB=1 IDLE_FIRST_S=50 TAB_EVERY_MS=600000 cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # the idle close against a reader held open
+//! TAB_PATH=/queues AB=live cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # another page than the overview's live part
+//! AB=live cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # a tab through the engine's own view (`WebConfig::live`) against one through a reader
 //! ```
 
 use std::sync::Arc;
@@ -70,13 +74,15 @@ fn cpu_secs(what: &str) -> f64 {
     (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
-/// The tab's dashboard: none, as `WebConfig::open` makes it, or a reader
-/// held open following every `ms` (`from_stores`).
+/// The tab's dashboard: none, as `WebConfig::open` makes it, a reader
+/// held open following every `ms` (`from_stores`), or through the
+/// engine's own view (`WebConfig::live`).
 #[derive(Clone, Copy, PartialEq)]
 enum Tab {
     None,
     Open,
     Held(u64),
+    Live,
 }
 
 /// One run: the seconds N keyed jobs took, the dashboard's requests, the
@@ -105,6 +111,8 @@ fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
     let tab = dashboard.then(|| {
         let (stop, requests, tab_cpu_now) = (stop.clone(), requests.clone(), tab_cpu_now.clone());
         let path = dir.path().to_path_buf();
+        let live = engine.live_store().expect("the engine runs");
+        let tab_path = std::env::var("TAB_PATH").unwrap_or_else(|_| "/?fragment=1".into());
         let every = Duration::from_millis(
             std::env::var("TAB_EVERY_MS")
                 .ok()
@@ -119,6 +127,9 @@ fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
             rt.block_on(async move {
                 let named = gaffer::Store::local_dir(&path);
                 let config = match tab {
+                    Tab::Live => gaffer_web::WebConfig::live(&live)
+                        .await
+                        .expect("the dashboard reads the engine's view"),
                     Tab::None | Tab::Open => gaffer_web::WebConfig::open(&named)
                         .await
                         .expect("the dashboard opens the store"),
@@ -140,7 +151,7 @@ fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
                 while !stop.load(Ordering::SeqCst) {
                     let res = app
                         .clone()
-                        .oneshot(Request::get("/?fragment=1").body(Body::empty()).unwrap())
+                        .oneshot(Request::get(&tab_path).body(Body::empty()).unwrap())
                         .await
                         .unwrap();
                     assert!(res.status().is_success());
@@ -214,9 +225,12 @@ fn main() {
     let pairs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     println!("{n} keyed jobs per run, {pairs} pairs");
     let held = std::env::var("FOLLOW_MS").ok().and_then(|v| v.parse().ok());
-    let ab = std::env::var("AB").is_ok_and(|v| v == "1");
+    let ab_live = std::env::var("AB").is_ok_and(|v| v == "live");
+    let ab = ab_live || std::env::var("AB").is_ok_and(|v| v == "1");
     // The two sides of a pair: (a, b), the ratio b ÷ a.
-    let (a_side, b_side) = if ab {
+    let (a_side, b_side) = if ab_live {
+        (Tab::Live, Tab::Open)
+    } else if ab {
         (Tab::Open, Tab::Held(held.unwrap_or(1000)))
     } else {
         (Tab::None, held.map_or(Tab::Open, Tab::Held))
@@ -235,13 +249,20 @@ fn main() {
         // The tab's CPU against the engine's (the rest of the process).
         let share = |r: (f64, u64, f64, f64)| r.2 / (r.3 - r.2).max(1e-9);
         if ab {
+            let names = if ab_live {
+                ("live", "reader")
+            } else {
+                ("idle-closing", "held open")
+            };
             println!(
-                "pair {p}: the tab's CPU, idle-closing {:.3} s = {:.2} % of the engine's \
-                 ({:.2} s, {} refreshes); held open {:.3} s = {:.2} % ({:.2} s); wall {:.2} / {:.2} s",
+                "pair {p}: the tab's CPU, {} {:.3} s = {:.2} % of the engine's \
+                 ({:.2} s, {} refreshes); {} {:.3} s = {:.2} % ({:.2} s); wall {:.2} / {:.2} s",
+                names.0,
                 a.2,
                 share(a) * 100.0,
                 a.3 - a.2,
                 a.1,
+                names.1,
                 b.2,
                 share(b) * 100.0,
                 b.3 - b.2,
@@ -282,9 +303,16 @@ fn main() {
     };
     if ab {
         let a_shares = sorted(a_shares);
+        let names = if ab_live {
+            ("through the engine's view", "through a reader")
+        } else {
+            ("idle-closing", "held open")
+        };
         println!(
-            "the tab's CPU against the engine's: idle-closing {}; held open {}",
+            "the tab's CPU against the engine's: {} {}; {} {}",
+            names.0,
             mid(&a_shares),
+            names.1,
             mid(&shares)
         );
         return;

@@ -52,9 +52,8 @@ async fn require_admin(req: Request, next: Next) -> Response {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let store = gaffer::Store::local_dir(dir.path());
     let engine = Engine::builder()
-        .store(store.clone())
+        .store(gaffer::Store::local_dir(dir.path()))
         .flush_interval(Duration::from_millis(5))
         .register::<Greet>()
         .start()
@@ -63,10 +62,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         engine.submit(Greet { name: name.into() }).await?;
     }
 
-    // The dashboard reads the engine's store through its own reader and
-    // acts through the store's inbox, as `gaffer web` does.
+    // In the engine's own process the dashboard reads through the engine's
+    // view (no reader of its own: a tab costs only its pages' reads), and
+    // acts through the store's inbox, as `gaffer web` does. From another
+    // process, `WebConfig::open(&gaffer::Store::local_dir(..))` opens a
+    // reader instead.
     let dashboard = gaffer_web::router(
-        gaffer_web::WebConfig::open(&store)
+        gaffer_web::WebConfig::live(&engine.live_store()?)
             .await?
             .base_path("/admin/jobs"),
     );

@@ -15,6 +15,10 @@
 //!   older than [`REBASE_AFTER`] is replaced by a fresh one opened in the
 //!   background, so a page's time does not grow with the writer's
 //!   unflushed WAL.
+//! - Mounted in the engine's own process, [`WebConfig::live`] reads through
+//!   the engine's view instead (`gaffer::Engine::live_store`): no reader,
+//!   so none of the WAL the engine writes is decoded again, and each
+//!   commit shows on the next page.
 //! - Actions (retry, cancel, pause, resume, submit) are requests through
 //!   the store's inbox, as `gaffer retry|cancel|pause|resume|submit` send
 //!   them; the page shows each request's fate.
@@ -55,6 +59,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::routing::{get, post};
+use gaffer_layout::live::LiveStore;
 use gaffer_layout::store::Store as NamedStore;
 use gaffer_ops::{Reading, Store};
 
@@ -92,6 +97,12 @@ struct Shard {
     /// What the overview's chart has counted of this store's
     /// finished-jobs index (one refresh counts at a time).
     chart: tokio::sync::Mutex<chart::Counted>,
+    /// The counts its pages last showed (a page load's `Store::stats`, a
+    /// refresh's `Store::stats_recent`) and as of when: a refresh shows
+    /// the engine's snapshot only once it is newer, so counts never step
+    /// back, and reads nothing more until then. A plain mutex: held only
+    /// to clone or replace the value, never across an await.
+    counted: Mutex<Option<(u64, gaffer_ops::report::Stats)>>,
 }
 
 /// What the dashboard serves: the store (or a shard set), opened, and
@@ -155,6 +166,19 @@ impl WebConfig {
         )
         .await?;
         Ok(Self::held(vec![(store.name(), opened, Some(opener))]))
+    }
+
+    /// The store of an engine running in this process, read through the
+    /// engine's own (writer's) view: `WebConfig::live(&engine.live_store()?)`.
+    /// No reader is opened, so a tab costs the engine only its pages'
+    /// reads (none of the WAL the engine writes is decoded again), pages
+    /// show every commit at once, and a store only this process can open
+    /// (`gaffer::Store::in_memory()`) has a dashboard too. Nothing closes
+    /// or rebases; once the engine shuts down its pages answer with the
+    /// store's error.
+    pub async fn live(store: &LiveStore) -> Result<Self, WebError> {
+        let opened = Store::live(store).await?;
+        Ok(Self::held(vec![(store.name().to_string(), opened, None)]))
     }
 
     /// A shard set: the store of each shard from `template` (`{shard}` is
@@ -227,6 +251,7 @@ impl WebConfig {
                     reader: Held::new(url.clone(), store, opener),
                     url,
                     chart: tokio::sync::Mutex::new(chart::Counted::default()),
+                    counted: Mutex::new(None),
                 })
                 .collect(),
             base_path: String::new(),

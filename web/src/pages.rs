@@ -13,7 +13,7 @@ use gaffer_layout::EngineError;
 use gaffer_layout::intake::{IntakeOp, RequestProgress};
 use gaffer_layout::{inspect, keys, records};
 use gaffer_ops::report::{DeadRow, JobDetail, JobRow, Stats};
-use gaffer_ops::{OpsError, StateFilter, act};
+use gaffer_ops::{OpsError, StateFilter, Store, act};
 use maud::{Markup, html};
 
 use crate::view::{age, error_page, live, now_ms, page, payload, progress, state, time};
@@ -196,16 +196,46 @@ fn seg(s: &str) -> String {
 }
 
 async fn all_stats(app: &App) -> Result<Stats, Fail> {
+    Ok(each_stats(app).await?.1)
+}
+
+/// Each shard's reader with its counters (the same read a page's listing
+/// then reuses: `Store::jobs_counted`), and their sum over shards.
+async fn each_stats(app: &App) -> Result<(Vec<(Arc<Store>, Stats)>, Stats), Fail> {
+    let mut each = Vec::with_capacity(app.shards.len());
+    let mut sum = Stats::default();
+    for sh in &app.shards {
+        let store = sh.store().await.or_fail(app)?;
+        let stats = store.stats(false).await.or_fail(app)?;
+        sum.add(&stats);
+        each.push((store, stats));
+    }
+    Ok((each, sum))
+}
+
+/// [`all_stats`] for a page that refreshes (the overview, the queues):
+/// a page load reads the counters; a refresh (`fragment`) shows the
+/// engine's snapshot once it is newer than what the store's pages last
+/// showed, else that again (`Store::stats_recent`), which costs a busy
+/// engine far less to read.
+async fn all_stats_recent(app: &App, fragment: bool) -> Result<Stats, Fail> {
     let mut stats = Stats::default();
     for sh in &app.shards {
-        stats.add(
-            &sh.store()
+        let store = sh.store().await.or_fail(app)?;
+        let (at, read) = if fragment {
+            let shown = sh.counted.lock().map(|c| c.clone()).unwrap_or_default();
+            store
+                .stats_recent(shown.as_ref().map(|(at, s)| (*at, s)))
                 .await
                 .or_fail(app)?
-                .stats(false)
-                .await
-                .or_fail(app)?,
-        );
+        } else {
+            let at = gaffer_ops::format::now_ms();
+            (at, store.stats(false).await.or_fail(app)?)
+        };
+        stats.add(&read);
+        if let Ok(mut c) = sh.counted.lock() {
+            *c = Some((at, read));
+        }
     }
     Ok(stats)
 }

@@ -15,11 +15,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use common::{Fix, LIMIT, Ping, within};
+use axum::http::StatusCode;
+use common::{Fix, LIMIT, Ping, page as get, within};
 use gaffer_web::{IDLE_CLOSE, REBASE_AFTER, WebConfig};
-use tower::ServiceExt;
 
 /// Run `n` ping jobs to their end with an engine on `dir` (on a thread of
 /// its own, real time), shut it down; their ids.
@@ -42,19 +40,6 @@ fn pings(dir: &Path, n: u32) -> Vec<String> {
     })
     .join()
     .expect("the engine's thread")
-}
-
-async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).expect("a request"))
-        .await
-        .expect("an answer");
-    let status = res.status();
-    let body = axum::body::to_bytes(res.into_body(), 16 << 20)
-        .await
-        .expect("a body");
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test(start_paused = true)]

@@ -147,7 +147,7 @@ impl Store {
     /// Start a watch of the stats: every WAL object past the flushed
     /// state read. Gives the watch and the stats now.
     pub async fn watch_stats(&self) -> Result<(StatsWatch, Stats), OpsError> {
-        let above = self.reader.last_store_activity().durable_seq;
+        let above = self.activity().map_or(0, |a| a.durable_seq);
         let base = self.rows_from_counters(&BTreeMap::new()).await?;
         let tail = match &self.unflushed {
             Some(u) => Some(u.tail(above).await?),

@@ -80,7 +80,11 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
     if after.is_some() && shard.is_none() && app.shards.len() > 1 {
         return Err(bad(&app, "a cursor pages one shard: pass shard too"));
     }
-    let stats = all_stats(&app).await?;
+    // The counters are read once: for the tabs' counts here, and for the
+    // listing below (which (queue, state) to scan). Beside a writer that
+    // has not flushed its memtable for a while, each read of them folds
+    // every change since (taquba's counters are merge operands).
+    let (each, stats) = each_stats(&app).await?;
     let count = |f: &dyn Fn(&gaffer_ops::report::QueueRow) -> i64| -> i64 {
         stats
             .queues
@@ -107,14 +111,8 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
         ("cancelled", StateFilter::Cancelled),
     ] {
         let (mut n, mut more) = (0, false);
-        for sh in &app.shards {
-            match sh
-                .store()
-                .await
-                .or_fail(&app)?
-                .count_ended(ty, f, COUNT_CAP)
-                .await
-            {
+        for (store, _) in &each {
+            match store.count_ended(ty, f, COUNT_CAP).await {
                 Ok((c, m)) => {
                     n += c;
                     more |= m;
@@ -129,12 +127,9 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
     let (rows, next): Listed = match (shard, app.shards.len()) {
         (Some(_), _) | (None, 1) => {
             let i = shard.unwrap_or(0);
-            let sh = app.shard(i).ok_or_else(|| bad(&app, "no such shard"))?;
-            let page = sh
-                .store()
-                .await
-                .or_fail(&app)?
-                .jobs(filter, ty, PAGE, after)
+            let (store, counted) = each.get(i).ok_or_else(|| bad(&app, "no such shard"))?;
+            let page = store
+                .jobs_counted(counted, filter, ty, PAGE, after)
                 .await
                 .or_fail(&app)?;
             let tag = (app.shards.len() > 1).then_some(i);
@@ -145,15 +140,12 @@ pub async fn jobs(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, 
         }
         _ => {
             let mut all = Vec::new();
-            for sh in &app.shards {
-                let page = sh
-                    .store()
-                    .await
-                    .or_fail(&app)?
-                    .jobs(filter, ty, PAGE, None)
+            for (i, (store, counted)) in each.iter().enumerate() {
+                let page = store
+                    .jobs_counted(counted, filter, ty, PAGE, None)
                     .await
                     .or_fail(&app)?;
-                all.extend(page.jobs.into_iter().map(|j| (Some(sh.index), j)));
+                all.extend(page.jobs.into_iter().map(|j| (Some(i), j)));
             }
             merge_jobs(&mut all);
             all.truncate(PAGE);

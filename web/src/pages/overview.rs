@@ -5,7 +5,7 @@ use super::*;
 /// `GET /`: per queue counts and paused state, the writers' health, and
 /// jobs finished per minute over the last hour.
 pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
-    let stats = all_stats(&app).await?;
+    let stats = all_stats_recent(&app, fragment(&q)).await?;
     let paused = all_paused(&app).await?;
     let now = now_ms();
     let from = (now - now % 60_000).saturating_sub(59 * 60_000);
@@ -47,8 +47,10 @@ pub async fn overview(State(app): State<Arc<App>>, Query(q): Q) -> Result<Respon
                         } @else { "-" }
                     }
                     td.n { (h.heartbeat_age_ms.map(age).unwrap_or_else(|| "-".into())) }
-                    td.n { (h.writer_epoch) }
-                    td.n { (h.durable_seq) }
+                    // Through the engine's own view (`WebConfig::live`)
+                    // neither is read: 0.
+                    td.n { @if h.writer_epoch > 0 { (h.writer_epoch) } @else { "-" } }
+                    td.n { @if h.durable_seq > 0 { (h.durable_seq) } @else { "-" } }
                 }
             }
         }
@@ -91,6 +93,12 @@ pub(super) fn queue_table(
 ) -> Markup {
     html! {
         @if stats.queues.iter().all(|r| r.kind == "intake") { p.note { "No queues yet." } } @else {
+            @if let Some(at) = stats.snapshot_at_ms {
+                p.note #counted-at {
+                    "Counts and oldest ready jobs as of " (time(at)) ": a refresh reads them again when the engine takes its next snapshot of its counters (every "
+                    (gaffer_ops::queries::SNAPSHOT_EVERY_MS / 1000) " s while they change). Load the page to count now."
+                }
+            }
             table #queues {
                 tr {
                     th { "Queue" } th { "Kind" } th.n { "Pending" } th.n { "Scheduled" } th.n { "Running" }

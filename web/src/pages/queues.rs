@@ -4,7 +4,7 @@ use super::*;
 
 /// `GET /queues`: each queue with Pause or Resume.
 pub async fn queues(State(app): State<Arc<App>>, Query(q): Q) -> Result<Response, Fail> {
-    let stats = all_stats(&app).await?;
+    let stats = all_stats_recent(&app, fragment(&q)).await?;
     let paused = all_paused(&app).await?;
     let listed: BTreeSet<&str> = stats.queues.iter().map(|r| r.name.as_str()).collect();
     let inner = html! {

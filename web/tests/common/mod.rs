@@ -173,3 +173,54 @@ pub async fn engine(dir: &Path, fix: &Arc<Fix>, pace: Duration) -> Engine {
         .await
         .expect("the engine starts")
 }
+
+/// Ask `app` for `path` with a GET: the status and the body.
+pub async fn page(app: &axum::Router, path: &str) -> (axum::http::StatusCode, String) {
+    send(app, axum::http::Request::get(path)).await
+}
+
+/// POST `form` to `path` as the dashboard's own page does: the status and
+/// the `Location` it answers with.
+pub async fn post(app: &axum::Router, path: &str, form: &str) -> (axum::http::StatusCode, String) {
+    let req = axum::http::Request::post(path)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin");
+    let (status, location, _) = send_body(app, req, form.to_string()).await;
+    (status, location)
+}
+
+async fn send(
+    app: &axum::Router,
+    req: axum::http::request::Builder,
+) -> (axum::http::StatusCode, String) {
+    let (status, _, body) = send_body(app, req, String::new()).await;
+    (status, body)
+}
+
+async fn send_body(
+    app: &axum::Router,
+    req: axum::http::request::Builder,
+    body: String,
+) -> (axum::http::StatusCode, String, String) {
+    use tower::ServiceExt;
+    let res = app
+        .clone()
+        .oneshot(req.body(axum::body::Body::from(body)).expect("a request"))
+        .await
+        .expect("an answer");
+    let status = res.status();
+    let location = res
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = axum::body::to_bytes(res.into_body(), 16 << 20)
+        .await
+        .expect("a body");
+    (
+        status,
+        location,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
