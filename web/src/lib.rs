@@ -168,14 +168,11 @@ impl WebConfig {
         Ok(Self::held(vec![(store.name(), opened, Some(opener))]))
     }
 
-    /// The store of an engine running in this process, read through the
-    /// engine's own (writer's) view: `WebConfig::live(&engine.live_store()?)`.
-    /// No reader is opened, so a tab costs the engine only its pages'
-    /// reads (none of the WAL the engine writes is decoded again), pages
-    /// show every commit at once, and a store only this process can open
-    /// (`gaffer::Store::in_memory()`) has a dashboard too. Nothing closes
-    /// or rebases; once the engine shuts down its pages answer with the
-    /// store's error.
+    /// An engine's store in this process, read through the engine's own
+    /// view (`WebConfig::live(&engine.live_store()?)`): no reader, so a tab
+    /// costs the engine only its pages' reads, each commit shows on the
+    /// next page, and an in-memory engine has a dashboard too. Nothing
+    /// closes or rebases; after the engine's shutdown pages show its error.
     pub async fn live(store: &LiveStore) -> Result<Self, WebError> {
         let opened = Store::live(store).await?;
         Ok(Self::held(vec![(store.name().to_string(), opened, None)]))
