@@ -24,15 +24,15 @@
 //! STATS_WATCH=1 GAFFER_BIN=target/release/gaffer cargo bench -p gaffer-web --bench age -- 3 500
 //! ```
 
+mod common;
+use common::{get, pct};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::Request;
 use gaffer::{Engine, Job, JobContext};
 use serde::{Deserialize, Serialize};
-use tower::ServiceExt;
 
 #[derive(Serialize, Deserialize)]
 struct Tick(u64);
@@ -62,26 +62,6 @@ fn cpu_secs(what: &str, children: bool) -> f64 {
     let f = stat(what);
     let (u, s) = if children { (13, 14) } else { (11, 12) };
     (f.get(u).copied().unwrap_or(0.0) + f.get(s).copied().unwrap_or(0.0)) / 100.0
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
-}
-
-async fn get(app: &axum::Router, path: &str) -> Duration {
-    let t = Instant::now();
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "{path}: {}", res.status());
-    let _ = axum::body::to_bytes(res.into_body(), 64 << 20).await;
-    t.elapsed()
 }
 
 fn main() {

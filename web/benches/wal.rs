@@ -17,14 +17,14 @@
 //!
 //! It prints one table row per (target, page or call): p50 and p99 in ms.
 
+mod common;
+use common::{get, pct};
+
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::Request;
 use gaffer::{Engine, Job, JobContext};
 use gaffer_ops::{Reading, StateFilter};
 use serde::{Deserialize, Serialize};
-use tower::ServiceExt;
 
 #[derive(Serialize, Deserialize)]
 struct Tick(u64, bool);
@@ -42,26 +42,6 @@ impl Job for Tick {
         }
         Ok(self.0)
     }
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
-}
-
-async fn get(app: &axum::Router, path: &str) -> Duration {
-    let t = Instant::now();
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "{path}: {}", res.status());
-    let _ = axum::body::to_bytes(res.into_body(), 64 << 20).await;
-    t.elapsed()
 }
 
 async fn unflushed(named: &gaffer::Store) -> u64 {
