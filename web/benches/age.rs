@@ -25,7 +25,7 @@
 //! ```
 
 mod common;
-use common::{get, pct};
+use common::{cpu_secs, get, pct};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,24 +44,6 @@ impl Job for Tick {
     async fn run(&self, _ctx: JobContext) -> Result<u64, Self::Error> {
         Ok(self.0)
     }
-}
-
-/// `/proc/{what}/stat`'s fields after the command, as numbers.
-fn stat(what: &str) -> Vec<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{what}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    after
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect()
-}
-
-/// CPU seconds (user + system) of `what`; with `children`, of its waited
-/// children instead (cutime + cstime).
-fn cpu_secs(what: &str, children: bool) -> f64 {
-    let f = stat(what);
-    let (u, s) = if children { (13, 14) } else { (11, 12) };
-    (f.get(u).copied().unwrap_or(0.0) + f.get(s).copied().unwrap_or(0.0)) / 100.0
 }
 
 fn main() {

@@ -35,6 +35,9 @@
 //! AB=live cargo bench -p gaffer-web --bench slowdown -- [N] [PAIRS]   # a tab through the engine's own view (`WebConfig::live`) against one through a reader
 //! ```
 
+mod common;
+use common::cpu_secs;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -58,20 +61,6 @@ impl Job for Keyed {
     fn idempotency_key(&self) -> Option<String> {
         Some(format!("k{}", self.0))
     }
-}
-
-/// The CPU seconds (user + system) of `/proc/{what}/stat`: `self` for the
-/// process, `thread-self` for the calling thread.
-fn cpu_secs(what: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{what}/stat")).unwrap_or_default();
-    // The fields after the command's closing parenthesis; utime and stime
-    // are the 12th and 13th of them, in clock ticks (100 a second).
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let f: Vec<f64> = after
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
 /// The tab's dashboard: none, as `WebConfig::open` makes it, a reader
@@ -160,7 +149,10 @@ fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
                     let next = tokio::time::Instant::now() + every;
                     while !stop.load(Ordering::SeqCst) && tokio::time::Instant::now() < next {
                         tokio::time::sleep(Duration::from_millis(20)).await;
-                        tab_cpu_now.store((cpu_secs("thread-self") * 1e6) as u64, Ordering::SeqCst);
+                        tab_cpu_now.store(
+                            (cpu_secs("thread-self", false) * 1e6) as u64,
+                            Ordering::SeqCst,
+                        );
                     }
                 }
             });
@@ -180,7 +172,7 @@ fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
             .unwrap_or(0);
         std::thread::sleep(Duration::from_secs(idle_first) + Duration::from_millis(50));
     }
-    let cpu_at_start = cpu_secs("self");
+    let cpu_at_start = cpu_secs("self", false);
     let tab_cpu_at_start = tab_cpu_now.load(Ordering::SeqCst) as f64 / 1e6;
     let secs = rt.block_on(async {
         let t0 = Instant::now();
@@ -200,7 +192,7 @@ fn run(n: u64, tab: Tab) -> (f64, u64, f64, f64) {
         }
         t0.elapsed().as_secs_f64()
     });
-    let cpu_at_end = cpu_secs("self");
+    let cpu_at_end = cpu_secs("self", false);
     let tab_cpu_at_end = tab_cpu_now.load(Ordering::SeqCst) as f64 / 1e6;
     stop.store(true, Ordering::SeqCst);
     if let Some(t) = tab {
